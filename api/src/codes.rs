@@ -1,0 +1,47 @@
+//! Error codes in the `{"error":{"code",...}}` envelope. Clients match on these, so they are part of the API.
+
+// 400
+pub const INVALID_JSON: &str = "InvalidJson";
+pub const INVALID_PARAMETER: &str = "InvalidParameter";
+pub const INVALID_CIDR: &str = "InvalidCidr";
+pub const INVALID_PAGE_TOKEN: &str = "InvalidPageToken";
+pub const INVALID_ROUTE_TARGET: &str = "InvalidRouteTarget";
+pub const INVALID_BACKEND: &str = "InvalidBackend";
+pub const INVALID_ADDRESS: &str = "InvalidAddress";
+// 401 / 403
+pub const UNAUTHORIZED: &str = "Unauthorized";
+pub const FORBIDDEN: &str = "Forbidden";
+// 404
+pub const NOT_FOUND: &str = "NotFound";
+pub const INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
+pub const ROUTE_TABLE_NOT_FOUND: &str = "RouteTableNotFound";
+pub const ROUTE_NOT_FOUND: &str = "RouteNotFound";
+pub const LOAD_BALANCER_NOT_FOUND: &str = "LoadBalancerNotFound";
+pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
+// 405 / 415
+pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
+pub const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
+// 409
+pub const INSTANCE_NAME_IN_USE: &str = "InstanceNameInUse";
+pub const INCORRECT_INSTANCE_STATE: &str = "IncorrectInstanceState";
+pub const ADDRESS_IN_USE: &str = "AddressInUse";
+pub const ROUTE_ALREADY_EXISTS: &str = "RouteAlreadyExists";
+pub const ROUTE_TABLE_ALREADY_EXISTS: &str = "RouteTableAlreadyExists";
+pub const LOAD_BALANCER_ALREADY_EXISTS: &str = "LoadBalancerAlreadyExists";
+pub const INCORRECT_LOAD_BALANCER_STATE: &str = "IncorrectLoadBalancerState";
+pub const IDEMPOTENCY_KEY_REUSED: &str = "IdempotencyKeyReused";
+pub const SNAPSHOT_EXISTS: &str = "SnapshotExists";
+pub const DEPENDENCY_VIOLATION: &str = "DependencyViolation";
+// 422: quotas (each names the quota it hit)
+pub const INSTANCE_LIMIT_EXCEEDED: &str = "InstanceLimitExceeded";
+pub const LOAD_BALANCER_LIMIT_EXCEEDED: &str = "LoadBalancerLimitExceeded";
+pub const LISTENER_LIMIT_EXCEEDED: &str = "ListenerLimitExceeded";
+pub const BACKEND_LIMIT_EXCEEDED: &str = "BackendLimitExceeded";
+pub const ROUTE_LIMIT_EXCEEDED: &str = "RouteLimitExceeded";
+pub const ADDRESS_LIMIT_EXCEEDED: &str = "AddressLimitExceeded";
+pub const SOURCE_RANGE_LIMIT_EXCEEDED: &str = "SourceRangeLimitExceeded";
+pub const INSUFFICIENT_ADDRESS_CAPACITY: &str = "InsufficientAddressCapacity";
+// 5xx
+pub const INTERNAL_ERROR: &str = "InternalError";
+pub const SERVICE_UNAVAILABLE: &str = "ServiceUnavailable";
+pub const REQUEST_LIMIT_EXCEEDED: &str = "RequestLimitExceeded";

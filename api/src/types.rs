@@ -1,0 +1,554 @@
+//! Request and response bodies. Every request type denies unknown fields, so a typo is a 400, not a silent no-op.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// The error envelope every non-2xx response carries.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable, machine-readable code such as `RouteLimitExceeded` (see `fakecloud_api::codes`).
+    pub code: String,
+    /// What went wrong and, where there is one, what to do about it.
+    pub message: String,
+    pub request_id: String,
+}
+
+// ---------------------------------------------------------------------------------------------- region
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Region {
+    pub name: String,
+    pub vpc_cidr: String,
+    pub zones: Vec<Zone>,
+    /// Pool that internet-facing load balancer addresses come from.
+    pub public_pool: String,
+    /// Subnet that internal load balancer addresses come from.
+    pub internal_lb_subnet: String,
+    pub instance_types: Vec<InstanceType>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Zone {
+    pub name: String,
+    pub subnet: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct InstanceType {
+    pub name: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+}
+
+// ---------------------------------------------------------------------------------------------- instances
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    ShuttingDown,
+    Terminated,
+}
+
+impl InstanceState {
+    pub const ALL: [InstanceState; 6] =
+        [Self::Pending, Self::Running, Self::Stopping, Self::Stopped, Self::ShuttingDown, Self::Terminated];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+            Self::ShuttingDown => "shutting-down",
+            Self::Terminated => "terminated",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for InstanceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Market {
+    #[default]
+    OnDemand,
+    Spot,
+}
+
+impl Market {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OnDemand => "on-demand",
+            Self::Spot => "spot",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateInstanceRequest {
+    /// Becomes the Kubernetes node name, so it must be a lowercase RFC 1123 subdomain.
+    pub name: String,
+    /// Defaults to the region's first zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Defaults to the first type of the catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    #[serde(default)]
+    pub market: Market,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// A fixed private IP, to adopt an existing machine (such as a kind node). Inside the VPC it must lie in the
+    /// zone's subnet; outside it, any address not in use is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub private_ip: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Instance {
+    pub id: String,
+    pub name: String,
+    pub zone: String,
+    pub region: String,
+    pub instance_type: String,
+    pub market: Market,
+    pub state: InstanceState,
+    #[schema(value_type = String)]
+    pub private_ip: IpAddr,
+    /// `fakecloud://<zone>/<instance-id>`, the value a CCM writes to `spec.providerID`.
+    pub provider_id: String,
+    pub tags: BTreeMap<String, String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// When the instance entered its current state (RFC 3339).
+    pub state_changed_at: String,
+}
+
+/// Filters for `GET /v1/instances`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListInstancesQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<String>)]
+    pub state: Option<InstanceState>,
+    /// `key=value`, or `key` alone for "has the tag".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InstanceList {
+    pub items: Vec<Instance>,
+    /// Pass as `page_token` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_page_token: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------- routes
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct RouteTable {
+    pub id: String,
+    pub name: String,
+    /// The main table exists from the start and cannot be deleted.
+    pub main: bool,
+    pub route_count: u32,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRouteTableRequest {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RouteTableList {
+    pub items: Vec<RouteTable>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouteState {
+    Active,
+    /// The target instance is terminated or gone, as a cloud reports it.
+    Blackhole,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Route {
+    pub id: String,
+    pub route_table_id: String,
+    pub name: String,
+    /// Exactly as it was created: CCMs compare it textually.
+    pub destination: String,
+    pub target_instance: String,
+    pub state: RouteState,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRouteRequest {
+    pub name: String,
+    /// A network in CIDR form (host bits zero), IPv4 or IPv6.
+    pub destination: String,
+    /// Instance ID the traffic goes to.
+    pub target_instance: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RouteList {
+    pub items: Vec<Route>,
+}
+
+// ---------------------------------------------------------------------------------------------- load balancers
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheme {
+    #[default]
+    InternetFacing,
+    Internal,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InternetFacing => "internet-facing",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    #[serde(rename = "TCP")]
+    Tcp,
+    #[serde(rename = "UDP")]
+    Udp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    pub protocol: Protocol,
+    /// 1–65535.
+    pub port: u16,
+    /// The port on the backends (a Service's NodePort), 1–65535.
+    pub backend_port: u16,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub enum HealthCheckProtocol {
+    #[default]
+    #[serde(rename = "TCP")]
+    Tcp,
+    #[serde(rename = "HTTP")]
+    Http,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    #[serde(default)]
+    pub protocol: HealthCheckProtocol,
+    pub port: u16,
+    /// Only for HTTP; must start with `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// 1–300 seconds.
+    #[serde(default = "default_interval")]
+    pub interval_seconds: u32,
+}
+
+fn default_interval() -> u32 {
+    10
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadBalancerState {
+    Provisioning,
+    Active,
+    Deleting,
+}
+
+impl LoadBalancerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provisioning => "provisioning",
+            Self::Active => "active",
+            Self::Deleting => "deleting",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct LoadBalancer {
+    pub id: String,
+    pub name: String,
+    pub scheme: Scheme,
+    pub state: LoadBalancerState,
+    pub listeners: Vec<Listener>,
+    /// Instance IDs.
+    pub backends: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+    pub source_ranges: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub requested_ip: Option<IpAddr>,
+    /// The VIP; present only once the load balancer is active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub address: Option<IpAddr>,
+    /// Present only once the load balancer is active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_name: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateLoadBalancerRequest {
+    pub name: String,
+    #[serde(default)]
+    pub scheme: Scheme,
+    pub listeners: Vec<Listener>,
+    #[serde(default)]
+    pub backends: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+    #[serde(default)]
+    pub source_ranges: Vec<String>,
+    /// Must be free and inside the pool of the scheme.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub requested_ip: Option<IpAddr>,
+}
+
+/// A partial update: each field given replaces the current value.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateLoadBalancerRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listeners: Option<Vec<Listener>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backends: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ranges: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListLoadBalancersQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LoadBalancerList {
+    pub items: Vec<LoadBalancer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_page_token: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------- quotas
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuotaName {
+    Instances,
+    LoadBalancers,
+    ListenersPerLoadBalancer,
+    BackendsPerLoadBalancer,
+    RoutesPerRouteTable,
+    PublicIps,
+    SourceRangesPerLoadBalancer,
+}
+
+impl QuotaName {
+    pub const ALL: [QuotaName; 7] = [
+        Self::Instances,
+        Self::LoadBalancers,
+        Self::ListenersPerLoadBalancer,
+        Self::BackendsPerLoadBalancer,
+        Self::RoutesPerRouteTable,
+        Self::PublicIps,
+        Self::SourceRangesPerLoadBalancer,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Instances => "instances",
+            Self::LoadBalancers => "load-balancers",
+            Self::ListenersPerLoadBalancer => "listeners-per-load-balancer",
+            Self::BackendsPerLoadBalancer => "backends-per-load-balancer",
+            Self::RoutesPerRouteTable => "routes-per-route-table",
+            Self::PublicIps => "public-ips",
+            Self::SourceRangesPerLoadBalancer => "source-ranges-per-load-balancer",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|q| q.as_str() == s)
+    }
+
+    /// The default limit, chosen to match common public-cloud defaults where one exists.
+    pub fn default_limit(self) -> u32 {
+        match self {
+            Self::Instances => 1000,
+            Self::LoadBalancers => 100,
+            Self::ListenersPerLoadBalancer => 50,
+            Self::BackendsPerLoadBalancer => 1000,
+            // AWS's default routes per route table.
+            Self::RoutesPerRouteTable => 50,
+            Self::PublicIps => 100,
+            Self::SourceRangesPerLoadBalancer => 100,
+        }
+    }
+
+    /// The error code a request gets when it would exceed this quota.
+    pub fn exceeded_code(self) -> &'static str {
+        use crate::codes::*;
+        match self {
+            Self::Instances => INSTANCE_LIMIT_EXCEEDED,
+            Self::LoadBalancers => LOAD_BALANCER_LIMIT_EXCEEDED,
+            Self::ListenersPerLoadBalancer => LISTENER_LIMIT_EXCEEDED,
+            Self::BackendsPerLoadBalancer => BACKEND_LIMIT_EXCEEDED,
+            Self::RoutesPerRouteTable => ROUTE_LIMIT_EXCEEDED,
+            Self::PublicIps => ADDRESS_LIMIT_EXCEEDED,
+            Self::SourceRangesPerLoadBalancer => SOURCE_RANGE_LIMIT_EXCEEDED,
+        }
+    }
+}
+
+impl std::fmt::Display for QuotaName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Quota {
+    pub name: QuotaName,
+    pub limit: u32,
+    /// Current region-wide usage; absent for per-resource quotas (listeners per load balancer, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QuotaList {
+    pub items: Vec<Quota>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetQuotaRequest {
+    pub limit: u32,
+}
+
+// ---------------------------------------------------------------------------------------------- audit
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct AuditEntry {
+    /// Increases with every call; use it as `after` to read only newer entries.
+    pub seq: i64,
+    /// RFC 3339 with milliseconds.
+    pub time: String,
+    pub request_id: String,
+    /// `user`, `admin`, or `anonymous` for calls without a valid token.
+    pub role: String,
+    /// The API operation, e.g. `CreateLoadBalancer`; `Unknown` for paths the API does not have.
+    pub operation: String,
+    pub method: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_id: Option<String>,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    pub latency_ms: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// RFC 3339: only entries at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only entries with a larger `seq`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<i64>,
+    /// At most this many, oldest first (default 1000, at most 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditList {
+    pub items: Vec<AuditEntry>,
+}
+
+// ---------------------------------------------------------------------------------------------- admin
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// Where the emulator writes the snapshot (a path on the emulator's machine; must not exist yet).
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotResponse {
+    pub path: String,
+    pub bytes: u64,
+}

@@ -1,0 +1,343 @@
+//! The `fakecloud` command line: `serve` runs the emulator; every other command is a client of its API through
+//! `fakecloud_api::Client`.
+
+mod output;
+mod serve;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fakecloud_api::{
+    AuditQuery, Client, CreateInstanceRequest, CreateRouteRequest, ENV_ADMIN_TOKEN, ENV_ENDPOINT, ENV_USER_TOKEN,
+    InstanceState, ListInstancesQuery, Market, QuotaName,
+};
+
+use self::output::Output;
+pub use self::serve::ServeArgs;
+
+#[derive(Debug, Parser)]
+#[command(name = "fakecloud", version, about = "A local cloud emulator for testing Kubernetes cloud integrations", long_about = LONG_ABOUT)]
+pub struct Cli {
+    #[command(flatten)]
+    pub conn: Connection,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const LONG_ABOUT: &str = "fakecloud emulates a cloud API — instances, networks and route tables, load balancers, quotas and an \
+audit log — on a SQLite file, for testing cloud-controller-managers and other Kubernetes cloud integrations.
+
+Start it with `fakecloud serve`; it prints its URL and where its tokens are. The other commands talk to a running emulator:
+`source fakecloud.credentials` (written beside the database) or set FAKECLOUD_ENDPOINT and FAKECLOUD_USER_TOKEN / \
+FAKECLOUD_ADMIN_TOKEN.";
+
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// Emulator URL.
+    #[arg(long, global = true, env = ENV_ENDPOINT, default_value = "http://127.0.0.1:8787")]
+    pub endpoint: String,
+    /// Bearer token (default: FAKECLOUD_ADMIN_TOKEN for admin commands, else FAKECLOUD_USER_TOKEN, else the
+    /// credentials file).
+    #[arg(long, global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// A credentials file written by `fakecloud serve`, read when no token is in the environment.
+    #[arg(long, global = true, env = "FAKECLOUD_CREDENTIALS", default_value = "fakecloud.credentials")]
+    pub credentials: PathBuf,
+    /// Output format.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned columns for people.
+    Table,
+    /// The API's JSON, for scripts.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the emulator.
+    Serve(ServeArgs),
+    /// Create, list, inspect, stop, start and terminate instances.
+    #[command(subcommand)]
+    Instance(InstanceCmd),
+    /// List, create and delete routes of a route table.
+    #[command(subcommand)]
+    Route(RouteCmd),
+    /// List, inspect and delete load balancers.
+    #[command(subcommand)]
+    Lb(LbCmd),
+    /// Read quotas, or set one (admin).
+    #[command(subcommand)]
+    Quota(QuotaCmd),
+    /// Show the audit log: every call the emulator answered (admin).
+    Audit(AuditArgs),
+    /// Delete every resource and the audit log; quotas back to defaults (admin).
+    Reset,
+    /// Write a consistent copy of the database to PATH on the emulator's machine (admin).
+    Snapshot {
+        /// Must not exist yet. Start from it with `fakecloud serve --db PATH`.
+        path: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InstanceCmd {
+    /// Create an instance (it becomes a Kubernetes node of the same name).
+    Create {
+        name: String,
+        /// Zone (default: the region's first).
+        #[arg(long)]
+        zone: Option<String>,
+        /// Instance type (see `fakecloud instance types`).
+        #[arg(long = "type")]
+        instance_type: Option<String>,
+        /// A spot instance (can be reclaimed).
+        #[arg(long)]
+        spot: bool,
+        /// A tag, KEY=VALUE; repeatable.
+        #[arg(long = "tag", value_parser = parse_tag)]
+        tags: Vec<(String, String)>,
+        /// A fixed private IP (to adopt an existing machine).
+        #[arg(long)]
+        private_ip: Option<std::net::IpAddr>,
+        /// Client token: running the same command again returns the same instance.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// List instances (all pages).
+    List {
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        zone: Option<String>,
+        /// pending, running, stopping, stopped, shutting-down or terminated.
+        #[arg(long, value_parser = parse_state)]
+        state: Option<InstanceState>,
+        /// KEY=VALUE, or KEY to list instances that have the tag.
+        #[arg(long)]
+        tag: Option<String>,
+    },
+    /// Show one instance.
+    Get { id: String },
+    /// Stop a running instance.
+    Stop { id: String },
+    /// Start a stopped instance.
+    Start { id: String },
+    /// Terminate an instance.
+    Terminate { id: String },
+    /// Show the region, its zones and the instance types.
+    Types,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RouteCmd {
+    /// List the routes of a table.
+    List {
+        #[arg(long, default_value = "main")]
+        table: String,
+    },
+    /// Add a route DESTINATION → instance.
+    Create {
+        /// Destination CIDR, e.g. 10.244.1.0/24.
+        #[arg(long)]
+        destination: String,
+        /// Target instance ID.
+        #[arg(long)]
+        target: String,
+        /// Route name (default: derived from the destination).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, default_value = "main")]
+        table: String,
+    },
+    /// Delete a route by ID.
+    Delete {
+        id: String,
+        #[arg(long, default_value = "main")]
+        table: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LbCmd {
+    /// List load balancers (all pages).
+    List,
+    /// Show one load balancer.
+    Get { id: String },
+    /// Delete a load balancer.
+    Delete { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuotaCmd {
+    /// Show all quotas with their usage, or one.
+    Get {
+        /// e.g. routes-per-route-table.
+        #[arg(value_parser = parse_quota)]
+        name: Option<QuotaName>,
+    },
+    /// Set a quota's limit (admin).
+    Set {
+        #[arg(value_parser = parse_quota)]
+        name: QuotaName,
+        limit: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only this operation, e.g. CreateLoadBalancer.
+    #[arg(long)]
+    operation: Option<String>,
+    /// Only calls about this resource ID.
+    #[arg(long)]
+    resource: Option<String>,
+    /// Only calls answered with this HTTP status.
+    #[arg(long)]
+    status: Option<u16>,
+    /// Only calls at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only entries after this sequence number.
+    #[arg(long)]
+    after: Option<i64>,
+    /// At most this many entries.
+    #[arg(long, default_value_t = 1000)]
+    limit: u32,
+}
+
+fn parse_tag(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+fn parse_state(s: &str) -> Result<InstanceState, String> {
+    InstanceState::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = InstanceState::ALL.iter().map(|s| s.as_str()).collect();
+        format!("{s:?} is not a state; states: {}", all.join(", "))
+    })
+}
+
+fn parse_quota(s: &str) -> Result<QuotaName, String> {
+    QuotaName::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = QuotaName::ALL.iter().map(|q| q.as_str()).collect();
+        format!("{s:?} is not a quota; quotas: {}", all.join(", "))
+    })
+}
+
+impl Connection {
+    /// A client with the token this command needs.
+    fn client(&self, admin: bool) -> Result<Client> {
+        let token = match &self.token {
+            Some(t) => t.clone(),
+            None => self.token_from_env_or_file(admin)?,
+        };
+        Client::new(&self.endpoint, token).context("bad --endpoint")
+    }
+
+    fn token_from_env_or_file(&self, admin: bool) -> Result<String> {
+        let order = if admin { [ENV_ADMIN_TOKEN, ENV_ADMIN_TOKEN] } else { [ENV_USER_TOKEN, ENV_ADMIN_TOKEN] };
+        for var in order {
+            if let Ok(v) = std::env::var(var)
+                && !v.is_empty()
+            {
+                return Ok(v);
+            }
+        }
+        if let Ok(text) = std::fs::read_to_string(&self.credentials) {
+            for var in order {
+                let found = text
+                    .lines()
+                    .find_map(|l| l.trim().trim_start_matches("export ").strip_prefix(var)?.strip_prefix('='));
+                if let Some(v) = found {
+                    return Ok(v.trim_matches('"').to_string());
+                }
+            }
+        }
+        bail!(
+            "no {} token: pass --token, set {}, or point --credentials at the file `fakecloud serve` wrote",
+            if admin { "admin" } else { "user" },
+            order[0]
+        )
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let out = Output::new(cli.conn.output);
+    let conn = &cli.conn;
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Instance(cmd) => {
+            let client = conn.client(false)?;
+            match cmd {
+                InstanceCmd::Create { name, zone, instance_type, spot, tags, private_ip, idempotency_key } => {
+                    let req = CreateInstanceRequest {
+                        name,
+                        zone,
+                        instance_type,
+                        market: if spot { Market::Spot } else { Market::OnDemand },
+                        tags: tags.into_iter().collect::<BTreeMap<_, _>>(),
+                        private_ip,
+                    };
+                    out.instances(&[client.create_instance(&req, idempotency_key.as_deref()).await?])
+                }
+                InstanceCmd::List { name, zone, state, tag } => {
+                    let q = ListInstancesQuery { name, zone, state, tag, page_size: Some(1000), page_token: None };
+                    out.instances(&client.list_all_instances(&q).await?)
+                }
+                InstanceCmd::Get { id } => out.instances(&[client.get_instance(&id).await?]),
+                InstanceCmd::Stop { id } => out.instances(&[client.stop_instance(&id).await?]),
+                InstanceCmd::Start { id } => out.instances(&[client.start_instance(&id).await?]),
+                InstanceCmd::Terminate { id } => out.instances(&[client.terminate_instance(&id).await?]),
+                InstanceCmd::Types => out.region(&client.region().await?),
+            }
+        }
+        Command::Route(cmd) => {
+            let client = conn.client(false)?;
+            match cmd {
+                RouteCmd::List { table } => out.routes(&client.list_routes(&table).await?.items),
+                RouteCmd::Create { destination, target, name, table } => {
+                    let name = name.unwrap_or_else(|| format!("route-{}", destination.replace(['/', '.', ':'], "-")));
+                    let req = CreateRouteRequest { name, destination, target_instance: target };
+                    out.routes(&[client.create_route(&table, &req, None).await?])
+                }
+                RouteCmd::Delete { id, table } => out.routes(&[client.delete_route(&table, &id).await?]),
+            }
+        }
+        Command::Lb(cmd) => {
+            let client = conn.client(false)?;
+            match cmd {
+                LbCmd::List => out.load_balancers(&client.list_all_load_balancers().await?),
+                LbCmd::Get { id } => out.load_balancers(&[client.get_load_balancer(&id).await?]),
+                LbCmd::Delete { id } => out.load_balancers(&[client.delete_load_balancer(&id).await?]),
+            }
+        }
+        Command::Quota(QuotaCmd::Get { name }) => {
+            let client = conn.client(false)?;
+            match name {
+                Some(n) => out.quotas(&[client.get_quota(n).await?]),
+                None => out.quotas(&client.list_quotas().await?.items),
+            }
+        }
+        Command::Quota(QuotaCmd::Set { name, limit }) => {
+            out.quotas(&[conn.client(true)?.set_quota(name, limit).await?])
+        }
+        Command::Audit(a) => {
+            let q = AuditQuery {
+                operation: a.operation,
+                resource: a.resource,
+                status: a.status,
+                since: a.since,
+                after: a.after,
+                limit: Some(a.limit),
+            };
+            out.audit(&conn.client(true)?.audit(&q).await?.items)
+        }
+        Command::Reset => out.value(&conn.client(true)?.reset().await?),
+        Command::Snapshot { path } => out.value(&serde_json::to_value(conn.client(true)?.snapshot(&path).await?)?),
+    }
+}

@@ -1,0 +1,147 @@
+//! Printing API objects as tables for people or JSON for scripts.
+
+use anyhow::Result;
+use comfy_table::{Table, presets::NOTHING};
+use fakecloud_api::{AuditEntry, Instance, LoadBalancer, Quota, Region, Route};
+use serde::Serialize;
+
+use super::Format;
+
+pub struct Output(Format);
+
+fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut t = Table::new();
+    t.load_preset(NOTHING).set_header(header.iter().copied());
+    for row in rows {
+        t.add_row(row);
+    }
+    t.to_string()
+}
+
+impl Output {
+    pub fn new(format: Format) -> Self {
+        Self(format)
+    }
+
+    fn print<T: Serialize + ?Sized>(&self, items: &T, render: impl FnOnce() -> String) -> Result<()> {
+        match self.0 {
+            Format::Json => println!("{}", serde_json::to_string_pretty(items)?),
+            Format::Table => println!("{}", render()),
+        }
+        Ok(())
+    }
+
+    pub fn instances(&self, items: &[Instance]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "NAME", "ZONE", "TYPE", "MARKET", "STATE", "PRIVATE IP"],
+                items.iter().map(|i| {
+                    vec![
+                        i.id.clone(),
+                        i.name.clone(),
+                        i.zone.clone(),
+                        i.instance_type.clone(),
+                        i.market.as_str().into(),
+                        i.state.to_string(),
+                        i.private_ip.to_string(),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn region(&self, r: &Region) -> Result<()> {
+        self.print(r, || {
+            let zones = table(&["ZONE", "SUBNET"], r.zones.iter().map(|z| vec![z.name.clone(), z.subnet.clone()]));
+            let types = table(
+                &["TYPE", "VCPUS", "MEMORY MiB"],
+                r.instance_types.iter().map(|t| vec![t.name.clone(), t.vcpus.to_string(), t.memory_mib.to_string()]),
+            );
+            format!(
+                "region {}  vpc {}  public pool {}  internal LB subnet {}\n\n{zones}\n\n{types}",
+                r.name, r.vpc_cidr, r.public_pool, r.internal_lb_subnet
+            )
+        })
+    }
+
+    pub fn routes(&self, items: &[Route]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "NAME", "DESTINATION", "TARGET", "STATE"],
+                items.iter().map(|r| {
+                    vec![
+                        r.id.clone(),
+                        r.name.clone(),
+                        r.destination.clone(),
+                        r.target_instance.clone(),
+                        format!("{:?}", r.state).to_lowercase(),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn load_balancers(&self, items: &[LoadBalancer]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "NAME", "SCHEME", "STATE", "ADDRESS", "LISTENERS", "BACKENDS"],
+                items.iter().map(|lb| {
+                    let listeners: Vec<String> = lb
+                        .listeners
+                        .iter()
+                        .map(|l| format!("{:?}/{}→{}", l.protocol, l.port, l.backend_port).to_uppercase())
+                        .collect();
+                    vec![
+                        lb.id.clone(),
+                        lb.name.clone(),
+                        lb.scheme.as_str().into(),
+                        lb.state.as_str().into(),
+                        lb.address.map(|a| a.to_string()).unwrap_or_else(|| "<pending>".into()),
+                        listeners.join(","),
+                        lb.backends.len().to_string(),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn quotas(&self, items: &[Quota]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["QUOTA", "LIMIT", "USAGE"],
+                items.iter().map(|q| {
+                    vec![
+                        q.name.to_string(),
+                        q.limit.to_string(),
+                        q.usage.map(|u| u.to_string()).unwrap_or_else(|| "-".into()),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn audit(&self, items: &[AuditEntry]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["SEQ", "TIME", "ROLE", "OPERATION", "RESOURCE", "STATUS", "ERROR", "MS"],
+                items.iter().map(|e| {
+                    vec![
+                        e.seq.to_string(),
+                        e.time.clone(),
+                        e.role.clone(),
+                        e.operation.clone(),
+                        e.resource_id.clone().unwrap_or_default(),
+                        e.status.to_string(),
+                        e.error_code.clone().unwrap_or_default(),
+                        format!("{:.2}", e.latency_ms),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn value(&self, v: &serde_json::Value) -> Result<()> {
+        println!("{}", serde_json::to_string_pretty(v)?);
+        Ok(())
+    }
+}

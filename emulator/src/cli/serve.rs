@@ -1,0 +1,142 @@
+//! `fakecloud serve`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT, ENV_USER_TOKEN};
+use ipnet::Ipv4Net;
+
+use crate::config::{Config, DbLocation, Timings, Topology};
+use crate::credentials::{self, Source};
+use crate::server::Server;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, env = "FAKECLOUD_LISTEN", default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// SQLite database file (created if missing), or :memory: for a throwaway run.
+    #[arg(long, env = "FAKECLOUD_DB", default_value = "fakecloud.db")]
+    pub db: String,
+    /// Region name.
+    #[arg(long, default_value = "local-1")]
+    pub region: String,
+    /// Zones, comma-separated; each gets a subnet of the VPC.
+    #[arg(long, value_delimiter = ',', default_value = "local-1a,local-1b,local-1c")]
+    pub zones: Vec<String>,
+    /// The VPC's CIDR, split into one subnet per zone plus one for internal load balancers.
+    #[arg(long, default_value = "10.0.0.0/16")]
+    pub vpc_cidr: Ipv4Net,
+    /// Pool of public addresses for internet-facing load balancers.
+    #[arg(long, default_value = "203.0.113.0/24")]
+    pub public_pool: Ipv4Net,
+    /// Time from pending to running.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    pub boot_delay: Duration,
+    /// Time from stopping to stopped.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub stop_delay: Duration,
+    /// Time from shutting-down to terminated.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub terminate_delay: Duration,
+    /// Time a load balancer stays provisioning (no address) before it is active.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+    pub lb_provision_delay: Duration,
+    /// Time a load balancer stays deleting before it is gone.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub lb_delete_delay: Duration,
+    /// How long terminated instances stay listable.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    pub terminated_retention: Duration,
+    /// Audit entries kept (oldest dropped first).
+    #[arg(long, default_value_t = 100_000)]
+    pub audit_max_entries: u64,
+    /// The user token (resources). With --admin-token, no credentials file is read or written.
+    #[arg(long, env = ENV_USER_TOKEN, hide_env_values = true)]
+    pub user_token: Option<String>,
+    /// The admin token (quotas, audit, reset, snapshot, and everything a user may do).
+    #[arg(long, env = ENV_ADMIN_TOKEN, hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Where tokens are read from, or generated into when missing (default: beside the database).
+    #[arg(long)]
+    pub credentials_file: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,sqlx=warn".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub async fn run(args: ServeArgs) -> Result<()> {
+    init_logging(args.log_format);
+    let topology =
+        Topology::new(&args.region, &args.zones, args.vpc_cidr, args.public_pool).map_err(anyhow::Error::msg)?;
+    let cfg = Config {
+        topology,
+        timings: Timings {
+            boot_delay: args.boot_delay,
+            stop_delay: args.stop_delay,
+            terminate_delay: args.terminate_delay,
+            lb_provision_delay: args.lb_provision_delay,
+            lb_delete_delay: args.lb_delete_delay,
+            terminated_retention: args.terminated_retention,
+        },
+        audit_max_entries: args.audit_max_entries.max(1),
+    };
+    let db = DbLocation::parse(&args.db);
+    let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
+        DbLocation::File(p) => p.with_extension("credentials"),
+        DbLocation::Memory => PathBuf::from("fakecloud.credentials"),
+    });
+    let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file)?;
+    let server = Server::start(&args.listen, &db, cfg, tokens).await?;
+    let url = server.url();
+    tracing::info!(%url, db = %args.db, region = %args.region, "fakecloud listening");
+    match &source {
+        Source::Given => eprintln!("fakecloud: serving {url} with the tokens from --user-token/--admin-token"),
+        Source::File(f) | Source::Generated(f) => eprintln!(
+            "fakecloud: serving {url}; tokens in {} ({})\n  to use the CLI:  export {ENV_ENDPOINT}={url}; source {}",
+            f.display(),
+            if matches!(source, Source::Generated(_)) { "generated now, mode 0600" } else { "reused" },
+            f.display()
+        ),
+    }
+    let stop = server.shutdown_handle();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
+    });
+    server.wait().await.context("server failed")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}

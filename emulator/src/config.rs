@@ -1,0 +1,228 @@
+//! What the emulated cloud looks like (region, zones, address pools, instance types) and how fast it moves.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fakecloud_api::{InstanceType, Region, Zone};
+use ipnet::Ipv4Net;
+
+/// Everything `fakecloud serve` is configured with, after validation.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub topology: Topology,
+    pub timings: Timings,
+    /// Audit entries kept; older ones are dropped.
+    pub audit_max_entries: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timings {
+    pub boot_delay: Duration,
+    pub stop_delay: Duration,
+    pub terminate_delay: Duration,
+    pub lb_provision_delay: Duration,
+    pub lb_delete_delay: Duration,
+    /// How long terminated instances stay listable.
+    pub terminated_retention: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            boot_delay: Duration::from_secs(2),
+            stop_delay: Duration::from_secs(1),
+            terminate_delay: Duration::from_secs(1),
+            lb_provision_delay: Duration::from_secs(3),
+            lb_delete_delay: Duration::from_secs(1),
+            terminated_retention: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Timings {
+    /// Every transition immediate: for tests that do not care about asynchrony.
+    pub fn instant() -> Self {
+        Self {
+            boot_delay: Duration::ZERO,
+            stop_delay: Duration::ZERO,
+            terminate_delay: Duration::ZERO,
+            lb_provision_delay: Duration::ZERO,
+            lb_delete_delay: Duration::ZERO,
+            terminated_retention: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// A pool of IPv4 addresses handed out by offset from its network address.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// The key in `ip_leases.pool`.
+    pub name: String,
+    pub net: Ipv4Net,
+    pub first: u32,
+    pub last: u32,
+}
+
+impl Pool {
+    /// A subnet: the network address, the gateway (.1) and the broadcast address are reserved.
+    pub fn subnet(name: impl Into<String>, net: Ipv4Net) -> Self {
+        let size = 1u32 << (32 - net.prefix_len());
+        Self { name: name.into(), net, first: 2.min(size - 1), last: size.saturating_sub(2) }
+    }
+
+    /// A public pool: only the network and broadcast addresses are reserved.
+    pub fn public(net: Ipv4Net) -> Self {
+        let size = 1u32 << (32 - net.prefix_len());
+        Self { name: format!("public:{net}"), net, first: 1.min(size - 1), last: size.saturating_sub(2) }
+    }
+
+    pub fn addr(&self, offset: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.net.network()) + offset)
+    }
+
+    /// The offset of `ip` if it is a usable address of this pool.
+    pub fn offset_of(&self, ip: Ipv4Addr) -> Option<u32> {
+        let off = u32::from(ip).checked_sub(u32::from(self.net.network()))?;
+        (self.net.contains(&ip) && off >= self.first && off <= self.last).then_some(off)
+    }
+
+    pub fn capacity(&self) -> u32 {
+        (self.last + 1).saturating_sub(self.first)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub region: String,
+    pub vpc: Ipv4Net,
+    /// (zone name, its subnet pool), in configuration order.
+    pub zones: Vec<(String, Pool)>,
+    pub internal_lb: Pool,
+    pub public: Pool,
+    pub instance_types: Vec<InstanceType>,
+}
+
+/// The instance-type catalog: a few sizes, as a real cloud's smallest families.
+pub fn default_instance_types() -> Vec<InstanceType> {
+    [("fc.small", 2, 4096), ("fc.medium", 4, 8192), ("fc.large", 8, 16384), ("fc.xlarge", 16, 32768)]
+        .into_iter()
+        .map(|(name, vcpus, memory_mib)| InstanceType { name: name.into(), vcpus, memory_mib })
+        .collect()
+}
+
+impl Topology {
+    /// Splits the VPC into one subnet per zone plus one for internal load balancers.
+    pub fn new(region: &str, zones: &[String], vpc: Ipv4Net, public: Ipv4Net) -> Result<Self, String> {
+        if region.is_empty() {
+            return Err("--region must not be empty".into());
+        }
+        if zones.is_empty() {
+            return Err("--zones needs at least one zone".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for z in zones {
+            if z.is_empty() || !seen.insert(z) {
+                return Err(format!("--zones: zone names must be non-empty and distinct (got {zones:?})"));
+            }
+        }
+        // One subnet per zone and one more for internal LBs: enough bits for zones + 1 subnets.
+        let bits = usize::BITS - zones.len().leading_zeros();
+        let prefix = vpc.prefix_len() + bits as u8;
+        if prefix > 28 {
+            return Err(format!("--vpc-cidr {vpc} is too small for {} zones; use a /16 or larger", zones.len()));
+        }
+        let mut subnets = vpc.subnets(prefix).map_err(|e| e.to_string())?;
+        let mut zone_pools = Vec::new();
+        for z in zones {
+            let net = subnets.next().ok_or("not enough subnets")?;
+            zone_pools.push((z.clone(), Pool::subnet(format!("subnet:{net}"), net)));
+        }
+        let lb_net = subnets.next().ok_or("not enough subnets")?;
+        if public.prefix_len() > 30 {
+            return Err(format!("--public-pool {public} is too small; use a /30 or larger"));
+        }
+        if vpc.contains(&public) || public.contains(&vpc) {
+            return Err(format!("--public-pool {public} overlaps the VPC {vpc}"));
+        }
+        Ok(Self {
+            region: region.to_string(),
+            vpc,
+            zones: zone_pools,
+            internal_lb: Pool::subnet(format!("subnet:{lb_net}"), lb_net),
+            public: Pool::public(public),
+            instance_types: default_instance_types(),
+        })
+    }
+
+    pub fn zone_pool(&self, zone: &str) -> Option<&Pool> {
+        self.zones.iter().find(|(z, _)| z == zone).map(|(_, p)| p)
+    }
+
+    pub fn zone_names(&self) -> Vec<&str> {
+        self.zones.iter().map(|(z, _)| z.as_str()).collect()
+    }
+
+    pub fn to_api(&self) -> Region {
+        Region {
+            name: self.region.clone(),
+            vpc_cidr: self.vpc.to_string(),
+            zones: self.zones.iter().map(|(z, p)| Zone { name: z.clone(), subnet: p.net.to_string() }).collect(),
+            public_pool: self.public.net.to_string(),
+            internal_lb_subnet: self.internal_lb.net.to_string(),
+            instance_types: self.instance_types.clone(),
+        }
+    }
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        let zones: Vec<String> = ["local-1a", "local-1b", "local-1c"].iter().map(|s| s.to_string()).collect();
+        #[allow(clippy::unwrap_used)] // constant, valid inputs
+        Self::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "203.0.113.0/24".parse().unwrap()).unwrap()
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { topology: Topology::default(), timings: Timings::default(), audit_max_entries: 100_000 }
+    }
+}
+
+/// Where the database lives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DbLocation {
+    File(PathBuf),
+    Memory,
+}
+
+impl DbLocation {
+    pub fn parse(s: &str) -> Self {
+        if s == ":memory:" { Self::Memory } else { Self::File(PathBuf::from(s)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_topology_splits_the_vpc_per_zone() {
+        let t = Topology::default();
+        let nets: Vec<String> = t.zones.iter().map(|(_, p)| p.net.to_string()).collect();
+        assert_eq!(nets, ["10.0.0.0/18", "10.0.64.0/18", "10.0.128.0/18"]);
+        assert_eq!(t.internal_lb.net.to_string(), "10.0.192.0/18");
+        assert_eq!(t.public.capacity(), 254);
+        assert_eq!(t.zones[0].1.addr(t.zones[0].1.first).to_string(), "10.0.0.2");
+    }
+
+    #[test]
+    fn bad_topologies_are_refused_with_the_flag_named() {
+        let z = vec!["a".to_string(), "a".to_string()];
+        let err = Topology::new("r", &z, "10.0.0.0/16".parse().unwrap(), "203.0.113.0/24".parse().unwrap());
+        assert!(err.unwrap_err().contains("--zones"));
+        let z = vec!["a".to_string()];
+        let err = Topology::new("r", &z, "10.0.0.0/16".parse().unwrap(), "10.0.5.0/24".parse().unwrap());
+        assert!(err.unwrap_err().contains("overlaps"));
+    }
+}

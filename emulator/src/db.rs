@@ -1,0 +1,117 @@
+//! The SQLite database: one writer connection (so every write transaction is serialised and quota checks are
+//! atomic with their writes) and a pool of readers (WAL lets them read while the writer writes).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, Transaction};
+
+use crate::config::DbLocation;
+
+#[derive(Debug, Clone)]
+pub struct Db {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+pub type Tx = Transaction<'static, Sqlite>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open database {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("cannot apply the schema to {path}: {source}")]
+    Migrate {
+        path: String,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+}
+
+impl Db {
+    pub async fn open(location: &DbLocation) -> Result<Self, OpenError> {
+        let (opts, label, readers) = match location {
+            // One connection for everything: each in-memory connection would be its own empty database.
+            DbLocation::Memory => {
+                (SqliteConnectOptions::from_str("sqlite::memory:").expect("static URL"), ":memory:".to_string(), 0)
+            }
+            DbLocation::File(path) => {
+                (SqliteConnectOptions::new().filename(path).create_if_missing(true), path.display().to_string(), 4)
+            }
+        };
+        let opts = opts
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL in WAL mode: a committed transaction survives the process being killed (it is in the WAL,
+            // in the OS page cache); only a power loss can take the last commits. See README "Durability".
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+            .pragma("cache_size", "-16000");
+        let open_err = |source| OpenError::Open { path: label.clone(), source };
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(opts.clone())
+            .await
+            .map_err(open_err)?;
+        sqlx::migrate!("./migrations")
+            .run(&writer)
+            .await
+            .map_err(|source| OpenError::Migrate { path: label.clone(), source })?;
+        let reader = if readers == 0 {
+            writer.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(readers)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(opts.read_only(true))
+                .await
+                .map_err(open_err)?
+        };
+        Ok(Self { writer, reader })
+    }
+
+    /// Start a write transaction. Writers queue here, one at a time.
+    pub async fn write(&self) -> Result<Tx, sqlx::Error> {
+        self.writer.begin().await
+    }
+
+    pub fn reader(&self) -> &SqlitePool {
+        &self.reader
+    }
+
+    pub fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+}
+
+/// Unix time in milliseconds: how the database stores every time.
+pub fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// RFC 3339, as the API shows times.
+pub fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// A new resource ID: a prefix and 17 hex digits, the shape of a cloud resource ID.
+pub fn new_id(prefix: &str) -> String {
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}-{}", &hex[..17])
+}
+
+pub fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,99 @@
+//! The one error type of the emulator, and the one place it becomes an HTTP response.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use fakecloud_api::{ErrorBody, ErrorDetail, QuotaName, codes};
+
+tokio::task_local! {
+    /// The current request's ID, so an error body can carry it wherever the error was made.
+    pub static REQUEST_ID: String;
+}
+
+/// The error code of a response, for the audit log and metrics.
+#[derive(Debug, Clone)]
+pub struct ErrorCode(pub &'static str);
+
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub retry_after: Option<u64>,
+}
+
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), retry_after: None }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// A request field that fails validation: the message starts with the field's name.
+    pub fn invalid(field: &str, problem: impl std::fmt::Display) -> Self {
+        Self::bad_request(codes::INVALID_PARAMETER, format!("{field}: {problem}"))
+    }
+
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// A request that would take `quota` past `limit`; the message says how to raise it.
+    pub fn quota_exceeded(quota: QuotaName, limit: u32, what: &str) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            quota.exceeded_code(),
+            format!(
+                "{what} would exceed the quota {quota} (limit {limit}); raise it with `fakecloud quota set {quota} <n>` \
+                 or PUT /v1/quotas/{quota}"
+            ),
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL_ERROR, message)
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        // Busy/locked means the database is momentarily contended: a retryable condition, not a bug.
+        if let sqlx::Error::Database(db) = &e
+            && matches!(db.code().as_deref(), Some("5") | Some("6") | Some("261") | Some("517"))
+        {
+            tracing::warn!(error = %e, "database busy");
+            let mut err =
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::SERVICE_UNAVAILABLE, "database busy, retry");
+            err.retry_after = Some(1);
+            return err;
+        }
+        tracing::error!(error = %e, "database error");
+        Self::internal("internal database error; see the emulator log")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let request_id = REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default();
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp.extensions_mut().insert(ErrorCode(self.code));
+        resp
+    }
+}
+
+/// True when `e` is a UNIQUE or PRIMARY KEY violation: a conflict the caller should hear about as a 409.
+pub fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}

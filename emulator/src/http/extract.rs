@@ -1,0 +1,76 @@
+//! Extractors whose rejections use the API's error envelope and name the offending field.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::{HeaderMap, header, request::Parts};
+use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, codes};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::store::idempotency;
+
+/// A JSON body. Malformed JSON is `InvalidJson`; a wrong field is `InvalidParameter` with the field's path.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json =
+            req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
+                ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+            });
+        if !is_json {
+            return Err(ApiError::new(
+                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                codes::UNSUPPORTED_MEDIA_TYPE,
+                "send the body as JSON with Content-Type: application/json",
+            ));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            ApiError::new(e.status(), codes::INVALID_JSON, format!("cannot read the request body: {}", e.body_text()))
+        })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data => {
+                let field = if path == "." { "body".to_string() } else { path };
+                ApiError::bad_request(codes::INVALID_PARAMETER, format!("{field}: {inner}"))
+            }
+            _ => ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {inner}")),
+        }
+    })
+}
+
+/// A query string, with the same error envelope.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => {
+                let text = e.body_text();
+                let detail = text.strip_prefix("Failed to deserialize query string: ").unwrap_or(&text);
+                Err(ApiError::bad_request(codes::INVALID_PARAMETER, format!("query: {detail}")))
+            }
+        }
+    }
+}
+
+/// The `Idempotency-Key` header, validated.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(IDEMPOTENCY_KEY_HEADER) else { return Ok(None) };
+    let key = v.to_str().map_err(|_| ApiError::invalid(IDEMPOTENCY_KEY_HEADER, "must be printable ASCII"))?;
+    idempotency::validate_key(key)?;
+    Ok(Some(key.to_string()))
+}

@@ -1,0 +1,77 @@
+//! `/v1/load-balancers`.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use fakecloud_api::{
+    CreateLoadBalancerRequest, ErrorBody, ListLoadBalancersQuery, LoadBalancer, LoadBalancerList,
+    UpdateLoadBalancerRequest,
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::extract::{ApiJson, ApiQuery, idempotency_key};
+use super::{AppState, created, reply};
+use crate::error::Result;
+use crate::store::load_balancers;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create_load_balancer, list_load_balancers)).routes(routes!(
+        get_load_balancer,
+        update_load_balancer,
+        delete_load_balancer
+    ))
+}
+
+/// Create a load balancer. It is `provisioning` (no address) until the provisioning delay has passed.
+#[utoipa::path(post, path = "/v1/load-balancers", operation_id = "CreateLoadBalancer", tag = "load-balancers",
+    request_body = CreateLoadBalancerRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Client token: a retry with the same key returns the original load balancer")),
+    responses((status = 201, body = LoadBalancer), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("user" = [])))]
+async fn create_load_balancer(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<CreateLoadBalancerRequest>,
+) -> Result<Response> {
+    let key = idempotency_key(&headers)?;
+    let (lb, replayed) = load_balancers::create(&st.db, &st.cfg, &req, key.as_deref()).await?;
+    Ok(created(&lb.id.clone(), lb, replayed))
+}
+
+#[utoipa::path(get, path = "/v1/load-balancers", operation_id = "ListLoadBalancers", tag = "load-balancers",
+    params(ListLoadBalancersQuery), responses((status = 200, body = LoadBalancerList), (status = 400, body = ErrorBody)),
+    security(("user" = [])))]
+async fn list_load_balancers(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<ListLoadBalancersQuery>,
+) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", load_balancers::list(&st.db, &q).await?))
+}
+
+#[utoipa::path(get, path = "/v1/load-balancers/{id}", operation_id = "GetLoadBalancer", tag = "load-balancers",
+    params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
+    security(("user" = [])))]
+async fn get_load_balancer(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, load_balancers::get(&st.db, &id).await?))
+}
+
+/// Change listeners, backends, source ranges or the health check; fields left out stay as they are.
+#[utoipa::path(patch, path = "/v1/load-balancers/{id}", operation_id = "UpdateLoadBalancer", tag = "load-balancers",
+    params(("id" = String, Path)), request_body = UpdateLoadBalancerRequest,
+    responses((status = 200, body = LoadBalancer), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("user" = [])))]
+async fn update_load_balancer(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateLoadBalancerRequest>,
+) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, load_balancers::update(&st.db, &id, &req).await?))
+}
+
+/// Delete: the load balancer is `deleting`, then gone.
+#[utoipa::path(delete, path = "/v1/load-balancers/{id}", operation_id = "DeleteLoadBalancer", tag = "load-balancers",
+    params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
+    security(("user" = [])))]
+async fn delete_load_balancer(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, load_balancers::delete(&st.db, &st.cfg, &id).await?))
+}

@@ -1,0 +1,94 @@
+//! Prometheus metrics: calls and latency by operation and status, and resources by kind and state (counted at
+//! scrape time, so they are never stale).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::db::{Db, now_ms};
+use crate::error::Result;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub operation: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub kind: &'static str,
+    pub state: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<CallLabels, Counter>,
+    latency: Family<OperationLabels, Histogram>,
+    resources: Family<ResourceLabels, Gauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("fakecloud");
+        let requests = Family::<CallLabels, Counter>::default();
+        let latency = Family::<OperationLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        let resources = Family::<ResourceLabels, Gauge>::default();
+        registry.register("requests", "API calls by operation and HTTP status", requests.clone());
+        registry.register("request_duration_seconds", "API call latency by operation", latency.clone());
+        registry.register("resources", "Resources by kind and state", resources.clone());
+        Self { registry, requests, latency, resources }
+    }
+}
+
+impl Metrics {
+    pub fn observe(&self, operation: &str, status: u16, seconds: f64) {
+        self.requests.get_or_create(&CallLabels { operation: operation.to_string(), status }).inc();
+        self.latency.get_or_create(&OperationLabels { operation: operation.to_string() }).observe(seconds);
+    }
+
+    /// Count resources now, then render the text exposition format.
+    pub async fn render(&self, db: &Db) -> Result<String> {
+        let now = now_ms();
+        let counts: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT 'instance', (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS s, COUNT(*) FROM instances GROUP BY s \
+             UNION ALL SELECT 'load_balancer', (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS s, COUNT(*) FROM load_balancers GROUP BY s \
+             UNION ALL SELECT 'route', 'active', COUNT(*) FROM routes \
+             UNION ALL SELECT 'route_table', 'active', COUNT(*) FROM route_tables",
+        )
+        .bind(now)
+        .fetch_all(db.reader())
+        .await?;
+        self.resources.clear();
+        for (kind, state, n) in counts {
+            let kind = match kind.as_str() {
+                "instance" => "instance",
+                "load_balancer" => "load_balancer",
+                "route" => "route",
+                _ => "route_table",
+            };
+            if state != "deleted" {
+                self.resources.get_or_create(&ResourceLabels { kind, state }).set(n);
+            }
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .map_err(|e| crate::error::ApiError::internal(e.to_string()))?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,264 @@
+//! The HTTP API. Each resource module has its handlers and `router()`; this module assembles them, serves the
+//! OpenAPI document generated from those handlers, and runs every call through `gatekeeper`: request ID,
+//! authentication and role (read from each operation's `security` in the spec), metrics and the audit log.
+
+mod admin;
+mod audit;
+pub mod auth;
+mod extract;
+mod instances;
+mod load_balancers;
+pub mod metrics;
+mod network;
+mod quotas;
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use fakecloud_api::{REQUEST_ID_HEADER, codes};
+use serde::Serialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+
+use self::auth::{Role, Tokens};
+use self::metrics::Metrics;
+use crate::config::Config;
+use crate::db::{Db, now_ms};
+use crate::error::{ApiError, ErrorCode, REQUEST_ID};
+use crate::store::audit::{AuditSink, Record};
+
+/// Everything a handler needs.
+#[derive(Clone, Debug)]
+pub struct AppState(Arc<Inner>);
+
+#[derive(Debug)]
+pub struct Inner {
+    pub db: Db,
+    pub cfg: Config,
+    pub tokens: Tokens,
+    pub metrics: Metrics,
+    pub audit: AuditSink,
+    operations: Operations,
+    openapi: String,
+}
+
+impl Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "fakecloud",
+        description = "A local cloud emulator: instances, networks and route tables, load balancers, quotas and an audit log. \
+                       Every call needs `Authorization: Bearer <token>`; admin calls need the admin token."
+    ),
+    modifiers(&BearerTokens),
+    components(schemas(fakecloud_api::ErrorBody))
+)]
+struct ApiDoc;
+
+struct BearerTokens;
+
+impl Modify for BearerTokens {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["user", "admin"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
+    }
+}
+
+/// The API's operations by method and route, read from the OpenAPI document.
+#[derive(Debug, Default)]
+struct Operations(HashMap<(Method, String), Operation>);
+
+#[derive(Debug, Clone)]
+struct Operation {
+    name: String,
+    role: Role,
+}
+
+impl Operations {
+    fn from_spec(api: &utoipa::openapi::OpenApi) -> Self {
+        let mut map = HashMap::new();
+        for (path, item) in &api.paths.paths {
+            let methods = [
+                (Method::GET, &item.get),
+                (Method::POST, &item.post),
+                (Method::PUT, &item.put),
+                (Method::PATCH, &item.patch),
+                (Method::DELETE, &item.delete),
+            ];
+            for (method, op) in methods {
+                let Some(op) = op else { continue };
+                let security = serde_json::to_string(&op.security).unwrap_or_default();
+                let role = if security.contains("\"user\"") { Role::User } else { Role::Admin };
+                let name = op.operation_id.clone().unwrap_or_else(|| path.clone());
+                map.insert((method, path.clone()), Operation { name, role });
+            }
+        }
+        Self(map)
+    }
+
+    fn get(&self, method: &Method, route: &str) -> Option<&Operation> {
+        self.0.get(&(method.clone(), route.to_string()))
+    }
+
+    /// Every operation name, sorted.
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.0.values().map(|o| o.name.clone()).collect();
+        v.sort();
+        v
+    }
+}
+
+/// The resource a response is about, for the audit log.
+#[derive(Debug, Clone)]
+pub struct ResourceId(pub String);
+
+/// A JSON response tagged with the resource it is about.
+pub fn reply<T: Serialize>(status: StatusCode, id: &str, body: T) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    resp.extensions_mut().insert(ResourceId(id.to_string()));
+    resp
+}
+
+/// A create's response: 201, or 200 with `Idempotent-Replayed: true` when the key matched an earlier create.
+pub fn created<T: Serialize>(id: &str, body: T, replayed: bool) -> Response {
+    let mut resp = reply(if replayed { StatusCode::OK } else { StatusCode::CREATED }, id, body);
+    if replayed {
+        resp.headers_mut().insert("Idempotent-Replayed", HeaderValue::from_static("true"));
+    }
+    resp
+}
+
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(instances::router())
+        .merge(network::router())
+        .merge(load_balancers::router())
+        .merge(quotas::router())
+        .merge(audit::router())
+        .merge(admin::router())
+}
+
+/// The OpenAPI document, as served at `/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().split_for_parts().1
+}
+
+/// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
+pub fn app(db: Db, cfg: Config, tokens: Tokens) -> (Router, AppState) {
+    let (router, spec) = api_routes().split_for_parts();
+    let operations = Operations::from_spec(&spec);
+    tracing::debug!(operations = ?operations.names(), "API operations");
+    let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
+    let state = AppState(Arc::new(Inner {
+        db,
+        cfg,
+        tokens,
+        metrics: Metrics::default(),
+        audit,
+        operations,
+        openapi: spec.to_pretty_json().unwrap_or_default(),
+    }));
+    let router = router
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(serve_metrics))
+        .route("/openapi.json", get(serve_openapi))
+        .fallback(|| async { ApiError::not_found(codes::NOT_FOUND, "no such API path; see /openapi.json") })
+        .layer(middleware::from_fn_with_state(state.clone(), gatekeeper))
+        .with_state(state.clone());
+    (router, state)
+}
+
+async fn serve_metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let body = st.metrics.render(&st.db).await?;
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response())
+}
+
+async fn serve_openapi(State(st): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], st.openapi.clone()).into_response()
+}
+
+/// Authenticate, authorise, and record every API call.
+async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
+    let op = route.as_deref().and_then(|r| st.operations.get(&method, r)).cloned();
+    // Health, metrics and the spec are open to all and not audited.
+    if route.is_some() && op.is_none() && !path.starts_with("/v1") {
+        return next.run(req).await;
+    }
+    let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+    let (mut parts, body) = req.into_parts();
+    let path_id = RawPathParams::from_request_parts(&mut parts, &())
+        .await
+        .ok()
+        .and_then(|p| p.iter().last().map(|(_, v)| v.to_string()));
+    let req = Request::from_parts(parts, body);
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+
+    let mut resp = REQUEST_ID
+        .scope(request_id.clone(), async {
+            match (&op, role) {
+                (None, _) if route.is_none() => next.run(req).await,
+                (None, _) => ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {path}"))
+                    .into_response(),
+                (Some(_), None) => {
+                    let mut r = ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        codes::UNAUTHORIZED,
+                        "missing or invalid bearer token: send Authorization: Bearer <token> (see the credentials file the emulator printed at start)",
+                    )
+                    .into_response();
+                    r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    r
+                }
+                (Some(op), Some(role)) if role < op.role => {
+                    ApiError::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, format!("{} needs the admin token", op.name)).into_response()
+                }
+                (Some(_), Some(_)) => next.run(req).await,
+            }
+        })
+        .await;
+
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    let operation = op.map(|o| o.name).unwrap_or_else(|| "Unknown".to_string());
+    let status = resp.status().as_u16();
+    let elapsed = started.elapsed();
+    st.metrics.observe(&operation, status, elapsed.as_secs_f64());
+    st.audit.record(Record {
+        time_ms: now_ms(),
+        request_id,
+        role: role.map_or("anonymous", Role::as_str),
+        operation,
+        method: method.to_string(),
+        path,
+        resource_id: resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id),
+        status,
+        error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
+        latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
+    });
+    resp
+}

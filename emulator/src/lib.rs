@@ -1,0 +1,17 @@
+//! fakecloud's emulator: a cloud API (instances, networks and route tables, load balancers, quotas, an audit
+//! log) served over HTTP from a SQLite file.
+//!
+//! - [`config`]: what the cloud looks like (region, zones, pools) and how fast it moves.
+//! - [`store`]: the SQL, one module per resource; quotas and idempotency are enforced there.
+//! - [`http`]: handlers per resource, auth, audit and metrics.
+//! - [`server`]: start it all (used by `fakecloud serve` and by tests).
+
+pub mod cli;
+pub mod config;
+pub mod credentials;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod server;
+pub mod store;
+pub mod validate;

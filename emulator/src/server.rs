@@ -1,0 +1,76 @@
+//! Start the emulator: open the database, apply the schema, start the lifecycle ticker, serve HTTP.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::{Config, DbLocation};
+use crate::db::Db;
+use crate::http::{self, AppState, auth::Tokens};
+use crate::store::{self, lifecycle};
+
+/// A running emulator. Dropping it does not stop it; call [`Server::shutdown`] or let the process end.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Db(#[from] crate::db::OpenError),
+    #[error("cannot listen on {addr}: {source} (is another fakecloud running? pick another address with --listen)")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("cannot prepare the database: {0}")]
+    Seed(#[from] crate::error::ApiError),
+}
+
+impl Server {
+    /// Open `db` and serve on `listen` (port 0 picks a free port; see `addr`).
+    pub async fn start(listen: &str, db: &DbLocation, cfg: Config, tokens: Tokens) -> Result<Self, StartError> {
+        let db = Db::open(db).await?;
+        let mut tx = db.write().await.map_err(crate::error::ApiError::from)?;
+        store::routes::ensure_main_table(&mut tx).await?;
+        tx.commit().await.map_err(crate::error::ApiError::from)?;
+        let listener =
+            TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
+        let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
+        let (router, state) = http::app(db, cfg, tokens);
+        let (shutdown, mut rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
+        Ok(Self { addr, state, shutdown, task, ticker })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stop accepting, finish in-flight calls, write the audit log down and close the database.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+        self.ticker.abort();
+        self.state.audit.flush().await;
+        self.state.db.close().await;
+    }
+
+    /// Serve until the task ends (it does not, unless the listener fails).
+    pub async fn wait(self) -> std::io::Result<()> {
+        self.task.await.unwrap_or(Ok(()))
+    }
+
+    pub fn shutdown_handle(&self) -> tokio::sync::watch::Sender<bool> {
+        self.shutdown.clone()
+    }
+}

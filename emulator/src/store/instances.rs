@@ -1,0 +1,269 @@
+//! Instances: create (with address and quota checks), get, list, and the stop/start/terminate transitions.
+
+use std::net::IpAddr;
+
+use fakecloud_api::{
+    CreateInstanceRequest, Instance, InstanceList, InstanceState, ListInstancesQuery, Market, QuotaName, codes,
+};
+use sqlx::SqliteExecutor;
+
+use super::{begin, idempotency, ipam, quotas};
+use crate::config::{Config, Timings};
+use crate::db::{Db, ms, new_id, now_ms, rfc3339};
+use crate::error::{ApiError, Result};
+use crate::validate;
+
+pub const OPERATION_CREATE: &str = "CreateInstance";
+
+/// Instances counted against the quota: all that are not (effectively) terminated at `?1`.
+pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE state <> 'terminated' AND NOT (next_state = 'terminated' AND next_state_at <= ?1)";
+
+const SELECT: &str = "SELECT seq, id, name, zone, instance_type, market, \
+     (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
+     (CASE WHEN next_state_at <= ?1 THEN next_state_at ELSE state_changed_at END) AS state_changed_at, \
+     private_ip, tags, created_at FROM instances";
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    seq: i64,
+    id: String,
+    name: String,
+    zone: String,
+    instance_type: String,
+    market: String,
+    state: String,
+    state_changed_at: i64,
+    private_ip: String,
+    tags: String,
+    created_at: i64,
+}
+
+impl Row {
+    fn into_api(self, region: &str) -> Result<Instance> {
+        let corrupt = |what: &str| ApiError::internal(format!("stored instance {} has an invalid {what}", self.id));
+        Ok(Instance {
+            provider_id: format!("fakecloud://{}/{}", self.zone, self.id),
+            state: InstanceState::parse(&self.state).ok_or_else(|| corrupt("state"))?,
+            market: if self.market == "spot" { Market::Spot } else { Market::OnDemand },
+            private_ip: self.private_ip.parse().map_err(|_| corrupt("private_ip"))?,
+            tags: serde_json::from_str(&self.tags).map_err(|_| corrupt("tags"))?,
+            created_at: rfc3339(self.created_at),
+            state_changed_at: rfc3339(self.state_changed_at),
+            region: region.to_string(),
+            id: self.id,
+            name: self.name,
+            zone: self.zone,
+            instance_type: self.instance_type,
+        })
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found(codes::INSTANCE_NOT_FOUND, format!("instance {id} does not exist"))
+}
+
+async fn fetch<'e>(exec: impl SqliteExecutor<'e>, cfg: &Config, id: &str, now: i64) -> Result<Instance> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = ?2")))
+        .bind(now)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?;
+    row.ok_or_else(|| not_found(id))?.into_api(&cfg.topology.region)
+}
+
+pub async fn get(db: &Db, cfg: &Config, id: &str) -> Result<Instance> {
+    fetch(db.reader(), cfg, id, now_ms()).await
+}
+
+/// Returns the instance and whether it was an idempotent replay.
+pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Option<&str>) -> Result<(Instance, bool)> {
+    let topo = &cfg.topology;
+    validate::dns_subdomain("name", &req.name)?;
+    let zone = match &req.zone {
+        Some(z) => z.clone(),
+        None => topo.zones[0].0.clone(),
+    };
+    let pool = topo.zone_pool(&zone).ok_or_else(|| {
+        ApiError::invalid(
+            "zone",
+            format!("{zone:?} is not a zone of {}; zones: {}", topo.region, topo.zone_names().join(", ")),
+        )
+    })?;
+    let instance_type = match &req.instance_type {
+        Some(t) => t.clone(),
+        None => topo.instance_types[0].name.clone(),
+    };
+    if !topo.instance_types.iter().any(|t| t.name == instance_type) {
+        let names: Vec<&str> = topo.instance_types.iter().map(|t| t.name.as_str()).collect();
+        return Err(ApiError::invalid(
+            "instance_type",
+            format!("{instance_type:?} is not offered; types: {}", names.join(", ")),
+        ));
+    }
+    validate::tags(&req.tags)?;
+    let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
+
+    let (mut tx, now) = begin(db).await?;
+    if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, OPERATION_CREATE, key, &request_json).await?
+    {
+        let inst = fetch(&mut *tx, cfg, &id, now).await?;
+        return Ok((inst, true));
+    }
+    let live: i64 = sqlx::query_scalar(COUNT_LIVE).bind(now).fetch_one(&mut *tx).await?;
+    quotas::check(&mut *tx, QuotaName::Instances, live as usize + 1, &format!("creating instance {:?}", req.name))
+        .await?;
+    let holder: Option<String> =
+        sqlx::query_scalar("SELECT id FROM instances WHERE name = ?1 AND state <> 'terminated'")
+            .bind(&req.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some(holder) = holder {
+        return Err(ApiError::conflict(
+            codes::INSTANCE_NAME_IN_USE,
+            format!("instance name {:?} is in use by {holder}; terminate it or pick another name", req.name),
+        ));
+    }
+    let id = new_id("i");
+    let ip: IpAddr = match req.private_ip {
+        None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
+        Some(ip) => {
+            let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
+            if in_vpc && !matches!(ip, IpAddr::V4(v4) if pool.net.contains(&v4)) {
+                return Err(ApiError::bad_request(
+                    codes::INVALID_ADDRESS,
+                    format!("private_ip: {ip} is in the VPC but not in zone {zone}'s subnet {}", pool.net),
+                ));
+            }
+            ipam::lease_fixed(&mut tx, in_vpc.then_some(pool), ip, &id).await?;
+            ip
+        }
+    };
+    sqlx::query(
+        "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, tags, created_at, state_changed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 'running', ?6, ?7, ?8, ?9, ?9)",
+    )
+    .bind(&id)
+    .bind(&req.name)
+    .bind(&zone)
+    .bind(&instance_type)
+    .bind(req.market.as_str())
+    .bind(now + ms(cfg.timings.boot_delay))
+    .bind(ip.to_string())
+    .bind(serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
+    let inst = fetch(&mut *tx, cfg, &id, now).await?;
+    tx.commit().await?;
+    Ok((inst, false))
+}
+
+pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<InstanceList> {
+    let page_size = validate::page_size(q.page_size)?;
+    let after = validate::page_token(q.page_token.as_deref())?;
+    // ?1 is now and ?2 the page position; filters take ?3 onwards (sqlx numbers bare `?` on its own, so every
+    // placeholder is numbered).
+    let mut sql = format!("{SELECT} WHERE seq > ?2");
+    let mut binds: Vec<String> = Vec::new();
+    let mut filter = |sql: &mut String, clause: &str, value: String| {
+        binds.push(value);
+        sql.push_str(&clause.replace('#', &format!("?{}", binds.len() + 2)));
+    };
+    if let Some(name) = &q.name {
+        filter(&mut sql, " AND name = #", name.clone());
+    }
+    if let Some(zone) = &q.zone {
+        filter(&mut sql, " AND zone = #", zone.clone());
+    }
+    if let Some(state) = q.state {
+        filter(
+            &mut sql,
+            " AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) = #",
+            state.as_str().to_string(),
+        );
+    }
+    if let Some(tag) = &q.tag {
+        let (k, v) = match tag.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (tag.as_str(), None),
+        };
+        validate::tag_key("tag", k)?;
+        let path = format!("$.\"{k}\"");
+        match v {
+            Some(v) => {
+                filter(&mut sql, " AND json_extract(tags, #)", path);
+                filter(&mut sql, " = #", v.to_string());
+            }
+            None => filter(&mut sql, " AND json_extract(tags, #) IS NOT NULL", path),
+        }
+    }
+    let limit_param = binds.len() + 3;
+    sql.push_str(&format!(" ORDER BY seq LIMIT ?{limit_param}"));
+    let mut query = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql)).bind(now_ms()).bind(after);
+    for b in binds {
+        query = query.bind(b);
+    }
+    let mut rows = query.bind(page_size + 1).fetch_all(db.reader()).await?;
+    let next_page_token = if rows.len() as i64 > page_size {
+        rows.truncate(page_size as usize);
+        rows.last().map(|r| r.seq.to_string())
+    } else {
+        None
+    };
+    let items = rows.into_iter().map(|r| r.into_api(&cfg.topology.region)).collect::<Result<_>>()?;
+    Ok(InstanceList { items, next_page_token })
+}
+
+/// A state change asked for by the API.
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    Stop,
+    Start,
+    Terminate,
+}
+
+impl Action {
+    /// From the current state: `Ok(None)` when already there (idempotent), else (state now, next state, delay).
+    fn plan(
+        self,
+        from: InstanceState,
+        t: &Timings,
+    ) -> Result<Option<(InstanceState, InstanceState, std::time::Duration)>, String> {
+        use InstanceState::*;
+        match (self, from) {
+            (Action::Stop, Pending | Running) => Ok(Some((Stopping, Stopped, t.stop_delay))),
+            (Action::Stop, Stopping | Stopped) => Ok(None),
+            (Action::Start, Stopped) => Ok(Some((Pending, Running, t.boot_delay))),
+            (Action::Start, Pending | Running) => Ok(None),
+            (Action::Terminate, ShuttingDown | Terminated) => Ok(None),
+            (Action::Terminate, _) => Ok(Some((ShuttingDown, Terminated, t.terminate_delay))),
+            (Action::Stop, s) => Err(format!("cannot stop an instance that is {s}")),
+            (Action::Start, s) => Err(format!("cannot start an instance that is {s}; wait until it is stopped")),
+        }
+    }
+}
+
+pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Result<Instance> {
+    let (mut tx, now) = begin(db).await?;
+    let current = fetch(&mut *tx, cfg, id, now).await?;
+    let plan = action
+        .plan(current.state, &cfg.timings)
+        .map_err(|m| ApiError::conflict(codes::INCORRECT_INSTANCE_STATE, format!("instance {id}: {m}")))?;
+    let Some((state, next, delay)) = plan else {
+        return Ok(current);
+    };
+    sqlx::query(
+        "UPDATE instances SET state = ?1, next_state = ?2, next_state_at = ?3, state_changed_at = ?4 WHERE id = ?5",
+    )
+    .bind(state.as_str())
+    .bind(next.as_str())
+    .bind(now + ms(delay))
+    .bind(now)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    let inst = fetch(&mut *tx, cfg, id, now).await?;
+    tx.commit().await?;
+    Ok(inst)
+}

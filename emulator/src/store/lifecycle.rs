@@ -1,0 +1,73 @@
+//! Timed state transitions (pending→running, provisioning→active, …). A resource stores its next state and when
+//! it is due; reads compute the effective state, and `apply_due` writes due transitions down — at the start of
+//! every write transaction and from a background ticker (which also purges expired terminated instances).
+
+use std::time::Duration;
+
+use crate::db::{Db, Tx, ms, now_ms};
+use crate::error::Result;
+
+/// SQL for a row's effective state at time `?1`.
+pub const EFFECTIVE_STATE: &str = "(CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END)";
+
+pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
+    // Terminated instances and deleted load balancers give their addresses back.
+    sqlx::query(
+        "DELETE FROM ip_leases WHERE owner IN (SELECT id FROM instances WHERE next_state = 'terminated' AND next_state_at <= ?1) \
+         OR owner IN (SELECT id FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= ?1)",
+    )
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "UPDATE instances SET state = next_state, state_changed_at = next_state_at, next_state = NULL, next_state_at = NULL \
+         WHERE next_state_at <= ?1",
+    )
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("DELETE FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= ?1")
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "UPDATE load_balancers SET state = next_state, updated_at = next_state_at, next_state = NULL, next_state_at = NULL \
+         WHERE next_state_at <= ?1",
+    )
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// One pass of the background ticker.
+pub async fn tick(db: &Db, retention: Duration) -> Result<()> {
+    let now = now_ms();
+    let mut tx = db.write().await?;
+    apply_due(&mut tx, now).await?;
+    sqlx::query("DELETE FROM instances WHERE state = 'terminated' AND state_changed_at < ?1")
+        .bind(now - ms(retention))
+        .execute(&mut *tx)
+        .await?;
+    // Client tokens are kept a day, as cloud APIs keep theirs.
+    sqlx::query("DELETE FROM idempotency_keys WHERE created_at < ?1")
+        .bind(now - 24 * 3600 * 1000)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Run `tick` every `period` until the process ends.
+pub fn spawn_ticker(db: Db, retention: Duration, period: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if let Err(e) = tick(&db, retention).await {
+                tracing::warn!(error = %e, "lifecycle tick failed; will retry");
+            }
+        }
+    })
+}

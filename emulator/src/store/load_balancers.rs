@@ -1,0 +1,387 @@
+//! Load balancers: validation, quotas and the VIP reservation at create; the address is shown once active.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use fakecloud_api::{
+    CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, ListLoadBalancersQuery, Listener, LoadBalancer,
+    LoadBalancerList, LoadBalancerState, QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
+};
+use sqlx::SqliteExecutor;
+
+use super::{begin, idempotency, ipam, quotas};
+use crate::config::{Config, Pool};
+use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
+use crate::error::{ApiError, Result};
+use crate::validate;
+
+pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
+
+/// Load balancers counted against the quota at `?1`: all not being deleted.
+pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM load_balancers WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) NOT IN ('deleting', 'deleted')";
+/// Public addresses in use at `?1`.
+pub const COUNT_PUBLIC: &str = "SELECT COUNT(*) FROM load_balancers WHERE scheme = 'internet-facing' AND NOT (next_state = 'deleted' AND next_state_at <= ?1)";
+
+const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
+     listeners, backends, health_check, source_ranges, requested_ip, address, dns_name, created_at, \
+     (CASE WHEN next_state_at <= ?1 THEN next_state_at ELSE updated_at END) AS updated_at FROM load_balancers";
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    seq: i64,
+    id: String,
+    name: String,
+    scheme: String,
+    state: String,
+    listeners: String,
+    backends: String,
+    health_check: Option<String>,
+    source_ranges: String,
+    requested_ip: Option<String>,
+    address: String,
+    dns_name: String,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl Row {
+    /// `None` for a load balancer that is already gone (its deletion is due).
+    fn into_api(self) -> Result<Option<LoadBalancer>> {
+        let corrupt =
+            |what: &str| ApiError::internal(format!("stored load balancer {} has an invalid {what}", self.id));
+        let state = match self.state.as_str() {
+            "provisioning" => LoadBalancerState::Provisioning,
+            "active" => LoadBalancerState::Active,
+            "deleting" => LoadBalancerState::Deleting,
+            "deleted" => return Ok(None),
+            _ => return Err(corrupt("state")),
+        };
+        let active = state == LoadBalancerState::Active;
+        Ok(Some(LoadBalancer {
+            scheme: if self.scheme == "internal" { Scheme::Internal } else { Scheme::InternetFacing },
+            state,
+            listeners: serde_json::from_str(&self.listeners).map_err(|_| corrupt("listeners"))?,
+            backends: serde_json::from_str(&self.backends).map_err(|_| corrupt("backends"))?,
+            health_check: self
+                .health_check
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|_| corrupt("health_check"))?,
+            source_ranges: serde_json::from_str(&self.source_ranges).map_err(|_| corrupt("source_ranges"))?,
+            requested_ip: self
+                .requested_ip
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|_| corrupt("requested_ip"))?,
+            address: if active { Some(self.address.parse().map_err(|_| corrupt("address"))?) } else { None },
+            dns_name: active.then_some(self.dns_name),
+            created_at: rfc3339(self.created_at),
+            updated_at: rfc3339(self.updated_at),
+            id: self.id,
+            name: self.name,
+        }))
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"))
+}
+
+async fn fetch<'e>(exec: impl SqliteExecutor<'e>, id: &str, now: i64) -> Result<LoadBalancer> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = ?2")))
+        .bind(now)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?;
+    row.ok_or_else(|| not_found(id))?.into_api()?.ok_or_else(|| not_found(id))
+}
+
+pub async fn get(db: &Db, id: &str) -> Result<LoadBalancer> {
+    fetch(db.reader(), id, now_ms()).await
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+fn check_listeners(listeners: &[Listener]) -> Result<()> {
+    if listeners.is_empty() {
+        return Err(ApiError::invalid("listeners", "at least one listener is needed"));
+    }
+    let mut seen = HashSet::new();
+    for (i, l) in listeners.iter().enumerate() {
+        validate::port(&format!("listeners[{i}].port"), l.port)?;
+        validate::port(&format!("listeners[{i}].backend_port"), l.backend_port)?;
+        if !seen.insert((l.protocol, l.port)) {
+            return Err(ApiError::invalid(
+                &format!("listeners[{i}]"),
+                format!("{:?} port {} is listed twice", l.protocol, l.port),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_health(hc: &HealthCheck) -> Result<()> {
+    validate::port("health_check.port", hc.port)?;
+    if !(1..=300).contains(&hc.interval_seconds) {
+        return Err(ApiError::invalid("health_check.interval_seconds", "must be between 1 and 300"));
+    }
+    match (hc.protocol, &hc.path) {
+        (HealthCheckProtocol::Http, Some(p)) if p.starts_with('/') => Ok(()),
+        (HealthCheckProtocol::Http, _) => {
+            Err(ApiError::invalid("health_check.path", "HTTP health checks need a path starting with '/'"))
+        }
+        (HealthCheckProtocol::Tcp, Some(_)) => {
+            Err(ApiError::invalid("health_check.path", "only HTTP health checks take a path"))
+        }
+        (HealthCheckProtocol::Tcp, None) => Ok(()),
+    }
+}
+
+fn check_source_ranges(ranges: &[String]) -> Result<()> {
+    for (i, r) in ranges.iter().enumerate() {
+        validate::cidr(&format!("source_ranges[{i}]"), r, false)?;
+    }
+    Ok(())
+}
+
+/// Backends must be distinct instances that exist (terminated ones still count as existing while listed).
+async fn check_backends(tx: &mut Tx, backends: &[String]) -> Result<()> {
+    let mut seen = HashSet::new();
+    for (i, b) in backends.iter().enumerate() {
+        if !seen.insert(b) {
+            return Err(ApiError::bad_request(codes::INVALID_BACKEND, format!("backends[{i}]: {b} is listed twice")));
+        }
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM instances WHERE id = ?1").bind(b).fetch_optional(&mut **tx).await?;
+        if exists.is_none() {
+            return Err(ApiError::bad_request(
+                codes::INVALID_BACKEND,
+                format!("backends[{i}]: instance {b} does not exist"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Per-load-balancer quotas for a set of listeners, backends and source ranges.
+async fn check_per_lb_quotas(tx: &mut Tx, name: &str, listeners: usize, backends: usize, ranges: usize) -> Result<()> {
+    let what = format!("load balancer {name:?}");
+    quotas::check(
+        &mut **tx,
+        QuotaName::ListenersPerLoadBalancer,
+        listeners,
+        &format!("{listeners} listeners on {what}"),
+    )
+    .await?;
+    quotas::check(&mut **tx, QuotaName::BackendsPerLoadBalancer, backends, &format!("{backends} backends on {what}"))
+        .await?;
+    quotas::check(
+        &mut **tx,
+        QuotaName::SourceRangesPerLoadBalancer,
+        ranges,
+        &format!("{ranges} source ranges on {what}"),
+    )
+    .await
+}
+
+fn pool_for(cfg: &Config, scheme: Scheme) -> &Pool {
+    match scheme {
+        Scheme::InternetFacing => &cfg.topology.public,
+        Scheme::Internal => &cfg.topology.internal_lb,
+    }
+}
+
+/// Returns the load balancer and whether it was an idempotent replay.
+pub async fn create(
+    db: &Db,
+    cfg: &Config,
+    req: &CreateLoadBalancerRequest,
+    key: Option<&str>,
+) -> Result<(LoadBalancer, bool)> {
+    validate::simple_name("name", &req.name)?;
+    check_listeners(&req.listeners)?;
+    check_source_ranges(&req.source_ranges)?;
+    if let Some(hc) = &req.health_check {
+        check_health(hc)?;
+    }
+    let request_json = json(req)?;
+    let (mut tx, now) = begin(db).await?;
+    if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, OPERATION_CREATE, key, &request_json).await?
+    {
+        return Ok((fetch(&mut *tx, &id, now).await?, true));
+    }
+    check_backends(&mut tx, &req.backends).await?;
+    let live: i64 = sqlx::query_scalar(COUNT_LIVE).bind(now).fetch_one(&mut *tx).await?;
+    quotas::check(
+        &mut *tx,
+        QuotaName::LoadBalancers,
+        live as usize + 1,
+        &format!("creating load balancer {:?}", req.name),
+    )
+    .await?;
+    check_per_lb_quotas(&mut tx, &req.name, req.listeners.len(), req.backends.len(), req.source_ranges.len()).await?;
+    if req.scheme == Scheme::InternetFacing {
+        let public: i64 = sqlx::query_scalar(COUNT_PUBLIC).bind(now).fetch_one(&mut *tx).await?;
+        quotas::check(
+            &mut *tx,
+            QuotaName::PublicIps,
+            public as usize + 1,
+            &format!("a public address for {:?}", req.name),
+        )
+        .await?;
+    }
+    let taken: Option<String> =
+        sqlx::query_scalar("SELECT id FROM load_balancers WHERE name = ?1 AND state <> 'deleting'")
+            .bind(&req.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some(holder) = taken {
+        return Err(ApiError::conflict(
+            codes::LOAD_BALANCER_ALREADY_EXISTS,
+            format!("load balancer name {:?} is in use by {holder}", req.name),
+        ));
+    }
+    let id = new_id("lb");
+    let pool = pool_for(cfg, req.scheme);
+    let address: IpAddr = match req.requested_ip {
+        Some(ip) => {
+            ipam::lease_fixed(&mut tx, Some(pool), ip, &id).await.map_err(|e| match e.code {
+                codes::INVALID_ADDRESS => ApiError::bad_request(
+                    codes::INVALID_ADDRESS,
+                    format!("requested_ip: {ip} is not in the {} pool {}", req.scheme.as_str(), pool.net),
+                ),
+                _ => e,
+            })?;
+            ip
+        }
+        None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
+    };
+    let dns_name =
+        format!("{}-{}.{}.lb.fakecloud.test", req.name.to_ascii_lowercase(), &id[3..11], cfg.topology.region);
+    sqlx::query(
+        "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
+         source_ranges, requested_ip, address, dns_name, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, 'provisioning', 'active', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)",
+    )
+    .bind(&id)
+    .bind(&req.name)
+    .bind(req.scheme.as_str())
+    .bind(now + ms(cfg.timings.lb_provision_delay))
+    .bind(json(&req.listeners)?)
+    .bind(json(&req.backends)?)
+    .bind(req.health_check.as_ref().map(json).transpose()?)
+    .bind(json(&req.source_ranges)?)
+    .bind(req.requested_ip.map(|ip| ip.to_string()))
+    .bind(address.to_string())
+    .bind(dns_name)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
+    let lb = fetch(&mut *tx, &id, now).await?;
+    tx.commit().await?;
+    Ok((lb, false))
+}
+
+pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Result<LoadBalancer> {
+    if let Some(l) = &req.listeners {
+        check_listeners(l)?;
+    }
+    if let Some(r) = &req.source_ranges {
+        check_source_ranges(r)?;
+    }
+    if let Some(hc) = &req.health_check {
+        check_health(hc)?;
+    }
+    let (mut tx, now) = begin(db).await?;
+    let current = fetch(&mut *tx, id, now).await?;
+    if current.state == LoadBalancerState::Deleting {
+        return Err(ApiError::conflict(
+            codes::INCORRECT_LOAD_BALANCER_STATE,
+            format!("load balancer {id} is being deleted"),
+        ));
+    }
+    if let Some(b) = &req.backends {
+        check_backends(&mut tx, b).await?;
+    }
+    let listeners = req.listeners.as_ref().unwrap_or(&current.listeners);
+    let backends = req.backends.as_ref().unwrap_or(&current.backends);
+    let ranges = req.source_ranges.as_ref().unwrap_or(&current.source_ranges);
+    let health = req.health_check.as_ref().or(current.health_check.as_ref());
+    check_per_lb_quotas(&mut tx, &current.name, listeners.len(), backends.len(), ranges.len()).await?;
+    sqlx::query(
+        "UPDATE load_balancers SET listeners = ?1, backends = ?2, source_ranges = ?3, health_check = ?4, updated_at = ?5 WHERE id = ?6",
+    )
+    .bind(json(listeners)?)
+    .bind(json(backends)?)
+    .bind(json(ranges)?)
+    .bind(health.map(json).transpose()?)
+    .bind(now)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    let lb = fetch(&mut *tx, id, now).await?;
+    tx.commit().await?;
+    Ok(lb)
+}
+
+pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
+    let (mut tx, now) = begin(db).await?;
+    let current = fetch(&mut *tx, id, now).await?;
+    if current.state == LoadBalancerState::Deleting {
+        return Ok(current);
+    }
+    sqlx::query("UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = ?1, updated_at = ?2 WHERE id = ?3")
+        .bind(now + ms(cfg.timings.lb_delete_delay))
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    // The row may already be due for removal (zero delay); show it as deleting either way.
+    let mut lb = current;
+    lb.state = LoadBalancerState::Deleting;
+    lb.address = None;
+    lb.dns_name = None;
+    lb.updated_at = rfc3339(now);
+    tx.commit().await?;
+    Ok(lb)
+}
+
+pub async fn list(db: &Db, q: &ListLoadBalancersQuery) -> Result<LoadBalancerList> {
+    let page_size = validate::page_size(q.page_size)?;
+    let after = validate::page_token(q.page_token.as_deref())?;
+    let now = now_ms();
+    let rows: Vec<Row> = match &q.name {
+        Some(name) => {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE seq > ?2 AND name = ?3 ORDER BY seq LIMIT ?4")))
+                .bind(now)
+                .bind(after)
+                .bind(name)
+                .bind(page_size + 1)
+                .fetch_all(db.reader())
+                .await?
+        }
+        None => {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE seq > ?2 ORDER BY seq LIMIT ?3")))
+                .bind(now)
+                .bind(after)
+                .bind(page_size + 1)
+                .fetch_all(db.reader())
+                .await?
+        }
+    };
+    let more = rows.len() as i64 > page_size;
+    let mut items = Vec::new();
+    let mut last_seq = None;
+    for row in rows.into_iter().take(page_size as usize) {
+        last_seq = Some(row.seq);
+        if let Some(lb) = row.into_api()? {
+            items.push(lb);
+        }
+    }
+    Ok(LoadBalancerList { items, next_page_token: if more { last_seq.map(|s| s.to_string()) } else { None } })
+}

@@ -1,0 +1,50 @@
+//! Quota limits (defaults unless set) and region-wide usage.
+
+use fakecloud_api::{Quota, QuotaName};
+use sqlx::SqliteExecutor;
+
+use crate::error::{ApiError, Result};
+
+pub async fn limit<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName) -> Result<u32> {
+    let v: Option<i64> = sqlx::query_scalar("SELECT limit_value FROM quotas WHERE name = ?1")
+        .bind(name.as_str())
+        .fetch_optional(exec)
+        .await?;
+    Ok(v.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| name.default_limit()))
+}
+
+/// Fail with the quota's error when `count` items would exceed it.
+pub async fn check<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName, count: usize, what: &str) -> Result<()> {
+    let limit = limit(exec, name).await?;
+    if count > limit as usize {
+        return Err(ApiError::quota_exceeded(name, limit, what));
+    }
+    Ok(())
+}
+
+pub async fn set<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName, limit: u32) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO quotas (name, limit_value) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET limit_value = ?2",
+    )
+    .bind(name.as_str())
+    .bind(i64::from(limit))
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
+/// Current region-wide usage of `name`; `None` for per-resource quotas.
+pub async fn usage(pool: &sqlx::SqlitePool, name: QuotaName, now: i64) -> Result<Option<u32>> {
+    let sql = match name {
+        QuotaName::Instances => super::instances::COUNT_LIVE,
+        QuotaName::LoadBalancers => super::load_balancers::COUNT_LIVE,
+        QuotaName::PublicIps => super::load_balancers::COUNT_PUBLIC,
+        _ => return Ok(None),
+    };
+    let n: i64 = sqlx::query_scalar(sql).bind(now).fetch_one(pool).await?;
+    Ok(Some(u32::try_from(n).unwrap_or(u32::MAX)))
+}
+
+pub async fn get(pool: &sqlx::SqlitePool, name: QuotaName, now: i64) -> Result<Quota> {
+    Ok(Quota { name, limit: limit(pool, name).await?, usage: usage(pool, name, now).await? })
+}

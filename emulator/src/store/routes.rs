@@ -1,0 +1,249 @@
+//! Route tables and their routes. The route quota is enforced here, inside the create's transaction.
+
+use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
+use sqlx::SqliteExecutor;
+
+use super::{begin, idempotency, quotas};
+use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
+use crate::error::{ApiError, Result, is_unique_violation};
+use crate::validate;
+
+pub const OPERATION_CREATE: &str = "CreateRoute";
+/// The path alias of the main route table.
+pub const MAIN: &str = "main";
+
+pub async fn ensure_main_table(tx: &mut Tx) -> Result<()> {
+    sqlx::query("INSERT OR IGNORE INTO route_tables (id, name, main, created_at) VALUES ('rtb-main', 'main', 1, ?1)")
+        .bind(now_ms())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+fn table_not_found(id: &str) -> ApiError {
+    ApiError::not_found(codes::ROUTE_TABLE_NOT_FOUND, format!("route table {id} does not exist"))
+}
+
+/// Resolve a table ID, or `main`, to the table's ID.
+async fn resolve<'e>(exec: impl SqliteExecutor<'e>, id: &str) -> Result<String> {
+    let found: Option<String> =
+        sqlx::query_scalar("SELECT id FROM route_tables WHERE id = ?1 OR (?1 = 'main' AND main = 1)")
+            .bind(id)
+            .fetch_optional(exec)
+            .await?;
+    found.ok_or_else(|| table_not_found(id))
+}
+
+#[derive(sqlx::FromRow)]
+struct TableRow {
+    id: String,
+    name: String,
+    main: bool,
+    route_count: i64,
+    created_at: i64,
+}
+
+impl From<TableRow> for RouteTable {
+    fn from(r: TableRow) -> Self {
+        RouteTable {
+            id: r.id,
+            name: r.name,
+            main: r.main,
+            route_count: u32::try_from(r.route_count).unwrap_or(u32::MAX),
+            created_at: rfc3339(r.created_at),
+        }
+    }
+}
+
+const TABLE_SELECT: &str = "SELECT t.id, t.name, t.main, (SELECT COUNT(*) FROM routes r WHERE r.route_table_id = t.id) AS route_count, \
+     t.created_at FROM route_tables t";
+
+pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
+    let rows: Vec<TableRow> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} ORDER BY t.seq"))).fetch_all(db.reader()).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<RouteTable> {
+    validate::simple_name("name", &req.name)?;
+    let (mut tx, now) = begin(db).await?;
+    let id = new_id("rtb");
+    sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES (?1, ?2, 0, ?3)")
+        .bind(&id)
+        .bind(&req.name)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                ApiError::conflict(
+                    codes::ROUTE_TABLE_ALREADY_EXISTS,
+                    format!("a route table named {:?} exists", req.name),
+                )
+            } else {
+                e.into()
+            }
+        })?;
+    let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = ?1")))
+        .bind(&id)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(row.into())
+}
+
+pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
+    let (mut tx, _) = begin(db).await?;
+    let table_id = resolve(&mut *tx, id).await?;
+    let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = ?1")))
+        .bind(&table_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    if row.main {
+        return Err(ApiError::conflict(codes::DEPENDENCY_VIOLATION, "the main route table cannot be deleted"));
+    }
+    if row.route_count > 0 {
+        return Err(ApiError::conflict(
+            codes::DEPENDENCY_VIOLATION,
+            format!("route table {table_id} still has {} routes; delete them first", row.route_count),
+        ));
+    }
+    sqlx::query("DELETE FROM route_tables WHERE id = ?1").bind(&table_id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(row.into())
+}
+
+#[derive(sqlx::FromRow)]
+struct RouteRow {
+    id: String,
+    route_table_id: String,
+    name: String,
+    destination: String,
+    target_instance: String,
+    target_live: bool,
+    created_at: i64,
+}
+
+impl From<RouteRow> for Route {
+    fn from(r: RouteRow) -> Self {
+        Route {
+            id: r.id,
+            route_table_id: r.route_table_id,
+            name: r.name,
+            destination: r.destination,
+            target_instance: r.target_instance,
+            state: if r.target_live { RouteState::Active } else { RouteState::Blackhole },
+            created_at: rfc3339(r.created_at),
+        }
+    }
+}
+
+/// `?1` is now: a route whose target is gone or terminated is a blackhole, as a cloud reports it.
+const ROUTE_SELECT: &str = "SELECT r.id, r.route_table_id, r.name, r.destination, r.target_instance, \
+     EXISTS (SELECT 1 FROM instances i WHERE i.id = r.target_instance \
+             AND (CASE WHEN i.next_state_at <= ?1 THEN i.next_state ELSE i.state END) NOT IN ('shutting-down', 'terminated')) AS target_live, \
+     r.created_at FROM routes r";
+
+pub async fn list(db: &Db, table: &str) -> Result<Vec<Route>> {
+    let table_id = resolve(db.reader(), table).await?;
+    let rows: Vec<RouteRow> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} WHERE r.route_table_id = ?2 ORDER BY r.seq")))
+            .bind(now_ms())
+            .bind(&table_id)
+            .fetch_all(db.reader())
+            .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+async fn fetch<'e>(exec: impl SqliteExecutor<'e>, id: &str, now: i64) -> Result<Route> {
+    let row: Option<RouteRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} WHERE r.id = ?2")))
+        .bind(now)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?;
+    row.map(Into::into).ok_or_else(|| ApiError::not_found(codes::ROUTE_NOT_FOUND, format!("route {id} does not exist")))
+}
+
+/// Returns the route and whether it was an idempotent replay.
+pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<&str>) -> Result<(Route, bool)> {
+    if req.name.is_empty() || req.name.len() > 255 {
+        return Err(ApiError::invalid("name", "must be 1-255 characters"));
+    }
+    validate::cidr("destination", &req.destination, true)?;
+    let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
+    let (mut tx, now) = begin(db).await?;
+    let table_id = resolve(&mut *tx, table).await?;
+    let op_key = format!("{OPERATION_CREATE}/{table_id}");
+    if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, &op_key, key, &request_json).await? {
+        return Ok((fetch(&mut *tx, &id, now).await?, true));
+    }
+    let target_ok: Option<String> = sqlx::query_scalar("SELECT state FROM instances WHERE id = ?1")
+        .bind(&req.target_instance)
+        .fetch_optional(&mut *tx)
+        .await?;
+    match target_ok.as_deref() {
+        None => {
+            return Err(ApiError::bad_request(
+                codes::INVALID_ROUTE_TARGET,
+                format!("target_instance: instance {} does not exist", req.target_instance),
+            ));
+        }
+        Some(s @ ("shutting-down" | "terminated")) => {
+            return Err(ApiError::bad_request(
+                codes::INVALID_ROUTE_TARGET,
+                format!("target_instance: instance {} is {s}", req.target_instance),
+            ));
+        }
+        Some(_) => {}
+    }
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM routes WHERE route_table_id = ?1")
+        .bind(&table_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    quotas::check(
+        &mut *tx,
+        QuotaName::RoutesPerRouteTable,
+        count as usize + 1,
+        &format!("adding a route to {table_id}"),
+    )
+    .await?;
+    let id = new_id("r");
+    sqlx::query("INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+        .bind(&id)
+        .bind(&table_id)
+        .bind(&req.name)
+        .bind(&req.destination)
+        .bind(&req.target_instance)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                ApiError::conflict(
+                    codes::ROUTE_ALREADY_EXISTS,
+                    format!("route table {table_id} already has a route to {}", req.destination),
+                )
+            } else {
+                e.into()
+            }
+        })?;
+    idempotency::record(&mut tx, &op_key, key, &request_json, &id, now).await?;
+    let route = fetch(&mut *tx, &id, now).await?;
+    tx.commit().await?;
+    Ok((route, false))
+}
+
+pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
+    let (mut tx, now) = begin(db).await?;
+    let table_id = resolve(&mut *tx, table).await?;
+    let route = fetch(&mut *tx, route_id, now).await?;
+    if route.route_table_id != table_id {
+        return Err(ApiError::not_found(
+            codes::ROUTE_NOT_FOUND,
+            format!("route {route_id} is not in route table {table_id}"),
+        ));
+    }
+    sqlx::query("DELETE FROM routes WHERE id = ?1").bind(route_id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(route)
+}

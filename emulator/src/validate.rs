@@ -1,0 +1,144 @@
+//! Input checks shared by the resources. Each error names the field and says what a valid value looks like.
+
+use std::collections::BTreeMap;
+
+use fakecloud_api::codes;
+use ipnet::IpNet;
+
+use crate::error::{ApiError, Result};
+
+/// A lowercase RFC 1123 subdomain (what Kubernetes accepts as a node name), at most 253 characters.
+pub fn dns_subdomain(field: &str, value: &str) -> Result<()> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            field,
+            format!(
+                "{value:?} is not a valid name: use lowercase letters, digits, '-' and '.', start and end with a letter or digit, at most 253 characters"
+            ),
+        ))
+    }
+}
+
+/// Letters, digits and `-`, 1–255 characters: a load balancer or route-table name.
+pub fn simple_name(field: &str, value: &str) -> Result<()> {
+    if value.is_empty()
+        || value.len() > 255
+        || !value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return Err(ApiError::invalid(field, format!("{value:?} must be 1-255 letters, digits, '-', '_' or '.'")));
+    }
+    Ok(())
+}
+
+/// Tag keys look like Kubernetes label keys; values are free text up to 256 characters.
+pub fn tags(tags: &BTreeMap<String, String>) -> Result<()> {
+    if tags.len() > 50 {
+        return Err(ApiError::invalid("tags", format!("at most 50 tags (got {})", tags.len())));
+    }
+    for (k, v) in tags {
+        tag_key("tags", k)?;
+        if v.len() > 256 {
+            return Err(ApiError::invalid(&format!("tags.{k}"), "values are at most 256 characters"));
+        }
+    }
+    Ok(())
+}
+
+pub fn tag_key(field: &str, k: &str) -> Result<()> {
+    if k.is_empty() || k.len() > 128 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:".contains(&b)) {
+        return Err(ApiError::invalid(
+            field,
+            format!("tag key {k:?} must be 1-128 letters, digits, '-', '_', '.', '/' or ':'"),
+        ));
+    }
+    Ok(())
+}
+
+/// A network in CIDR form. With `strict`, host bits must be zero (a route destination); the text is kept as given.
+pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
+    let net: IpNet = value.parse().map_err(|_| {
+        ApiError::bad_request(
+            codes::INVALID_CIDR,
+            format!("{field}: {value:?} is not a CIDR such as 10.244.1.0/24 or fd00::/64"),
+        )
+    })?;
+    if strict && net.trunc() != net {
+        return Err(ApiError::bad_request(
+            codes::INVALID_CIDR,
+            format!("{field}: {value} has host bits set; did you mean {}?", net.trunc()),
+        ));
+    }
+    Ok(net)
+}
+
+pub fn port(field: &str, p: u16) -> Result<()> {
+    if p == 0 {
+        return Err(ApiError::invalid(field, "must be between 1 and 65535"));
+    }
+    Ok(())
+}
+
+/// `page_size` for list calls: 1–1000, default 100.
+pub fn page_size(v: Option<u32>) -> Result<i64> {
+    match v {
+        None => Ok(100),
+        Some(n @ 1..=1000) => Ok(i64::from(n)),
+        Some(n) => Err(ApiError::invalid("page_size", format!("must be between 1 and 1000 (got {n})"))),
+    }
+}
+
+/// A page token is the position after which the next page starts.
+pub fn page_token(v: Option<&str>) -> Result<i64> {
+    match v {
+        None => Ok(0),
+        Some(t) => t.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            ApiError::bad_request(codes::INVALID_PAGE_TOKEN, format!("page_token {t:?} is not one this API returned"))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_rfc1123() {
+        for ok in ["node-1", "a", "worker.zone-a", "x1"] {
+            assert!(dns_subdomain("name", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Node", "-a", "a-", "a..b", "a_b", &"x".repeat(64)] {
+            let err = dns_subdomain("name", bad).unwrap_err();
+            assert!(err.message.starts_with("name:"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn route_cidrs_must_be_networks() {
+        assert!(cidr("destination", "10.244.1.0/24", true).is_ok());
+        assert!(cidr("destination", "fd00:10:244::/64", true).is_ok());
+        let err = cidr("destination", "10.244.1.5/24", true).unwrap_err();
+        assert!(err.message.contains("did you mean 10.244.1.0/24"), "{}", err.message);
+        assert_eq!(cidr("destination", "10.0.0.0/33", true).unwrap_err().code, codes::INVALID_CIDR);
+        assert!(cidr("source_ranges[0]", "10.1.2.3/8", false).is_ok());
+    }
+
+    #[test]
+    fn page_parameters_are_bounded() {
+        assert_eq!(page_size(None).unwrap(), 100);
+        assert!(page_size(Some(0)).is_err());
+        assert!(page_size(Some(1001)).is_err());
+        assert_eq!(page_token(Some("42")).unwrap(), 42);
+        assert_eq!(page_token(Some("abc")).unwrap_err().code, codes::INVALID_PAGE_TOKEN);
+    }
+}

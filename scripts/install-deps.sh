@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install what building and testing fakecloud needs on a fresh Debian machine: a C compiler (SQLite is compiled
+# into the emulator), pkg-config, and rustfmt/clippy. Safe to run again; does nothing when all is there.
+set -euo pipefail
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+if ((${#need_apt[@]})); then
+  echo "==> installing Debian packages: ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo is not installed; install Rust (https://rustup.rs) and run make again" >&2
+  exit 1
+fi
+if command -v rustup >/dev/null 2>&1; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || { echo "==> adding rustup component $c"; rustup component add "$c"; }
+  done
+fi
