@@ -1,0 +1,139 @@
+//! Where the upstream binaries live and which Kubernetes version they are.
+//!
+//! `scripts/build-control-plane.sh` builds them into
+//! `${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/k8s/<version>/bin`; `FAKECLOUD_K8S_BIN` points
+//! elsewhere. The version comes from `upstream/go.mod`, the single place it is pinned.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The Go module that pins the upstream sources; compiled in so the launcher and the build
+/// script can never disagree on the version.
+const UPSTREAM_GO_MOD: &str = include_str!("../upstream/go.mod");
+
+/// Environment variable naming a directory with the three binaries (overrides the cache).
+pub const BIN_DIR_ENV: &str = "FAKECLOUD_K8S_BIN";
+/// Environment variable naming the cache root (default `$HOME/.cache/fakecloud`).
+pub const CACHE_ENV: &str = "FAKECLOUD_CACHE";
+
+/// The Kubernetes release pinned in `controlplane/upstream/go.mod`, e.g. `v1.37.2`.
+pub fn pinned_kubernetes_version() -> &'static str {
+    go_mod_version(UPSTREAM_GO_MOD, "k8s.io/kubernetes").unwrap_or("unknown")
+}
+
+/// The etcd release built alongside (the version k8s.io/kubernetes itself requires).
+pub fn pinned_etcd_version() -> &'static str {
+    go_mod_version(UPSTREAM_GO_MOD, "go.etcd.io/etcd/server/v3").unwrap_or("unknown")
+}
+
+/// Finds `module vX.Y.Z` in a go.mod, inside or outside a `require (...)` block.
+fn go_mod_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
+    go_mod.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let mut first = words.next()?;
+        if first == "require" {
+            first = words.next()?;
+        }
+        if first != module {
+            return None;
+        }
+        words.next().filter(|version| version.starts_with('v'))
+    })
+}
+
+/// The directory the binaries are expected in, honouring the environment overrides.
+pub fn default_bin_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let cache = match std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
+        Some(cache) => PathBuf::from(cache),
+        None => {
+            let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or(Error::NoCacheDir)?;
+            PathBuf::from(home).join(".cache").join("fakecloud")
+        }
+    };
+    Ok(cache.join("k8s").join(pinned_kubernetes_version()).join("bin"))
+}
+
+/// Absolute paths of the three binaries, checked to exist.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
+}
+
+impl Binaries {
+    /// Looks in `dir`, or in [`default_bin_dir`] when `None`.
+    pub fn locate(dir: Option<&Path>) -> Result<Self> {
+        let dir = match dir {
+            Some(dir) => dir.to_path_buf(),
+            None => default_bin_dir()?,
+        };
+        let path = |name: &str| dir.join(name);
+        let binaries = Binaries {
+            etcd: path("etcd"),
+            kube_apiserver: path("kube-apiserver"),
+            kube_controller_manager: path("kube-controller-manager"),
+        };
+        let missing: Vec<&str> = [
+            ("etcd", &binaries.etcd),
+            ("kube-apiserver", &binaries.kube_apiserver),
+            ("kube-controller-manager", &binaries.kube_controller_manager),
+        ]
+        .into_iter()
+        .filter(|(_, p)| !is_executable(p))
+        .map(|(name, _)| name)
+        .collect();
+        if missing.is_empty() {
+            Ok(binaries)
+        } else {
+            Err(Error::BinariesMissing {
+                dir,
+                missing: missing.join(", "),
+                version: pinned_kubernetes_version().to_string(),
+            })
+        }
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_pinned_versions_from_go_mod() {
+        let k8s = pinned_kubernetes_version();
+        assert!(k8s.starts_with("v1.3"), "unexpected k8s version {k8s}");
+        // kube 5 / k8s-openapi 0.29 support 1.33..=1.37.
+        let minor: u32 = k8s.trim_start_matches("v1.").split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        assert!((33..=37).contains(&minor), "{k8s} outside kube 5's range");
+        assert!(pinned_etcd_version().starts_with("v3."));
+    }
+
+    #[test]
+    fn parses_single_line_and_block_requires() {
+        let go_mod = "module x\n\nrequire k8s.io/kubernetes v1.2.3\nrequire (\n\tfoo/bar v0.1.0 // indirect\n)\n";
+        assert_eq!(go_mod_version(go_mod, "k8s.io/kubernetes"), Some("v1.2.3"));
+        assert_eq!(go_mod_version(go_mod, "foo/bar"), Some("v0.1.0"));
+        assert_eq!(go_mod_version(go_mod, "missing"), None);
+        // replace lines must not be mistaken for requirements
+        assert_eq!(go_mod_version("\tk8s.io/api => k8s.io/api v0.1.0\n", "k8s.io/api"), None);
+    }
+
+    #[test]
+    fn missing_binaries_error_names_the_build_script() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Binaries::locate(Some(dir.path())).expect_err("empty dir has no binaries");
+        let msg = err.to_string();
+        assert!(msg.contains("scripts/build-control-plane.sh"), "{msg}");
+        assert!(msg.contains("kube-apiserver"), "{msg}");
+    }
+}

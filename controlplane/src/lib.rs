@@ -1,0 +1,29 @@
+//! A real Kubernetes control plane on loopback for fakecloud's tests and `make up`.
+//!
+//! Upstream etcd, kube-apiserver and kube-controller-manager (built by
+//! `scripts/build-control-plane.sh` from the modules pinned in `upstream/go.mod`) run as
+//! processes on 127.0.0.1 in a fresh run directory, with generated certificates. The
+//! controller manager is configured as beside an external cloud controller manager.
+//!
+//! ```no_run
+//! # async fn demo() -> fakecloud_controlplane::Result<()> {
+//! let cp = fakecloud_controlplane::ControlPlane::builder()
+//!     .node_monitor_grace_period(std::time::Duration::from_secs(10))
+//!     .start()
+//!     .await?;
+//! let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(cp.client());
+//! # Ok(()) }
+//! ```
+
+pub mod binaries;
+pub mod error;
+pub mod kubeconfig;
+pub mod launcher;
+pub mod pki;
+pub mod process;
+
+pub use binaries::{Binaries, default_bin_dir, pinned_etcd_version, pinned_kubernetes_version};
+pub use error::{Error, Result};
+pub use launcher::{
+    CLUSTER_CIDR, ControlPlane, ControlPlaneBuilder, NODE_CIDR_MASK_SIZE, SERVICE_CLUSTER_IP_RANGE, down,
+};

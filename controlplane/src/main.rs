@@ -1,0 +1,160 @@
+//! `fakecloud-controlplane up|down`: run the loopback control plane in the foreground (for
+//! `make up`) and tear it down from another shell.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use fakecloud_controlplane::{ControlPlane, down, pinned_kubernetes_version};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Name of the pid file `up` writes into the run directory.
+const PID_FILE: &str = "fakecloud-controlplane.pid";
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Run an upstream Kubernetes control plane on 127.0.0.1")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start etcd, kube-apiserver and kube-controller-manager and keep them running until
+    /// SIGTERM or SIGINT (Ctrl-C).
+    Up {
+        /// Directory for certificates, kubeconfigs, etcd data, logs and the pid file.
+        #[arg(long, env = "FAKECLOUD_RUN_DIR")]
+        run_dir: PathBuf,
+        /// Directory holding the binaries (default: the build cache).
+        #[arg(long, env = "FAKECLOUD_K8S_BIN")]
+        bin_dir: Option<PathBuf>,
+        /// Fixed apiserver port (default: any free port).
+        #[arg(long)]
+        apiserver_port: Option<u16>,
+        /// Seconds without a kubelet heartbeat before a Node turns Unknown.
+        #[arg(long, value_name = "SECONDS")]
+        node_monitor_grace_period: Option<u64>,
+        /// Wipe a stale run directory left by a control plane that is no longer running.
+        #[arg(long)]
+        clean: bool,
+    },
+    /// Stop the control plane recorded in a run directory and remove the directory.
+    Down {
+        #[arg(long, env = "FAKECLOUD_RUN_DIR")]
+        run_dir: PathBuf,
+        /// Keep the directory (logs, certificates) after stopping.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            // kube's client logs every failed readiness poll at ERROR; those are expected.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube_client::client::builder=off".into()),
+        )
+        .init();
+    // Print the error chain ourselves: a user needs the message, not a backtrace.
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Up { run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean } => {
+            up(&run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean).await
+        }
+        Command::Down { run_dir, keep } => {
+            let stopped = down(&run_dir, keep)?;
+            if stopped.is_empty() {
+                eprintln!("nothing was running in {}", run_dir.display());
+            } else {
+                eprintln!("stopped {}", stopped.join(", "));
+            }
+            if !keep {
+                eprintln!("removed {}", run_dir.display());
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn up(
+    run_dir: &Path,
+    bin_dir: Option<PathBuf>,
+    apiserver_port: Option<u16>,
+    grace: Option<u64>,
+    clean: bool,
+) -> anyhow::Result<()> {
+    // Install the handlers before starting, so a signal during start still stops cleanly.
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+
+    let mut builder = ControlPlane::builder().run_dir(run_dir).clean_stale(clean);
+    if let Some(dir) = bin_dir {
+        builder = builder.bin_dir(dir);
+    }
+    if let Some(port) = apiserver_port {
+        builder = builder.apiserver_port(port);
+    }
+    if let Some(seconds) = grace {
+        builder = builder.node_monitor_grace_period(Duration::from_secs(seconds));
+    }
+    let mut cp = tokio::select! {
+        result = builder.start() => result?,
+        _ = sigterm.recv() => anyhow::bail!("interrupted by SIGTERM during start"),
+        _ = sigint.recv() => anyhow::bail!("interrupted by SIGINT during start"),
+    };
+
+    let pid_file = cp.run_dir().join(PID_FILE);
+    std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+        .with_context(|| format!("writing {}", pid_file.display()))?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "export KUBECONFIG={}", cp.admin_kubeconfig().display())?;
+    stdout.flush()?;
+    eprintln!(
+        "Kubernetes {} is up at {} (logs in {}).\nStop it with Ctrl-C, `kill $(cat {})` or `fakecloud-controlplane down --run-dir {}`.",
+        pinned_kubernetes_version(),
+        cp.apiserver_url(),
+        cp.log_dir().display(),
+        pid_file.display(),
+        cp.run_dir().display(),
+    );
+
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let outcome = loop {
+        tokio::select! {
+            _ = sigterm.recv() => break Ok("SIGTERM"),
+            _ = sigint.recv() => break Ok("SIGINT"),
+            _ = tick.tick() => {
+                if let Err(e) = cp.check_running() {
+                    break Err(e);
+                }
+            }
+        }
+    };
+    let _ = std::fs::remove_file(&pid_file);
+    match outcome {
+        Ok(signal) => {
+            tracing::info!("{signal} received; stopping the control plane");
+            cp.stop();
+            Ok(())
+        }
+        Err(e) => {
+            cp.stop();
+            Err(anyhow::Error::new(e).context("the control plane stopped working"))
+        }
+    }
+}
