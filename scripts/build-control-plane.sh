@@ -45,9 +45,13 @@ if ((${#missing[@]} == 0)); then
 	exit 0
 fi
 
+# Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+	PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null 2>&1; then
 	die "the Go toolchain is not on PATH, and it is needed to build ${missing[*]} (Kubernetes $k8s_version).
-Install Go $(awk '$1 == "go" { print $2; exit }' "$module_dir/go.mod") or newer (e.g. the official tarball into /usr/local/go, then add /usr/local/go/bin to PATH) and run this script again."
+Install Go $(awk '$1 == "go" { print $2; exit }' "$module_dir/go.mod") or newer, put its bin directory on PATH, and run this script again."
 fi
 log "using $(go version)"
 
