@@ -3,18 +3,27 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test lint fmt bench build deps
+.PHONY: help up down test lint fmt bench build deps control-plane
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-deps: ## Install the toolchain pieces the build needs (Debian packages)
+deps: ## Install what the build needs (Debian packages, rustup components)
 	@bash scripts/install-deps.sh
+
+control-plane: ## Build upstream kube-apiserver, kube-controller-manager and etcd into the cache (once per version)
+	@bash scripts/build-control-plane.sh
 
 build: deps ## Build every binary (debug)
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
 
-test: deps ## Run the whole test suite
+up: deps control-plane ## Start a local cluster (control plane, emulator, simulated nodes) and say how to use it
+	@bash scripts/up.sh
+
+down: ## Stop everything `make up` started
+	@bash scripts/down.sh
+
+test: deps control-plane ## Run the whole test suite
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
 
 lint: ## rustfmt check and clippy with warnings as errors

@@ -16,7 +16,7 @@ use crate::validate;
 pub const OPERATION_CREATE: &str = "CreateInstance";
 
 /// Instances counted against the quota: all that are not (effectively) terminated at `?1`.
-pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE state <> 'terminated' AND NOT (next_state = 'terminated' AND next_state_at <= ?1)";
+pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'terminated'";
 
 const SELECT: &str = "SELECT seq, id, name, zone, instance_type, market, \
      (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \

@@ -20,7 +20,8 @@ pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
 /// Load balancers counted against the quota at `?1`: all not being deleted.
 pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM load_balancers WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) NOT IN ('deleting', 'deleted')";
 /// Public addresses in use at `?1`.
-pub const COUNT_PUBLIC: &str = "SELECT COUNT(*) FROM load_balancers WHERE scheme = 'internet-facing' AND NOT (next_state = 'deleted' AND next_state_at <= ?1)";
+pub const COUNT_PUBLIC: &str = "SELECT COUNT(*) FROM load_balancers WHERE scheme = 'internet-facing' \
+     AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'deleted'";
 
 const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
      listeners, backends, health_check, source_ranges, requested_ip, address, dns_name, created_at, \

@@ -1,0 +1,125 @@
+//! Test harness: a real emulator on an ephemeral loopback port with a real SQLite file in a temp dir.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use fakecloud_api::{Client, CreateInstanceRequest, Instance, InstanceState};
+use fakecloud_emulator::config::{Config, DbLocation, Timings};
+use fakecloud_emulator::http::auth::Tokens;
+use fakecloud_emulator::server::Server;
+
+pub const USER: &str = "user-token-0123456789abcdef";
+pub const ADMIN: &str = "admin-token-0123456789abcdef";
+
+pub struct Emu {
+    pub server: Option<Server>,
+    pub dir: tempfile::TempDir,
+    pub user: Client,
+    pub admin: Client,
+    pub cfg: Config,
+}
+
+pub fn tokens() -> Tokens {
+    Tokens { user: USER.into(), admin: ADMIN.into() }
+}
+
+impl Emu {
+    /// Every transition immediate.
+    pub async fn start() -> Self {
+        Self::with_timings(Timings::instant()).await
+    }
+
+    pub async fn with_timings(timings: Timings) -> Self {
+        let cfg = Config { timings, ..Config::default() };
+        Self::with_config(cfg).await
+    }
+
+    pub async fn with_config(cfg: Config) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg.clone(), tokens())
+            .await
+            .unwrap();
+        let url = server.url();
+        Self {
+            server: Some(server),
+            dir,
+            user: Client::new(&url, USER).unwrap(),
+            admin: Client::new(&url, ADMIN).unwrap(),
+            cfg,
+        }
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("fc.db")
+    }
+
+    pub fn url(&self) -> String {
+        self.user.endpoint().to_string()
+    }
+
+    /// Stop the server and start a new one on the same database file (and a new port).
+    pub async fn restart(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await;
+        }
+        let server =
+            Server::start("127.0.0.1:0", &DbLocation::File(self.db_path()), self.cfg.clone(), tokens()).await.unwrap();
+        let url = server.url();
+        self.user = Client::new(&url, USER).unwrap();
+        self.admin = Client::new(&url, ADMIN).unwrap();
+        self.server = Some(server);
+    }
+
+    pub async fn instance(&self, name: &str) -> Instance {
+        self.user
+            .create_instance(&CreateInstanceRequest { name: name.into(), ..Default::default() }, None)
+            .await
+            .unwrap()
+    }
+
+    /// A raw request, for what the typed client cannot send (bad JSON, wrong headers).
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<(&str, &str)>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = reqwest::Client::new().request(method, format!("{}{}", self.url(), path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some((ct, b)) = body {
+            req = req.header("content-type", ct).body(b.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+    }
+}
+
+/// Poll `f` until it returns `Some`, failing after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn wait_state(c: &Client, id: &str, state: InstanceState) -> Instance {
+    eventually(Duration::from_secs(10), &format!("{id} to be {state}"), || async {
+        let i = c.get_instance(id).await.unwrap();
+        (i.state == state).then_some(i)
+    })
+    .await
+}

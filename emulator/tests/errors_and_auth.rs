@@ -1,0 +1,136 @@
+//! Every class of bad input gets its 4xx, its code and a message naming the field; auth roles hold.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{ADMIN, Emu, USER};
+use fakecloud_api::{QuotaName, codes};
+use reqwest::Method;
+
+const JSON: &str = "application/json";
+
+/// method, path, body (content type, text), expected status, expected code, a word the message must contain.
+type Case<'a> = (Method, &'a str, Option<(&'a str, &'a str)>, u16, &'a str, &'a str);
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_4xx() {
+    let emu = Emu::start().await;
+    let cases: &[Case<'_>] = &[
+        (Method::POST, "/v1/instances", Some((JSON, "{\"name\":")), 400, codes::INVALID_JSON, "malformed JSON"),
+        (Method::POST, "/v1/instances", Some((JSON, "\"hello\"")), 400, codes::INVALID_PARAMETER, "body"),
+        (
+            Method::POST,
+            "/v1/instances",
+            Some((JSON, r#"{"name":"a","colour":"red"}"#)),
+            400,
+            codes::INVALID_PARAMETER,
+            "unknown field `colour`",
+        ),
+        (
+            Method::POST,
+            "/v1/instances",
+            Some((JSON, r#"{"name":"a","market":"cheap"}"#)),
+            400,
+            codes::INVALID_PARAMETER,
+            "market",
+        ),
+        (
+            Method::POST,
+            "/v1/instances",
+            Some((JSON, r#"{"name":"a","private_ip":"10.0.0.999"}"#)),
+            400,
+            codes::INVALID_PARAMETER,
+            "private_ip",
+        ),
+        (Method::POST, "/v1/instances", Some((JSON, r#"{"name":7}"#)), 400, codes::INVALID_PARAMETER, "name"),
+        (
+            Method::POST,
+            "/v1/instances",
+            Some(("text/plain", r#"{"name":"a"}"#)),
+            415,
+            codes::UNSUPPORTED_MEDIA_TYPE,
+            "application/json",
+        ),
+        (Method::POST, "/v1/instances", None, 415, codes::UNSUPPORTED_MEDIA_TYPE, "application/json"),
+        (
+            Method::POST,
+            "/v1/load-balancers",
+            Some((JSON, r#"{"name":"a","listeners":[{"protocol":"TCP","port":70000,"backend_port":1}]}"#)),
+            400,
+            codes::INVALID_PARAMETER,
+            "listeners[0].port",
+        ),
+        (
+            Method::POST,
+            "/v1/load-balancers",
+            Some((JSON, r#"{"name":"a","listeners":[{"protocol":"SCTP","port":80,"backend_port":1}]}"#)),
+            400,
+            codes::INVALID_PARAMETER,
+            "listeners[0].protocol",
+        ),
+        (
+            Method::POST,
+            "/v1/route-tables/main/routes",
+            Some((JSON, r#"{"name":"r","destination":"nope","target_instance":"i-1"}"#)),
+            400,
+            codes::INVALID_CIDR,
+            "destination",
+        ),
+        (Method::GET, "/v1/instances?page_size=0", None, 400, codes::INVALID_PARAMETER, "page_size"),
+        (Method::GET, "/v1/instances?page_size=99999999999", None, 400, codes::INVALID_PARAMETER, "page_size"),
+        (Method::GET, "/v1/instances?state=dancing", None, 400, codes::INVALID_PARAMETER, "state"),
+        (Method::GET, "/v1/instances?colour=red", None, 400, codes::INVALID_PARAMETER, "colour"),
+        (Method::GET, "/v1/instances?page_token=zzz", None, 400, codes::INVALID_PAGE_TOKEN, "page_token"),
+        (Method::GET, "/v1/instances?tag=bad%20key", None, 400, codes::INVALID_PARAMETER, "tag"),
+        (Method::GET, "/v1/instances/i-0", None, 404, codes::INSTANCE_NOT_FOUND, "i-0"),
+        (Method::GET, "/v1/load-balancers/lb-0", None, 404, codes::LOAD_BALANCER_NOT_FOUND, "lb-0"),
+        (Method::GET, "/v1/quotas/bananas", None, 404, codes::QUOTA_NOT_FOUND, "routes-per-route-table"),
+        (Method::GET, "/v1/nothing-here", None, 404, codes::NOT_FOUND, "openapi"),
+        (Method::DELETE, "/v1/instances", None, 405, codes::METHOD_NOT_ALLOWED, "DELETE"),
+    ];
+    for (method, path, body, status, code, needle) in cases {
+        let (got, body_json) = emu.raw(method.clone(), path, Some(USER), *body).await;
+        let err = &body_json["error"];
+        assert_eq!((got, err["code"].as_str().unwrap_or("")), (*status, *code), "{method} {path}: {body_json}");
+        let message = err["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{method} {path}: {needle:?} not in {message:?}");
+        assert_eq!(err["request_id"].as_str().unwrap().len(), 32);
+    }
+}
+
+#[tokio::test]
+async fn tokens_and_roles() {
+    let emu = Emu::start().await;
+    let (s, b) = emu.raw(Method::GET, "/v1/instances", None, None).await;
+    assert_eq!((s, b["error"]["code"].as_str().unwrap()), (401, codes::UNAUTHORIZED));
+    let (s, _) = emu.raw(Method::GET, "/v1/instances", Some("wrong-token"), None).await;
+    assert_eq!(s, 401);
+    let (s, _) = emu.raw(Method::GET, "/v1/instances", Some(USER), None).await;
+    assert_eq!(s, 200);
+    let (s, _) = emu.raw(Method::GET, "/v1/instances", Some(ADMIN), None).await;
+    assert_eq!(s, 200, "admin may do what a user may");
+    // Admin-only calls.
+    for (method, path, body) in [
+        (Method::PUT, "/v1/quotas/instances", Some((JSON, r#"{"limit":5}"#))),
+        (Method::GET, "/v1/audit", None),
+        (Method::POST, "/v1/admin/reset", None),
+        (Method::POST, "/v1/admin/snapshot", Some((JSON, r#"{"path":"/tmp/x"}"#))),
+    ] {
+        let (s, b) = emu.raw(method.clone(), path, Some(USER), body).await;
+        assert_eq!((s, b["error"]["code"].as_str().unwrap()), (403, codes::FORBIDDEN), "{method} {path}");
+    }
+    assert_eq!(emu.user.get_quota(QuotaName::Instances).await.unwrap().limit, 1000, "users may read quotas");
+    assert_eq!(emu.admin.set_quota(QuotaName::Instances, 5).await.unwrap().limit, 5);
+    // Health, metrics and the spec need no token.
+    for path in ["/healthz", "/metrics", "/openapi.json"] {
+        assert_eq!(emu.raw(Method::GET, path, None, None).await.0, 200, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn quota_values_are_validated() {
+    let emu = Emu::start().await;
+    let (s, b) = emu.raw(Method::PUT, "/v1/quotas/instances", Some(ADMIN), Some((JSON, r#"{"limit":-1}"#))).await;
+    assert_eq!(s, 400);
+    assert!(b["error"]["message"].as_str().unwrap().starts_with("limit:"), "{b}");
+}

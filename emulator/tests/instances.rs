@@ -1,0 +1,224 @@
+//! Instance lifecycle, addressing, filters and pagination over real HTTP.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use common::{Emu, wait_state};
+use fakecloud_api::{CreateInstanceRequest, InstanceState, ListInstancesQuery, Market, codes};
+use fakecloud_emulator::config::Timings;
+
+fn req(name: &str) -> CreateInstanceRequest {
+    CreateInstanceRequest { name: name.into(), ..Default::default() }
+}
+
+#[tokio::test]
+async fn lifecycle_goes_through_the_timed_states() {
+    let t = Timings {
+        boot_delay: Duration::from_millis(300),
+        stop_delay: Duration::from_millis(300),
+        terminate_delay: Duration::from_millis(300),
+        ..Timings::instant()
+    };
+    let emu = Emu::with_timings(t).await;
+    let i = emu
+        .user
+        .create_instance(
+            &CreateInstanceRequest { zone: Some("local-1b".into()), market: Market::Spot, ..req("node-1") },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(i.state, InstanceState::Pending);
+    assert_eq!(i.provider_id, format!("fakecloud://local-1b/{}", i.id));
+    assert_eq!(i.region, "local-1");
+    assert_eq!(i.market, Market::Spot);
+    assert!(i.private_ip.to_string().starts_with("10.0.64."), "zone b's subnet is 10.0.64.0/18, got {}", i.private_ip);
+    wait_state(&emu.user, &i.id, InstanceState::Running).await;
+
+    assert_eq!(emu.user.stop_instance(&i.id).await.unwrap().state, InstanceState::Stopping);
+    wait_state(&emu.user, &i.id, InstanceState::Stopped).await;
+    // Starting a stopping/stopped instance twice is fine; starting a terminated one is not.
+    assert_eq!(emu.user.start_instance(&i.id).await.unwrap().state, InstanceState::Pending);
+    wait_state(&emu.user, &i.id, InstanceState::Running).await;
+
+    assert_eq!(emu.user.terminate_instance(&i.id).await.unwrap().state, InstanceState::ShuttingDown);
+    let gone = wait_state(&emu.user, &i.id, InstanceState::Terminated).await;
+    assert_eq!(gone.name, "node-1");
+    let err = emu.user.start_instance(&i.id).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(409), Some(codes::INCORRECT_INSTANCE_STATE)));
+    // Terminated instances stay listable, and their name is free again.
+    let listed = emu
+        .user
+        .list_instances(&ListInstancesQuery { state: Some(InstanceState::Terminated), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    emu.instance("node-1").await;
+}
+
+#[tokio::test]
+async fn the_instance_quota_counts_live_instances() {
+    let emu = Emu::start().await;
+    emu.admin.set_quota(fakecloud_api::QuotaName::Instances, 2).await.unwrap();
+    let a = emu.instance("a").await;
+    emu.instance("b").await;
+    let err = emu.user.create_instance(&req("c"), None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(422), Some(codes::INSTANCE_LIMIT_EXCEEDED)));
+    assert!(err.to_string().contains("instances (limit 2)"), "{err}");
+    assert_eq!(emu.user.get_quota(fakecloud_api::QuotaName::Instances).await.unwrap().usage, Some(2));
+    emu.user.terminate_instance(&a.id).await.unwrap();
+    wait_state(&emu.user, &a.id, InstanceState::Terminated).await;
+    emu.instance("c").await;
+}
+
+#[tokio::test]
+async fn names_are_unique_among_live_instances() {
+    let emu = Emu::start().await;
+    emu.instance("node-1").await;
+    let err = emu.user.create_instance(&req("node-1"), None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(409), Some(codes::INSTANCE_NAME_IN_USE)));
+    assert!(err.to_string().contains("node-1"));
+}
+
+#[tokio::test]
+async fn private_ips_come_from_the_zone_and_are_never_shared() {
+    let emu = Emu::start().await;
+    let mut ips = HashSet::new();
+    for n in 0..20 {
+        let i = emu
+            .user
+            .create_instance(&CreateInstanceRequest { zone: Some("local-1c".into()), ..req(&format!("n{n}")) }, None)
+            .await
+            .unwrap();
+        assert!(i.private_ip.to_string().starts_with("10.0.1"), "{}", i.private_ip); // 10.0.128.0/18
+        assert!(ips.insert(i.private_ip), "duplicate {}", i.private_ip);
+    }
+}
+
+#[tokio::test]
+async fn fixed_private_ips_adopt_machines() {
+    let emu = Emu::start().await;
+    // A kind node's address, outside the VPC: accepted as is.
+    let adopted = CreateInstanceRequest { private_ip: Some("172.18.0.3".parse().unwrap()), ..req("kind-worker") };
+    assert_eq!(emu.user.create_instance(&adopted, None).await.unwrap().private_ip.to_string(), "172.18.0.3");
+    let twice = CreateInstanceRequest { private_ip: Some("172.18.0.3".parse().unwrap()), ..req("kind-worker2") };
+    let err = emu.user.create_instance(&twice, None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(409), Some(codes::ADDRESS_IN_USE)));
+    // Inside the VPC it must be in the zone's subnet.
+    let wrong_zone = CreateInstanceRequest {
+        zone: Some("local-1a".into()),
+        private_ip: Some("10.0.64.9".parse().unwrap()),
+        ..req("x")
+    };
+    let err = emu.user.create_instance(&wrong_zone, None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_ADDRESS)));
+    let right = CreateInstanceRequest {
+        zone: Some("local-1b".into()),
+        private_ip: Some("10.0.64.9".parse().unwrap()),
+        ..req("y")
+    };
+    assert_eq!(emu.user.create_instance(&right, None).await.unwrap().private_ip.to_string(), "10.0.64.9");
+}
+
+#[tokio::test]
+async fn terminated_instances_give_their_address_back() {
+    let emu = Emu::start().await;
+    let pinned = CreateInstanceRequest { private_ip: Some("10.0.0.50".parse().unwrap()), ..req("a") };
+    let a = emu.user.create_instance(&pinned, None).await.unwrap();
+    emu.user.terminate_instance(&a.id).await.unwrap();
+    wait_state(&emu.user, &a.id, InstanceState::Terminated).await;
+    let again = CreateInstanceRequest { private_ip: Some("10.0.0.50".parse().unwrap()), ..req("b") };
+    assert_eq!(emu.user.create_instance(&again, None).await.unwrap().private_ip.to_string(), "10.0.0.50");
+}
+
+#[tokio::test]
+async fn list_filters_and_pages() {
+    let emu = Emu::start().await;
+    for n in 0..25 {
+        let tags = BTreeMap::from([("pool".to_string(), if n % 5 == 0 { "gpu" } else { "cpu" }.to_string())]);
+        let zone = ["local-1a", "local-1b"][n % 2];
+        emu.user
+            .create_instance(&CreateInstanceRequest { zone: Some(zone.into()), tags, ..req(&format!("n{n:02}")) }, None)
+            .await
+            .unwrap();
+    }
+    let mut names = Vec::new();
+    let mut q = ListInstancesQuery { page_size: Some(10), ..Default::default() };
+    let mut pages = 0;
+    loop {
+        let page = emu.user.list_instances(&q).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 10);
+        names.extend(page.items.into_iter().map(|i| i.name));
+        match page.next_page_token {
+            Some(t) => q.page_token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let expected: Vec<String> = (0..25).map(|n| format!("n{n:02}")).collect();
+    assert_eq!(names, expected, "pages are in creation order with nothing lost or repeated");
+
+    let gpu = emu
+        .user
+        .list_all_instances(&ListInstancesQuery { tag: Some("pool=gpu".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(gpu.len(), 5);
+    let has_tag = emu
+        .user
+        .list_all_instances(&ListInstancesQuery { tag: Some("pool".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(has_tag.len(), 25);
+    let zone_b = emu
+        .user
+        .list_all_instances(&ListInstancesQuery { zone: Some("local-1b".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(zone_b.len(), 12);
+    let one = emu
+        .user
+        .list_all_instances(&ListInstancesQuery { name: Some("n07".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(one.len(), 1);
+    let running = emu
+        .user
+        .list_all_instances(&ListInstancesQuery { state: Some(InstanceState::Running), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(running.len(), 25);
+}
+
+#[tokio::test]
+async fn unknown_instances_are_404_with_a_specific_code() {
+    let emu = Emu::start().await;
+    for res in [
+        emu.user.get_instance("i-nope").await,
+        emu.user.stop_instance("i-nope").await,
+        emu.user.terminate_instance("i-nope").await,
+    ] {
+        let err = res.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(404), Some(codes::INSTANCE_NOT_FOUND)));
+    }
+}
+
+#[tokio::test]
+async fn region_describes_zones_and_types() {
+    let emu = Emu::start().await;
+    let r = emu.user.region().await.unwrap();
+    assert_eq!(r.name, "local-1");
+    let zones: Vec<&str> = r.zones.iter().map(|z| z.name.as_str()).collect();
+    assert_eq!(zones, ["local-1a", "local-1b", "local-1c"]);
+    assert!(r.instance_types.iter().any(|t| t.name == "fc.small"));
+    let err = emu
+        .user
+        .create_instance(&CreateInstanceRequest { instance_type: Some("huge".into()), ..req("x") }, None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("instance_type") && err.to_string().contains("fc.small"), "{err}");
+}

@@ -1,0 +1,169 @@
+//! State survives restarts and `kill -9`; snapshots and reset.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{ADMIN, Emu, USER};
+use fakecloud_api::{
+    Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery, Listener,
+    Protocol, QuotaName,
+};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+#[tokio::test]
+async fn a_restart_on_the_same_file_keeps_everything() {
+    let mut emu = Emu::start().await;
+    let node = emu.instance("node-1").await;
+    let route =
+        CreateRouteRequest { name: "r".into(), destination: "10.244.0.0/24".into(), target_instance: node.id.clone() };
+    emu.user.create_route("main", &route, None).await.unwrap();
+    let lb = CreateLoadBalancerRequest {
+        name: "web".into(),
+        listeners: vec![Listener { protocol: Protocol::Tcp, port: 80, backend_port: 1 }],
+        ..Default::default()
+    };
+    let lb = emu.user.create_load_balancer(&lb, Some("key-1")).await.unwrap();
+    emu.admin.set_quota(QuotaName::RoutesPerRouteTable, 7).await.unwrap();
+
+    emu.restart().await;
+    assert_eq!(emu.user.get_instance(&node.id).await.unwrap(), node);
+    assert_eq!(emu.user.list_routes("main").await.unwrap().items.len(), 1);
+    assert_eq!(emu.user.get_load_balancer(&lb.id).await.unwrap().address, lb.address);
+    assert_eq!(emu.user.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 7);
+    // Idempotency keys survive too: a retry after the restart still finds the original.
+    let again = CreateLoadBalancerRequest {
+        name: "web".into(),
+        listeners: vec![Listener { protocol: Protocol::Tcp, port: 80, backend_port: 1 }],
+        ..Default::default()
+    };
+    assert_eq!(emu.user.create_load_balancer(&again, Some("key-1")).await.unwrap().id, lb.id);
+    // And the audit log: the calls before the restart are still there.
+    let audit = emu.admin.audit(&Default::default()).await.unwrap().items;
+    assert!(audit.iter().any(|e| e.operation == "CreateRoute" && e.status == 201));
+}
+
+/// Start the real binary on `db`, returning it and its URL (read from its first line of output).
+async fn spawn_emulator(db: &std::path::Path) -> (Child, String, Arc<Mutex<String>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--db"])
+        .arg(db)
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let log = Arc::new(Mutex::new(String::new()));
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("emulator exited");
+        log.lock().unwrap().push_str(&line);
+        if let Some(rest) = line.strip_prefix("fakecloud: serving ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let sink = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            sink.lock().unwrap().push_str(&line);
+        }
+    });
+    (child, url, log)
+}
+
+#[tokio::test]
+async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("burst.db");
+    let (mut child, url, log) = spawn_emulator(&db).await;
+    let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(5)).unwrap();
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let (c, acked) = (client.clone(), acked.clone());
+            tokio::spawn(async move {
+                for n in 0.. {
+                    let req = CreateInstanceRequest { name: format!("w{w}-n{n}"), ..Default::default() };
+                    match c.create_instance(&req, None).await {
+                        Ok(i) => acked.lock().unwrap().push(i.id),
+                        Err(_) => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let a few hundred writes through, then pull the plug.
+    common::eventually(Duration::from_secs(30), "200 acknowledged writes", || async {
+        (acked.lock().unwrap().len() >= 200).then_some(())
+    })
+    .await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let first_log = log.lock().unwrap().clone();
+    assert!(!first_log.contains(USER) && !first_log.contains(ADMIN), "tokens must never be logged");
+
+    let (_child, url, _) = spawn_emulator(&db).await;
+    let client = Client::new(&url, USER).unwrap();
+    let all =
+        client.list_all_instances(&ListInstancesQuery { page_size: Some(1000), ..Default::default() }).await.unwrap();
+    let present: std::collections::HashSet<String> = all.into_iter().map(|i| i.id).collect();
+    let lost: Vec<&String> = acked.iter().filter(|id| !present.contains(*id)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged instances lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
+#[tokio::test]
+async fn snapshots_are_consistent_copies_an_emulator_can_start_from() {
+    let mut emu = Emu::start().await;
+    let node = emu.instance("node-1").await;
+    let snap = emu.dir.path().join("snap.db");
+    let resp = emu.admin.snapshot(snap.to_str().unwrap()).await.unwrap();
+    assert!(resp.bytes > 0);
+    let err = emu.admin.snapshot(snap.to_str().unwrap()).await.unwrap_err();
+    assert_eq!(err.code(), Some(fakecloud_api::codes::SNAPSHOT_EXISTS));
+    let err = emu.admin.snapshot("/no/such/dir/x.db").await.unwrap_err();
+    assert_eq!(err.status(), Some(400));
+
+    emu.instance("node-2").await;
+    // Start from the snapshot: it has node-1 only.
+    if let Some(s) = emu.server.take() {
+        s.shutdown().await;
+    }
+    std::fs::copy(&snap, emu.db_path()).unwrap();
+    emu.restart().await;
+    let names: Vec<String> =
+        emu.user.list_all_instances(&Default::default()).await.unwrap().into_iter().map(|i| i.name).collect();
+    assert_eq!(names, vec![node.name]);
+}
+
+#[tokio::test]
+async fn reset_empties_everything_and_restores_defaults() {
+    let emu = Emu::start().await;
+    emu.instance("node-1").await;
+    emu.admin.set_quota(QuotaName::Instances, 3).await.unwrap();
+    emu.admin.reset().await.unwrap();
+    assert!(emu.user.list_all_instances(&Default::default()).await.unwrap().is_empty());
+    assert_eq!(emu.user.get_quota(QuotaName::Instances).await.unwrap().limit, 1000);
+    assert_eq!(emu.user.list_route_tables().await.unwrap().items.len(), 1, "the main table is back");
+    emu.instance("node-1").await;
+}
