@@ -165,5 +165,13 @@ async fn reset_empties_everything_and_restores_defaults() {
     assert!(emu.user.list_all_instances(&Default::default()).await.unwrap().is_empty());
     assert_eq!(emu.user.get_quota(QuotaName::Instances).await.unwrap().limit, 1000);
     assert_eq!(emu.user.list_route_tables().await.unwrap().items.len(), 1, "the main table is back");
+    // Usage counts start from zero again: a quota of 1 admits exactly one instance.
+    emu.admin.set_quota(QuotaName::Instances, 1).await.unwrap();
     emu.instance("node-1").await;
+    let err = emu
+        .user
+        .create_instance(&CreateInstanceRequest { name: "node-2".into(), ..Default::default() }, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(fakecloud_api::codes::INSTANCE_LIMIT_EXCEEDED));
 }

@@ -41,6 +41,7 @@ impl std::fmt::Debug for Msg {
 }
 
 const BATCH: usize = 512;
+const GATHER: Duration = Duration::from_millis(5);
 
 impl AuditSink {
     pub fn spawn(db: Db, max_entries: u64) -> Self {
@@ -58,7 +59,15 @@ impl AuditSink {
                         Msg::Flush(w) => waiters.push(w),
                     }
                     if batch.len() < BATCH {
-                        next = rx.try_recv().ok();
+                        next = match rx.try_recv() {
+                            Ok(m) => Some(m),
+                            // Nothing queued: wait briefly for more, so a steady trickle of calls shares one
+                            // transaction instead of taking the writer once per call. A flush ends the wait.
+                            Err(_) if waiters.is_empty() => {
+                                tokio::time::timeout(GATHER, rx.recv()).await.ok().flatten()
+                            }
+                            Err(_) => None,
+                        };
                     }
                 }
                 if !batch.is_empty() {

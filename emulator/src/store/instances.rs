@@ -7,10 +7,11 @@ use fakecloud_api::{
 };
 use sqlx::SqliteExecutor;
 
-use super::{begin, idempotency, ipam, quotas};
+use super::quotas::Usage;
+use super::{begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Timings};
-use crate::db::{Db, ms, new_id, now_ms, rfc3339};
-use crate::error::{ApiError, Result};
+use crate::db::{Db, new_id, now_ms, rfc3339};
+use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateInstance";
@@ -109,20 +110,14 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         let inst = fetch(&mut *tx, cfg, &id, now).await?;
         return Ok((inst, true));
     }
-    let live: i64 = sqlx::query_scalar(COUNT_LIVE).bind(now).fetch_one(&mut *tx).await?;
-    quotas::check(&mut *tx, QuotaName::Instances, live as usize + 1, &format!("creating instance {:?}", req.name))
-        .await?;
-    let holder: Option<String> =
-        sqlx::query_scalar("SELECT id FROM instances WHERE name = ?1 AND state <> 'terminated'")
-            .bind(&req.name)
-            .fetch_optional(&mut *tx)
-            .await?;
-    if let Some(holder) = holder {
-        return Err(ApiError::conflict(
-            codes::INSTANCE_NAME_IN_USE,
-            format!("instance name {:?} is in use by {holder}; terminate it or pick another name", req.name),
-        ));
-    }
+    quotas::check_usage(
+        &mut tx,
+        QuotaName::Instances,
+        Usage::Counter("instances_live"),
+        1,
+        &format!("creating instance {:?}", req.name),
+    )
+    .await?;
     let id = new_id("i");
     let ip: IpAddr = match req.private_ip {
         None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
@@ -138,25 +133,60 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
             ip
         }
     };
-    sqlx::query(
+    let (state, next_state, next_at) = lifecycle::schedule(now, "pending", "running", cfg.timings.boot_delay);
+    let tags = serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?;
+    let inserted = sqlx::query(
         "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, tags, created_at, state_changed_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 'running', ?6, ?7, ?8, ?9, ?9)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)",
     )
     .bind(&id)
     .bind(&req.name)
     .bind(&zone)
     .bind(&instance_type)
     .bind(req.market.as_str())
-    .bind(now + ms(cfg.timings.boot_delay))
+    .bind(state)
+    .bind(next_state)
+    .bind(next_at)
     .bind(ip.to_string())
-    .bind(serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?)
+    .bind(&tags)
     .bind(now)
     .execute(&mut *tx)
-    .await?;
+    .await;
+    if let Err(e) = inserted {
+        // The unique index on live names is the check; find the holder only to say who it is.
+        if is_unique_violation(&e) {
+            let holder: Option<String> =
+                sqlx::query_scalar("SELECT id FROM instances WHERE name = ?1 AND state <> 'terminated'")
+                    .bind(&req.name)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Err(ApiError::conflict(
+                codes::INSTANCE_NAME_IN_USE,
+                format!(
+                    "instance name {:?} is in use by {}; terminate it or pick another name",
+                    req.name,
+                    holder.unwrap_or_default()
+                ),
+            ));
+        }
+        return Err(e.into());
+    }
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
-    let inst = fetch(&mut *tx, cfg, &id, now).await?;
     tx.commit().await?;
-    Ok((inst, false))
+    let row = Row {
+        seq: 0,
+        id,
+        name: req.name.clone(),
+        zone,
+        instance_type,
+        market: req.market.as_str().to_string(),
+        state: state.to_string(),
+        state_changed_at: now,
+        private_ip: ip.to_string(),
+        tags,
+        created_at: now,
+    };
+    Ok((row.into_api(&topo.region)?, false))
 }
 
 pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<InstanceList> {
@@ -250,19 +280,23 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
     let plan = action
         .plan(current.state, &cfg.timings)
         .map_err(|m| ApiError::conflict(codes::INCORRECT_INSTANCE_STATE, format!("instance {id}: {m}")))?;
-    let Some((state, next, delay)) = plan else {
+    let Some((through, next, delay)) = plan else {
         return Ok(current);
     };
+    let (state, next_state, next_at) = lifecycle::schedule(now, through.as_str(), next.as_str(), delay);
     sqlx::query(
         "UPDATE instances SET state = ?1, next_state = ?2, next_state_at = ?3, state_changed_at = ?4 WHERE id = ?5",
     )
-    .bind(state.as_str())
-    .bind(next.as_str())
-    .bind(now + ms(delay))
+    .bind(state)
+    .bind(next_state)
+    .bind(next_at)
     .bind(now)
     .bind(id)
     .execute(&mut *tx)
     .await?;
+    if state == InstanceState::Terminated.as_str() {
+        ipam::release(&mut tx, id).await?;
+    }
     let inst = fetch(&mut *tx, cfg, id, now).await?;
     tx.commit().await?;
     Ok(inst)

@@ -35,15 +35,11 @@ async fn next_free(tx: &mut Tx, pool: &Pool) -> Result<Option<u32>> {
         .bind(last)
         .fetch_one(&mut **tx)
         .await?;
-    let candidate = match max {
-        None => Some(first),
-        Some(m) if m < last => Some(m + 1),
-        Some(_) => None,
-    };
-    if let Some(c) = candidate
-        && !is_taken(tx, pool, c).await?
-    {
-        return Ok(u32::try_from(c).ok());
+    // Nothing in the pool lies above the highest lease, so one past it is free.
+    match max {
+        None => return Ok(u32::try_from(first).ok()),
+        Some(m) if m < last => return Ok(u32::try_from(m + 1).ok()),
+        Some(_) => {}
     }
     // Slow path: the first gap (released addresses are reused lowest first).
     if !is_taken(tx, pool, first).await? {

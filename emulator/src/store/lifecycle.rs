@@ -11,6 +11,16 @@ use crate::error::Result;
 pub const EFFECTIVE_STATE: &str = "(CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END)";
 
 pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
+    // Usually nothing is due: one indexed look-up instead of four writes.
+    let due: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM instances WHERE next_state_at <= ?1) OR EXISTS (SELECT 1 FROM load_balancers WHERE next_state_at <= ?1)",
+    )
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    if !due {
+        return Ok(());
+    }
     // Terminated instances and deleted load balancers give their addresses back.
     sqlx::query(
         "DELETE FROM ip_leases WHERE owner IN (SELECT id FROM instances WHERE next_state = 'terminated' AND next_state_at <= ?1) \
@@ -38,6 +48,16 @@ pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The state to write now for a transition to `next` after `delay`: with no delay the resource is there at once.
+pub fn schedule<'s>(
+    now: i64,
+    through: &'s str,
+    next: &'s str,
+    delay: Duration,
+) -> (&'s str, Option<&'s str>, Option<i64>) {
+    if delay.is_zero() { (next, None, None) } else { (through, Some(next), Some(now + ms(delay))) }
 }
 
 /// One pass of the background ticker.

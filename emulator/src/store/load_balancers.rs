@@ -9,10 +9,11 @@ use fakecloud_api::{
 };
 use sqlx::SqliteExecutor;
 
-use super::{begin, idempotency, ipam, quotas};
+use super::quotas::Usage;
+use super::{begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Pool};
 use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
@@ -216,35 +217,18 @@ pub async fn create(
         return Ok((fetch(&mut *tx, &id, now).await?, true));
     }
     check_backends(&mut tx, &req.backends).await?;
-    let live: i64 = sqlx::query_scalar(COUNT_LIVE).bind(now).fetch_one(&mut *tx).await?;
-    quotas::check(
-        &mut *tx,
+    quotas::check_usage(
+        &mut tx,
         QuotaName::LoadBalancers,
-        live as usize + 1,
+        Usage::Counter("lbs_live"),
+        1,
         &format!("creating load balancer {:?}", req.name),
     )
     .await?;
     check_per_lb_quotas(&mut tx, &req.name, req.listeners.len(), req.backends.len(), req.source_ranges.len()).await?;
     if req.scheme == Scheme::InternetFacing {
-        let public: i64 = sqlx::query_scalar(COUNT_PUBLIC).bind(now).fetch_one(&mut *tx).await?;
-        quotas::check(
-            &mut *tx,
-            QuotaName::PublicIps,
-            public as usize + 1,
-            &format!("a public address for {:?}", req.name),
-        )
-        .await?;
-    }
-    let taken: Option<String> =
-        sqlx::query_scalar("SELECT id FROM load_balancers WHERE name = ?1 AND state <> 'deleting'")
-            .bind(&req.name)
-            .fetch_optional(&mut *tx)
-            .await?;
-    if let Some(holder) = taken {
-        return Err(ApiError::conflict(
-            codes::LOAD_BALANCER_ALREADY_EXISTS,
-            format!("load balancer name {:?} is in use by {holder}", req.name),
-        ));
+        let what = format!("a public address for {:?}", req.name);
+        quotas::check_usage(&mut tx, QuotaName::PublicIps, Usage::Counter("lbs_public"), 1, &what).await?;
     }
     let id = new_id("lb");
     let pool = pool_for(cfg, req.scheme);
@@ -263,28 +247,56 @@ pub async fn create(
     };
     let dns_name =
         format!("{}-{}.{}.lb.fakecloud.test", req.name.to_ascii_lowercase(), &id[3..11], cfg.topology.region);
+    let (state, next_state, next_at) =
+        lifecycle::schedule(now, "provisioning", "active", cfg.timings.lb_provision_delay);
+    let row = Row {
+        seq: 0,
+        id: id.clone(),
+        name: req.name.clone(),
+        scheme: req.scheme.as_str().to_string(),
+        state: state.to_string(),
+        listeners: json(&req.listeners)?,
+        backends: json(&req.backends)?,
+        health_check: req.health_check.as_ref().map(json).transpose()?,
+        source_ranges: json(&req.source_ranges)?,
+        requested_ip: req.requested_ip.map(|ip| ip.to_string()),
+        address: address.to_string(),
+        dns_name,
+        created_at: now,
+        updated_at: now,
+    };
     sqlx::query(
         "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
          source_ranges, requested_ip, address, dns_name, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, 'provisioning', 'active', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
     )
-    .bind(&id)
-    .bind(&req.name)
-    .bind(req.scheme.as_str())
-    .bind(now + ms(cfg.timings.lb_provision_delay))
-    .bind(json(&req.listeners)?)
-    .bind(json(&req.backends)?)
-    .bind(req.health_check.as_ref().map(json).transpose()?)
-    .bind(json(&req.source_ranges)?)
-    .bind(req.requested_ip.map(|ip| ip.to_string()))
-    .bind(address.to_string())
-    .bind(dns_name)
+    .bind(&row.id)
+    .bind(&row.name)
+    .bind(&row.scheme)
+    .bind(state)
+    .bind(next_state)
+    .bind(next_at)
+    .bind(&row.listeners)
+    .bind(&row.backends)
+    .bind(&row.health_check)
+    .bind(&row.source_ranges)
+    .bind(&row.requested_ip)
+    .bind(&row.address)
+    .bind(&row.dns_name)
     .bind(now)
     .execute(&mut *tx)
-    .await?;
+    .await
+    .map_err(|e| {
+        // The unique index on live names is the check.
+        if is_unique_violation(&e) {
+            ApiError::conflict(codes::LOAD_BALANCER_ALREADY_EXISTS, format!("load balancer name {:?} is in use", req.name))
+        } else {
+            e.into()
+        }
+    })?;
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
-    let lb = fetch(&mut *tx, &id, now).await?;
     tx.commit().await?;
+    let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;
     Ok((lb, false))
 }
 
@@ -336,12 +348,19 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
     if current.state == LoadBalancerState::Deleting {
         return Ok(current);
     }
-    sqlx::query("UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = ?1, updated_at = ?2 WHERE id = ?3")
+    if cfg.timings.lb_delete_delay.is_zero() {
+        sqlx::query("DELETE FROM load_balancers WHERE id = ?1").bind(id).execute(&mut *tx).await?;
+        ipam::release(&mut tx, id).await?;
+    } else {
+        sqlx::query(
+            "UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = ?1, updated_at = ?2 WHERE id = ?3",
+        )
         .bind(now + ms(cfg.timings.lb_delete_delay))
         .bind(now)
         .bind(id)
         .execute(&mut *tx)
         .await?;
+    }
     // The row may already be due for removal (zero delay); show it as deleting either way.
     let mut lb = current;
     lb.state = LoadBalancerState::Deleting;

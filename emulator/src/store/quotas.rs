@@ -22,6 +22,40 @@ pub async fn check<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName, count: us
     Ok(())
 }
 
+/// Where a maintained usage value is read from (kept by triggers; see migrations/0002).
+pub enum Usage<'k> {
+    /// A row of `counters`.
+    Counter(&'static str),
+    /// The routes of one route table.
+    RoutesIn(&'k str),
+}
+
+/// Fail with the quota's error when adding `adding` to the current usage would exceed it: one statement.
+pub async fn check_usage(
+    tx: &mut crate::db::Tx,
+    name: QuotaName,
+    usage: Usage<'_>,
+    adding: usize,
+    what: &str,
+) -> Result<()> {
+    let (sql, key) = match usage {
+        Usage::Counter(k) => {
+            ("SELECT (SELECT n FROM counters WHERE key = ?1), (SELECT limit_value FROM quotas WHERE name = ?2)", k)
+        }
+        Usage::RoutesIn(t) => (
+            "SELECT (SELECT route_count FROM route_tables WHERE id = ?1), (SELECT limit_value FROM quotas WHERE name = ?2)",
+            t,
+        ),
+    };
+    let (current, limit): (Option<i64>, Option<i64>) =
+        sqlx::query_as(sql).bind(key).bind(name.as_str()).fetch_one(&mut **tx).await?;
+    let limit = limit.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| name.default_limit());
+    if current.unwrap_or(0) as usize + adding > limit as usize {
+        return Err(ApiError::quota_exceeded(name, limit, what));
+    }
+    Ok(())
+}
+
 pub async fn set<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName, limit: u32) -> Result<()> {
     sqlx::query(
         "INSERT INTO quotas (name, limit_value) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET limit_value = ?2",

@@ -3,6 +3,7 @@
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
 use sqlx::SqliteExecutor;
 
+use super::quotas::Usage;
 use super::{begin, idempotency, quotas};
 use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
@@ -55,8 +56,7 @@ impl From<TableRow> for RouteTable {
     }
 }
 
-const TABLE_SELECT: &str = "SELECT t.id, t.name, t.main, (SELECT COUNT(*) FROM routes r WHERE r.route_table_id = t.id) AS route_count, \
-     t.created_at FROM route_tables t";
+const TABLE_SELECT: &str = "SELECT t.id, t.name, t.main, t.route_count, t.created_at FROM route_tables t";
 
 pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
     let rows: Vec<TableRow> =
@@ -196,14 +196,11 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
         }
         Some(_) => {}
     }
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM routes WHERE route_table_id = ?1")
-        .bind(&table_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    quotas::check(
-        &mut *tx,
+    quotas::check_usage(
+        &mut tx,
         QuotaName::RoutesPerRouteTable,
-        count as usize + 1,
+        Usage::RoutesIn(&table_id),
+        1,
         &format!("adding a route to {table_id}"),
     )
     .await?;
@@ -228,9 +225,17 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
             }
         })?;
     idempotency::record(&mut tx, &op_key, key, &request_json, &id, now).await?;
-    let route = fetch(&mut *tx, &id, now).await?;
     tx.commit().await?;
-    Ok((route, false))
+    let route = RouteRow {
+        id,
+        route_table_id: table_id,
+        name: req.name.clone(),
+        destination: req.destination.clone(),
+        target_instance: req.target_instance.clone(),
+        target_live: true,
+        created_at: now,
+    };
+    Ok((route.into(), false))
 }
 
 pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {

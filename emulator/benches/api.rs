@@ -1,0 +1,209 @@
+//! `make bench`: latency and throughput of the emulator's API, measured against the real release binary on
+//! loopback with a real SQLite file. Prints a Markdown table (the source of BENCHMARKS.md).
+//!
+//! Sequential: one client, one call at a time (p50/p99). Concurrent: 32 in-flight calls from one process
+//! (requests per second). Walk: 10,000 instances, 1,000 per page.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fakecloud_api::{
+    Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery, Listener,
+    Protocol, QuotaName, Scheme,
+};
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const TOKEN: &str = "bench-admin-token-0123456789";
+const ZONES: [&str; 3] = ["local-1a", "local-1b", "local-1c"];
+
+struct Stats {
+    p50_ms: f64,
+    p99_ms: f64,
+    rps: f64,
+}
+
+fn summarize(mut samples: Vec<Duration>, wall: Duration) -> Stats {
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1000.0;
+    Stats { p50_ms: pct(0.5), p99_ms: pct(0.99), rps: samples.len() as f64 / wall.as_secs_f64() }
+}
+
+fn instance(n: usize) -> CreateInstanceRequest {
+    CreateInstanceRequest { name: format!("bench-{n}"), zone: Some(ZONES[n % 3].into()), ..Default::default() }
+}
+
+fn route(n: usize, target: &str) -> CreateRouteRequest {
+    let dest = format!("100.{}.{}.{}/32", 64 + n / 65536, (n / 256) % 256, n % 256);
+    CreateRouteRequest { name: format!("r{n}"), destination: dest, target_instance: target.into() }
+}
+
+fn lb(n: usize) -> CreateLoadBalancerRequest {
+    CreateLoadBalancerRequest {
+        name: format!("lb-{n}"),
+        scheme: Scheme::Internal,
+        listeners: vec![Listener { protocol: Protocol::Tcp, port: 80, backend_port: 30080 }],
+        ..Default::default()
+    }
+}
+
+/// Run `op(i)` for i in `range`, `concurrency` at a time; returns per-call latencies and the wall time.
+async fn run<F, Fut>(range: std::ops::Range<usize>, concurrency: usize, op: F) -> (Vec<Duration>, Duration)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    let samples: Vec<Duration> = futures::stream::iter(range)
+        .map(|i| {
+            let fut = op(i);
+            async move {
+                let t = Instant::now();
+                fut.await;
+                t.elapsed()
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    (samples, start.elapsed())
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (seq_n, conc_n) = if quick { (300, 2000) } else { (2000, 20000) };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--lb-provision-delay", "0s", "--db"])
+        .arg(dir.path().join("bench.db"))
+        .env("FAKECLOUD_USER_TOKEN", TOKEN)
+        .env("FAKECLOUD_ADMIN_TOKEN", TOKEN)
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run the fakecloud binary");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next_line().await.unwrap().expect("emulator exited");
+        if let Some(rest) = line.strip_prefix("fakecloud: serving ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let c = Client::new(&url, TOKEN).unwrap();
+    for q in [QuotaName::Instances, QuotaName::LoadBalancers, QuotaName::RoutesPerRouteTable] {
+        c.set_quota(q, 1_000_000).await.unwrap();
+    }
+    let target = c
+        .create_instance(&CreateInstanceRequest { name: "target".into(), ..Default::default() }, None)
+        .await
+        .unwrap()
+        .id;
+    let mut rows = Vec::new();
+    let conc = 32;
+
+    // Sequential, then concurrent, per operation. Indices never repeat, so every create is a real create.
+    let (s, w) = run(0..seq_n, 1, |i| {
+        let c = c.clone();
+        async move {
+            c.create_instance(&instance(i), None).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("create-instance", summarize(s, w)));
+    let (s, w) = run(seq_n..seq_n + conc_n, conc, |i| {
+        let c = c.clone();
+        async move {
+            c.create_instance(&instance(i), None).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("create-instance (32 in flight)", summarize(s, w)));
+
+    let (s, w) = run(0..seq_n, 1, |_| {
+        let (c, t) = (c.clone(), target.clone());
+        async move {
+            c.get_instance(&t).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("get-instance", summarize(s, w)));
+    let (s, w) = run(0..conc_n, conc, |_| {
+        let (c, t) = (c.clone(), target.clone());
+        async move {
+            c.get_instance(&t).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("get-instance (32 in flight)", summarize(s, w)));
+
+    let (s, w) = run(0..seq_n, 1, |i| {
+        let (c, t) = (c.clone(), target.clone());
+        async move {
+            c.create_route("main", &route(i, &t), None).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("create-route", summarize(s, w)));
+    let (s, w) = run(seq_n..seq_n + conc_n, conc, |i| {
+        let (c, t) = (c.clone(), target.clone());
+        async move {
+            c.create_route("main", &route(i, &t), None).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("create-route (32 in flight)", summarize(s, w)));
+
+    let lb_conc_n = conc_n.min(12_000);
+    let (s, w) = run(0..seq_n, 1, |i| {
+        let c = c.clone();
+        async move {
+            c.create_load_balancer(&lb(i), None).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("create-lb", summarize(s, w)));
+    let (s, w) = run(seq_n..seq_n + lb_conc_n, conc, |i| {
+        let c = c.clone();
+        async move {
+            c.create_load_balancer(&lb(i), None).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(("create-lb (32 in flight)", summarize(s, w)));
+
+    // Walk 10,000 instances, 1,000 per page (top up first if the quick run made fewer).
+    let have = seq_n + conc_n + 1;
+    if have < 10_000 {
+        run(have..10_001, conc, |i| {
+            let c = c.clone();
+            async move {
+                c.create_instance(&instance(i), None).await.unwrap();
+            }
+        })
+        .await;
+    }
+    let mut pages = Vec::new();
+    let mut walked = 0;
+    let wall = Instant::now();
+    let mut q = ListInstancesQuery { page_size: Some(1000), ..Default::default() };
+    while walked < 10_000 {
+        let t = Instant::now();
+        let page = c.list_instances(&q).await.unwrap();
+        pages.push(t.elapsed());
+        walked += page.items.len();
+        q.page_token = page.next_page_token;
+    }
+    let walk_wall = wall.elapsed();
+    rows.push(("list-instances page of 1,000", summarize(pages, walk_wall)));
+
+    println!("| operation | p50 ms | p99 ms | req/s |");
+    println!("|---|---:|---:|---:|");
+    for (name, s) in &rows {
+        println!("| {name} | {:.3} | {:.3} | {:.0} |", s.p50_ms, s.p99_ms, s.rps);
+    }
+    println!("\nwalk of {walked} instances: {:.1} ms total", walk_wall.as_secs_f64() * 1000.0);
+    let _ = child.start_kill();
+}
