@@ -32,3 +32,6 @@ lint: ## rustfmt check and clippy with warnings as errors
 
 fmt: ## Format the code
 	$(CARGO) fmt --all
+
+bench: deps ## Benchmarks (release build; also runs moto's server for comparison) — see BENCHMARKS.md
+	@bash scripts/bench.sh
