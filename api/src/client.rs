@@ -9,6 +9,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode, header};
 use serde::{Serialize, de::DeserializeOwned};
 
+use crate::faults::*;
 use crate::types::*;
 use crate::{IDEMPOTENCY_KEY_HEADER, codes};
 
@@ -388,5 +389,52 @@ impl Client {
     /// Admin only: write a consistent copy of the database to `path` on the emulator's machine.
     pub async fn snapshot(&self, path: &str) -> Result<SnapshotResponse> {
         self.send(Method::POST, "/v1/admin/snapshot", Some(&SnapshotRequest { path: path.to_string() }), None).await
+    }
+
+    // ------------------------------------------------------------------------------------------ faults (admin)
+
+    pub async fn add_fault(&self, req: &CreateFaultRuleRequest) -> Result<FaultRule> {
+        self.send(Method::POST, "/v1/faults", Some(req), None).await
+    }
+
+    pub async fn list_faults(&self) -> Result<FaultRuleList> {
+        self.get::<_, ()>("/v1/faults", None).await
+    }
+
+    pub async fn delete_fault(&self, id: &str) -> Result<FaultRule> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/faults/{id}"), None, None).await
+    }
+
+    /// Remove every fault rule, rate limit and outage.
+    pub async fn clear_faults(&self) -> Result<serde_json::Value> {
+        self.send::<(), _>(Method::DELETE, "/v1/faults", None, None).await
+    }
+
+    pub async fn set_rate_limit(&self, id: &str, req: &SetRateLimitRequest) -> Result<RateLimit> {
+        self.send(Method::PUT, &format!("/v1/rate-limits/{id}"), Some(req), None).await
+    }
+
+    pub async fn list_rate_limits(&self) -> Result<RateLimitList> {
+        self.get::<_, ()>("/v1/rate-limits", None).await
+    }
+
+    pub async fn delete_rate_limit(&self, id: &str) -> Result<RateLimit> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/rate-limits/{id}"), None, None).await
+    }
+
+    pub async fn start_outage(&self, req: &StartOutageRequest) -> Result<Outage> {
+        self.send(Method::POST, "/v1/outages", Some(req), None).await
+    }
+
+    pub async fn list_outages(&self) -> Result<OutageList> {
+        self.get::<_, ()>("/v1/outages", None).await
+    }
+
+    pub async fn stop_outage(&self, id: &str) -> Result<Outage> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/outages/{id}"), None, None).await
+    }
+
+    pub async fn reclaim_spot(&self, req: &ReclaimRequest) -> Result<ReclaimResponse> {
+        self.send(Method::POST, "/v1/spot/reclaim", Some(req), None).await
     }
 }

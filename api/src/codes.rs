@@ -18,6 +18,7 @@ pub const ROUTE_TABLE_NOT_FOUND: &str = "RouteTableNotFound";
 pub const ROUTE_NOT_FOUND: &str = "RouteNotFound";
 pub const LOAD_BALANCER_NOT_FOUND: &str = "LoadBalancerNotFound";
 pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
+pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
 // 405 / 415
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
@@ -32,6 +33,8 @@ pub const INCORRECT_LOAD_BALANCER_STATE: &str = "IncorrectLoadBalancerState";
 pub const IDEMPOTENCY_KEY_REUSED: &str = "IdempotencyKeyReused";
 pub const SNAPSHOT_EXISTS: &str = "SnapshotExists";
 pub const DEPENDENCY_VIOLATION: &str = "DependencyViolation";
+pub const FAULT_EXISTS: &str = "FaultExists";
+pub const NOT_SPOT: &str = "NotSpotInstance";
 // 422: quotas (each names the quota it hit)
 pub const INSTANCE_LIMIT_EXCEEDED: &str = "InstanceLimitExceeded";
 pub const LOAD_BALANCER_LIMIT_EXCEEDED: &str = "LoadBalancerLimitExceeded";

@@ -3,9 +3,11 @@
 
 pub mod client;
 pub mod codes;
+pub mod faults;
 pub mod types;
 
 pub use client::{ApiError, Client, ClientError, RetryPolicy};
+pub use faults::*;
 pub use types::*;
 
 /// Header carrying a create call's client token: a retry with the same key returns the original resource.

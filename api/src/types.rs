@@ -144,6 +144,12 @@ pub struct Instance {
     pub created_at: String,
     /// When the instance entered its current state (RFC 3339).
     pub state_changed_at: String,
+    /// Why the instance is in its state, when the cloud did it (e.g. `Server.SpotInstanceTermination`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
+    /// A spot interruption notice: when the instance will be interrupted (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption_at: Option<String>,
 }
 
 /// Filters for `GET /v1/instances`.
@@ -510,6 +516,9 @@ pub struct AuditEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
     pub latency_ms: f64,
+    /// The fault rule, rate limit or outage that shaped this call's answer, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]

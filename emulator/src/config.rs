@@ -14,6 +14,8 @@ pub struct Config {
     pub timings: Timings,
     /// Audit entries kept; older ones are dropped.
     pub audit_max_entries: u64,
+    /// Seed for fault injection's random draws; `None` picks one (and logs it).
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -185,7 +187,7 @@ impl Default for Topology {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { topology: Topology::default(), timings: Timings::default(), audit_max_entries: 100_000 }
+        Self { topology: Topology::default(), timings: Timings::default(), audit_max_entries: 100_000, seed: None }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The one error type of the emulator, and the one place it becomes an HTTP response.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use std::borrow::Cow;
+
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::{ErrorBody, ErrorDetail, QuotaName, codes};
 
@@ -11,22 +13,24 @@ tokio::task_local! {
 
 /// The error code of a response, for the audit log and metrics.
 #[derive(Debug, Clone)]
-pub struct ErrorCode(pub &'static str);
+pub struct ErrorCode(pub String);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    /// One of `fakecloud_api::codes`, or a code a fault rule chose.
+    pub code: Cow<'static, str>,
     pub message: String,
-    pub retry_after: Option<u64>,
+    /// Extra response headers (`Retry-After`, `RateLimit-*`, or a fault rule's).
+    pub headers: Vec<(String, String)>,
 }
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), retry_after: None }
+    pub fn new(status: StatusCode, code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self { status, code: code.into(), message: message.into(), headers: Vec::new() }
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -72,7 +76,7 @@ impl From<sqlx::Error> for ApiError {
             tracing::warn!(error = %e, "database busy");
             let mut err =
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::SERVICE_UNAVAILABLE, "database busy, retry");
-            err.retry_after = Some(1);
+            err.headers = vec![("Retry-After".into(), "1".into())];
             return err;
         }
         tracing::error!(error = %e, "database error");
@@ -85,10 +89,12 @@ impl IntoResponse for ApiError {
         let request_id = REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default();
         let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if let Some(secs) = self.retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        for (k, v) in &self.headers {
+            if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+                resp.headers_mut().insert(k, v);
+            }
         }
-        resp.extensions_mut().insert(ErrorCode(self.code));
+        resp.extensions_mut().insert(ErrorCode(self.code.to_string()));
         resp
     }
 }

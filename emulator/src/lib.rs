@@ -11,6 +11,7 @@ pub mod config;
 pub mod credentials;
 pub mod db;
 pub mod error;
+pub mod faults;
 pub mod http;
 pub mod server;
 pub mod store;

@@ -40,7 +40,7 @@ impl Server {
             TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
-        let (router, state) = http::app(db, cfg, tokens);
+        let (router, state) = http::app(db, cfg, tokens).await?;
         let (shutdown, mut rx) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             axum::serve(listener, router)

@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Where tokens are read from, or generated into when missing (default: beside the database).
     #[arg(long)]
     pub credentials_file: Option<PathBuf>,
+    /// Seed for fault injection's random draws, so a run repeats exactly (default: random, logged at start).
+    #[arg(long, env = "FAKECLOUD_SEED")]
+    pub seed: Option<u64>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -97,6 +100,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             terminated_retention: args.terminated_retention,
         },
         audit_max_entries: args.audit_max_entries.max(1),
+        seed: args.seed,
     };
     let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {

@@ -3,7 +3,10 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fakecloud_api::{CreateInstanceRequest, ErrorBody, Instance, InstanceList, ListInstancesQuery, Region};
+use fakecloud_api::{
+    CreateInstanceRequest, ErrorBody, Instance, InstanceList, InstanceState, ListInstancesQuery, Region,
+    ZONE_OUTAGE_REASON,
+};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiQuery, idempotency_key};
@@ -49,14 +52,33 @@ async fn create_instance(
     params(ListInstancesQuery), responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody)),
     security(("user" = [])))]
 async fn list_instances(State(st): State<AppState>, ApiQuery(q): ApiQuery<ListInstancesQuery>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, "", instances::list(&st.db, &st.cfg, &q).await?))
+    let mut page = instances::list(&st.db, &st.cfg, &q).await?;
+    let dark = st.faults().dark_zones().await;
+    if !dark.is_empty() {
+        page.items.iter_mut().for_each(|i| unreachable_in(&dark, i));
+        if let Some(want) = q.state {
+            page.items.retain(|i| i.state == want);
+        }
+    }
+    Ok(reply(StatusCode::OK, "", page))
+}
+
+/// During a zone outage its instances cannot be reached: a running one is reported stopped, as a cloud whose
+/// zone is down reports it.
+fn unreachable_in(dark: &[String], i: &mut Instance) {
+    if dark.contains(&i.zone) && matches!(i.state, InstanceState::Pending | InstanceState::Running) {
+        i.state = InstanceState::Stopped;
+        i.state_reason = Some(ZONE_OUTAGE_REASON.to_string());
+    }
 }
 
 #[utoipa::path(get, path = "/v1/instances/{id}", operation_id = "GetInstance", tag = "instances",
     params(("id" = String, Path)), responses((status = 200, body = Instance), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
 async fn get_instance(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, instances::get(&st.db, &st.cfg, &id).await?))
+    let mut inst = instances::get(&st.db, &st.cfg, &id).await?;
+    unreachable_in(&st.faults().dark_zones().await, &mut inst);
+    Ok(reply(StatusCode::OK, &id, inst))
 }
 
 /// Stop a running instance: `stopping`, then `stopped`.

@@ -28,8 +28,14 @@ pub struct ResourceLabels {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FaultLabels {
+    pub fault: String,
+}
+
 pub struct Metrics {
     registry: Registry,
+    faults: Family<FaultLabels, Counter>,
     requests: Family<CallLabels, Counter>,
     latency: Family<OperationLabels, Histogram>,
     resources: Family<ResourceLabels, Gauge>,
@@ -52,7 +58,13 @@ impl Default for Metrics {
         registry.register("requests", "API calls by operation and HTTP status", requests.clone());
         registry.register("request_duration_seconds", "API call latency by operation", latency.clone());
         registry.register("resources", "Resources by kind and state", resources.clone());
-        Self { registry, requests, latency, resources }
+        let faults = Family::<FaultLabels, Counter>::default();
+        registry.register(
+            "faults_injected",
+            "Calls shaped by a fault rule, rate limit or outage, by its name",
+            faults.clone(),
+        );
+        Self { registry, faults, requests, latency, resources }
     }
 }
 
@@ -62,11 +74,15 @@ impl Metrics {
         self.latency.get_or_create(&OperationLabels { operation: operation.to_string() }).observe(seconds);
     }
 
+    pub fn fault_injected(&self, fault: &str) {
+        self.faults.get_or_create(&FaultLabels { fault: fault.to_string() }).inc();
+    }
+
     /// Count resources now, then render the text exposition format.
     pub async fn render(&self, db: &Db) -> Result<String> {
         let now = now_ms();
         let counts: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT 'instance', (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS s, COUNT(*) FROM instances GROUP BY s \
+            "SELECT 'instance', (CASE WHEN next_state_at <= ?1 THEN next_state WHEN interruption_at <= ?1 THEN 'stopping' ELSE state END) AS s, COUNT(*) FROM instances GROUP BY s \
              UNION ALL SELECT 'load_balancer', (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS s, COUNT(*) FROM load_balancers GROUP BY s \
              UNION ALL SELECT 'route', 'active', COUNT(*) FROM routes \
              UNION ALL SELECT 'route_table', 'active', COUNT(*) FROM route_tables",

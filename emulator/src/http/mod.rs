@@ -6,6 +6,7 @@ mod admin;
 mod audit;
 pub mod auth;
 mod extract;
+mod faults;
 mod instances;
 mod load_balancers;
 pub mod metrics;
@@ -23,7 +24,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use fakecloud_api::{REQUEST_ID_HEADER, codes};
+use fakecloud_api::{NoResponseMode, REQUEST_ID_HEADER, codes};
 use serde::Serialize;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -34,6 +35,7 @@ use self::metrics::Metrics;
 use crate::config::Config;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode, REQUEST_ID};
+use crate::faults::{Call, FaultEngine, Verdict};
 use crate::store::audit::{AuditSink, Record};
 
 /// Everything a handler needs.
@@ -47,8 +49,15 @@ pub struct Inner {
     pub tokens: Tokens,
     pub metrics: Metrics,
     pub audit: AuditSink,
+    faults: FaultEngine,
     operations: Operations,
     openapi: String,
+}
+
+impl AppState {
+    pub fn faults(&self) -> &FaultEngine {
+        &self.0.faults
+    }
 }
 
 impl Deref for AppState {
@@ -156,6 +165,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(quotas::router())
         .merge(audit::router())
         .merge(admin::router())
+        .merge(faults::router())
 }
 
 /// The OpenAPI document, as served at `/openapi.json`.
@@ -164,10 +174,12 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
-pub fn app(db: Db, cfg: Config, tokens: Tokens) -> (Router, AppState) {
+pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppState), ApiError> {
     let (router, spec) = api_routes().split_for_parts();
     let operations = Operations::from_spec(&spec);
-    tracing::debug!(operations = ?operations.names(), "API operations");
+    let seed = cfg.seed.unwrap_or_else(rand::random);
+    tracing::info!(seed, "fault injection seed (pass --seed {seed} to repeat this run's random faults)");
+    let faults = FaultEngine::load(db.clone(), seed, operations.names()).await?;
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
     let state = AppState(Arc::new(Inner {
         db,
@@ -175,6 +187,7 @@ pub fn app(db: Db, cfg: Config, tokens: Tokens) -> (Router, AppState) {
         tokens,
         metrics: Metrics::default(),
         audit,
+        faults,
         operations,
         openapi: spec.to_pretty_json().unwrap_or_default(),
     }));
@@ -185,7 +198,7 @@ pub fn app(db: Db, cfg: Config, tokens: Tokens) -> (Router, AppState) {
         .fallback(|| async { ApiError::not_found(codes::NOT_FOUND, "no such API path; see /openapi.json") })
         .layer(middleware::from_fn_with_state(state.clone(), gatekeeper))
         .with_state(state.clone());
-    (router, state)
+    Ok((router, state))
 }
 
 async fn serve_metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
@@ -217,6 +230,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     let req = Request::from_parts(parts, body);
     let request_id = uuid::Uuid::new_v4().simple().to_string();
 
+    let mut fault = None;
     let mut resp = REQUEST_ID
         .scope(request_id.clone(), async {
             match (&op, role) {
@@ -236,7 +250,18 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                 (Some(op), Some(role)) if role < op.role => {
                     ApiError::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, format!("{} needs the admin token", op.name)).into_response()
                 }
-                (Some(_), Some(_)) => next.run(req).await,
+                (Some(op), Some(role)) => {
+                    let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
+                    let call = Call { operation: &op.name, method: &method, resource_id: path_id.as_deref(), role, admin_only: op.role == Role::Admin, token };
+                    let db = st.db.reader();
+                    let verdict = st
+                        .faults()
+                        .judge(&call, async |id: &str| {
+                            sqlx::query_scalar("SELECT zone FROM instances WHERE id = ?1").bind(id).fetch_optional(db).await.ok().flatten()
+                        })
+                        .await;
+                    apply(verdict, req, next, &mut fault).await
+                }
             }
         })
         .await;
@@ -259,6 +284,48 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         status,
         error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
         latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
+        fault: fault.clone(),
     });
+    if let Some(f) = fault {
+        st.metrics.fault_injected(&f);
+    }
     resp
+}
+
+/// Carry out a fault verdict around the call.
+async fn apply(verdict: Verdict, req: Request, next: Next, fault: &mut Option<String>) -> Response {
+    match verdict {
+        Verdict::Pass => next.run(req).await,
+        Verdict::Refuse { error, fault: f } => {
+            *fault = Some(f);
+            error.into_response()
+        }
+        Verdict::Delay { by, fault: f } => {
+            *fault = Some(f);
+            tokio::time::sleep(by).await;
+            next.run(req).await
+        }
+        Verdict::ApplyThenFail { error, fault: f } => {
+            let resp = next.run(req).await;
+            if resp.status().is_success() {
+                *fault = Some(f);
+                error.into_response()
+            } else {
+                resp
+            }
+        }
+        Verdict::NoResponse { mode, hang, fault: f } => {
+            *fault = Some(f);
+            if mode == NoResponseMode::Hang {
+                tokio::time::sleep(hang).await;
+            }
+            // A body that fails makes the server drop the connection: the client gets no complete answer.
+            let body = axum::body::Body::from_stream(futures::stream::once(async {
+                Err::<axum::body::Bytes, std::io::Error>(std::io::Error::other("fault injection: no response"))
+            }));
+            let mut resp = Response::new(body);
+            resp.extensions_mut().insert(ErrorCode("NoResponse".into()));
+            resp
+        }
+    }
 }

@@ -22,6 +22,7 @@ pub struct Record {
     pub status: u16,
     pub error_code: Option<String>,
     pub latency_us: i64,
+    pub fault: Option<String>,
 }
 
 enum Msg {
@@ -107,8 +108,8 @@ async fn write(db: &Db, batch: &[Record], keep: Option<u64>) -> Result<()> {
     let mut tx = db.write().await?;
     for r in batch {
         sqlx::query(
-            "INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )
         .bind(r.time_ms)
         .bind(&r.request_id)
@@ -120,6 +121,7 @@ async fn write(db: &Db, batch: &[Record], keep: Option<u64>) -> Result<()> {
         .bind(i64::from(r.status))
         .bind(&r.error_code)
         .bind(r.latency_us)
+        .bind(&r.fault)
         .execute(&mut *tx)
         .await?;
     }
@@ -146,6 +148,7 @@ struct Row {
     status: i64,
     error_code: Option<String>,
     latency_us: i64,
+    fault: Option<String>,
 }
 
 pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
@@ -168,7 +171,7 @@ pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
         ),
     };
     let mut sql = String::from(
-        "SELECT seq, time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us FROM audit_log WHERE seq > ?1",
+        "SELECT seq, time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault FROM audit_log WHERE seq > ?1",
     );
     // Every placeholder numbered: sqlx numbers bare `?` on its own.
     let mut args: Vec<Arg> = vec![Arg::I(q.after.unwrap_or(0))];
@@ -211,6 +214,7 @@ pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
             status: u16::try_from(r.status).unwrap_or(0),
             error_code: r.error_code,
             latency_ms: r.latency_us as f64 / 1000.0,
+            fault: r.fault,
         })
         .collect())
 }

@@ -3,14 +3,15 @@
 use std::net::IpAddr;
 
 use fakecloud_api::{
-    CreateInstanceRequest, Instance, InstanceList, InstanceState, ListInstancesQuery, Market, QuotaName, codes,
+    CreateInstanceRequest, Instance, InstanceList, InstanceState, ListInstancesQuery, Market, QuotaName,
+    ReclaimRequest, SPOT_TERMINATION_REASON, codes,
 };
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
 use super::{begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Timings};
-use crate::db::{Db, new_id, now_ms, rfc3339};
+use crate::db::{Db, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
@@ -19,10 +20,20 @@ pub const OPERATION_CREATE: &str = "CreateInstance";
 /// Instances counted against the quota: all that are not (effectively) terminated at `?1`.
 pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'terminated'";
 
-const SELECT: &str = "SELECT seq, id, name, zone, instance_type, market, \
-     (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
-     (CASE WHEN next_state_at <= ?1 THEN next_state_at ELSE state_changed_at END) AS state_changed_at, \
-     private_ip, tags, created_at FROM instances";
+/// An instance's state as shown at `?1`: a due transition has happened, and a spot instance past its
+/// interruption time is `stopping` until it is terminated.
+macro_rules! state_at {
+    () => {
+        "(CASE WHEN next_state_at <= ?1 THEN next_state WHEN interruption_at <= ?1 THEN 'stopping' ELSE state END)"
+    };
+}
+
+const SELECT: &str = concat!(
+    "SELECT seq, id, name, zone, instance_type, market, ",
+    state_at!(),
+    " AS state, (CASE WHEN next_state_at <= ?1 THEN next_state_at WHEN interruption_at <= ?1 THEN interruption_at \
+     ELSE state_changed_at END) AS state_changed_at, private_ip, tags, created_at, state_reason, interruption_at FROM instances"
+);
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -37,6 +48,8 @@ struct Row {
     private_ip: String,
     tags: String,
     created_at: i64,
+    state_reason: Option<String>,
+    interruption_at: Option<i64>,
 }
 
 impl Row {
@@ -50,6 +63,8 @@ impl Row {
             tags: serde_json::from_str(&self.tags).map_err(|_| corrupt("tags"))?,
             created_at: rfc3339(self.created_at),
             state_changed_at: rfc3339(self.state_changed_at),
+            state_reason: self.state_reason,
+            interruption_at: self.interruption_at.map(rfc3339),
             region: region.to_string(),
             id: self.id,
             name: self.name,
@@ -185,6 +200,8 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         private_ip: ip.to_string(),
         tags,
         created_at: now,
+        state_reason: None,
+        interruption_at: None,
     };
     Ok((row.into_api(&topo.region)?, false))
 }
@@ -300,4 +317,75 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
     let inst = fetch(&mut *tx, cfg, id, now).await?;
     tx.commit().await?;
     Ok(inst)
+}
+
+/// Reclaim spot instances: an interruption notice now, `stopping` once the notice has run out, then
+/// `terminated` after the terminate delay, with the reason `Server.SpotInstanceTermination`. Instances already
+/// interrupted are left as they are.
+pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<Instance>> {
+    let notice = match req.notice_seconds {
+        None => std::time::Duration::from_secs(120),
+        Some(s) if s.is_finite() && (0.0..=86400.0).contains(&s) => std::time::Duration::from_secs_f64(s),
+        Some(s) => return Err(ApiError::invalid("notice_seconds", format!("must be between 0 and 86400 (got {s})"))),
+    };
+    if req.instance_ids.is_empty() && req.names.is_empty() && req.tag.is_none() {
+        return Err(ApiError::invalid("instance_ids", "name the instances to reclaim: instance_ids, names or tag"));
+    }
+    let (mut tx, now) = begin(db).await?;
+    let mut targets: Vec<Instance> = Vec::new();
+    for id in &req.instance_ids {
+        targets.push(fetch(&mut *tx, cfg, id, now).await?);
+    }
+    for name in &req.names {
+        let q = format!("{SELECT} WHERE name = ?2 AND state <> 'terminated'");
+        let row: Option<Row> =
+            sqlx::query_as(sqlx::AssertSqlSafe(q)).bind(now).bind(name).fetch_optional(&mut *tx).await?;
+        let row = row.ok_or_else(|| {
+            ApiError::not_found(codes::INSTANCE_NOT_FOUND, format!("no live instance named {name:?}"))
+        })?;
+        targets.push(row.into_api(&cfg.topology.region)?);
+    }
+    if let Some(tag) = &req.tag {
+        let (k, v) =
+            tag.split_once('=').ok_or_else(|| ApiError::invalid("tag", format!("{tag:?} is not key=value")))?;
+        validate::tag_key("tag", k)?;
+        let q = format!("{SELECT} WHERE market = 'spot' AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
+        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
+            .bind(now)
+            .bind(format!("$.\"{k}\""))
+            .bind(v)
+            .fetch_all(&mut *tx)
+            .await?;
+        for r in rows {
+            targets.push(r.into_api(&cfg.topology.region)?);
+        }
+    }
+    let mut reclaimed = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for inst in targets {
+        if !seen.insert(inst.id.clone()) {
+            continue;
+        }
+        if inst.market != Market::Spot {
+            return Err(ApiError::bad_request(
+                codes::NOT_SPOT,
+                format!("instance {} ({}) is on-demand; only spot instances are reclaimed", inst.id, inst.name),
+            ));
+        }
+        if inst.interruption_at.is_none() && matches!(inst.state, InstanceState::Pending | InstanceState::Running) {
+            let at = now + ms(notice);
+            sqlx::query(
+                "UPDATE instances SET interruption_at = ?1, state_reason = ?2, next_state = 'terminated', next_state_at = ?3 WHERE id = ?4",
+            )
+            .bind(at)
+            .bind(SPOT_TERMINATION_REASON)
+            .bind(at + ms(cfg.timings.terminate_delay))
+            .bind(&inst.id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        reclaimed.push(fetch(&mut *tx, cfg, &inst.id, now).await?);
+    }
+    tx.commit().await?;
+    Ok(reclaimed)
 }

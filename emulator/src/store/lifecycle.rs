@@ -7,9 +7,6 @@ use std::time::Duration;
 use crate::db::{Db, Tx, ms, now_ms};
 use crate::error::Result;
 
-/// SQL for a row's effective state at time `?1`.
-pub const EFFECTIVE_STATE: &str = "(CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END)";
-
 pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
     // Usually nothing is due: one indexed look-up instead of four writes.
     let due: bool = sqlx::query_scalar(

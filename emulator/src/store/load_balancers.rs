@@ -234,7 +234,7 @@ pub async fn create(
     let pool = pool_for(cfg, req.scheme);
     let address: IpAddr = match req.requested_ip {
         Some(ip) => {
-            ipam::lease_fixed(&mut tx, Some(pool), ip, &id).await.map_err(|e| match e.code {
+            ipam::lease_fixed(&mut tx, Some(pool), ip, &id).await.map_err(|e| match e.code.as_ref() {
                 codes::INVALID_ADDRESS => ApiError::bad_request(
                     codes::INVALID_ADDRESS,
                     format!("requested_ip: {ip} is not in the {} pool {}", req.scheme.as_str(), pool.net),

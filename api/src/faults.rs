@@ -1,0 +1,271 @@
+//! Fault injection: rules, rate limits, outages and spot reclamation (admin API under `/v1/faults`,
+//! `/v1/rate-limits`, `/v1/outages`, `/v1/spot/reclaim`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::Instance;
+
+/// What a rule applies to. Every list given must contain a match; an empty list matches anything.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FaultMatch {
+    /// Operation names or globs, e.g. `CreateLoadBalancer`, `*LoadBalancer*`, `Create*`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<String>,
+    /// HTTP methods, e.g. `POST`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Resource IDs named in the request path, e.g. an instance ID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_ids: Vec<String>,
+    /// Caller roles: `user` or `admin`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum NoResponseMode {
+    /// Drop the connection without an answer.
+    #[default]
+    Close,
+    /// Say nothing until `hang_seconds` have passed (or the client gives up), then drop the connection.
+    Hang,
+}
+
+/// What a matching call gets.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum FaultAction {
+    /// Answer with this error instead of doing the call.
+    Error {
+        /// 400–599.
+        status: u16,
+        code: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// Extra response headers, e.g. `{"Retry-After": "5"}`.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+    /// Delay the call by `ms` plus a uniform random 0..`jitter_ms`, then do it.
+    Latency {
+        ms: u64,
+        #[serde(default)]
+        jitter_ms: u64,
+    },
+    /// No answer at all.
+    NoResponse {
+        #[serde(default)]
+        mode: NoResponseMode,
+        /// For `hang`: at most this long (default 300, at most 3600).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hang_seconds: Option<f64>,
+    },
+    /// Do the call (the write happens), then answer with this error: the lost-response case.
+    ApplyThenFail {
+        status: u16,
+        code: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+}
+
+/// When a matching call is actually faulted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FaultTrigger {
+    /// 0–1; drawn from the emulator's seeded generator (`fakecloud serve --seed`), so a run repeats exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f64>,
+    /// Let the first N matching calls through.
+    #[serde(default)]
+    pub skip: u64,
+    /// Then fault at most this many (default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<u64>,
+    /// Active from this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Active until this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Active for this long from when the rule is added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFaultRuleRequest {
+    /// A name for the rule (letters, digits, `-`); default `fault-<n>`. It also seeds the rule's random draws.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "match", default)]
+    pub matcher: FaultMatch,
+    pub action: FaultAction,
+    #[serde(default)]
+    pub trigger: FaultTrigger,
+    /// Where in the ordered list (0 = first; rules are tried in order, first match wins). Default: last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct FaultRule {
+    pub id: String,
+    #[serde(rename = "match")]
+    pub matcher: FaultMatch,
+    pub action: FaultAction,
+    pub trigger: FaultTrigger,
+    /// When the rule stops applying, if it has a window (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_until: Option<String>,
+    /// Calls that matched since the emulator started.
+    pub matched: u64,
+    /// Calls that were faulted since the emulator started.
+    pub injected: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FaultRuleList {
+    pub items: Vec<FaultRule>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateLimitScope {
+    /// Every call.
+    #[default]
+    All,
+    /// GET calls.
+    Reads,
+    /// Every call that is not a GET.
+    Writes,
+    /// The calls of `operation`.
+    Operation,
+}
+
+/// A token bucket: `capacity` calls at once, refilled at `refill_per_second`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SetRateLimitRequest {
+    #[serde(default)]
+    pub scope: RateLimitScope,
+    /// With scope `operation`: the operation name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// One bucket per caller token instead of one for all.
+    #[serde(default)]
+    pub per_token: bool,
+    /// 1–1,000,000.
+    pub capacity: u32,
+    /// Tokens added per second, > 0.
+    pub refill_per_second: f64,
+    /// Status when the bucket is empty: 429 (default) or 503 (as EC2 does).
+    #[serde(default = "default_limit_status")]
+    pub status: u16,
+}
+
+fn default_limit_status() -> u16 {
+    429
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct RateLimit {
+    /// The limit's name, from the URL.
+    pub id: String,
+    pub limit: SetRateLimitRequest,
+    /// Calls refused since the emulator started.
+    pub refused: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RateLimitList {
+    pub items: Vec<RateLimit>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    /// Instances and the region.
+    Compute,
+    /// Route tables and routes.
+    Network,
+    /// Load balancers.
+    LoadBalancing,
+}
+
+/// What is down: all of it, one service, or one zone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutageScope {
+    Api,
+    Service,
+    /// Calls on the zone's instances fail, and its instances are reported `stopped` (unreachable) while it lasts.
+    Zone,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StartOutageRequest {
+    pub scope: OutageScope,
+    /// With scope `service`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<Service>,
+    /// With scope `zone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// How long it lasts (default: until stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Outage {
+    pub id: String,
+    pub scope: OutageScope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<Service>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OutageList {
+    pub items: Vec<Outage>,
+}
+
+/// Reclaim spot instances: an interruption notice now, then `stopping` and `terminated` with the reason
+/// `Server.SpotInstanceTermination`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimRequest {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// `key=value`: every spot instance with the tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Seconds between the notice and the interruption (default 120, as on AWS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReclaimResponse {
+    pub items: Vec<Instance>,
+}
+
+/// The reason a reclaimed instance carries.
+pub const SPOT_TERMINATION_REASON: &str = "Server.SpotInstanceTermination";
+
+/// The reason instances of a zone in an outage carry while it lasts.
+pub const ZONE_OUTAGE_REASON: &str = "Server.ZoneOutage";

@@ -1,0 +1,305 @@
+//! Fault injection: what the emulator does to a call before (or after) it runs. Checked for every user call,
+//! in this order: outages, rate limits, then the ordered fault rules (the first rule whose match and trigger
+//! both fire wins). Admin calls are never faulted, so faults can always be managed.
+//!
+//! Everything is persisted (table `faults`), so it survives a restart; counters (`matched`, `injected`, skip
+//! and times) start again from zero after one.
+
+mod outages;
+mod rate_limits;
+mod rules;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::Method;
+use fakecloud_api::{
+    CreateFaultRuleRequest, FaultRule, NoResponseMode, Outage, RateLimit, Service, SetRateLimitRequest,
+    StartOutageRequest,
+};
+use tokio::sync::{Mutex, RwLock};
+
+use self::outages::ActiveOutage;
+use self::rate_limits::ActiveLimit;
+use self::rules::ActiveRule;
+use crate::db::{Db, now_ms};
+use crate::error::{ApiError, Result};
+use crate::http::auth::Role;
+
+/// What the gatekeeper should do with a call.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Run it normally.
+    Pass,
+    /// Answer with this error instead (outage, rate limit, error rule).
+    Refuse { error: ApiError, fault: String },
+    /// Wait, then run it.
+    Delay { by: Duration, fault: String },
+    /// Give no answer.
+    NoResponse { mode: NoResponseMode, hang: Duration, fault: String },
+    /// Run it, then answer with this error.
+    ApplyThenFail { error: ApiError, fault: String },
+}
+
+/// The call being judged.
+#[derive(Debug)]
+pub struct Call<'a> {
+    pub operation: &'a str,
+    pub method: &'a Method,
+    pub resource_id: Option<&'a str>,
+    pub role: Role,
+    /// Admin-only operations (quotas, audit, faults, reset) are never faulted.
+    pub admin_only: bool,
+    /// The caller's token, for per-token rate limits (never stored or logged).
+    pub token: &'a str,
+}
+
+/// The service an operation belongs to, for service outages.
+pub fn service_of(operation: &str) -> Option<Service> {
+    if operation.contains("LoadBalancer") {
+        Some(Service::LoadBalancing)
+    } else if operation.contains("Route") {
+        Some(Service::Network)
+    } else if operation.contains("Instance") || operation == "GetRegion" || operation == "ReclaimSpot" {
+        Some(Service::Compute)
+    } else {
+        None
+    }
+}
+
+pub struct FaultEngine {
+    db: Db,
+    seed: u64,
+    operations: Vec<String>,
+    rules: RwLock<Vec<Arc<ActiveRule>>>,
+    limits: RwLock<Vec<Arc<ActiveLimit>>>,
+    outages: RwLock<Vec<ActiveOutage>>,
+    /// Serialises changes, so the database and memory change together.
+    edit: Mutex<()>,
+}
+
+impl std::fmt::Debug for FaultEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultEngine").field("seed", &self.seed).finish_non_exhaustive()
+    }
+}
+
+impl FaultEngine {
+    /// Load the persisted faults. `operations` are the API's operation names (for validating rule matches).
+    pub async fn load(db: Db, seed: u64, operations: Vec<String>) -> Result<Self> {
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT kind, id, spec FROM faults ORDER BY position, created_at")
+                .fetch_all(db.reader())
+                .await?;
+        let (mut rules, mut limits, mut outages) = (Vec::new(), Vec::new(), Vec::new());
+        for (kind, id, spec) in rows {
+            let restored = match kind.as_str() {
+                "rule" => ActiveRule::restore(&id, &spec, seed).map(|r| rules.push(Arc::new(r))),
+                "rate_limit" => ActiveLimit::restore(&id, &spec).map(|l| limits.push(Arc::new(l))),
+                "outage" => ActiveOutage::restore(&id, &spec).map(|o| outages.push(o)),
+                _ => Ok(()),
+            };
+            if let Err(e) = restored {
+                tracing::warn!(%kind, %id, error = %e, "skipping a stored fault that no longer parses");
+            }
+        }
+        Ok(Self {
+            db,
+            seed,
+            operations,
+            rules: RwLock::new(rules),
+            limits: RwLock::new(limits),
+            outages: RwLock::new(outages),
+            edit: Mutex::default(),
+        })
+    }
+
+    /// Judge a call. Cheap when nothing is configured.
+    pub async fn judge(&self, call: &Call<'_>, zone_of: impl AsyncFnOnce(&str) -> Option<String>) -> Verdict {
+        if call.admin_only {
+            return Verdict::Pass;
+        }
+        let now = now_ms();
+        {
+            let outages = self.outages.read().await;
+            if !outages.is_empty()
+                && let Some(v) = outages::judge(&outages, call, now, zone_of).await
+            {
+                return v;
+            }
+        }
+        {
+            let limits = self.limits.read().await;
+            for l in limits.iter() {
+                if let Some(v) = l.judge(call) {
+                    return v;
+                }
+            }
+        }
+        let rules = self.rules.read().await;
+        for r in rules.iter() {
+            if let Some(v) = r.judge(call, now) {
+                return v;
+            }
+        }
+        Verdict::Pass
+    }
+
+    /// Zones in an outage now: their instances are reported unreachable.
+    pub async fn dark_zones(&self) -> Vec<String> {
+        let now = now_ms();
+        self.outages
+            .read()
+            .await
+            .iter()
+            .filter(|o| o.active(now))
+            .filter_map(|o| o.zone().map(str::to_string))
+            .collect()
+    }
+
+    async fn persist(&self, kind: &str, id: &str, position: i64, spec: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO faults (kind, id, position, spec, created_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT(kind, id) DO UPDATE SET position = ?3, spec = ?4",
+        )
+        .bind(kind)
+        .bind(id)
+        .bind(position)
+        .bind(spec)
+        .bind(now_ms())
+        .execute(self.db.writer())
+        .await?;
+        Ok(())
+    }
+
+    async fn forget(&self, kind: &str, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM faults WHERE kind = ?1 AND id = ?2")
+            .bind(kind)
+            .bind(id)
+            .execute(self.db.writer())
+            .await?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------------------- rules
+
+    pub async fn add_rule(&self, req: CreateFaultRuleRequest) -> Result<FaultRule> {
+        let _edit = self.edit.lock().await;
+        let mut rules = self.rules.write().await;
+        let id = match &req.id {
+            Some(id) => id.clone(),
+            None => {
+                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM faults WHERE kind = 'rule'")
+                    .fetch_one(self.db.reader())
+                    .await?;
+                let mut k = n + 1;
+                while rules.iter().any(|r| r.id == format!("fault-{k}")) {
+                    k += 1;
+                }
+                format!("fault-{k}")
+            }
+        };
+        if rules.iter().any(|r| r.id == id) {
+            return Err(ApiError::conflict(
+                fakecloud_api::codes::FAULT_EXISTS,
+                format!("a fault rule named {id:?} exists"),
+            ));
+        }
+        let rule = ActiveRule::new(id, req.matcher, req.action, req.trigger, &self.operations, self.seed, now_ms())?;
+        let at = req.position.unwrap_or(rules.len()).min(rules.len());
+        rules.insert(at, Arc::new(rule));
+        for (i, r) in rules.iter().enumerate() {
+            self.persist("rule", &r.id, i as i64, &r.stored()).await?;
+        }
+        tracing::info!(rule = %rules[at].id, position = at, "fault rule added");
+        Ok(rules[at].to_api())
+    }
+
+    pub async fn list_rules(&self) -> Vec<FaultRule> {
+        self.rules.read().await.iter().map(|r| r.to_api()).collect()
+    }
+
+    pub async fn delete_rule(&self, id: &str) -> Result<FaultRule> {
+        let _edit = self.edit.lock().await;
+        let mut rules = self.rules.write().await;
+        let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
+            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no fault rule named {id:?}"))
+        })?;
+        self.forget("rule", id).await?;
+        Ok(rules.remove(at).to_api())
+    }
+
+    /// Remove every rule, rate limit and outage.
+    pub async fn clear(&self) -> Result<()> {
+        let _edit = self.edit.lock().await;
+        sqlx::query("DELETE FROM faults").execute(self.db.writer()).await?;
+        self.rules.write().await.clear();
+        self.limits.write().await.clear();
+        self.outages.write().await.clear();
+        tracing::info!("all faults cleared");
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------------------- rate limits
+
+    pub async fn set_limit(&self, id: &str, spec: SetRateLimitRequest) -> Result<RateLimit> {
+        let _edit = self.edit.lock().await;
+        crate::validate::simple_name("id", id)?;
+        let limit = ActiveLimit::new(id, spec, &self.operations)?;
+        self.persist("rate_limit", id, 0, &limit.stored()).await?;
+        let mut limits = self.limits.write().await;
+        limits.retain(|l| l.id != id);
+        limits.push(Arc::new(limit));
+        tracing::info!(limit = %id, "rate limit set");
+        Ok(limits[limits.len() - 1].to_api())
+    }
+
+    pub async fn list_limits(&self) -> Vec<RateLimit> {
+        self.limits.read().await.iter().map(|l| l.to_api()).collect()
+    }
+
+    pub async fn delete_limit(&self, id: &str) -> Result<RateLimit> {
+        let _edit = self.edit.lock().await;
+        let mut limits = self.limits.write().await;
+        let at = limits.iter().position(|l| l.id == id).ok_or_else(|| {
+            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no rate limit named {id:?}"))
+        })?;
+        self.forget("rate_limit", id).await?;
+        Ok(limits.remove(at).to_api())
+    }
+
+    // ---------------------------------------------------------------------------------------------- outages
+
+    pub async fn start_outage(&self, req: StartOutageRequest, zones: &[&str]) -> Result<Outage> {
+        let _edit = self.edit.lock().await;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM faults WHERE kind = 'outage'").fetch_one(self.db.reader()).await?;
+        let mut outages = self.outages.write().await;
+        let mut k = n + 1;
+        while outages.iter().any(|o| o.id == format!("outage-{k}")) {
+            k += 1;
+        }
+        let outage = ActiveOutage::new(format!("outage-{k}"), req, zones, now_ms())?;
+        self.persist("outage", &outage.id, 0, &outage.stored()).await?;
+        tracing::warn!(outage = %outage.id, "outage started");
+        let api = outage.to_api();
+        outages.push(outage);
+        Ok(api)
+    }
+
+    pub async fn list_outages(&self) -> Vec<Outage> {
+        let now = now_ms();
+        self.outages.read().await.iter().filter(|o| o.active(now)).map(ActiveOutage::to_api).collect()
+    }
+
+    pub async fn stop_outage(&self, id: &str) -> Result<Outage> {
+        let _edit = self.edit.lock().await;
+        let mut outages = self.outages.write().await;
+        let at = outages.iter().position(|o| o.id == id).ok_or_else(|| {
+            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no outage named {id:?}"))
+        })?;
+        self.forget("outage", id).await?;
+        tracing::info!(outage = %id, "outage stopped");
+        Ok(outages.remove(at).to_api())
+    }
+}

@@ -1,0 +1,131 @@
+//! Token-bucket rate limits (governor's GCRA, which is a token bucket): 429 (or 503) with an accurate
+//! `Retry-After` and the `RateLimit-*` headers when a bucket is empty.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use fakecloud_api::{RateLimit, RateLimitScope, SetRateLimitRequest, codes};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
+
+use super::{Call, Verdict};
+use crate::error::{ApiError, Result};
+
+type Limiter = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
+
+pub struct ActiveLimit {
+    pub id: String,
+    spec: SetRateLimitRequest,
+    limiter: Limiter,
+    refused: AtomicU64,
+}
+
+impl ActiveLimit {
+    pub fn new(id: &str, spec: SetRateLimitRequest, operations: &[String]) -> Result<Self> {
+        if !(1..=1_000_000).contains(&spec.capacity) {
+            return Err(ApiError::invalid(
+                "capacity",
+                format!("must be between 1 and 1000000 (got {})", spec.capacity),
+            ));
+        }
+        if !spec.refill_per_second.is_finite() || spec.refill_per_second <= 0.0 || spec.refill_per_second > 1_000_000.0
+        {
+            return Err(ApiError::invalid(
+                "refill_per_second",
+                format!("must be above 0 and at most 1000000 (got {})", spec.refill_per_second),
+            ));
+        }
+        if spec.status != 429 && spec.status != 503 {
+            return Err(ApiError::invalid("status", format!("must be 429 or 503 (got {})", spec.status)));
+        }
+        match (spec.scope, &spec.operation) {
+            (RateLimitScope::Operation, None) => {
+                return Err(ApiError::invalid("operation", "scope operation needs the operation's name"));
+            }
+            (RateLimitScope::Operation, Some(op)) if !operations.contains(op) => {
+                return Err(ApiError::invalid(
+                    "operation",
+                    format!("{op:?} is not an operation; operations: {}", operations.join(", ")),
+                ));
+            }
+            (RateLimitScope::Operation, Some(_)) => {}
+            (_, Some(_)) => return Err(ApiError::invalid("operation", "only with scope operation")),
+            (_, None) => {}
+        }
+        Self::build(id, spec)
+    }
+
+    fn build(id: &str, spec: SetRateLimitRequest) -> Result<Self> {
+        let period = Duration::from_secs_f64(1.0 / spec.refill_per_second);
+        let capacity =
+            NonZeroU32::new(spec.capacity).ok_or_else(|| ApiError::invalid("capacity", "must be at least 1"))?;
+        let quota = Quota::with_period(period)
+            .ok_or_else(|| ApiError::invalid("refill_per_second", "is too large"))?
+            .allow_burst(capacity);
+        Ok(Self {
+            id: id.to_string(),
+            spec,
+            limiter: RateLimiter::keyed(quota).with_middleware(),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    pub fn restore(id: &str, spec: &str) -> Result<Self> {
+        let spec: SetRateLimitRequest = serde_json::from_str(spec).map_err(|e| ApiError::internal(e.to_string()))?;
+        Self::build(id, spec)
+    }
+
+    pub fn stored(&self) -> String {
+        serde_json::to_string(&self.spec).unwrap_or_default()
+    }
+
+    fn applies(&self, call: &Call<'_>) -> bool {
+        match self.spec.scope {
+            RateLimitScope::All => true,
+            RateLimitScope::Reads => call.method == Method::GET,
+            RateLimitScope::Writes => call.method != Method::GET,
+            RateLimitScope::Operation => self.spec.operation.as_deref() == Some(call.operation),
+        }
+    }
+
+    /// Take a token; `Some` (a refusal) when the bucket is empty.
+    pub fn judge(&self, call: &Call<'_>) -> Option<Verdict> {
+        if !self.applies(call) {
+            return None;
+        }
+        let key = if self.spec.per_token { call.token.to_string() } else { String::new() };
+        match self.limiter.check_key(&key) {
+            Ok(_) => None,
+            Err(not_until) => {
+                self.refused.fetch_add(1, Ordering::SeqCst);
+                let wait = not_until.wait_time_from(self.limiter.clock().now());
+                // Retry-After is whole seconds: round up, so a client that honours it is never early.
+                let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                let status = StatusCode::from_u16(self.spec.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+                let mut error = ApiError::new(
+                    status,
+                    codes::REQUEST_LIMIT_EXCEEDED,
+                    format!(
+                        "rate limit {} exceeded ({} calls, {}/s); retry after {retry} s",
+                        self.id, self.spec.capacity, self.spec.refill_per_second
+                    ),
+                );
+                error.headers = vec![
+                    ("Retry-After".into(), retry.to_string()),
+                    ("RateLimit-Limit".into(), self.spec.capacity.to_string()),
+                    ("RateLimit-Remaining".into(), "0".into()),
+                    ("RateLimit-Reset".into(), retry.to_string()),
+                ];
+                Some(Verdict::Refuse { error, fault: self.id.clone() })
+            }
+        }
+    }
+
+    pub fn to_api(&self) -> RateLimit {
+        RateLimit { id: self.id.clone(), limit: self.spec.clone(), refused: self.refused.load(Ordering::SeqCst) }
+    }
+}

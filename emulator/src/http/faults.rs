@@ -1,0 +1,111 @@
+//! Fault injection API (admin): `/v1/faults`, `/v1/rate-limits`, `/v1/outages`, `/v1/spot/reclaim`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use fakecloud_api::{
+    CreateFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, Outage, OutageList, RateLimit, RateLimitList,
+    ReclaimRequest, ReclaimResponse, SetRateLimitRequest, StartOutageRequest,
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::extract::ApiJson;
+use super::{AppState, created, reply};
+use crate::error::Result;
+use crate::store::instances;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(add_fault, list_faults, clear_faults))
+        .routes(routes!(delete_fault))
+        .routes(routes!(list_rate_limits))
+        .routes(routes!(set_rate_limit, delete_rate_limit))
+        .routes(routes!(start_outage, list_outages))
+        .routes(routes!(stop_outage))
+        .routes(routes!(reclaim_spot))
+}
+
+/// Add a fault rule. Rules are tried in order for every user call; the first whose match and trigger fire wins.
+#[utoipa::path(post, path = "/v1/faults", operation_id = "AddFault", tag = "faults", request_body = CreateFaultRuleRequest,
+    responses((status = 201, body = FaultRule), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn add_fault(State(st): State<AppState>, ApiJson(req): ApiJson<CreateFaultRuleRequest>) -> Result<Response> {
+    let rule = st.faults().add_rule(req).await?;
+    Ok(created(&rule.id.clone(), rule, false))
+}
+
+#[utoipa::path(get, path = "/v1/faults", operation_id = "ListFaults", tag = "faults",
+    responses((status = 200, body = FaultRuleList)), security(("admin" = [])))]
+async fn list_faults(State(st): State<AppState>) -> Response {
+    reply(StatusCode::OK, "", FaultRuleList { items: st.faults().list_rules().await })
+}
+
+/// Remove every fault rule, rate limit and outage.
+#[utoipa::path(delete, path = "/v1/faults", operation_id = "ClearFaults", tag = "faults",
+    responses((status = 200, body = serde_json::Value)), security(("admin" = [])))]
+async fn clear_faults(State(st): State<AppState>) -> Result<Response> {
+    st.faults().clear().await?;
+    Ok(reply(StatusCode::OK, "", serde_json::json!({"cleared": true})))
+}
+
+#[utoipa::path(delete, path = "/v1/faults/{id}", operation_id = "DeleteFault", tag = "faults", params(("id" = String, Path)),
+    responses((status = 200, body = FaultRule), (status = 404, body = ErrorBody)), security(("admin" = [])))]
+async fn delete_fault(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, st.faults().delete_rule(&id).await?))
+}
+
+#[utoipa::path(get, path = "/v1/rate-limits", operation_id = "ListRateLimits", tag = "faults",
+    responses((status = 200, body = RateLimitList)), security(("admin" = [])))]
+async fn list_rate_limits(State(st): State<AppState>) -> Response {
+    reply(StatusCode::OK, "", RateLimitList { items: st.faults().list_limits().await })
+}
+
+/// Create or replace the named token bucket.
+#[utoipa::path(put, path = "/v1/rate-limits/{id}", operation_id = "SetRateLimit", tag = "faults", params(("id" = String, Path)),
+    request_body = SetRateLimitRequest, responses((status = 200, body = RateLimit), (status = 400, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn set_rate_limit(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<SetRateLimitRequest>,
+) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, st.faults().set_limit(&id, req).await?))
+}
+
+#[utoipa::path(delete, path = "/v1/rate-limits/{id}", operation_id = "DeleteRateLimit", tag = "faults", params(("id" = String, Path)),
+    responses((status = 200, body = RateLimit), (status = 404, body = ErrorBody)), security(("admin" = [])))]
+async fn delete_rate_limit(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, st.faults().delete_limit(&id).await?))
+}
+
+/// Start an outage of the whole API, one service or one zone.
+#[utoipa::path(post, path = "/v1/outages", operation_id = "StartOutage", tag = "faults", request_body = StartOutageRequest,
+    responses((status = 201, body = Outage), (status = 400, body = ErrorBody)), security(("admin" = [])))]
+async fn start_outage(State(st): State<AppState>, ApiJson(req): ApiJson<StartOutageRequest>) -> Result<Response> {
+    let outage = st.faults().start_outage(req, &st.cfg.topology.zone_names()).await?;
+    Ok(created(&outage.id.clone(), outage, false))
+}
+
+/// Outages in force now.
+#[utoipa::path(get, path = "/v1/outages", operation_id = "ListOutages", tag = "faults",
+    responses((status = 200, body = OutageList)), security(("admin" = [])))]
+async fn list_outages(State(st): State<AppState>) -> Response {
+    reply(StatusCode::OK, "", OutageList { items: st.faults().list_outages().await })
+}
+
+#[utoipa::path(delete, path = "/v1/outages/{id}", operation_id = "StopOutage", tag = "faults", params(("id" = String, Path)),
+    responses((status = 200, body = Outage), (status = 404, body = ErrorBody)), security(("admin" = [])))]
+async fn stop_outage(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, st.faults().stop_outage(&id).await?))
+}
+
+/// Reclaim spot instances after a notice: they turn `stopping`, then `terminated` with the reason
+/// `Server.SpotInstanceTermination`.
+#[utoipa::path(post, path = "/v1/spot/reclaim", operation_id = "ReclaimSpot", tag = "faults", request_body = ReclaimRequest,
+    responses((status = 200, body = ReclaimResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn reclaim_spot(State(st): State<AppState>, ApiJson(req): ApiJson<ReclaimRequest>) -> Result<Response> {
+    let items = instances::reclaim(&st.db, &st.cfg, &req).await?;
+    tracing::warn!(count = items.len(), "spot instances reclaimed");
+    Ok(reply(StatusCode::OK, "", ReclaimResponse { items }))
+}

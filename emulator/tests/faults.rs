@@ -1,0 +1,405 @@
+//! Fault injection over real HTTP: each action and trigger, rate limits, outages, spot reclamation.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Emu, eventually, wait_state};
+use fakecloud_api::{
+    AuditQuery, CreateFaultRuleRequest, CreateInstanceRequest, CreateLoadBalancerRequest, FaultAction, FaultMatch,
+    FaultTrigger, InstanceState, Listener, Market, NoResponseMode, OutageScope, Protocol, QuotaName, RateLimitScope,
+    ReclaimRequest, Service, SetRateLimitRequest, StartOutageRequest, codes,
+};
+use fakecloud_emulator::config::{Config, Timings};
+
+fn rule(ops: &[&str], action: FaultAction, trigger: FaultTrigger) -> CreateFaultRuleRequest {
+    CreateFaultRuleRequest {
+        id: None,
+        matcher: FaultMatch { operations: ops.iter().map(|s| s.to_string()).collect(), ..Default::default() },
+        action,
+        trigger,
+        position: None,
+    }
+}
+
+fn error(status: u16, code: &str) -> FaultAction {
+    FaultAction::Error { status, code: code.into(), message: None, headers: Default::default() }
+}
+
+fn lb(name: &str) -> CreateLoadBalancerRequest {
+    CreateLoadBalancerRequest {
+        name: name.into(),
+        listeners: vec![Listener { protocol: Protocol::Tcp, port: 80, backend_port: 1 }],
+        ..Default::default()
+    }
+}
+
+fn inst(name: &str) -> CreateInstanceRequest {
+    CreateInstanceRequest { name: name.into(), ..Default::default() }
+}
+
+#[tokio::test]
+async fn an_error_rule_answers_with_its_status_code_and_headers() {
+    let emu = Emu::start().await;
+    let mut action = error(503, "ServiceUnavailable");
+    if let FaultAction::Error { headers, .. } = &mut action {
+        headers.insert("Retry-After".into(), "7".into());
+    }
+    let added = emu.admin.add_fault(&rule(&["*LoadBalancer*"], action, FaultTrigger::default())).await.unwrap();
+    assert_eq!(added.id, "fault-1");
+    let err = emu.user.create_load_balancer(&lb("a"), None).await.unwrap_err();
+    assert_eq!(
+        (err.status(), err.code(), err.retry_after()),
+        (Some(503), Some("ServiceUnavailable"), Some(Duration::from_secs(7)))
+    );
+    emu.instance("n1").await; // other operations are untouched
+    assert!(emu.user.list_all_load_balancers().await.is_err());
+
+    let audit = emu
+        .admin
+        .audit(&AuditQuery { operation: Some("CreateLoadBalancer".into()), ..Default::default() })
+        .await
+        .unwrap()
+        .items;
+    assert_eq!((audit[0].status, audit[0].fault.as_deref()), (503, Some("fault-1")));
+    let listed = emu.admin.list_faults().await.unwrap().items;
+    assert_eq!((listed[0].matched, listed[0].injected), (2, 2));
+    let (_, metrics) = emu.raw(reqwest::Method::GET, "/metrics", None, None).await;
+    assert!(metrics.as_str().unwrap().contains(r#"fakecloud_faults_injected_total{fault="fault-1"} 2"#));
+
+    emu.admin.delete_fault("fault-1").await.unwrap();
+    emu.user.create_load_balancer(&lb("a"), None).await.unwrap();
+}
+
+#[tokio::test]
+async fn skip_then_times_counts_matching_calls() {
+    let emu = Emu::start().await;
+    let trigger = FaultTrigger { skip: 2, times: Some(3), ..Default::default() };
+    emu.admin.add_fault(&rule(&["CreateInstance"], error(500, "InternalError"), trigger)).await.unwrap();
+    let mut outcome = Vec::new();
+    for n in 0..7 {
+        outcome.push(emu.user.create_instance(&inst(&format!("n{n}")), None).await.is_ok());
+    }
+    assert_eq!(outcome, [true, true, false, false, false, true, true]);
+}
+
+async fn pattern(seed: u64) -> Vec<bool> {
+    let emu = Emu::with_config(Config { timings: Timings::instant(), seed: Some(seed), ..Config::default() }).await;
+    let trigger = FaultTrigger { probability: Some(0.3), ..Default::default() };
+    emu.admin.add_fault(&rule(&["GetRegion"], error(500, "InternalError"), trigger)).await.unwrap();
+    let mut v = Vec::new();
+    for _ in 0..60 {
+        v.push(emu.user.region().await.is_ok());
+    }
+    v
+}
+
+#[tokio::test]
+async fn a_seed_makes_random_faults_repeat_exactly() {
+    let (a, b, c) = (pattern(42).await, pattern(42).await, pattern(7).await);
+    assert_eq!(a, b, "same seed, same calls fail");
+    assert_ne!(a, c, "another seed, another pattern");
+    let failures = a.iter().filter(|ok| !**ok).count();
+    assert!((8..=30).contains(&failures), "about 30% of 60 fail, got {failures}");
+}
+
+#[tokio::test]
+async fn latency_delays_the_call() {
+    let emu = Emu::start().await;
+    emu.admin
+        .add_fault(&rule(&["GetRegion"], FaultAction::Latency { ms: 300, jitter_ms: 50 }, FaultTrigger::default()))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    emu.user.region().await.unwrap();
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn no_response_closes_or_hangs() {
+    let emu = Emu::start().await;
+    let close = FaultAction::NoResponse { mode: NoResponseMode::Close, hang_seconds: None };
+    emu.admin.add_fault(&rule(&["GetRegion"], close, FaultTrigger::default())).await.unwrap();
+    let err = emu.user.region().await.unwrap_err();
+    assert!(err.status().is_none(), "no HTTP answer, got {err}");
+
+    let hang = FaultAction::NoResponse { mode: NoResponseMode::Hang, hang_seconds: Some(5.0) };
+    emu.admin.add_fault(&rule(&["ListInstances"], hang, FaultTrigger::default())).await.unwrap();
+    let impatient = emu.user.clone().with_timeout(Duration::from_millis(300)).unwrap();
+    let t = Instant::now();
+    let err = impatient.list_instances(&Default::default()).await.unwrap_err();
+    assert!(err.status().is_none() && t.elapsed() < Duration::from_secs(3), "{err} after {:?}", t.elapsed());
+}
+
+#[tokio::test]
+async fn apply_then_fail_really_applies() {
+    let emu = Emu::start().await;
+    let action = FaultAction::ApplyThenFail { status: 500, code: "InternalError".into(), message: None };
+    emu.admin
+        .add_fault(&rule(&["CreateLoadBalancer"], action, FaultTrigger { times: Some(1), ..Default::default() }))
+        .await
+        .unwrap();
+    let err = emu.user.create_load_balancer(&lb("web"), Some("svc-uid")).await.unwrap_err();
+    assert_eq!(err.status(), Some(500));
+    let all = emu.user.list_all_load_balancers().await.unwrap();
+    assert_eq!(all.len(), 1, "the write happened although the answer was an error");
+    // The retry a careful client makes with its key finds the original instead of a second LB.
+    assert_eq!(emu.user.create_load_balancer(&lb("web"), Some("svc-uid")).await.unwrap().id, all[0].id);
+    assert_eq!(emu.user.list_all_load_balancers().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_window_expires() {
+    let emu = Emu::start().await;
+    let trigger = FaultTrigger { duration_seconds: Some(0.4), ..Default::default() };
+    let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "InternalError"), trigger)).await.unwrap();
+    assert!(r.active_until.is_some());
+    assert!(emu.user.region().await.is_err());
+    eventually(Duration::from_secs(3), "the window to end", || async { emu.user.region().await.ok() }).await;
+    let future = FaultTrigger { from: Some("2999-01-01T00:00:00Z".into()), ..Default::default() };
+    emu.admin.add_fault(&rule(&["GetRegion"], error(500, "InternalError"), future)).await.unwrap();
+    emu.user.region().await.unwrap();
+}
+
+#[tokio::test]
+async fn admin_calls_are_never_faulted() {
+    let emu = Emu::start().await;
+    emu.admin.add_fault(&rule(&[], error(500, "InternalError"), FaultTrigger::default())).await.unwrap();
+    assert!(emu.user.region().await.is_err());
+    emu.admin.set_quota(QuotaName::Instances, 5).await.unwrap();
+    emu.admin.list_faults().await.unwrap();
+    emu.admin.clear_faults().await.unwrap();
+    emu.user.region().await.unwrap();
+}
+
+#[tokio::test]
+async fn rules_survive_a_restart() {
+    let mut emu = Emu::start().await;
+    emu.admin.add_fault(&rule(&["GetRegion"], error(418, "Teapot"), FaultTrigger::default())).await.unwrap();
+    emu.admin
+        .set_rate_limit(
+            "writes",
+            &SetRateLimitRequest {
+                scope: RateLimitScope::Writes,
+                operation: None,
+                per_token: false,
+                capacity: 5,
+                refill_per_second: 1.0,
+                status: 429,
+            },
+        )
+        .await
+        .unwrap();
+    emu.restart().await;
+    assert_eq!(emu.user.region().await.unwrap_err().code(), Some("Teapot"));
+    assert_eq!(emu.admin.list_rate_limits().await.unwrap().items.len(), 1);
+}
+
+#[tokio::test]
+async fn bad_rules_are_refused_naming_the_field() {
+    let emu = Emu::start().await;
+    let cases = [
+        (rule(&["CreateInstanse"], error(500, "X"), FaultTrigger::default()), "match.operations[0]"),
+        (rule(&["["], error(500, "X"), FaultTrigger::default()), "match.operations[0]"),
+        (
+            rule(&[], error(500, "X"), FaultTrigger { probability: Some(1.5), ..Default::default() }),
+            "trigger.probability",
+        ),
+        (
+            rule(&[], error(500, "X"), FaultTrigger { duration_seconds: Some(-1.0), ..Default::default() }),
+            "trigger.duration_seconds",
+        ),
+        (rule(&[], error(200, "X"), FaultTrigger::default()), "action.status"),
+        (
+            rule(
+                &[],
+                FaultAction::NoResponse { mode: NoResponseMode::Hang, hang_seconds: Some(-3.0) },
+                FaultTrigger::default(),
+            ),
+            "action.hang_seconds",
+        ),
+        (rule(&[], error(500, "X"), FaultTrigger { from: Some("soon".into()), ..Default::default() }), "trigger.from"),
+    ];
+    for (req, field) in cases {
+        let err = emu.admin.add_fault(&req).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{field}: {err}");
+        assert!(err.to_string().contains(field), "{field} not named in {err}");
+    }
+    let (status, body) = emu
+        .raw(
+            reqwest::Method::POST,
+            "/v1/faults",
+            Some(common::ADMIN),
+            Some(("application/json", r#"{"action":{"type":"explode"}}"#)),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let bad_limit = SetRateLimitRequest {
+        scope: RateLimitScope::All,
+        operation: None,
+        per_token: false,
+        capacity: 0,
+        refill_per_second: 1.0,
+        status: 429,
+    };
+    assert!(emu.admin.set_rate_limit("x", &bad_limit).await.unwrap_err().to_string().contains("capacity"));
+}
+
+fn bucket(scope: RateLimitScope, capacity: u32, refill: f64) -> SetRateLimitRequest {
+    SetRateLimitRequest { scope, operation: None, per_token: false, capacity, refill_per_second: refill, status: 429 }
+}
+
+#[tokio::test]
+async fn an_empty_bucket_answers_429_with_an_accurate_retry_after() {
+    let emu = Emu::start().await;
+    emu.admin.set_rate_limit("writes", &bucket(RateLimitScope::Writes, 3, 0.5)).await.unwrap();
+    for n in 0..3 {
+        emu.instance(&format!("n{n}")).await;
+    }
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/instances", emu.url()))
+        .bearer_auth(common::USER)
+        .json(&inst("n3"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    let h = |k: &str| resp.headers().get(k).unwrap().to_str().unwrap().to_string();
+    // One token every 2 s: the next one is due in (0, 2] s.
+    let retry: u64 = h("Retry-After").parse().unwrap();
+    assert!((1..=2).contains(&retry), "Retry-After {retry}");
+    assert_eq!((h("RateLimit-Limit"), h("RateLimit-Remaining")), ("3".to_string(), "0".to_string()));
+    emu.user.region().await.unwrap(); // reads are not in the bucket
+    // Honouring Retry-After gets the call through.
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    emu.instance("n3").await;
+    assert_eq!(emu.admin.list_rate_limits().await.unwrap().items[0].refused, 1);
+}
+
+#[tokio::test]
+async fn buckets_can_be_per_token_and_answer_503() {
+    let emu = Emu::start().await;
+    let mut spec = bucket(RateLimitScope::Reads, 1, 0.1);
+    spec.per_token = true;
+    spec.status = 503;
+    emu.admin.set_rate_limit("reads", &spec).await.unwrap();
+    emu.user.region().await.unwrap();
+    let err = emu.user.region().await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(503), Some(codes::REQUEST_LIMIT_EXCEEDED)));
+    emu.admin.region().await.unwrap(); // the admin token has its own bucket
+    emu.admin.delete_rate_limit("reads").await.unwrap();
+    emu.user.region().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_service_outage_fails_that_service_only_and_ends() {
+    let emu = Emu::start().await;
+    let outage = emu
+        .admin
+        .start_outage(&StartOutageRequest {
+            scope: OutageScope::Service,
+            service: Some(Service::LoadBalancing),
+            zone: None,
+            duration_seconds: Some(30.0),
+        })
+        .await
+        .unwrap();
+    let err = emu.user.create_load_balancer(&lb("a"), None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(503), Some(codes::SERVICE_UNAVAILABLE)));
+    let retry = err.retry_after().unwrap();
+    assert!(retry > Duration::from_secs(25) && retry <= Duration::from_secs(30), "{retry:?}");
+    emu.instance("n1").await;
+    emu.admin.stop_outage(&outage.id).await.unwrap();
+    emu.user.create_load_balancer(&lb("a"), None).await.unwrap();
+
+    emu.admin
+        .start_outage(&StartOutageRequest {
+            scope: OutageScope::Api,
+            service: None,
+            zone: None,
+            duration_seconds: Some(0.3),
+        })
+        .await
+        .unwrap();
+    assert_eq!(emu.user.region().await.unwrap_err().status(), Some(503));
+    eventually(Duration::from_secs(3), "the API outage to end", || async { emu.user.region().await.ok() }).await;
+}
+
+#[tokio::test]
+async fn a_zone_outage_makes_its_instances_unreachable() {
+    let emu = Emu::start().await;
+    let a = emu
+        .user
+        .create_instance(&CreateInstanceRequest { zone: Some("local-1a".into()), ..inst("a") }, None)
+        .await
+        .unwrap();
+    let b = emu
+        .user
+        .create_instance(&CreateInstanceRequest { zone: Some("local-1b".into()), ..inst("b") }, None)
+        .await
+        .unwrap();
+    let bad = StartOutageRequest {
+        scope: OutageScope::Zone,
+        service: None,
+        zone: Some("mars-1".into()),
+        duration_seconds: None,
+    };
+    assert!(emu.admin.start_outage(&bad).await.unwrap_err().to_string().contains("zone"));
+    let o = emu.admin.start_outage(&StartOutageRequest { zone: Some("local-1a".into()), ..bad }).await.unwrap();
+    let seen = emu.user.get_instance(&a.id).await.unwrap();
+    assert_eq!((seen.state, seen.state_reason.as_deref()), (InstanceState::Stopped, Some("Server.ZoneOutage")));
+    assert_eq!(emu.user.get_instance(&b.id).await.unwrap().state, InstanceState::Running);
+    let running = emu
+        .user
+        .list_all_instances(&fakecloud_api::ListInstancesQuery {
+            state: Some(InstanceState::Running),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(running.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(emu.user.stop_instance(&a.id).await.unwrap_err().status(), Some(503));
+    emu.user.stop_instance(&b.id).await.unwrap();
+    emu.admin.stop_outage(&o.id).await.unwrap();
+    assert_eq!(emu.user.get_instance(&a.id).await.unwrap().state, InstanceState::Running);
+}
+
+#[tokio::test]
+async fn spot_reclamation_gives_notice_then_terminates() {
+    let emu = Emu::with_timings(Timings { terminate_delay: Duration::from_millis(300), ..Timings::instant() }).await;
+    let spot = emu
+        .user
+        .create_instance(&CreateInstanceRequest { market: Market::Spot, ..inst("spot-1") }, None)
+        .await
+        .unwrap();
+    let on_demand = emu.instance("od-1").await;
+    let err = emu
+        .admin
+        .reclaim_spot(&ReclaimRequest { instance_ids: vec![on_demand.id], ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(codes::NOT_SPOT));
+
+    let r = emu
+        .admin
+        .reclaim_spot(&ReclaimRequest { names: vec!["spot-1".into()], notice_seconds: Some(0.5), ..Default::default() })
+        .await
+        .unwrap();
+    let noticed = &r.items[0];
+    assert_eq!(
+        (noticed.state, noticed.state_reason.as_deref()),
+        (InstanceState::Running, Some("Server.SpotInstanceTermination"))
+    );
+    assert!(noticed.interruption_at.is_some());
+    let stopping = wait_state(&emu.user, &spot.id, InstanceState::Stopping).await;
+    assert_eq!(stopping.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
+    let gone = wait_state(&emu.user, &spot.id, InstanceState::Terminated).await;
+    assert_eq!(gone.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
+    // Its address and name are free again.
+    emu.user
+        .create_instance(&CreateInstanceRequest { private_ip: Some(spot.private_ip), ..inst("spot-1") }, None)
+        .await
+        .unwrap();
+}
