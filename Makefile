@@ -26,8 +26,9 @@ down: ## Stop everything `make up` started
 test: deps control-plane ## Run the whole test suite
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
 
-lint: ## rustfmt check and clippy with warnings as errors
+lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck
 	$(CARGO) fmt --all --check
+	shellcheck -x scripts/*.sh scripts/faults/*.sh
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
 fmt: ## Format the code

@@ -6,6 +6,7 @@ set -euo pipefail
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 if ((${#need_apt[@]})); then
   echo "==> installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,8 +11,6 @@ use fakecloud_api::{
     Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery, Listener,
     Protocol, QuotaName,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 #[tokio::test]
 async fn a_restart_on_the_same_file_keeps_everything() {
@@ -47,46 +44,11 @@ async fn a_restart_on_the_same_file_keeps_everything() {
     assert!(audit.iter().any(|e| e.operation == "CreateRoute" && e.status == 201));
 }
 
-/// Start the real binary on `db`, returning it and its URL (read from its first line of output).
-async fn spawn_emulator(db: &std::path::Path) -> (Child, String, Arc<Mutex<String>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fakecloud"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--db"])
-        .arg(db)
-        .env("FAKECLOUD_USER_TOKEN", USER)
-        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let log = Arc::new(Mutex::new(String::new()));
-    let url = loop {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .unwrap()
-            .unwrap()
-            .expect("emulator exited");
-        log.lock().unwrap().push_str(&line);
-        if let Some(rest) = line.strip_prefix("fakecloud: serving ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    let sink = log.clone();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            sink.lock().unwrap().push_str(&line);
-        }
-    });
-    (child, url, log)
-}
-
 #[tokio::test]
 async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("burst.db");
-    let (mut child, url, log) = spawn_emulator(&db).await;
+    let (mut child, url, log) = common::spawn_emulator(&db).await;
     let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(5)).unwrap();
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let writers: Vec<_> = (0..8)
@@ -117,7 +79,7 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
     let first_log = log.lock().unwrap().clone();
     assert!(!first_log.contains(USER) && !first_log.contains(ADMIN), "tokens must never be logged");
 
-    let (_child, url, _) = spawn_emulator(&db).await;
+    let (_child, url, _) = common::spawn_emulator(&db).await;
     let client = Client::new(&url, USER).unwrap();
     let all =
         client.list_all_instances(&ListInstancesQuery { page_size: Some(1000), ..Default::default() }).await.unwrap();

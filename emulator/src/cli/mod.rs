@@ -1,7 +1,9 @@
 //! The `fakecloud` command line: `serve` runs the emulator; every other command is a client of its API through
 //! `fakecloud_api::Client`.
 
+mod faults;
 mod output;
+pub mod scenario;
 mod serve;
 
 use std::collections::BTreeMap;
@@ -78,12 +80,62 @@ pub enum Command {
     Audit(AuditArgs),
     /// Delete every resource and the audit log; quotas back to defaults (admin).
     Reset,
+    /// Fault rules: errors, latency, no response, apply-then-fail (admin).
+    #[command(subcommand)]
+    Fault(faults::FaultCmd),
+    /// Token-bucket rate limits with Retry-After (admin).
+    #[command(subcommand, name = "ratelimit")]
+    RateLimit(faults::RateLimitCmd),
+    /// Outages of the API, a service or a zone (admin).
+    #[command(subcommand)]
+    Outage(faults::OutageCmd),
+    /// Spot instance reclamation (admin).
+    #[command(subcommand)]
+    Spot(faults::SpotCmd),
+    /// Run timed fault-injection steps from a YAML file (admin); see `fakecloud scenario run --help`.
+    #[command(subcommand)]
+    Scenario(ScenarioCmd),
     /// Write a consistent copy of the database to PATH on the emulator's machine (admin).
     Snapshot {
         /// Must not exist yet. Start from it with `fakecloud serve --db PATH`.
         path: String,
     },
 }
+
+#[derive(Debug, Subcommand)]
+pub enum ScenarioCmd {
+    /// Run FILE's steps at their times, printing each; at the end or on Ctrl-C, put back what they changed.
+    #[command(long_about = SCENARIO_HELP)]
+    Run {
+        file: std::path::PathBuf,
+        /// Leave the faults, limits, outages and quotas in place at the end.
+        #[arg(long)]
+        keep: bool,
+        /// Only check the file.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+const SCENARIO_HELP: &str = "Run FILE's steps at their times. A scenario is YAML:
+
+  name: lb-api-outage
+  steps:
+    - at: 0s
+      set_quota: {name: load-balancers, limit: 2}
+    - at: 5s
+      start_outage: {scope: service, service: load-balancing, duration_seconds: 20}
+    - at: 10s
+      add_fault: {match: {operations: [CreateRoute]}, action: {type: latency, ms: 800}}
+    - at: 12s
+      set_rate_limit: {id: writes, scope: writes, capacity: 5, refill_per_second: 1}
+    - at: 15s
+      reclaim: {tag: pool=spot, notice_seconds: 10}
+    - at: 40s
+      wait: true
+
+One action per step: add_fault, remove_fault, set_rate_limit, remove_rate_limit, start_outage, stop_outages,
+set_quota, reclaim, clear_faults or wait. Examples are in scenarios/. The file is checked before anything runs.";
 
 #[derive(Debug, Subcommand)]
 pub enum InstanceCmd {
@@ -211,7 +263,7 @@ pub struct AuditArgs {
     limit: u32,
 }
 
-fn parse_tag(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_tag(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
@@ -336,6 +388,18 @@ pub async fn run(cli: Cli) -> Result<()> {
                 limit: Some(a.limit),
             };
             out.audit(&conn.client(true)?.audit(&q).await?.items)
+        }
+        Command::Fault(cmd) => faults::fault(&conn.client(true)?, &out, cmd).await,
+        Command::RateLimit(cmd) => faults::rate_limit(&conn.client(true)?, &out, cmd).await,
+        Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
+        Command::Spot(cmd) => faults::spot(&conn.client(true)?, &out, cmd).await,
+        Command::Scenario(ScenarioCmd::Run { file, keep, check }) => {
+            let plan = scenario::load(&file)?;
+            if check {
+                eprintln!("{}: ok", file.display());
+                return Ok(());
+            }
+            scenario::run(&conn.client(true)?, &plan, keep).await
         }
         Command::Reset => out.value(&conn.client(true)?.reset().await?),
         Command::Snapshot { path } => out.value(&serde_json::to_value(conn.client(true)?.snapshot(&path).await?)?),

@@ -2,7 +2,9 @@
 
 use anyhow::Result;
 use comfy_table::{Table, presets::NOTHING};
-use fakecloud_api::{AuditEntry, Instance, LoadBalancer, Quota, Region, Route};
+use fakecloud_api::{
+    AuditEntry, FaultAction, FaultRule, Instance, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
+};
 use serde::Serialize;
 
 use super::Format;
@@ -134,6 +136,84 @@ impl Output {
                         e.status.to_string(),
                         e.error_code.clone().unwrap_or_default(),
                         format!("{:.2}", e.latency_ms),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn faults(&self, items: &[FaultRule]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "OPERATIONS", "ACTION", "TRIGGER", "MATCHED", "INJECTED"],
+                items.iter().map(|r| {
+                    let action = match &r.action {
+                        FaultAction::Error { status, code, .. } => format!("error {status} {code}"),
+                        FaultAction::ApplyThenFail { status, code, .. } => format!("apply-then-fail {status} {code}"),
+                        FaultAction::Latency { ms, jitter_ms } => format!("latency {ms}ms+{jitter_ms}ms"),
+                        FaultAction::NoResponse { mode, .. } => format!("no-response {mode:?}").to_lowercase(),
+                    };
+                    let t = &r.trigger;
+                    let mut trigger = Vec::new();
+                    if let Some(p) = t.probability {
+                        trigger.push(format!("p={p}"));
+                    }
+                    if t.skip > 0 {
+                        trigger.push(format!("skip {}", t.skip));
+                    }
+                    if let Some(n) = t.times {
+                        trigger.push(format!("{n} times"));
+                    }
+                    if let Some(u) = &r.active_until {
+                        trigger.push(format!("until {u}"));
+                    }
+                    let ops =
+                        if r.matcher.operations.is_empty() { "*".to_string() } else { r.matcher.operations.join(",") };
+                    vec![r.id.clone(), ops, action, trigger.join(" "), r.matched.to_string(), r.injected.to_string()]
+                }),
+            )
+        })
+    }
+
+    pub fn rate_limits(&self, items: &[RateLimit]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "SCOPE", "CAPACITY", "REFILL/S", "PER TOKEN", "STATUS", "REFUSED"],
+                items.iter().map(|l| {
+                    let scope = match &l.limit.operation {
+                        Some(op) => op.clone(),
+                        None => format!("{:?}", l.limit.scope).to_lowercase(),
+                    };
+                    vec![
+                        l.id.clone(),
+                        scope,
+                        l.limit.capacity.to_string(),
+                        l.limit.refill_per_second.to_string(),
+                        l.limit.per_token.to_string(),
+                        l.limit.status.to_string(),
+                        l.refused.to_string(),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn outages(&self, items: &[Outage]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "SCOPE", "WHAT", "STARTED", "UNTIL"],
+                items.iter().map(|o| {
+                    let what = o
+                        .zone
+                        .clone()
+                        .or_else(|| o.service.map(|s| format!("{s:?}").to_lowercase()))
+                        .unwrap_or_else(|| "all".into());
+                    vec![
+                        o.id.clone(),
+                        format!("{:?}", o.scope).to_lowercase(),
+                        what,
+                        o.started_at.clone(),
+                        o.until.clone().unwrap_or_else(|| "-".into()),
                     ]
                 }),
             )

@@ -2,12 +2,16 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{Client, CreateInstanceRequest, Instance, InstanceState};
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
 
 pub const USER: &str = "user-token-0123456789abcdef";
 pub const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -122,4 +126,39 @@ pub async fn wait_state(c: &Client, id: &str, state: InstanceState) -> Instance 
         (i.state == state).then_some(i)
     })
     .await
+}
+
+/// Start the real binary on `db`, returning it and its URL (read from its first line of output).
+pub async fn spawn_emulator(db: &std::path::Path) -> (Child, String, Arc<Mutex<String>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--db"])
+        .arg(db)
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let log = Arc::new(Mutex::new(String::new()));
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("emulator exited");
+        log.lock().unwrap().push_str(&line);
+        if let Some(rest) = line.strip_prefix("fakecloud: serving ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let sink = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            sink.lock().unwrap().push_str(&line);
+        }
+    });
+    (child, url, log)
 }

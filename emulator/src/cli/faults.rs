@@ -1,0 +1,315 @@
+//! `fakecloud fault|ratelimit|outage|spot`: the fault-injection commands.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+use fakecloud_api::{
+    Client, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, NoResponseMode, OutageScope, RateLimitScope,
+    ReclaimRequest, Service, SetRateLimitRequest, StartOutageRequest,
+};
+
+use super::output::Output;
+
+#[derive(Debug, Subcommand)]
+pub enum FaultCmd {
+    /// Add a rule: calls that match get the action, when the trigger fires. First matching rule wins.
+    Add(Box<FaultAddArgs>),
+    /// List the rules in order, with how often each matched and fired.
+    List,
+    /// Delete a rule by id.
+    Delete { id: String },
+    /// Remove every rule, rate limit and outage.
+    Clear,
+}
+
+#[derive(Debug, Args)]
+pub struct FaultAddArgs {
+    /// Rule name (default fault-<n>); it also seeds the rule's random draws.
+    #[arg(long)]
+    id: Option<String>,
+    /// Operation name or glob, e.g. CreateLoadBalancer or '*LoadBalancer*'; repeatable (default: all).
+    #[arg(long = "operation")]
+    operations: Vec<String>,
+    /// HTTP method; repeatable.
+    #[arg(long = "method")]
+    methods: Vec<String>,
+    /// Resource ID in the request path; repeatable.
+    #[arg(long = "resource")]
+    resource_ids: Vec<String>,
+    /// Caller role (user or admin); repeatable.
+    #[arg(long = "role")]
+    roles: Vec<String>,
+    /// Action: answer STATUS:CODE instead of doing the call, e.g. 503:ServiceUnavailable.
+    #[arg(long, value_name = "STATUS:CODE", group = "action")]
+    error: Option<String>,
+    /// Action: do the call, then answer STATUS:CODE (the lost-response case).
+    #[arg(long, value_name = "STATUS:CODE", group = "action")]
+    apply_then_fail: Option<String>,
+    /// Action: delay the call by this long, e.g. 500ms.
+    #[arg(long, value_parser = humantime::parse_duration, group = "action")]
+    latency: Option<Duration>,
+    /// Action: give no answer (close the connection, or hang).
+    #[arg(long, value_enum, group = "action")]
+    no_response: Option<NoResponseArg>,
+    /// With --latency: up to this much more, at random.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    jitter: Option<Duration>,
+    /// With --error / --apply-then-fail: the message.
+    #[arg(long)]
+    message: Option<String>,
+    /// With --error: an extra response header, KEY=VALUE (e.g. Retry-After=5); repeatable.
+    #[arg(long = "header", value_parser = super::parse_tag)]
+    headers: Vec<(String, String)>,
+    /// With --no-response hang: how long to hang.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    hang: Option<Duration>,
+    /// Fire with this probability (0-1), drawn from the emulator's seed.
+    #[arg(long)]
+    probability: Option<f64>,
+    /// Let the first N matching calls through.
+    #[arg(long, default_value_t = 0)]
+    skip: u64,
+    /// Then fire at most N times.
+    #[arg(long)]
+    times: Option<u64>,
+    /// Active for this long from now, e.g. 30s.
+    #[arg(long = "for", value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Active from this time (RFC 3339).
+    #[arg(long)]
+    from: Option<String>,
+    /// Active until this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
+    /// Position in the list (0 = first). Default: last.
+    #[arg(long)]
+    position: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum NoResponseArg {
+    Close,
+    Hang,
+}
+
+fn status_code(s: &str) -> Result<(u16, String)> {
+    let (status, code) =
+        s.split_once(':').ok_or_else(|| anyhow::anyhow!("{s:?} is not STATUS:CODE, e.g. 503:ServiceUnavailable"))?;
+    Ok((status.parse().map_err(|_| anyhow::anyhow!("{status:?} is not an HTTP status"))?, code.to_string()))
+}
+
+impl FaultAddArgs {
+    fn into_request(self) -> Result<CreateFaultRuleRequest> {
+        let action = if let Some(e) = &self.error {
+            let (status, code) = status_code(e)?;
+            FaultAction::Error {
+                status,
+                code,
+                message: self.message.clone(),
+                headers: self.headers.iter().cloned().collect::<BTreeMap<_, _>>(),
+            }
+        } else if let Some(e) = &self.apply_then_fail {
+            let (status, code) = status_code(e)?;
+            FaultAction::ApplyThenFail { status, code, message: self.message.clone() }
+        } else if let Some(l) = self.latency {
+            FaultAction::Latency {
+                ms: l.as_millis() as u64,
+                jitter_ms: self.jitter.map_or(0, |j| j.as_millis() as u64),
+            }
+        } else if let Some(mode) = self.no_response {
+            FaultAction::NoResponse {
+                mode: match mode {
+                    NoResponseArg::Close => NoResponseMode::Close,
+                    NoResponseArg::Hang => NoResponseMode::Hang,
+                },
+                hang_seconds: self.hang.map(|h| h.as_secs_f64()),
+            }
+        } else {
+            bail!("give an action: --error, --apply-then-fail, --latency or --no-response");
+        };
+        Ok(CreateFaultRuleRequest {
+            id: self.id,
+            matcher: FaultMatch {
+                operations: self.operations,
+                methods: self.methods,
+                resource_ids: self.resource_ids,
+                roles: self.roles,
+            },
+            action,
+            trigger: FaultTrigger {
+                probability: self.probability,
+                skip: self.skip,
+                times: self.times,
+                from: self.from,
+                until: self.until,
+                duration_seconds: self.duration.map(|d| d.as_secs_f64()),
+            },
+            position: self.position,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RateLimitCmd {
+    /// Create or replace a token bucket named ID.
+    Set {
+        id: String,
+        /// Which calls take tokens.
+        #[arg(long, value_enum, default_value = "all")]
+        scope: ScopeArg,
+        /// With --scope operation: the operation.
+        #[arg(long)]
+        operation: Option<String>,
+        /// Calls allowed at once (the bucket's size).
+        #[arg(long)]
+        capacity: u32,
+        /// Tokens added per second.
+        #[arg(long)]
+        refill: f64,
+        /// One bucket per caller token.
+        #[arg(long)]
+        per_token: bool,
+        /// Status when empty: 429 or 503.
+        #[arg(long, default_value_t = 429)]
+        status: u16,
+    },
+    /// List buckets with how many calls each refused.
+    List,
+    /// Delete one bucket, or all with no ID.
+    Clear { id: Option<String> },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ScopeArg {
+    All,
+    Reads,
+    Writes,
+    Operation,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OutageCmd {
+    /// Start an outage: the whole API, one service, or one zone.
+    Start {
+        #[arg(long, group = "what")]
+        api: bool,
+        #[arg(long, value_enum, group = "what")]
+        service: Option<ServiceArg>,
+        #[arg(long, group = "what")]
+        zone: Option<String>,
+        /// How long (default: until stopped).
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        duration: Option<Duration>,
+    },
+    /// List outages in force.
+    List,
+    /// Stop an outage by id, or all with no ID.
+    Stop { id: Option<String> },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ServiceArg {
+    Compute,
+    Network,
+    LoadBalancing,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpotCmd {
+    /// Reclaim spot instances: an interruption notice, then stopping and terminated.
+    Reclaim {
+        /// Instance ID; repeatable.
+        #[arg(long = "id")]
+        ids: Vec<String>,
+        /// Instance name; repeatable.
+        #[arg(long = "name")]
+        names: Vec<String>,
+        /// Every spot instance with this tag, KEY=VALUE.
+        #[arg(long)]
+        tag: Option<String>,
+        /// Time between the notice and the interruption.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        notice: Duration,
+    },
+}
+
+pub async fn fault(client: &Client, out: &Output, cmd: FaultCmd) -> Result<()> {
+    match cmd {
+        FaultCmd::Add(args) => out.faults(&[client.add_fault(&args.into_request()?).await?]),
+        FaultCmd::List => out.faults(&client.list_faults().await?.items),
+        FaultCmd::Delete { id } => out.faults(&[client.delete_fault(&id).await?]),
+        FaultCmd::Clear => out.value(&client.clear_faults().await?),
+    }
+}
+
+pub async fn rate_limit(client: &Client, out: &Output, cmd: RateLimitCmd) -> Result<()> {
+    match cmd {
+        RateLimitCmd::Set { id, scope, operation, capacity, refill, per_token, status } => {
+            let scope = match scope {
+                ScopeArg::All => RateLimitScope::All,
+                ScopeArg::Reads => RateLimitScope::Reads,
+                ScopeArg::Writes => RateLimitScope::Writes,
+                ScopeArg::Operation => RateLimitScope::Operation,
+            };
+            let req = SetRateLimitRequest { scope, operation, per_token, capacity, refill_per_second: refill, status };
+            out.rate_limits(&[client.set_rate_limit(&id, &req).await?])
+        }
+        RateLimitCmd::List => out.rate_limits(&client.list_rate_limits().await?.items),
+        RateLimitCmd::Clear { id: Some(id) } => out.rate_limits(&[client.delete_rate_limit(&id).await?]),
+        RateLimitCmd::Clear { id: None } => {
+            let mut removed = Vec::new();
+            for l in client.list_rate_limits().await?.items {
+                removed.push(client.delete_rate_limit(&l.id).await?);
+            }
+            out.rate_limits(&removed)
+        }
+    }
+}
+
+pub async fn outage(client: &Client, out: &Output, cmd: OutageCmd) -> Result<()> {
+    match cmd {
+        OutageCmd::Start { api, service, zone, duration } => {
+            let duration_seconds = duration.map(|d| d.as_secs_f64());
+            let req = match (api, service, zone) {
+                (true, None, None) => {
+                    StartOutageRequest { scope: OutageScope::Api, service: None, zone: None, duration_seconds }
+                }
+                (false, Some(s), None) => {
+                    let service = match s {
+                        ServiceArg::Compute => Service::Compute,
+                        ServiceArg::Network => Service::Network,
+                        ServiceArg::LoadBalancing => Service::LoadBalancing,
+                    };
+                    StartOutageRequest {
+                        scope: OutageScope::Service,
+                        service: Some(service),
+                        zone: None,
+                        duration_seconds,
+                    }
+                }
+                (false, None, Some(z)) => {
+                    StartOutageRequest { scope: OutageScope::Zone, service: None, zone: Some(z), duration_seconds }
+                }
+                _ => bail!("say what is down: --api, --service NAME or --zone NAME"),
+            };
+            out.outages(&[client.start_outage(&req).await?])
+        }
+        OutageCmd::List => out.outages(&client.list_outages().await?.items),
+        OutageCmd::Stop { id: Some(id) } => out.outages(&[client.stop_outage(&id).await?]),
+        OutageCmd::Stop { id: None } => {
+            let mut stopped = Vec::new();
+            for o in client.list_outages().await?.items {
+                stopped.push(client.stop_outage(&o.id).await?);
+            }
+            out.outages(&stopped)
+        }
+    }
+}
+
+pub async fn spot(client: &Client, out: &Output, cmd: SpotCmd) -> Result<()> {
+    let SpotCmd::Reclaim { ids, names, tag, notice } = cmd;
+    let req = ReclaimRequest { instance_ids: ids, names, tag, notice_seconds: Some(notice.as_secs_f64()) };
+    out.instances(&client.reclaim_spot(&req).await?.items)
+}

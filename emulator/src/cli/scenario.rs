@@ -1,0 +1,282 @@
+//! `fakecloud scenario run FILE`: timed fault-injection steps from a YAML file.
+//!
+//! ```yaml
+//! name: lb-api-outage            # optional
+//! steps:
+//!   - at: 0s                      # offset from the start; steps run in order
+//!     set_quota: {name: load-balancers, limit: 2}
+//!   - at: 5s
+//!     start_outage: {scope: service, service: load-balancing, duration_seconds: 20}
+//!   - at: 10s
+//!     add_fault: {id: slow-routes, match: {operations: [CreateRoute]}, action: {type: latency, ms: 800}}
+//!   - at: 12s
+//!     set_rate_limit: {id: writes, scope: writes, capacity: 5, refill_per_second: 1}
+//!   - at: 15s
+//!     reclaim: {tag: pool=spot, notice_seconds: 10}
+//!   - at: 30s
+//!     remove_fault: slow-routes
+//!   - at: 40s
+//!     wait: true                  # just let time pass until here
+//! ```
+//!
+//! Each step has `at` and exactly one action: `add_fault` (the body of POST /v1/faults), `remove_fault` (an
+//! id), `set_rate_limit` (`id` plus the body of PUT /v1/rate-limits/{id}), `remove_rate_limit` (an id),
+//! `start_outage` (the body of POST /v1/outages), `stop_outages` (true), `set_quota` (`name`, `limit`),
+//! `reclaim` (the body of POST /v1/spot/reclaim), `clear_faults` (true) or `wait` (true). The whole file is
+//! checked before the first step runs. At the end — and on Ctrl-C — what the scenario changed is put back
+//! (faults, rate limits and outages it added are removed, quotas get their old limits), unless `--keep`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use fakecloud_api::{
+    Client, CreateFaultRuleRequest, QuotaName, ReclaimRequest, SetRateLimitRequest, StartOutageRequest,
+};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Offset from the start, e.g. `5s`, `1m30s`.
+    pub at: String,
+    #[serde(default)]
+    add_fault: Option<CreateFaultRuleRequest>,
+    #[serde(default)]
+    remove_fault: Option<String>,
+    #[serde(default)]
+    set_rate_limit: Option<NamedLimit>,
+    #[serde(default)]
+    remove_rate_limit: Option<String>,
+    #[serde(default)]
+    start_outage: Option<StartOutageRequest>,
+    #[serde(default)]
+    stop_outages: Option<bool>,
+    #[serde(default)]
+    set_quota: Option<QuotaStep>,
+    #[serde(default)]
+    reclaim: Option<ReclaimRequest>,
+    #[serde(default)]
+    clear_faults: Option<bool>,
+    #[serde(default)]
+    wait: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamedLimit {
+    id: String,
+    #[serde(flatten)]
+    limit: SetRateLimitRequest,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaStep {
+    name: QuotaName,
+    limit: u32,
+}
+
+/// One checked step.
+enum Action {
+    AddFault(Box<CreateFaultRuleRequest>),
+    RemoveFault(String),
+    SetRateLimit(String, SetRateLimitRequest),
+    RemoveRateLimit(String),
+    StartOutage(StartOutageRequest),
+    StopOutages,
+    SetQuota(QuotaName, u32),
+    Reclaim(ReclaimRequest),
+    ClearFaults,
+    Wait,
+}
+
+impl Step {
+    fn check(self, n: usize) -> Result<(Duration, Action)> {
+        let at = humantime::parse_duration(&self.at)
+            .with_context(|| format!("steps[{n}].at: {:?} is not a duration such as 5s", self.at))?;
+        let mut actions = Vec::new();
+        if let Some(f) = self.add_fault {
+            actions.push(Action::AddFault(Box::new(f)));
+        }
+        if let Some(id) = self.remove_fault {
+            actions.push(Action::RemoveFault(id));
+        }
+        if let Some(l) = self.set_rate_limit {
+            actions.push(Action::SetRateLimit(l.id, l.limit));
+        }
+        if let Some(id) = self.remove_rate_limit {
+            actions.push(Action::RemoveRateLimit(id));
+        }
+        if let Some(o) = self.start_outage {
+            actions.push(Action::StartOutage(o));
+        }
+        if self.stop_outages == Some(true) {
+            actions.push(Action::StopOutages);
+        }
+        if let Some(q) = self.set_quota {
+            actions.push(Action::SetQuota(q.name, q.limit));
+        }
+        if let Some(r) = self.reclaim {
+            actions.push(Action::Reclaim(r));
+        }
+        if self.clear_faults == Some(true) {
+            actions.push(Action::ClearFaults);
+        }
+        if self.wait == Some(true) {
+            actions.push(Action::Wait);
+        }
+        match actions.len() {
+            1 => Ok((at, actions.remove(0))),
+            0 => bail!("steps[{n}] (at {}) has no action", self.at),
+            k => bail!("steps[{n}] (at {}) has {k} actions; give one per step", self.at),
+        }
+    }
+}
+
+/// A checked scenario: its name and its steps in time order.
+pub struct Plan {
+    pub name: String,
+    steps: Vec<(Duration, Action)>,
+}
+
+/// Parse and check a scenario file without running it.
+pub fn load(path: &Path) -> Result<Plan> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let scenario: Scenario = serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if scenario.steps.is_empty() {
+        bail!("{}: no steps", path.display());
+    }
+    let mut steps = Vec::new();
+    for (n, step) in scenario.steps.into_iter().enumerate() {
+        let (at, action) = step.check(n)?;
+        if let Some((prev, _)) = steps.last()
+            && at < *prev
+        {
+            bail!("steps[{n}].at: {at:?} is before the step above it; list steps in time order");
+        }
+        steps.push((at, action));
+    }
+    let name =
+        scenario.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+    Ok(Plan { name, steps })
+}
+
+/// What the scenario changed, to put back.
+#[derive(Default)]
+struct Undo {
+    faults: Vec<String>,
+    limits: Vec<String>,
+    outages: Vec<String>,
+    quotas: Vec<(QuotaName, u32)>,
+}
+
+impl Undo {
+    async fn restore(&self, client: &Client) {
+        for id in &self.faults {
+            let _ = client.delete_fault(id).await;
+        }
+        for id in &self.limits {
+            let _ = client.delete_rate_limit(id).await;
+        }
+        for id in &self.outages {
+            let _ = client.stop_outage(id).await;
+        }
+        for (q, limit) in self.quotas.iter().rev() {
+            let _ = client.set_quota(*q, *limit).await;
+        }
+    }
+}
+
+async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<String> {
+    Ok(match action {
+        Action::AddFault(req) => {
+            let r = client.add_fault(req).await?;
+            undo.faults.push(r.id.clone());
+            format!("added fault rule {}", r.id)
+        }
+        Action::RemoveFault(id) => {
+            client.delete_fault(id).await?;
+            undo.faults.retain(|f| f != id);
+            format!("removed fault rule {id}")
+        }
+        Action::SetRateLimit(id, limit) => {
+            client.set_rate_limit(id, limit).await?;
+            undo.limits.push(id.clone());
+            format!("rate limit {id}: {} calls, {}/s on {:?}", limit.capacity, limit.refill_per_second, limit.scope)
+        }
+        Action::RemoveRateLimit(id) => {
+            client.delete_rate_limit(id).await?;
+            undo.limits.retain(|l| l != id);
+            format!("removed rate limit {id}")
+        }
+        Action::StartOutage(req) => {
+            let o = client.start_outage(req).await?;
+            undo.outages.push(o.id.clone());
+            format!("started {} ({:?})", o.id, o.scope)
+        }
+        Action::StopOutages => {
+            let mut n = 0;
+            for o in client.list_outages().await?.items {
+                client.stop_outage(&o.id).await?;
+                n += 1;
+            }
+            format!("stopped {n} outages")
+        }
+        Action::SetQuota(q, limit) => {
+            let old = client.get_quota(*q).await?.limit;
+            client.set_quota(*q, *limit).await?;
+            undo.quotas.push((*q, old));
+            format!("quota {q}: {old} -> {limit}")
+        }
+        Action::Reclaim(req) => {
+            let r = client.reclaim_spot(req).await?;
+            let names: Vec<&str> = r.items.iter().map(|i| i.name.as_str()).collect();
+            format!("reclaiming {} spot instances: {}", names.len(), names.join(", "))
+        }
+        Action::ClearFaults => {
+            client.clear_faults().await?;
+            "cleared all faults, rate limits and outages".to_string()
+        }
+        Action::Wait => "waited".to_string(),
+    })
+}
+
+/// Run the plan, printing each step as it happens; restore on the way out unless `keep`.
+pub async fn run(client: &Client, plan: &Plan, keep: bool) -> Result<()> {
+    eprintln!(
+        "scenario {}: {} steps over {:?}",
+        plan.name,
+        plan.steps.len(),
+        plan.steps.last().map(|s| s.0).unwrap_or_default()
+    );
+    let start = Instant::now();
+    let mut undo = Undo::default();
+    let result = async {
+        for (n, (at, action)) in plan.steps.iter().enumerate() {
+            tokio::select! {
+                _ = tokio::time::sleep(at.saturating_sub(start.elapsed())) => {}
+                _ = tokio::signal::ctrl_c() => bail!("interrupted before step {}", n + 1),
+            }
+            let said = step(client, action, &mut undo).await.with_context(|| format!("step {} (at {at:?})", n + 1))?;
+            eprintln!("[{:>7.1}s] {}/{} {said}", start.elapsed().as_secs_f64(), n + 1, plan.steps.len());
+        }
+        Ok(())
+    }
+    .await;
+    if !keep {
+        undo.restore(client).await;
+        eprintln!("scenario {}: restored what it changed (use --keep to leave it)", plan.name);
+    }
+    result
+}

@@ -1,0 +1,153 @@
+//! The CLI's scenario runner and the scripts in scripts/faults/, against a live emulator (the real binary).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use common::{ADMIN, USER, spawn_emulator};
+use fakecloud_api::{AuditQuery, Client, QuotaName};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn cli(url: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"));
+    c.env("FAKECLOUD_ENDPOINT", url).env("FAKECLOUD_USER_TOKEN", USER).env("FAKECLOUD_ADMIN_TOKEN", ADMIN);
+    c
+}
+
+fn script(url: &str, name: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("bash");
+    c.arg(repo().join("scripts/faults").join(name))
+        .env("FAKECLOUD", env!("CARGO_BIN_EXE_fakecloud"))
+        .env("FAKECLOUD_ENDPOINT", url)
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN);
+    c
+}
+
+fn ok(out: &Output, what: &str) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed: {text}");
+    text
+}
+
+#[tokio::test]
+async fn shipped_scenarios_parse_and_bad_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    for entry in std::fs::read_dir(repo().join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        let out = cli(&url).args(["scenario", "run", "--check"]).arg(&path).output().await.unwrap();
+        ok(&out, &format!("check {}", path.display()));
+    }
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "steps:\n  - at: 5s\n    wait: true\n  - at: 1s\n    wait: true\n").unwrap();
+    let out = cli(&url).args(["scenario", "run", "--check"]).arg(&bad).output().await.unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("steps[1].at"), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&bad, "steps:\n  - at: 0s\n    wait: true\n    clear_faults: true\n").unwrap();
+    let out = cli(&url).args(["scenario", "run", "--check"]).arg(&bad).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 actions"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let file = dir.path().join("s.yaml");
+    std::fs::write(
+        &file,
+        "name: test\nsteps:\n  - at: 0s\n    add_fault: {id: region-down, match: {operations: [GetRegion]}, action: {type: error, status: 503, code: ServiceUnavailable}}\n  - at: 800ms\n    set_quota: {name: instances, limit: 7}\n  - at: 1500ms\n    wait: true\n",
+    )
+    .unwrap();
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let runner = cli(&url).args(["scenario", "run"]).arg(&file).output();
+    let probe = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let during = admin.region().await.is_err();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        (during, admin.get_quota(QuotaName::Instances).await.unwrap().limit)
+    };
+    let (out, (fault_was_on, quota_mid)) = tokio::join!(runner, probe);
+    let text = ok(&out.unwrap(), "scenario run");
+    assert!(fault_was_on, "the fault was in force during the run");
+    assert_eq!(quota_mid, 7);
+    assert!(text.contains("1/3 added fault rule region-down") && text.contains("3/3 waited"), "{text}");
+    // On time: the two changes are about 800 ms apart in the audit log.
+    let audit = admin.audit(&AuditQuery::default()).await.unwrap().items;
+    let t = |op: &str| audit.iter().find(|e| e.operation == op).unwrap().time.parse::<jiff::Timestamp>().unwrap();
+    let gap = t("SetQuota").duration_since(t("AddFault")).as_millis();
+    assert!((700..1100).contains(&gap), "steps 800 ms apart, got {gap} ms");
+    // Restored.
+    assert!(admin.list_faults().await.unwrap().items.is_empty());
+    assert_eq!(admin.get_quota(QuotaName::Instances).await.unwrap().limit, 1000);
+}
+
+#[tokio::test]
+async fn the_fault_scripts_change_state_and_put_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+
+    // While a script runs its change is in force; afterwards it is gone.
+    let run = script(&url, "route-limit.sh").args(["3", "2"]).output();
+    let during = async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit
+    };
+    let (out, mid) = tokio::join!(run, during);
+    ok(&out.unwrap(), "route-limit.sh");
+    assert_eq!(mid, 3);
+    assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
+
+    for (name, args) in [
+        ("pending-lb.sh", vec!["outage", "1"]),
+        ("pending-lb.sh", vec!["quota", "1"]),
+        ("throttle.sh", vec!["2", "1", "1"]),
+        ("zone-outage.sh", vec!["local-1b", "1"]),
+        ("chaos.sh", vec!["1"]),
+    ] {
+        let text = ok(&script(&url, name).args(&args).output().await.unwrap(), name);
+        assert!(text.contains("==> ") && text.contains("restoring"), "{name} says what it does: {text}");
+    }
+    assert!(admin.list_faults().await.unwrap().items.is_empty());
+    assert!(admin.list_rate_limits().await.unwrap().items.is_empty());
+    assert!(admin.list_outages().await.unwrap().items.is_empty());
+    assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 100);
+
+    let spot = fakecloud_api::CreateInstanceRequest {
+        name: "spot-a".into(),
+        market: fakecloud_api::Market::Spot,
+        ..Default::default()
+    };
+    admin.create_instance(&spot, None).await.unwrap();
+    let text = ok(
+        &script(&url, "spot-reclaim.sh").args(["-n", "spot-a", "-N", "1s"]).output().await.unwrap(),
+        "spot-reclaim.sh",
+    );
+    assert!(text.contains("spot-a"), "{text}");
+    let listed = admin.list_all_instances(&Default::default()).await.unwrap();
+    assert!(listed[0].interruption_at.is_some());
+}
+
+#[tokio::test]
+async fn ctrl_c_restores_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let mut child = script(&url, "route-limit.sh").args(["4", "60"]).spawn().unwrap();
+    common::eventually(Duration::from_secs(10), "the quota to be lowered", || async {
+        (admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit == 4).then_some(())
+    })
+    .await;
+    let pid = child.id().unwrap();
+    std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    assert!(!status.success());
+    assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
+}
