@@ -65,6 +65,8 @@ pub enum FaultAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hang_seconds: Option<f64>,
     },
+    /// Do the call; what it creates stays invisible to reads (404 on get, left out of lists) for `seconds`.
+    EventualConsistency { seconds: f64 },
     /// Do the call (the write happens), then answer with this error: the lost-response case.
     ApplyThenFail {
         status: u16,

@@ -403,3 +403,21 @@ async fn spot_reclamation_gives_notice_then_terminates() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn new_resources_stay_invisible_then_appear() {
+    let emu = Emu::start().await;
+    let action = FaultAction::EventualConsistency { seconds: 0.6 };
+    emu.admin.add_fault(&rule(&["CreateInstance"], action, FaultTrigger::default())).await.unwrap();
+    let old = emu.admin.list_faults().await.unwrap(); // admin reads are unaffected
+    assert_eq!(old.items.len(), 1);
+    let created = emu.user.create_instance(&inst("lagging"), None).await.unwrap();
+    let err = emu.user.get_instance(&created.id).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(404), Some(codes::INSTANCE_NOT_FOUND)));
+    assert!(emu.user.list_all_instances(&Default::default()).await.unwrap().is_empty());
+    eventually(Duration::from_secs(5), "the instance to become visible", || async {
+        emu.user.get_instance(&created.id).await.ok()
+    })
+    .await;
+    assert_eq!(emu.user.list_all_instances(&Default::default()).await.unwrap().len(), 1);
+}

@@ -50,6 +50,9 @@ pub struct FaultAddArgs {
     /// Action: delay the call by this long, e.g. 500ms.
     #[arg(long, value_parser = humantime::parse_duration, group = "action")]
     latency: Option<Duration>,
+    /// Action: do the call; what it creates stays invisible to reads this long (eventual consistency).
+    #[arg(long, value_parser = humantime::parse_duration, group = "action")]
+    invisible_for: Option<Duration>,
     /// Action: give no answer (close the connection, or hang).
     #[arg(long, value_enum, group = "action")]
     no_response: Option<NoResponseArg>,
@@ -118,6 +121,8 @@ impl FaultAddArgs {
                 ms: l.as_millis() as u64,
                 jitter_ms: self.jitter.map_or(0, |j| j.as_millis() as u64),
             }
+        } else if let Some(d) = self.invisible_for {
+            FaultAction::EventualConsistency { seconds: d.as_secs_f64() }
         } else if let Some(mode) = self.no_response {
             FaultAction::NoResponse {
                 mode: match mode {
@@ -127,7 +132,7 @@ impl FaultAddArgs {
                 hang_seconds: self.hang.map(|h| h.as_secs_f64()),
             }
         } else {
-            bail!("give an action: --error, --apply-then-fail, --latency or --no-response");
+            bail!("give an action: --error, --apply-then-fail, --latency, --invisible-for or --no-response");
         };
         Ok(CreateFaultRuleRequest {
             id: self.id,

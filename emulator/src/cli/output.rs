@@ -152,6 +152,7 @@ impl Output {
                         FaultAction::ApplyThenFail { status, code, .. } => format!("apply-then-fail {status} {code}"),
                         FaultAction::Latency { ms, jitter_ms } => format!("latency {ms}ms+{jitter_ms}ms"),
                         FaultAction::NoResponse { mode, .. } => format!("no-response {mode:?}").to_lowercase(),
+                        FaultAction::EventualConsistency { seconds } => format!("hidden for {seconds}s"),
                     };
                     let t = &r.trigger;
                     let mut trigger = Vec::new();

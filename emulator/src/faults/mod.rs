@@ -9,6 +9,7 @@ mod outages;
 mod rate_limits;
 mod rules;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ pub enum Verdict {
     NoResponse { mode: NoResponseMode, hang: Duration, fault: String },
     /// Run it, then answer with this error.
     ApplyThenFail { error: ApiError, fault: String },
+    /// Run it; what it creates stays invisible to reads for a while.
+    Hide { for_: Duration, fault: String },
 }
 
 /// The call being judged.
@@ -76,6 +79,8 @@ pub struct FaultEngine {
     outages: RwLock<Vec<ActiveOutage>>,
     /// Serialises changes, so the database and memory change together.
     edit: Mutex<()>,
+    /// Resources hidden from reads until a time (eventual consistency), by ID.
+    hidden: std::sync::Mutex<HashMap<String, i64>>,
 }
 
 impl std::fmt::Debug for FaultEngine {
@@ -111,6 +116,7 @@ impl FaultEngine {
             limits: RwLock::new(limits),
             outages: RwLock::new(outages),
             edit: Mutex::default(),
+            hidden: std::sync::Mutex::default(),
         })
     }
 
@@ -143,6 +149,20 @@ impl FaultEngine {
             }
         }
         Verdict::Pass
+    }
+
+    /// Keep `id` invisible to reads for `for_`.
+    pub fn hide(&self, id: &str, for_: Duration) {
+        let until = now_ms() + i64::try_from(for_.as_millis()).unwrap_or(i64::MAX);
+        self.hidden.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), until);
+    }
+
+    /// The IDs hidden right now (expired ones are dropped).
+    pub fn hidden_now(&self) -> HashSet<String> {
+        let now = now_ms();
+        let mut hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner());
+        hidden.retain(|_, until| *until > now);
+        hidden.keys().cloned().collect()
     }
 
     /// Zones in an outage now: their instances are reported unreachable.

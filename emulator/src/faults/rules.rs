@@ -131,6 +131,9 @@ impl ActiveRule {
                     seconds("action.hang_seconds", *h, 3600.0)?;
                 }
             }
+            FaultAction::EventualConsistency { seconds: s } => {
+                seconds("action.seconds", *s, 3600.0)?;
+            }
         }
         if let Some(p) = trigger.probability
             && !(0.0..=1.0).contains(&p)
@@ -231,6 +234,9 @@ impl ActiveRule {
             }
             FaultAction::NoResponse { mode, hang_seconds } => {
                 Verdict::NoResponse { mode: *mode, hang: Duration::from_secs_f64(hang_seconds.unwrap_or(300.0)), fault }
+            }
+            FaultAction::EventualConsistency { seconds } => {
+                Verdict::Hide { for_: Duration::from_secs_f64(*seconds), fault }
             }
             FaultAction::ApplyThenFail { status, code, message } => Verdict::ApplyThenFail {
                 error: ApiError::new(

@@ -260,7 +260,8 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                             sqlx::query_scalar("SELECT zone FROM instances WHERE id = ?1").bind(id).fetch_optional(db).await.ok().flatten()
                         })
                         .await;
-                    apply(verdict, req, next, &mut fault).await
+                    let resp = apply(verdict, req, next, st.faults(), &mut fault).await;
+                    if method == Method::GET { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await } else { resp }
                 }
             }
         })
@@ -292,8 +293,41 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     resp
 }
 
+/// Eventual consistency: a read does not see resources whose creation is still "propagating".
+async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, faults: &FaultEngine) -> Response {
+    let hidden = faults.hidden_now();
+    if hidden.is_empty() || !resp.status().is_success() {
+        return resp;
+    }
+    if let Some(id) = path_id.filter(|id| hidden.contains(*id)) {
+        // GetInstance -> InstanceNotFound, as the resource's own 404 would say.
+        let code = format!("{}NotFound", operation.trim_start_matches("Get"));
+        return ApiError::new(StatusCode::NOT_FOUND, code, format!("{id} does not exist")).into_response();
+    }
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("cannot read a response body").into_response();
+    };
+    let mut value: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    };
+    if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
+        items.retain(|item| item.get("id").and_then(|id| id.as_str()).is_none_or(|id| !hidden.contains(id)));
+    }
+    let mut resp = Response::from_parts(parts, axum::body::Body::from(value.to_string()));
+    resp.headers_mut().remove(header::CONTENT_LENGTH);
+    resp
+}
+
 /// Carry out a fault verdict around the call.
-async fn apply(verdict: Verdict, req: Request, next: Next, fault: &mut Option<String>) -> Response {
+async fn apply(
+    verdict: Verdict,
+    req: Request,
+    next: Next,
+    faults: &FaultEngine,
+    fault: &mut Option<String>,
+) -> Response {
     match verdict {
         Verdict::Pass => next.run(req).await,
         Verdict::Refuse { error, fault: f } => {
@@ -304,6 +338,16 @@ async fn apply(verdict: Verdict, req: Request, next: Next, fault: &mut Option<St
             *fault = Some(f);
             tokio::time::sleep(by).await;
             next.run(req).await
+        }
+        Verdict::Hide { for_, fault: f } => {
+            let resp = next.run(req).await;
+            if resp.status().is_success()
+                && let Some(ResourceId(id)) = resp.extensions().get::<ResourceId>()
+            {
+                faults.hide(id, for_);
+                *fault = Some(f);
+            }
+            resp
         }
         Verdict::ApplyThenFail { error, fault: f } => {
             let resp = next.run(req).await;
