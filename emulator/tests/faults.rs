@@ -421,3 +421,25 @@ async fn new_resources_stay_invisible_then_appear() {
     .await;
     assert_eq!(emu.user.list_all_instances(&Default::default()).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn the_client_can_wait_out_retry_after_itself() {
+    let emu = Emu::start().await;
+    emu.admin.set_rate_limit("writes", &bucket(RateLimitScope::Writes, 1, 1.0)).await.unwrap();
+    emu.instance("first").await;
+    // Without a policy the caller sees the 429 and its delay...
+    let err = emu.user.create_instance(&inst("second"), None).await.unwrap_err();
+    assert_eq!((err.status(), err.retry_after()), (Some(429), Some(Duration::from_secs(1))));
+    // ...with one, the client waits as told and the call goes through.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    emu.instance("second").await;
+    let patient = emu
+        .user
+        .clone()
+        .with_retry_policy(fakecloud_api::RetryPolicy { max_attempts: 3, max_wait: Duration::from_secs(5) });
+    let t = Instant::now();
+    patient.create_instance(&inst("third"), None).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(900), "it waited for the bucket: {:?}", t.elapsed());
+    let refused = emu.admin.audit(&AuditQuery { status: Some(429), ..Default::default() }).await.unwrap().items;
+    assert_eq!(refused.len(), 2, "one refusal each for the plain and the patient client");
+}
