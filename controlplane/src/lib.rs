@@ -18,6 +18,7 @@
 pub mod binaries;
 pub mod error;
 pub mod kubeconfig;
+pub mod kubelets;
 pub mod launcher;
 pub mod pki;
 pub mod process;

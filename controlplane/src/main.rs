@@ -41,6 +41,21 @@ enum Command {
         #[arg(long)]
         clean: bool,
     },
+    /// Run simulated kubelets: a Node for every running instance of the emulator, kept alive while it runs.
+    Kubelets {
+        /// Kubeconfig of the cluster.
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: PathBuf,
+        /// The emulator's URL.
+        #[arg(long, env = "FAKECLOUD_ENDPOINT", default_value = "http://127.0.0.1:8787")]
+        emulator: String,
+        /// A credentials file written by `fakecloud serve`, used when FAKECLOUD_USER_TOKEN is not set.
+        #[arg(long)]
+        credentials: Option<PathBuf>,
+        /// How often to read the emulator's instances.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+        poll: f64,
+    },
     /// Stop the control plane recorded in a run directory and remove the directory.
     Down {
         #[arg(long, env = "FAKECLOUD_RUN_DIR")]
@@ -75,6 +90,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Up { run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean } => {
             up(&run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean).await
+        }
+        Command::Kubelets { kubeconfig, emulator, credentials, poll } => {
+            kubelets(&kubeconfig, &emulator, credentials, poll).await
         }
         Command::Down { run_dir, keep } => {
             let stopped = down(&run_dir, keep)?;
@@ -157,4 +175,42 @@ async fn up(
             Err(anyhow::Error::new(e).context("the control plane stopped working"))
         }
     }
+}
+
+async fn kubelets(kubeconfig: &Path, emulator: &str, credentials: Option<PathBuf>, poll: f64) -> anyhow::Result<()> {
+    let token = match std::env::var("FAKECLOUD_USER_TOKEN").ok().filter(|t| !t.is_empty()) {
+        Some(t) => t,
+        None => {
+            let file = credentials
+                .context("set FAKECLOUD_USER_TOKEN or pass --credentials FILE (the file `fakecloud serve` wrote)")?;
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            text.lines()
+                .find_map(|l| {
+                    l.trim().trim_start_matches("export ").strip_prefix("FAKECLOUD_USER_TOKEN=").map(str::to_string)
+                })
+                .with_context(|| format!("{} has no FAKECLOUD_USER_TOKEN line", file.display()))?
+        }
+    };
+    if !(poll.is_finite() && (0.05..=60.0).contains(&poll)) {
+        anyhow::bail!("--poll must be between 0.05 and 60 seconds");
+    }
+    let cloud = fakecloud_api::Client::new(emulator, token)?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?,
+        &Default::default(),
+    )
+    .await?;
+    let client = kube::Client::try_from(config)?;
+    let opts = fakecloud_controlplane::kubelets::Options { poll: Duration::from_secs_f64(poll), ..Default::default() };
+    let _sim = fakecloud_controlplane::kubelets::SimulatedKubelets::start(client, cloud, opts)
+        .await
+        .with_context(|| format!("starting simulated kubelets against {emulator}"))?;
+    eprintln!("simulated kubelets running against {emulator}; Ctrl-C to stop");
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = sigterm.recv() => {},
+        _ = sigint.recv() => {},
+    }
+    Ok(())
 }

@@ -13,16 +13,8 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
-/// `Some(binaries)` if built; `None` (skip) outside CI; panics in CI.
 fn binaries_or_skip(test: &str) -> Option<Binaries> {
-    match Binaries::locate(None) {
-        Ok(binaries) => Some(binaries),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipping {test}: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
+    Binaries::for_tests(test)
 }
 
 fn init_tracing() {

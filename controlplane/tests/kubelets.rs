@@ -1,0 +1,195 @@
+//! Simulated kubelets against the real control plane and a real (in-process) emulator: Nodes appear as a
+//! kubelet with `--cloud-provider=external` registers them, get a pod CIDR from the controller manager, turn
+//! NotReady when their instance dies, and come back when it runs again.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use fakecloud_api::{Client, CreateInstanceRequest, Instance};
+use fakecloud_controlplane::kubelets::{Options, PROVIDED_NODE_IP, SimulatedKubelets, UNINITIALIZED_TAINT};
+use fakecloud_controlplane::{Binaries, ControlPlane};
+use fakecloud_emulator::config::{Config, DbLocation, Timings};
+use fakecloud_emulator::http::auth::Tokens;
+use fakecloud_emulator::server::Server;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+const TOKEN: &str = "kubelet-test-token-0123456789";
+
+async fn emulator(dir: &std::path::Path) -> (Server, Client) {
+    let timings = Timings {
+        stop_delay: Duration::from_millis(200),
+        terminate_delay: Duration::from_millis(200),
+        ..Timings::instant()
+    };
+    let cfg = Config { timings, ..Config::default() };
+    let tokens = Tokens { user: TOKEN.into(), admin: TOKEN.into() };
+    let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.join("fc.db")), cfg, tokens).await.unwrap();
+    let client = Client::new(&server.url(), TOKEN).unwrap();
+    (server, client)
+}
+
+fn fast() -> Options {
+    Options {
+        poll: Duration::from_millis(200),
+        lease_renew: Duration::from_secs(2),
+        status_every: Duration::from_secs(5),
+        ..Options::default()
+    }
+}
+
+fn ready(n: &Node) -> Option<String> {
+    n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone())
+}
+
+fn has_taint(n: &Node, key: &str) -> bool {
+    n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+/// Wait until `check` holds for the nodes, or fail with what was last seen.
+async fn until(
+    nodes: &Api<Node>,
+    timeout: Duration,
+    what: &str,
+    check: impl Fn(&BTreeMap<String, Node>) -> bool,
+) -> BTreeMap<String, Node> {
+    let start = Instant::now();
+    loop {
+        let all: BTreeMap<String, Node> = nodes
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|n| (n.metadata.name.clone().unwrap(), n))
+            .collect();
+        if check(&all) {
+            return all;
+        }
+        if start.elapsed() > timeout {
+            let seen: Vec<(String, Option<String>)> = all.iter().map(|(k, n)| (k.clone(), ready(n))).collect();
+            panic!("timed out after {timeout:?} waiting for {what}; nodes and Ready: {seen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn create(c: &Client, name: &str, zone: &str) -> Instance {
+    c.create_instance(&CreateInstanceRequest { name: name.into(), zone: Some(zone.into()), ..Default::default() }, None)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_follow_their_instances() {
+    if Binaries::for_tests("simulated kubelets test").is_none() {
+        return;
+    }
+    let cp = ControlPlane::builder()
+        .node_monitor_grace_period(Duration::from_secs(8))
+        .node_monitor_period(Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, cloud) = emulator(dir.path()).await;
+    let _kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), fast()).await.unwrap();
+    let a = create(&cloud, "node-a", "local-1a").await;
+    let b = create(&cloud, "node-b", "local-1b").await;
+    let c = create(&cloud, "node-c", "local-1c").await;
+    let nodes = Api::<Node>::all(cp.client());
+
+    let all = until(&nodes, Duration::from_secs(30), "3 Ready nodes with pod CIDRs", |all| {
+        all.len() == 3
+            && all
+                .values()
+                .all(|n| ready(n).as_deref() == Some("True") && n.spec.as_ref().is_some_and(|s| s.pod_cidr.is_some()))
+    })
+    .await;
+    for inst in [&a, &b, &c] {
+        let n = &all[&inst.name];
+        assert!(has_taint(n, UNINITIALIZED_TAINT), "{} registers with the uninitialized taint", inst.name);
+        let spec = n.spec.as_ref().unwrap();
+        assert_eq!(spec.provider_id, None, "the kubelet sets no providerID; the CCM does");
+        assert!(spec.pod_cidr.as_deref().unwrap().starts_with("10.244."));
+        assert_eq!(n.metadata.annotations.as_ref().unwrap()[PROVIDED_NODE_IP], inst.private_ip.to_string());
+        let addrs: Vec<(String, String)> = n
+            .status
+            .as_ref()
+            .unwrap()
+            .addresses
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|a| (a.type_.clone(), a.address.clone()))
+            .collect();
+        assert_eq!(
+            addrs,
+            [("InternalIP".to_string(), inst.private_ip.to_string()), ("Hostname".to_string(), inst.name.clone())]
+        );
+        let labels = n.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["kubernetes.io/hostname"], inst.name);
+        assert!(!labels.contains_key("topology.kubernetes.io/zone"), "zone labels are the CCM's job");
+        let info = n.status.as_ref().unwrap().node_info.as_ref().unwrap();
+        assert_eq!(info.kubelet_version, cp.version());
+    }
+
+    // a dies, b stops: both fall silent and the controller manager marks them unreachable; c is untouched.
+    cloud.terminate_instance(&a.id).await.unwrap();
+    cloud.stop_instance(&b.id).await.unwrap();
+    until(&nodes, Duration::from_secs(40), "a and b NotReady (unreachable), c Ready", |all| {
+        ["node-a", "node-b"].iter().all(|n| {
+            all.get(*n)
+                .is_some_and(|n| ready(n).as_deref() != Some("True") && has_taint(n, "node.kubernetes.io/unreachable"))
+        }) && all.get("node-c").is_some_and(|n| ready(n).as_deref() == Some("True"))
+    })
+    .await;
+
+    // b runs again: its kubelet resumes and the node is Ready again; a stays down (and is not deleted by us).
+    cloud.start_instance(&b.id).await.unwrap();
+    let all = until(&nodes, Duration::from_secs(30), "b Ready again", |all| {
+        all.get("node-b")
+            .is_some_and(|n| ready(n).as_deref() == Some("True") && !has_taint(n, "node.kubernetes.io/unreachable"))
+    })
+    .await;
+    assert_ne!(ready(&all["node-a"]).as_deref(), Some("True"));
+    assert_eq!(ready(&all["node-c"]).as_deref(), Some("True"));
+
+    // A Node deleted while its instance runs is registered again, as a kubelet would.
+    nodes.delete("node-c", &Default::default()).await.unwrap();
+    until(&nodes, Duration::from_secs(30), "node-c registered again", |all| {
+        all.get("node-c")
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_none() && ready(n).as_deref() == Some("True"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_nodes_stay_ready() {
+    if Binaries::for_tests("simulated kubelets scale test").is_none() {
+        return;
+    }
+    let cp = ControlPlane::builder()
+        .node_monitor_grace_period(Duration::from_secs(8))
+        .node_monitor_period(Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, cloud) = emulator(dir.path()).await;
+    let _kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), fast()).await.unwrap();
+    let zones = ["local-1a", "local-1b", "local-1c"];
+    for n in 0..200 {
+        create(&cloud, &format!("n{n:03}"), zones[n % 3]).await;
+    }
+    let nodes = Api::<Node>::all(cp.client());
+    let all_ready =
+        |all: &BTreeMap<String, Node>| all.len() == 200 && all.values().all(|n| ready(n).as_deref() == Some("True"));
+    let started = Instant::now();
+    until(&nodes, Duration::from_secs(60), "200 Ready nodes", all_ready).await;
+    eprintln!("200 nodes registered and Ready in {:?}", started.elapsed());
+    // Well past the 8 s grace period: the lease renewals keep every node Ready.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    until(&nodes, Duration::from_secs(5), "200 nodes still Ready after 15 s", all_ready).await;
+}
