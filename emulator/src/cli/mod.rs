@@ -1,6 +1,7 @@
 //! The `fakecloud` command line: `serve` runs the emulator; every other command is a client of its API through
 //! `fakecloud_api::Client`.
 
+pub mod adopt;
 mod faults;
 mod output;
 pub mod scenario;
@@ -80,6 +81,13 @@ pub enum Command {
     Audit(AuditArgs),
     /// Delete every resource and the audit log; quotas back to defaults (admin).
     Reset,
+    /// Create an instance for every Node of a cluster that has none (its name, InternalIP and a zone), so an
+    /// existing cluster's machines, such as kind nodes, become cloud instances. Safe to run again.
+    Adopt {
+        /// Kubeconfig of the cluster (default: KUBECONFIG, or in-cluster).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<std::path::PathBuf>,
+    },
     /// Fault rules: errors, latency, no response, apply-then-fail (admin).
     #[command(subcommand)]
     Fault(faults::FaultCmd),
@@ -388,6 +396,20 @@ pub async fn run(cli: Cli) -> Result<()> {
                 limit: Some(a.limit),
             };
             out.audit(&conn.client(true)?.audit(&q).await?.items)
+        }
+        Command::Adopt { kubeconfig } => {
+            let kube = adopt::kube_client(kubeconfig.as_deref()).await?;
+            let done = adopt::adopt(kube, &conn.client(false)?).await?;
+            for (node, outcome) in &done {
+                match outcome {
+                    adopt::Outcome::Adopted { instance_id, ip, zone } => {
+                        println!("{node}: adopted as {instance_id} ({ip}, {zone})")
+                    }
+                    adopt::Outcome::AlreadyAnInstance => println!("{node}: already an instance"),
+                    adopt::Outcome::NoAddress => println!("{node}: skipped, it has no InternalIP"),
+                }
+            }
+            Ok(())
         }
         Command::Fault(cmd) => faults::fault(&conn.client(true)?, &out, cmd).await,
         Command::RateLimit(cmd) => faults::rate_limit(&conn.client(true)?, &out, cmd).await,
