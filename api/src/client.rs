@@ -437,4 +437,13 @@ impl Client {
     pub async fn reclaim_spot(&self, req: &ReclaimRequest) -> Result<ReclaimResponse> {
         self.send(Method::POST, "/v1/spot/reclaim", Some(req), None).await
     }
+
+    /// Start (or replace) random spot reclamation.
+    pub async fn start_spot_random(&self, req: &SpotRandomRequest) -> Result<SpotRandom> {
+        self.send(Method::PUT, "/v1/spot/random", Some(req), None).await
+    }
+
+    pub async fn stop_spot_random(&self) -> Result<serde_json::Value> {
+        self.send::<(), _>(Method::DELETE, "/v1/spot/random", None, None).await
+    }
 }

@@ -24,6 +24,15 @@ pub struct FaultMatch {
     /// Caller roles: `user` or `admin`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// Zones of the resource the call is about (an instance by ID, or the zone a create asks for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    /// Names or globs of the resource the call is about (by ID, or the name a create asks for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Tags of the resource: `key=value`, or `key` for "has the tag".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -271,3 +280,28 @@ pub const SPOT_TERMINATION_REASON: &str = "Server.SpotInstanceTermination";
 
 /// The reason instances of a zone in an outage carry while it lasts.
 pub const ZONE_OUTAGE_REASON: &str = "Server.ZoneOutage";
+
+/// Random spot reclamation: spot instances are reclaimed at random, about `rate_per_minute` a minute across
+/// the fleet, each with a notice. The draws come from the emulator's seed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpotRandomRequest {
+    /// Expected reclamations per minute across all spot instances (0–600).
+    pub rate_per_minute: f64,
+    /// Notice before each interruption (default 120 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice_seconds: Option<f64>,
+    /// Stop after this long (default: until stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct SpotRandom {
+    pub rate_per_minute: f64,
+    pub notice_seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Instances reclaimed by this mode so far.
+    pub reclaimed: u64,
+}

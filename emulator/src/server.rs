@@ -61,6 +61,7 @@ impl Server {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         self.ticker.abort();
+        self.state.stop_background();
         self.state.audit.flush().await;
         self.state.db.close().await;
     }

@@ -443,3 +443,102 @@ async fn the_client_can_wait_out_retry_after_itself() {
     let refused = emu.admin.audit(&AuditQuery { status: Some(429), ..Default::default() }).await.unwrap().items;
     assert_eq!(refused.len(), 2, "one refusal each for the plain and the patient client");
 }
+
+#[tokio::test]
+async fn rules_can_match_the_resource_zone_name_and_tags() {
+    let emu = Emu::start().await;
+    let a = emu
+        .user
+        .create_instance(&CreateInstanceRequest { zone: Some("local-1a".into()), ..inst("web-1") }, None)
+        .await
+        .unwrap();
+    let tagged = CreateInstanceRequest {
+        zone: Some("local-1b".into()),
+        tags: [("pool".to_string(), "gpu".to_string())].into(),
+        ..inst("gpu-1")
+    };
+    let b = emu.user.create_instance(&tagged, None).await.unwrap();
+    let by = |zones: &[&str], names: &[&str], tags: &[&str]| CreateFaultRuleRequest {
+        id: None,
+        matcher: FaultMatch {
+            zones: zones.iter().map(|s| s.to_string()).collect(),
+            names: names.iter().map(|s| s.to_string()).collect(),
+            tags: tags.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        },
+        action: error(503, "ServiceUnavailable"),
+        trigger: FaultTrigger::default(),
+        position: None,
+    };
+    let r = emu.admin.add_fault(&by(&["local-1a"], &[], &[])).await.unwrap();
+    assert!(emu.user.stop_instance(&a.id).await.is_err(), "an instance in local-1a");
+    emu.user.get_instance(&b.id).await.unwrap();
+    let err = emu
+        .user
+        .create_instance(&CreateInstanceRequest { zone: Some("local-1a".into()), ..inst("web-2") }, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(503), "a create asking for local-1a");
+    emu.user
+        .create_instance(&CreateInstanceRequest { zone: Some("local-1c".into()), ..inst("web-3") }, None)
+        .await
+        .unwrap();
+    emu.admin.delete_fault(&r.id).await.unwrap();
+
+    let r = emu.admin.add_fault(&by(&[], &["gpu-*"], &[])).await.unwrap();
+    assert!(emu.user.get_instance(&b.id).await.is_err());
+    emu.user.get_instance(&a.id).await.unwrap();
+    emu.admin.delete_fault(&r.id).await.unwrap();
+
+    emu.admin.add_fault(&by(&[], &[], &["pool=gpu"])).await.unwrap();
+    assert!(emu.user.get_instance(&b.id).await.is_err());
+    emu.user.get_instance(&a.id).await.unwrap();
+    let err = emu.admin.add_fault(&by(&[], &["["], &[])).await.unwrap_err();
+    assert!(err.to_string().contains("match.names[0]"), "{err}");
+}
+
+#[tokio::test]
+async fn random_spot_reclamation_takes_only_spot_instances() {
+    let emu = Emu::with_config(Config { timings: Timings::instant(), seed: Some(3), ..Config::default() }).await;
+    for n in 0..4 {
+        emu.user
+            .create_instance(&CreateInstanceRequest { market: Market::Spot, ..inst(&format!("spot-{n}")) }, None)
+            .await
+            .unwrap();
+    }
+    let od = emu.instance("on-demand").await;
+    let bad =
+        fakecloud_api::SpotRandomRequest { rate_per_minute: 1000.0, notice_seconds: None, duration_seconds: None };
+    assert!(emu.admin.start_spot_random(&bad).await.unwrap_err().to_string().contains("rate_per_minute"));
+    // 120 a minute: about two a second.
+    let req =
+        fakecloud_api::SpotRandomRequest { rate_per_minute: 120.0, notice_seconds: Some(60.0), duration_seconds: None };
+    emu.admin.start_spot_random(&req).await.unwrap();
+    let noticed = eventually(Duration::from_secs(15), "two spot instances with a notice", || async {
+        let all = emu.user.list_all_instances(&Default::default()).await.unwrap();
+        let n: Vec<_> = all.into_iter().filter(|i| i.interruption_at.is_some()).collect();
+        (n.len() >= 2).then_some(n)
+    })
+    .await;
+    assert!(noticed.iter().all(|i| i.market == Market::Spot));
+    emu.admin.stop_spot_random().await.unwrap();
+    let after = emu
+        .user
+        .list_all_instances(&Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|i| i.interruption_at.is_some())
+        .count();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = emu
+        .user
+        .list_all_instances(&Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|i| i.interruption_at.is_some())
+        .count();
+    assert_eq!(after, later, "stopped means stopped");
+    assert!(emu.user.get_instance(&od.id).await.unwrap().interruption_at.is_none());
+}

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use fakecloud_api::{
     Client, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, NoResponseMode, OutageScope, RateLimitScope,
-    ReclaimRequest, Service, SetRateLimitRequest, StartOutageRequest,
+    ReclaimRequest, Service, SetRateLimitRequest, SpotRandomRequest, StartOutageRequest,
 };
 
 use super::output::Output;
@@ -41,6 +41,15 @@ pub struct FaultAddArgs {
     /// Caller role (user or admin); repeatable.
     #[arg(long = "role")]
     roles: Vec<String>,
+    /// Zone of the resource (an instance, or the zone a create asks for); repeatable.
+    #[arg(long = "zone")]
+    zones: Vec<String>,
+    /// Name or glob of the resource; repeatable.
+    #[arg(long = "name")]
+    names: Vec<String>,
+    /// Tag of the resource, KEY=VALUE or KEY; repeatable.
+    #[arg(long = "tag")]
+    tags: Vec<String>,
     /// Action: answer STATUS:CODE instead of doing the call, e.g. 503:ServiceUnavailable.
     #[arg(long, value_name = "STATUS:CODE", group = "action")]
     error: Option<String>,
@@ -141,6 +150,9 @@ impl FaultAddArgs {
                 methods: self.methods,
                 resource_ids: self.resource_ids,
                 roles: self.roles,
+                zones: self.zones,
+                names: self.names,
+                tags: self.tags,
             },
             action,
             trigger: FaultTrigger {
@@ -238,6 +250,21 @@ pub enum SpotCmd {
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
         notice: Duration,
     },
+    /// Reclaim random spot instances at a rate, drawn from the emulator's --seed; --stop ends it.
+    Random {
+        /// Expected reclamations per minute across all spot instances.
+        #[arg(long, required_unless_present = "stop")]
+        rate: Option<f64>,
+        /// Notice before each interruption.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+        notice: Duration,
+        /// Stop after this long (default: until --stop).
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        duration: Option<Duration>,
+        /// Stop random reclamation.
+        #[arg(long, conflicts_with = "rate")]
+        stop: bool,
+    },
 }
 
 pub async fn fault(client: &Client, out: &Output, cmd: FaultCmd) -> Result<()> {
@@ -314,7 +341,19 @@ pub async fn outage(client: &Client, out: &Output, cmd: OutageCmd) -> Result<()>
 }
 
 pub async fn spot(client: &Client, out: &Output, cmd: SpotCmd) -> Result<()> {
-    let SpotCmd::Reclaim { ids, names, tag, notice } = cmd;
-    let req = ReclaimRequest { instance_ids: ids, names, tag, notice_seconds: Some(notice.as_secs_f64()) };
-    out.instances(&client.reclaim_spot(&req).await?.items)
+    match cmd {
+        SpotCmd::Reclaim { ids, names, tag, notice } => {
+            let req = ReclaimRequest { instance_ids: ids, names, tag, notice_seconds: Some(notice.as_secs_f64()) };
+            out.instances(&client.reclaim_spot(&req).await?.items)
+        }
+        SpotCmd::Random { stop: true, .. } => out.value(&client.stop_spot_random().await?),
+        SpotCmd::Random { rate, notice, duration, .. } => {
+            let req = SpotRandomRequest {
+                rate_per_minute: rate.unwrap_or_default(),
+                notice_seconds: Some(notice.as_secs_f64()),
+                duration_seconds: duration.map(|d| d.as_secs_f64()),
+            };
+            out.value(&serde_json::to_value(client.start_spot_random(&req).await?)?)
+        }
+    }
 }

@@ -8,6 +8,7 @@
 mod outages;
 mod rate_limits;
 mod rules;
+mod spot_random;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -15,14 +16,15 @@ use std::time::Duration;
 
 use axum::http::Method;
 use fakecloud_api::{
-    CreateFaultRuleRequest, FaultRule, NoResponseMode, Outage, RateLimit, Service, SetRateLimitRequest,
-    StartOutageRequest,
+    CreateFaultRuleRequest, FaultRule, NoResponseMode, Outage, RateLimit, Service, SetRateLimitRequest, SpotRandom,
+    SpotRandomRequest, StartOutageRequest,
 };
 use tokio::sync::{Mutex, RwLock};
 
 use self::outages::ActiveOutage;
 use self::rate_limits::ActiveLimit;
 use self::rules::ActiveRule;
+use self::spot_random::ActiveSpotRandom;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, Result};
 use crate::http::auth::Role;
@@ -55,6 +57,16 @@ pub struct Call<'a> {
     pub admin_only: bool,
     /// The caller's token, for per-token rate limits (never stored or logged).
     pub token: &'a str,
+    /// The resource the call is about, when some fault needs to know (see [`FaultEngine::wants_subject`]).
+    pub subject: Option<&'a Subject>,
+}
+
+/// What the call is about: read from the resource named in the path, or from a create's body.
+#[derive(Debug, Default, Clone)]
+pub struct Subject {
+    pub name: Option<String>,
+    pub zone: Option<String>,
+    pub tags: std::collections::BTreeMap<String, String>,
 }
 
 /// The service an operation belongs to, for service outages.
@@ -79,6 +91,7 @@ pub struct FaultEngine {
     outages: RwLock<Vec<ActiveOutage>>,
     /// Serialises changes, so the database and memory change together.
     edit: Mutex<()>,
+    spot_random: RwLock<Option<ActiveSpotRandom>>,
     /// Resources hidden from reads until a time (eventual consistency), by ID.
     hidden: std::sync::Mutex<HashMap<String, i64>>,
 }
@@ -96,12 +109,16 @@ impl FaultEngine {
             sqlx::query_as("SELECT kind, id, spec FROM faults ORDER BY position, created_at")
                 .fetch_all(db.reader())
                 .await?;
-        let (mut rules, mut limits, mut outages) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut rules, mut limits, mut outages, mut spot) = (Vec::new(), Vec::new(), Vec::new(), None);
         for (kind, id, spec) in rows {
             let restored = match kind.as_str() {
                 "rule" => ActiveRule::restore(&id, &spec, seed).map(|r| rules.push(Arc::new(r))),
                 "rate_limit" => ActiveLimit::restore(&id, &spec).map(|l| limits.push(Arc::new(l))),
                 "outage" => ActiveOutage::restore(&id, &spec).map(|o| outages.push(o)),
+                "spot_random" => serde_json::from_str::<(SpotRandomRequest, i64)>(&spec)
+                    .map_err(|e| ApiError::internal(e.to_string()))
+                    .and_then(|(req, started)| ActiveSpotRandom::new(&req, seed, started))
+                    .map(|s| spot = Some(s)),
                 _ => Ok(()),
             };
             if let Err(e) = restored {
@@ -117,11 +134,20 @@ impl FaultEngine {
             outages: RwLock::new(outages),
             edit: Mutex::default(),
             hidden: std::sync::Mutex::default(),
+            spot_random: RwLock::new(spot),
         })
     }
 
     /// Judge a call. Cheap when nothing is configured.
-    pub async fn judge(&self, call: &Call<'_>, zone_of: impl AsyncFnOnce(&str) -> Option<String>) -> Verdict {
+    /// Whether judging needs the call's [`Subject`]: a rule matches on zone, name or tag, or a zone is down.
+    /// Describing a call costs a look-up, so it is done only then.
+    pub async fn wants_subject(&self) -> bool {
+        let now = now_ms();
+        self.rules.read().await.iter().any(|r| r.wants_subject())
+            || self.outages.read().await.iter().any(|o| o.active(now) && o.zone().is_some())
+    }
+
+    pub async fn judge(&self, call: &Call<'_>) -> Verdict {
         if call.admin_only {
             return Verdict::Pass;
         }
@@ -129,7 +155,7 @@ impl FaultEngine {
         {
             let outages = self.outages.read().await;
             if !outages.is_empty()
-                && let Some(v) = outages::judge(&outages, call, now, zone_of).await
+                && let Some(v) = outages::judge(&outages, call, now)
             {
                 return v;
             }
@@ -256,6 +282,7 @@ impl FaultEngine {
         self.rules.write().await.clear();
         self.limits.write().await.clear();
         self.outages.write().await.clear();
+        *self.spot_random.write().await = None;
         tracing::info!("all faults cleared");
         Ok(())
     }
@@ -286,6 +313,45 @@ impl FaultEngine {
         })?;
         self.forget("rate_limit", id).await?;
         Ok(limits.remove(at).to_api())
+    }
+
+    // ---------------------------------------------------------------------------------------------- random spot
+
+    pub async fn start_spot_random(&self, req: SpotRandomRequest) -> Result<SpotRandom> {
+        let _edit = self.edit.lock().await;
+        let now = now_ms();
+        let active = ActiveSpotRandom::new(&req, self.seed, now)?;
+        let spec = serde_json::to_string(&(&req, now)).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.persist("spot_random", "spot-random", 0, &spec).await?;
+        let api = active.to_api();
+        *self.spot_random.write().await = Some(active);
+        tracing::warn!(rate_per_minute = req.rate_per_minute, "random spot reclamation started");
+        Ok(api)
+    }
+
+    pub async fn stop_spot_random(&self) -> Result<()> {
+        let _edit = self.edit.lock().await;
+        self.forget("spot_random", "spot-random").await?;
+        *self.spot_random.write().await = None;
+        Ok(())
+    }
+
+    /// Run the random spot draws once a second until the process ends.
+    pub fn spawn_spot_ticker(self: &Arc<Self>, cfg: crate::config::Config) -> tokio::task::JoinHandle<()> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let guard = engine.spot_random.read().await;
+                let Some(active) = guard.as_ref().filter(|a| a.active(now_ms())) else { continue };
+                match active.tick(&engine.db, &cfg).await {
+                    Ok(Some(name)) => tracing::warn!(instance = %name, "random spot reclamation"),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "random spot reclamation failed; trying again next second"),
+                }
+            }
+        })
     }
 
     // ---------------------------------------------------------------------------------------------- outages

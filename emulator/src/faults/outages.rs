@@ -97,13 +97,8 @@ impl ActiveOutage {
     }
 }
 
-/// The first active outage covering the call. The zone of an instance is looked up only if a zone is down.
-pub async fn judge(
-    outages: &[ActiveOutage],
-    call: &Call<'_>,
-    now: i64,
-    zone_of: impl AsyncFnOnce(&str) -> Option<String>,
-) -> Option<Verdict> {
+/// The first active outage covering the call.
+pub fn judge(outages: &[ActiveOutage], call: &Call<'_>, now: i64) -> Option<Verdict> {
     let service = service_of(call.operation);
     for o in outages.iter().filter(|o| o.active(now)) {
         match o.stored.request.scope {
@@ -118,6 +113,6 @@ pub async fn judge(
     if dark.is_empty() || service != Some(fakecloud_api::Service::Compute) || call.method == axum::http::Method::GET {
         return None;
     }
-    let zone = zone_of(call.resource_id?).await?;
+    let zone = call.subject?.zone.clone()?;
     dark.into_iter().find(|o| o.zone() == Some(zone.as_str())).map(|o| o.refuse(now, format!("zone {zone}")))
 }

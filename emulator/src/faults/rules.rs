@@ -28,6 +28,7 @@ pub struct ActiveRule {
     pub id: String,
     stored: Stored,
     operations: Vec<glob::Pattern>,
+    names: Vec<glob::Pattern>,
     /// Seeded from the emulator's seed and the rule's name, so the same rules make the same draws every run.
     rng: Mutex<StdRng>,
     matched: AtomicU64,
@@ -91,6 +92,13 @@ impl ActiveRule {
                     format!("{op:?} matches no operation; operations: {}", operations.join(", ")),
                 ));
             }
+        }
+        for (i, n) in matcher.names.iter().enumerate() {
+            glob::Pattern::new(n)
+                .map_err(|e| invalid(&format!("match.names[{i}]"), format!("{n:?} is not a valid glob: {e}")))?;
+        }
+        for (i, t) in matcher.tags.iter().enumerate() {
+            crate::validate::tag_key(&format!("match.tags[{i}]"), t.split_once('=').map_or(t.as_str(), |(k, _)| k))?;
         }
         for (i, m) in matcher.methods.iter().enumerate() {
             if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&m.as_str()) {
@@ -156,17 +164,19 @@ impl ActiveRule {
     }
 
     fn build(id: String, stored: Stored, seed: u64) -> Result<Self> {
-        let operations = stored
-            .matcher
-            .operations
-            .iter()
-            .map(|o| glob::Pattern::new(o).map_err(|e| ApiError::internal(e.to_string())))
-            .collect::<Result<_>>()?;
+        let globs = |v: &[String]| {
+            v.iter()
+                .map(|o| glob::Pattern::new(o).map_err(|e| ApiError::internal(e.to_string())))
+                .collect::<Result<Vec<_>>>()
+        };
+        let operations = globs(&stored.matcher.operations)?;
+        let names = globs(&stored.matcher.names)?;
         Ok(Self {
             rng: Mutex::new(StdRng::seed_from_u64(seed_for(seed, &id))),
             id,
             stored,
             operations,
+            names,
             matched: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         })
@@ -181,6 +191,29 @@ impl ActiveRule {
         serde_json::to_string(&self.stored).unwrap_or_default()
     }
 
+    /// The rule matches on what the call is about, not just on the call.
+    pub fn wants_subject(&self) -> bool {
+        let m = &self.stored.matcher;
+        !(m.zones.is_empty() && m.names.is_empty() && m.tags.is_empty())
+    }
+
+    fn subject_matches(&self, call: &Call<'_>) -> bool {
+        let m = &self.stored.matcher;
+        if !self.wants_subject() {
+            return true;
+        }
+        let Some(subject) = call.subject else { return false };
+        let zone_ok = m.zones.is_empty() || subject.zone.as_ref().is_some_and(|z| m.zones.contains(z));
+        let name_ok =
+            self.names.is_empty() || subject.name.as_ref().is_some_and(|n| self.names.iter().any(|p| p.matches(n)));
+        let tag_ok = m.tags.is_empty()
+            || m.tags.iter().any(|t| match t.split_once('=') {
+                Some((k, v)) => subject.tags.get(k).is_some_and(|have| have == v),
+                None => subject.tags.contains_key(t),
+            });
+        zone_ok && name_ok && tag_ok
+    }
+
     fn matches(&self, call: &Call<'_>, now: i64) -> bool {
         let m = &self.stored.matcher;
         let in_window = self.stored.from_ms.is_none_or(|f| now >= f) && self.stored.until_ms.is_none_or(|u| now < u);
@@ -189,6 +222,7 @@ impl ActiveRule {
             && (m.methods.is_empty() || m.methods.iter().any(|x| x == call.method.as_str()))
             && (m.resource_ids.is_empty() || call.resource_id.is_some_and(|r| m.resource_ids.iter().any(|x| x == r)))
             && (m.roles.is_empty() || m.roles.iter().any(|x| x == call.role.as_str()))
+            && self.subject_matches(call)
     }
 
     /// `Some` when this rule fires for the call.

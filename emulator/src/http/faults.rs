@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{
     CreateFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, Outage, OutageList, RateLimit, RateLimitList,
-    ReclaimRequest, ReclaimResponse, SetRateLimitRequest, StartOutageRequest,
+    ReclaimRequest, ReclaimResponse, SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -23,6 +23,21 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(start_outage, list_outages))
         .routes(routes!(stop_outage))
         .routes(routes!(reclaim_spot))
+        .routes(routes!(start_spot_random, stop_spot_random))
+}
+
+/// Reclaim random spot instances at a rate (seeded by `fakecloud serve --seed`), each with a notice.
+#[utoipa::path(put, path = "/v1/spot/random", operation_id = "StartSpotRandom", tag = "faults", request_body = SpotRandomRequest,
+    responses((status = 200, body = SpotRandom), (status = 400, body = ErrorBody)), security(("admin" = [])))]
+async fn start_spot_random(State(st): State<AppState>, ApiJson(req): ApiJson<SpotRandomRequest>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", st.faults().start_spot_random(req).await?))
+}
+
+#[utoipa::path(delete, path = "/v1/spot/random", operation_id = "StopSpotRandom", tag = "faults",
+    responses((status = 200, body = serde_json::Value)), security(("admin" = [])))]
+async fn stop_spot_random(State(st): State<AppState>) -> Result<Response> {
+    st.faults().stop_spot_random().await?;
+    Ok(reply(StatusCode::OK, "", serde_json::json!({"stopped": true})))
 }
 
 /// Add a fault rule. Rules are tried in order for every user call; the first whose match and trigger fire wins.

@@ -35,7 +35,7 @@ use self::metrics::Metrics;
 use crate::config::Config;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode, REQUEST_ID};
-use crate::faults::{Call, FaultEngine, Verdict};
+use crate::faults::{Call, FaultEngine, Subject, Verdict};
 use crate::store::audit::{AuditSink, Record};
 
 /// Everything a handler needs.
@@ -49,7 +49,9 @@ pub struct Inner {
     pub tokens: Tokens,
     pub metrics: Metrics,
     pub audit: AuditSink,
-    faults: FaultEngine,
+    faults: Arc<FaultEngine>,
+    /// Tasks that live as long as the app (random spot reclamation); stopped by `stop_background`.
+    background: Vec<tokio::task::JoinHandle<()>>,
     operations: Operations,
     openapi: String,
 }
@@ -57,6 +59,10 @@ pub struct Inner {
 impl AppState {
     pub fn faults(&self) -> &FaultEngine {
         &self.0.faults
+    }
+
+    pub fn stop_background(&self) {
+        self.0.background.iter().for_each(|t| t.abort());
     }
 }
 
@@ -179,7 +185,8 @@ pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppStat
     let operations = Operations::from_spec(&spec);
     let seed = cfg.seed.unwrap_or_else(rand::random);
     tracing::info!(seed, "fault injection seed (pass --seed {seed} to repeat this run's random faults)");
-    let faults = FaultEngine::load(db.clone(), seed, operations.names()).await?;
+    let faults = Arc::new(FaultEngine::load(db.clone(), seed, operations.names()).await?);
+    let background = vec![faults.spawn_spot_ticker(cfg.clone())];
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
     let state = AppState(Arc::new(Inner {
         db,
@@ -188,6 +195,7 @@ pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppStat
         metrics: Metrics::default(),
         audit,
         faults,
+        background,
         operations,
         openapi: spec.to_pretty_json().unwrap_or_default(),
     }));
@@ -252,14 +260,22 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                 }
                 (Some(op), Some(role)) => {
                     let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
-                    let call = Call { operation: &op.name, method: &method, resource_id: path_id.as_deref(), role, admin_only: op.role == Role::Admin, token };
-                    let db = st.db.reader();
-                    let verdict = st
-                        .faults()
-                        .judge(&call, async |id: &str| {
-                            sqlx::query_scalar("SELECT zone FROM instances WHERE id = ?1").bind(id).fetch_optional(db).await.ok().flatten()
-                        })
-                        .await;
+                    let admin_only = op.role == Role::Admin;
+                    let (subject, req) = if !admin_only && st.faults().wants_subject().await {
+                        describe(&st, path_id.as_deref(), req).await
+                    } else {
+                        (None, req)
+                    };
+                    let call = Call {
+                        operation: &op.name,
+                        method: &method,
+                        resource_id: path_id.as_deref(),
+                        role,
+                        admin_only,
+                        token,
+                        subject: subject.as_ref(),
+                    };
+                    let verdict = st.faults().judge(&call).await;
                     let resp = apply(verdict, req, next, st.faults(), &mut fault).await;
                     if method == Method::GET { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await } else { resp }
                 }
@@ -291,6 +307,52 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         st.metrics.fault_injected(&f);
     }
     resp
+}
+
+/// What a call is about, for faults that match on zone, name or tag: the instance or load balancer named in
+/// the path, or what a create's JSON body asks for (the body is read and put back).
+async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option<Subject>, Request) {
+    let db = st.db.reader();
+    if let Some(id) = path_id {
+        let row: Option<(String, Option<String>, Option<String>)> = if id.starts_with("i-") {
+            sqlx::query_as("SELECT name, zone, tags FROM instances WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(db)
+                .await
+                .ok()
+                .flatten()
+        } else if id.starts_with("lb-") {
+            sqlx::query_as("SELECT name, NULL, NULL FROM load_balancers WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(db)
+                .await
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let subject = row.map(|(name, zone, tags)| Subject {
+            name: Some(name),
+            zone,
+            tags: tags.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
+        });
+        return (subject, req);
+    }
+    if req.method() != Method::POST {
+        return (None, req);
+    }
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
+        return (None, Request::from_parts(parts, axum::body::Body::empty()));
+    };
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let text = |k: &str| value.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    let subject = Subject {
+        name: text("name"),
+        zone: text("zone"),
+        tags: value.get("tags").and_then(|t| serde_json::from_value(t.clone()).ok()).unwrap_or_default(),
+    };
+    (Some(subject), Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// Eventual consistency: a read does not see resources whose creation is still "propagating".

@@ -1,0 +1,101 @@
+//! Random spot reclamation: once a second, with probability rate/60, one live spot instance (drawn from the
+//! seeded generator) gets an interruption notice.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fakecloud_api::{ReclaimRequest, SpotRandom, SpotRandomRequest};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::Config;
+use crate::db::{Db, now_ms, rfc3339};
+use crate::error::{ApiError, Result};
+use crate::store::instances;
+
+pub struct ActiveSpotRandom {
+    rate_per_minute: f64,
+    notice: Duration,
+    until_ms: Option<i64>,
+    rng: Mutex<StdRng>,
+    reclaimed: AtomicU64,
+}
+
+impl ActiveSpotRandom {
+    pub fn new(req: &SpotRandomRequest, seed: u64, now: i64) -> Result<Self> {
+        if !req.rate_per_minute.is_finite() || !(0.0..=600.0).contains(&req.rate_per_minute) {
+            return Err(ApiError::invalid(
+                "rate_per_minute",
+                format!("must be between 0 and 600 (got {})", req.rate_per_minute),
+            ));
+        }
+        let notice = match req.notice_seconds {
+            None => 120.0,
+            Some(n) if n.is_finite() && (0.0..=86400.0).contains(&n) => n,
+            Some(n) => {
+                return Err(ApiError::invalid("notice_seconds", format!("must be between 0 and 86400 (got {n})")));
+            }
+        };
+        let until_ms = match req.duration_seconds {
+            None => None,
+            Some(d) if d.is_finite() && d > 0.0 && d <= 7.0 * 86400.0 => Some(now + (d * 1000.0) as i64),
+            Some(d) => {
+                return Err(ApiError::invalid(
+                    "duration_seconds",
+                    format!("must be above 0 and at most a week (got {d})"),
+                ));
+            }
+        };
+        Ok(Self {
+            rate_per_minute: req.rate_per_minute,
+            notice: Duration::from_secs_f64(notice),
+            until_ms,
+            // Its own stream, so adding fault rules does not change which instances are reclaimed.
+            rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0x5eed_5907)),
+            reclaimed: AtomicU64::new(0),
+        })
+    }
+
+    pub fn active(&self, now: i64) -> bool {
+        self.until_ms.is_none_or(|u| now < u)
+    }
+
+    pub fn to_api(&self) -> SpotRandom {
+        SpotRandom {
+            rate_per_minute: self.rate_per_minute,
+            notice_seconds: self.notice.as_secs_f64(),
+            until: self.until_ms.map(rfc3339),
+            reclaimed: self.reclaimed.load(Ordering::SeqCst),
+        }
+    }
+
+    /// One second's draw. Returns the reclaimed instance's name, if any.
+    pub async fn tick(&self, db: &Db, cfg: &Config) -> Result<Option<String>> {
+        let pick = {
+            let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+            (rng.random::<f64>() < self.rate_per_minute / 60.0).then(|| rng.random::<u64>())
+        };
+        let Some(pick) = pick else { return Ok(None) };
+        let now = now_ms();
+        let candidates: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM instances WHERE market = 'spot' AND interruption_at IS NULL \
+             AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) IN ('pending', 'running') ORDER BY seq",
+        )
+        .bind(now)
+        .fetch_all(db.reader())
+        .await?;
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let id = candidates[(pick % candidates.len() as u64) as usize].clone();
+        let req = ReclaimRequest {
+            instance_ids: vec![id],
+            notice_seconds: Some(self.notice.as_secs_f64()),
+            ..Default::default()
+        };
+        let done = instances::reclaim(db, cfg, &req).await?;
+        self.reclaimed.fetch_add(1, Ordering::SeqCst);
+        Ok(done.into_iter().next().map(|i| i.name))
+    }
+}
