@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test lint fmt bench build deps control-plane
+.PHONY: help up down test lint fmt bench build deps control-plane kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,12 @@ up: deps control-plane ## Start a local cluster (control plane, emulator, simula
 
 down: ## Stop everything `make up` started
 	@bash scripts/down.sh
+
+kind-up: deps ## The kind path: a kind cluster, the emulator beside it, nodes adopted (needs a Docker engine)
+	@bash scripts/kind-up.sh
+
+kind-down: ## Delete what kind-up created
+	@bash scripts/kind-down.sh
 
 test: deps control-plane ## Run the whole test suite
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast

@@ -1,0 +1,62 @@
+//! The kind path, checked as far as a machine without a Docker engine allows: the kind configs say what the
+//! local cluster does (external cloud provider everywhere, the same pod CIDR), and `make kind-up` stops at once
+//! with a clear message when no engine answers.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn config(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(repo().join("kind-config").join(name)).unwrap();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn kind_configs_run_every_node_with_an_external_cloud_provider() {
+    for name in ["cluster.yaml", "cluster-dual-stack.yaml"] {
+        let c = config(name);
+        assert_eq!(c["kind"], "Cluster", "{name}");
+        let pods = c["networking"]["podSubnet"].as_str().unwrap();
+        assert!(
+            pods.starts_with(fakecloud_controlplane::CLUSTER_CIDR),
+            "{name}: pod subnet {pods} matches the local cluster"
+        );
+        let nodes = c["nodes"].as_array().unwrap();
+        assert_eq!(nodes.iter().filter(|n| n["role"] == "worker").count(), 2, "{name}");
+        for n in nodes {
+            let patches: Vec<serde_json::Value> = n["kubeadmConfigPatches"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| serde_saphyr::from_str(p.as_str().unwrap()).unwrap())
+                .collect();
+            let kubelet_external =
+                patches.iter().any(|p| p["nodeRegistration"]["kubeletExtraArgs"]["cloud-provider"] == "external");
+            assert!(kubelet_external, "{name}: every kubelet runs with --cloud-provider=external");
+            if n["role"] == "control-plane" {
+                let cm = patches.iter().find(|p| p["kind"] == "ClusterConfiguration").unwrap();
+                assert_eq!(cm["controllerManager"]["extraArgs"]["cloud-provider"], "external");
+                assert_eq!(cm["controllerManager"]["extraArgs"]["configure-cloud-routes"], "false");
+            }
+        }
+    }
+    assert_eq!(config("cluster-dual-stack.yaml")["networking"]["ipFamily"], "dual");
+}
+
+#[test]
+fn kind_up_stops_at_once_without_a_docker_engine() {
+    let engine = std::process::Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success());
+    if engine {
+        eprintln!("a Docker engine answers here; the no-engine message is not testable");
+        return;
+    }
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("bash").arg(repo().join("scripts/kind-up.sh")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("Docker") && err.contains("make up"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "it stops at once");
+}

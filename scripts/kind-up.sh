@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The kind path: create a kind cluster whose nodes wait for an external CCM, run the emulator beside it on the
+# kind network, adopt the kind nodes as cloud instances, and deploy the CCM (once it exists, from ccm/deploy/).
+# Needs a Docker (or Podman) engine; stops at once, saying so, where none answers.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+kind_config=${KIND_CONFIG:-$repo_root/kind-config/cluster.yaml}
+cluster=${KIND_CLUSTER_NAME:-fakecloud}
+port=${FAKECLOUD_PORT:-8787}
+run_root=${FAKECLOUD_RUN_DIR:-$repo_root/.run}
+kind_version=${KIND_VERSION:-v0.31.0}
+
+log() { printf '[kind-up] %s\n' "$*" >&2; }
+die() { printf '[kind-up] error: %s\n' "$*" >&2; exit 1; }
+
+[[ -f "$kind_config" ]] || die "no kind config at $kind_config"
+
+# 1. A container engine. Without one nothing below can work, so say so before doing anything.
+if ! command -v docker >/dev/null 2>&1; then
+	die "kind needs a Docker (or Podman) engine and there is no 'docker' command here. Install Docker, or use the local backend: 'make up' and 'make test'."
+fi
+if ! docker info >/dev/null 2>&1; then
+	die "kind needs a running Docker engine, and 'docker info' gets no answer (the docker client is installed but no engine runs). Start Docker, or use the local backend: 'make up' and 'make test'."
+fi
+
+# 2. kind itself, from the Go module proxy if it is missing.
+if ! command -v kind >/dev/null 2>&1; then
+	command -v go >/dev/null 2>&1 || die "kind is not installed and there is no Go toolchain to install it with ('go install sigs.k8s.io/kind@$kind_version')"
+	log "installing kind $kind_version with go install"
+	GOBIN="$repo_root/.run/bin" go install "sigs.k8s.io/kind@$kind_version"
+	export PATH="$repo_root/.run/bin:$PATH"
+fi
+
+log "creating kind cluster $cluster from $kind_config"
+kind create cluster --name "$cluster" --config "$kind_config"
+kubeconfig="$run_root/kind.kubeconfig"
+mkdir -p "$run_root"
+kind get kubeconfig --name "$cluster" >"$kubeconfig"
+
+log "building the emulator image (docker/emulator.Dockerfile)"
+docker build -q -f "$repo_root/docker/emulator.Dockerfile" -t fakecloud/emulator:dev "$repo_root" >/dev/null
+token_user=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf 'export FAKECLOUD_USER_TOKEN=%s\nexport FAKECLOUD_ADMIN_TOKEN=%s\n' "$token_user" "$token_admin" >"$run_root/kind.credentials"
+chmod 600 "$run_root/kind.credentials"
+log "running the emulator on the kind network (container fakecloud-emulator, host port $port)"
+docker run -d --name fakecloud-emulator --network kind -p "127.0.0.1:$port:8787" \
+	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev >/dev/null
+
+(cd "$repo_root" && cargo build --locked --quiet --bin fakecloud)
+export FAKECLOUD_ENDPOINT="http://127.0.0.1:$port"
+export FAKECLOUD_USER_TOKEN=$token_user FAKECLOUD_ADMIN_TOKEN=$token_admin
+for _ in $(seq 1 50); do "$repo_root/target/debug/fakecloud" quota get >/dev/null 2>&1 && break; sleep 0.2; done
+log "adopting the kind nodes as cloud instances"
+"$repo_root/target/debug/fakecloud" adopt --kubeconfig "$kubeconfig"
+
+if [[ -d "$repo_root/ccm/deploy" ]]; then
+	log "building and loading the CCM image, applying ccm/deploy/"
+	docker build -q -f "$repo_root/docker/ccm.Dockerfile" -t fakecloud/ccm:dev "$repo_root" >/dev/null
+	kind load docker-image --name "$cluster" fakecloud/ccm:dev
+	KUBECONFIG=$kubeconfig kubectl -n kube-system create secret generic fakecloud-cloud-config \
+		--from-literal=cloud-config="endpoint: http://fakecloud-emulator:8787" --from-literal=token="$token_user" \
+		--dry-run=client -o yaml | KUBECONFIG=$kubeconfig kubectl apply -f -
+	KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/"
+else
+	log "no CCM yet (ccm/deploy/ is missing): nodes keep the uninitialized taint"
+fi
+
+cat <<MSG
+
+kind cluster $cluster is up with the fakecloud emulator beside it.
+
+  export KUBECONFIG=$kubeconfig
+  export FAKECLOUD_ENDPOINT=$FAKECLOUD_ENDPOINT
+  source $run_root/kind.credentials
+
+Stop: make kind-down
+MSG
