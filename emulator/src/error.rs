@@ -103,3 +103,12 @@ impl IntoResponse for ApiError {
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
+
+/// For `map_err` on a write: a unique violation becomes a 409 with `code` and `message`; anything else stays a
+/// database error.
+pub fn conflict_on_unique(
+    code: &'static str,
+    message: impl FnOnce() -> String,
+) -> impl FnOnce(sqlx::Error) -> ApiError {
+    move |e| if is_unique_violation(&e) { ApiError::conflict(code, message()) } else { e.into() }
+}

@@ -82,6 +82,15 @@ pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
     Ok(net)
 }
 
+/// When a window of `duration_seconds` from `now` ends (Unix ms): `None` for no end; at most a week.
+pub fn window_end(field: &str, duration_seconds: Option<f64>, now: i64) -> Result<Option<i64>> {
+    match duration_seconds {
+        None => Ok(None),
+        Some(d) if d.is_finite() && d > 0.0 && d <= 7.0 * 86400.0 => Ok(Some(now + (d * 1000.0) as i64)),
+        Some(d) => Err(ApiError::invalid(field, format!("must be above 0 and at most a week (got {d})"))),
+    }
+}
+
 pub fn port(field: &str, p: u16) -> Result<()> {
     if p == 0 {
         return Err(ApiError::invalid(field, "must be between 1 and 65535"));

@@ -41,16 +41,7 @@ impl ActiveOutage {
                 ));
             }
         }
-        let until_ms = match request.duration_seconds {
-            None => None,
-            Some(d) if d.is_finite() && d > 0.0 && d <= 7.0 * 86400.0 => Some(now + (d * 1000.0) as i64),
-            Some(d) => {
-                return Err(ApiError::invalid(
-                    "duration_seconds",
-                    format!("must be above 0 and at most a week (got {d})"),
-                ));
-            }
-        };
+        let until_ms = crate::validate::window_end("duration_seconds", request.duration_seconds, now)?;
         Ok(Self { id, stored: Stored { request, started_ms: now, until_ms } })
     }
 

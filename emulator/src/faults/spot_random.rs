@@ -37,16 +37,7 @@ impl ActiveSpotRandom {
                 return Err(ApiError::invalid("notice_seconds", format!("must be between 0 and 86400 (got {n})")));
             }
         };
-        let until_ms = match req.duration_seconds {
-            None => None,
-            Some(d) if d.is_finite() && d > 0.0 && d <= 7.0 * 86400.0 => Some(now + (d * 1000.0) as i64),
-            Some(d) => {
-                return Err(ApiError::invalid(
-                    "duration_seconds",
-                    format!("must be above 0 and at most a week (got {d})"),
-                ));
-            }
-        };
+        let until_ms = crate::validate::window_end("duration_seconds", req.duration_seconds, now)?;
         Ok(Self {
             rate_per_minute: req.rate_per_minute,
             notice: Duration::from_secs_f64(notice),

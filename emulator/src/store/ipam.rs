@@ -7,7 +7,7 @@ use fakecloud_api::codes;
 
 use crate::config::Pool;
 use crate::db::Tx;
-use crate::error::{ApiError, Result, is_unique_violation};
+use crate::error::{ApiError, Result, conflict_on_unique};
 
 /// Pool key for fixed addresses outside the VPC (adopted machines).
 const EXTERNAL: &str = "external";
@@ -99,13 +99,7 @@ async fn insert(tx: &mut Tx, pool: &str, offset: i64, addr: &IpAddr, owner: &str
         .bind(owner)
         .execute(&mut **tx)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                ApiError::conflict(codes::ADDRESS_IN_USE, format!("address {addr} is already in use"))
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(conflict_on_unique(codes::ADDRESS_IN_USE, || format!("address {addr} is already in use")))?;
     Ok(())
 }
 

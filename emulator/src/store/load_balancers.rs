@@ -13,7 +13,7 @@ use super::quotas::Usage;
 use super::{begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Pool};
 use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
-use crate::error::{ApiError, Result, is_unique_violation};
+use crate::error::{ApiError, Result, conflict_on_unique};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
@@ -286,14 +286,7 @@ pub async fn create(
     .bind(now)
     .execute(&mut *tx)
     .await
-    .map_err(|e| {
-        // The unique index on live names is the check.
-        if is_unique_violation(&e) {
-            ApiError::conflict(codes::LOAD_BALANCER_ALREADY_EXISTS, format!("load balancer name {:?} is in use", req.name))
-        } else {
-            e.into()
-        }
-    })?;
+    .map_err(conflict_on_unique(codes::LOAD_BALANCER_ALREADY_EXISTS, || format!("load balancer name {:?} is in use", req.name)))?;
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
     tx.commit().await?;
     let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;

@@ -6,7 +6,7 @@ use sqlx::SqliteExecutor;
 use super::quotas::Usage;
 use super::{begin, idempotency, quotas};
 use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
-use crate::error::{ApiError, Result, is_unique_violation};
+use crate::error::{ApiError, Result, conflict_on_unique};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateRoute";
@@ -74,16 +74,9 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                ApiError::conflict(
-                    codes::ROUTE_TABLE_ALREADY_EXISTS,
-                    format!("a route table named {:?} exists", req.name),
-                )
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(conflict_on_unique(codes::ROUTE_TABLE_ALREADY_EXISTS, || {
+            format!("a route table named {:?} exists", req.name)
+        }))?;
     let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = ?1")))
         .bind(&id)
         .fetch_one(&mut *tx)
@@ -214,16 +207,7 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(|e| {
-            if is_unique_violation(&e) {
-                ApiError::conflict(
-                    codes::ROUTE_ALREADY_EXISTS,
-                    format!("route table {table_id} already has a route to {}", req.destination),
-                )
-            } else {
-                e.into()
-            }
-        })?;
+        .map_err(conflict_on_unique(codes::ROUTE_ALREADY_EXISTS, || format!("route table {table_id} already has a route to {}", req.destination)))?;
     idempotency::record(&mut tx, &op_key, key, &request_json, &id, now).await?;
     tx.commit().await?;
     let route = RouteRow {
