@@ -81,8 +81,10 @@ pub enum Command {
     Audit(AuditArgs),
     /// Delete every resource and the audit log; quotas back to defaults (admin).
     Reset,
-    /// Create an instance for every Node of a cluster that has none (its name, InternalIP and a zone), so an
-    /// existing cluster's machines, such as kind nodes, become cloud instances. Safe to run again.
+    /// Make a cluster's Nodes cloud instances (for kind clusters).
+    ///
+    /// Creates an instance for every Node that has none, with the Node's name, its InternalIP and a zone (its
+    /// topology.kubernetes.io/zone label if the emulator has that zone, else round-robin). Safe to run again.
     Adopt {
         /// Kubeconfig of the cluster (default: KUBECONFIG, or in-cluster).
         #[arg(long, env = "KUBECONFIG")]
