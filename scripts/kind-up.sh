@@ -56,13 +56,15 @@ log "adopting the kind nodes as cloud instances"
 "$repo_root/target/debug/fakecloud" adopt --kubeconfig "$kubeconfig"
 
 if [[ -d "$repo_root/ccm/deploy" ]]; then
-	log "building and loading the CCM image, applying ccm/deploy/"
+	log "building and loading the CCM image, deploying it"
 	docker build -q -f "$repo_root/docker/ccm.Dockerfile" -t fakecloud/ccm:dev "$repo_root" >/dev/null
 	kind load docker-image --name "$cluster" fakecloud/ccm:dev
+	KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml"
+	# The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied).
 	KUBECONFIG=$kubeconfig kubectl -n kube-system create secret generic fakecloud-cloud-config \
-		--from-literal=cloud-config="endpoint: http://fakecloud-emulator:8787" --from-literal=token="$token_user" \
-		--dry-run=client -o yaml | KUBECONFIG=$kubeconfig kubectl apply -f -
-	KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/"
+		--from-literal=cloud-config="$(printf 'endpoint: http://fakecloud-emulator:8787\ntoken-file: /etc/fakecloud/token\n')" \
+		--from-literal=token="$token_user" --dry-run=client -o yaml | KUBECONFIG=$kubeconfig kubectl apply -f -
+	KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/deployment.yaml"
 else
 	log "no CCM yet (ccm/deploy/ is missing): nodes keep the uninitialized taint"
 fi
