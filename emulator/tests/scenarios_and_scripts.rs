@@ -56,6 +56,36 @@ async fn shipped_scenarios_parse_and_bad_ones_are_refused() {
 }
 
 #[tokio::test]
+async fn every_shipped_scenario_runs_against_a_live_emulator() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    // spot-wave reclaims instances tagged pool=spot: give it one.
+    let spot = fakecloud_api::CreateInstanceRequest {
+        name: "spot-1".into(),
+        market: fakecloud_api::Market::Spot,
+        tags: [("pool".to_string(), "spot".to_string())].into(),
+        ..Default::default()
+    };
+    admin.create_instance(&spot, None).await.unwrap();
+    for entry in std::fs::read_dir(repo().join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        // 1/50 of real time: the longest shipped scenario (110 s) takes about 2 s.
+        let out = cli(&url).args(["scenario", "run", "--time-scale", "0.02"]).arg(&path).output().await.unwrap();
+        let text = ok(&out, &format!("run {}", path.display()));
+        assert!(text.contains("restored"), "{}: {text}", path.display());
+    }
+    // Everything the scenarios changed is back; the reclaimed instance stays reclaimed.
+    assert!(admin.list_faults().await.unwrap().items.is_empty());
+    assert!(admin.list_rate_limits().await.unwrap().items.is_empty());
+    assert!(admin.list_outages().await.unwrap().items.is_empty());
+    assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 100);
+    assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
+    let listed = admin.list_all_instances(&Default::default()).await.unwrap();
+    assert!(listed[0].interruption_at.is_some());
+}
+
+#[tokio::test]
 async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
     let dir = tempfile::tempdir().unwrap();
     let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;

@@ -124,6 +124,9 @@ pub enum ScenarioCmd {
         /// Only check the file.
         #[arg(long)]
         check: bool,
+        /// Multiply the step times by this (0.1 runs ten times faster), e.g. for a quick run in CI.
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
     },
 }
 
@@ -417,13 +420,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::RateLimit(cmd) => faults::rate_limit(&conn.client(true)?, &out, cmd).await,
         Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
         Command::Spot(cmd) => faults::spot(&conn.client(true)?, &out, cmd).await,
-        Command::Scenario(ScenarioCmd::Run { file, keep, check }) => {
+        Command::Scenario(ScenarioCmd::Run { file, keep, check, time_scale }) => {
             let plan = scenario::load(&file)?;
             if check {
                 eprintln!("{}: ok", file.display());
                 return Ok(());
             }
-            scenario::run(&conn.client(true)?, &plan, keep).await
+            scenario::run(&conn.client(true)?, &plan, keep, time_scale).await
         }
         Command::Reset => out.value(&conn.client(true)?.reset().await?),
         Command::Snapshot { path } => out.value(&serde_json::to_value(conn.client(true)?.snapshot(&path).await?)?),

@@ -252,20 +252,21 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
     })
 }
 
-/// Run the plan, printing each step as it happens; restore on the way out unless `keep`.
-pub async fn run(client: &Client, plan: &Plan, keep: bool) -> Result<()> {
-    eprintln!(
-        "scenario {}: {} steps over {:?}",
-        plan.name,
-        plan.steps.len(),
-        plan.steps.last().map(|s| s.0).unwrap_or_default()
-    );
+/// Run the plan, printing each step as it happens; restore on the way out unless `keep`. `time_scale` stretches
+/// or compresses the step times (0.1 runs ten times faster); durations inside the steps are not changed.
+pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> Result<()> {
+    if !(time_scale.is_finite() && time_scale > 0.0) {
+        bail!("--time-scale must be above 0");
+    }
+    let scaled = |d: Duration| d.mul_f64(time_scale);
+    let span = plan.steps.last().map(|s| scaled(s.0)).unwrap_or_default();
+    eprintln!("scenario {}: {} steps over {span:?}", plan.name, plan.steps.len());
     let start = Instant::now();
     let mut undo = Undo::default();
     let result = async {
         for (n, (at, action)) in plan.steps.iter().enumerate() {
             tokio::select! {
-                _ = tokio::time::sleep(at.saturating_sub(start.elapsed())) => {}
+                _ = tokio::time::sleep(scaled(*at).saturating_sub(start.elapsed())) => {}
                 _ = tokio::signal::ctrl_c() => bail!("interrupted before step {}", n + 1),
             }
             let said = step(client, action, &mut undo).await.with_context(|| format!("step {} (at {at:?})", n + 1))?;
