@@ -1,7 +1,7 @@
 //! `fakecloud-controlplane up|down`: run the loopback control plane in the foreground (for
 //! `make up`) and tear it down from another shell.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -9,6 +9,10 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use fakecloud_controlplane::{ControlPlane, down, pinned_kubernetes_version};
 use tokio::signal::unix::{SignalKind, signal};
+
+/// The variables (and credentials-file lines) holding the emulator's tokens, in order of preference: the
+/// kubelets stand for machines, not for a cloud operator, so they use the user token when there is one.
+const TOKEN_VARS: [&str; 2] = ["FAKECLOUD_USER_TOKEN", "FAKECLOUD_ADMIN_TOKEN"];
 
 /// Name of the pid file `up` writes into the run directory.
 const PID_FILE: &str = "fakecloud-controlplane.pid";
@@ -49,7 +53,8 @@ enum Command {
         /// The emulator's URL.
         #[arg(long, env = "FAKECLOUD_ENDPOINT", default_value = "http://127.0.0.1:8787")]
         emulator: String,
-        /// A credentials file written by `fakecloud serve`, used when FAKECLOUD_USER_TOKEN is not set.
+        /// A credentials file written by `fakecloud serve` (`export FAKECLOUD_USER_TOKEN=...` lines), read when
+        /// neither FAKECLOUD_USER_TOKEN nor FAKECLOUD_ADMIN_TOKEN is set.
         #[arg(long)]
         credentials: Option<PathBuf>,
         /// How often to read the emulator's instances.
@@ -70,6 +75,8 @@ enum Command {
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // make up sends the logs to files: no colour codes there.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             // kube's client logs every failed readiness poll at ERROR; those are expected.
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -178,19 +185,7 @@ async fn up(
 }
 
 async fn kubelets(kubeconfig: &Path, emulator: &str, credentials: Option<PathBuf>, poll: f64) -> anyhow::Result<()> {
-    let token = match std::env::var("FAKECLOUD_USER_TOKEN").ok().filter(|t| !t.is_empty()) {
-        Some(t) => t,
-        None => {
-            let file = credentials
-                .context("set FAKECLOUD_USER_TOKEN or pass --credentials FILE (the file `fakecloud serve` wrote)")?;
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            text.lines()
-                .find_map(|l| {
-                    l.trim().trim_start_matches("export ").strip_prefix("FAKECLOUD_USER_TOKEN=").map(str::to_string)
-                })
-                .with_context(|| format!("{} has no FAKECLOUD_USER_TOKEN line", file.display()))?
-        }
-    };
+    let token = emulator_token(credentials.as_deref())?;
     if !(poll.is_finite() && (0.05..=60.0).contains(&poll)) {
         anyhow::bail!("--poll must be between 0.05 and 60 seconds");
     }
@@ -213,4 +208,46 @@ async fn kubelets(kubeconfig: &Path, emulator: &str, credentials: Option<PathBuf
         _ = sigint.recv() => {},
     }
     Ok(())
+}
+
+/// The emulator token: from the environment, else from the credentials file `fakecloud serve` wrote.
+fn emulator_token(credentials: Option<&Path>) -> anyhow::Result<String> {
+    for var in TOKEN_VARS {
+        if let Some(t) = std::env::var(var).ok().filter(|t| !t.trim().is_empty()) {
+            return Ok(t.trim().to_string());
+        }
+    }
+    let file = credentials.context(
+        "no emulator token: set FAKECLOUD_USER_TOKEN (or FAKECLOUD_ADMIN_TOKEN), or pass --credentials FILE (the file `fakecloud serve` wrote)",
+    )?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    token_from_credentials(&text)
+        .with_context(|| format!("{} has no FAKECLOUD_USER_TOKEN= or FAKECLOUD_ADMIN_TOKEN= line", file.display()))
+}
+
+/// `export NAME=value` (or `NAME=value`, optionally quoted) lines, as `fakecloud serve` writes them.
+fn token_from_credentials(text: &str) -> Option<String> {
+    let value = |var: &str| {
+        text.lines().find_map(|l| {
+            let l = l.trim();
+            let v = l.strip_prefix("export ").unwrap_or(l).trim_start().strip_prefix(var)?.strip_prefix('=')?;
+            let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+            (!v.is_empty()).then(|| v.to_string())
+        })
+    };
+    TOKEN_VARS.iter().find_map(|v| value(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_from_credentials;
+
+    #[test]
+    fn reads_the_token_from_a_credentials_file() {
+        let file = "# fakecloud credentials\nexport FAKECLOUD_USER_TOKEN=u-123\nexport FAKECLOUD_ADMIN_TOKEN=a-456\n";
+        assert_eq!(token_from_credentials(file).as_deref(), Some("u-123"));
+        assert_eq!(token_from_credentials("FAKECLOUD_ADMIN_TOKEN='a-456'\n").as_deref(), Some("a-456"));
+        assert_eq!(token_from_credentials("export FAKECLOUD_USER_TOKEN_OLD=x\n"), None);
+        assert_eq!(token_from_credentials("export FAKECLOUD_USER_TOKEN=\n"), None);
+    }
 }

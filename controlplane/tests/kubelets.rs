@@ -1,18 +1,23 @@
 //! Simulated kubelets against the real control plane and a real (in-process) emulator: Nodes appear as a
 //! kubelet with `--cloud-provider=external` registers them, get a pod CIDR from the controller manager, turn
-//! NotReady when their instance dies, and come back when it runs again.
+//! NotReady when their instance dies, come back when it runs again, and stay Ready while only the cloud's API
+//! is down.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{Client, CreateInstanceRequest, Instance};
-use fakecloud_controlplane::kubelets::{Options, PROVIDED_NODE_IP, SimulatedKubelets, UNINITIALIZED_TAINT};
+use fakecloud_api::{Client, CreateInstanceRequest, Instance, OutageScope, Service, StartOutageRequest};
+use fakecloud_controlplane::kubelets::{
+    LEASE_NAMESPACE, Options, PROVIDED_NODE_IP, SimulatedKubelets, UNINITIALIZED_TAINT,
+};
 use fakecloud_controlplane::{Binaries, ControlPlane};
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 
 const TOKEN: &str = "kubelet-test-token-0123456789";
@@ -75,6 +80,31 @@ async fn until(
     }
 }
 
+/// A binary-suffixed memory quantity in MiB (the API server writes 4096Mi back as 4Gi).
+fn mib(q: &Quantity) -> u64 {
+    let (digits, unit): (String, String) = q.0.chars().partition(char::is_ascii_digit);
+    let n: u64 = digits.parse().unwrap();
+    match unit.as_str() {
+        "Mi" => n,
+        "Gi" => n * 1024,
+        "Ti" => n * 1024 * 1024,
+        other => panic!("unexpected memory unit {other:?} in {q:?}"),
+    }
+}
+
+/// Assert that `check` holds for the nodes throughout `period`.
+async fn stays(nodes: &Api<Node>, period: Duration, what: &str, check: impl Fn(&BTreeMap<String, Node>) -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < period {
+        let all = until(nodes, Duration::from_secs(5), "a Node listing", |_| true).await;
+        if !check(&all) {
+            let seen: Vec<(String, Option<String>)> = all.iter().map(|(k, n)| (k.clone(), ready(n))).collect();
+            panic!("after {:?}, no longer {what}; nodes and Ready: {seen:?}", start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn create(c: &Client, name: &str, zone: &str) -> Instance {
     c.create_instance(&CreateInstanceRequest { name: name.into(), zone: Some(zone.into()), ..Default::default() }, None)
         .await
@@ -99,6 +129,8 @@ async fn nodes_follow_their_instances() {
     let b = create(&cloud, "node-b", "local-1b").await;
     let c = create(&cloud, "node-c", "local-1c").await;
     let nodes = Api::<Node>::all(cp.client());
+    let leases = Api::<Lease>::namespaced(cp.client(), LEASE_NAMESPACE);
+    let region = cloud.region().await.unwrap();
 
     let all = until(&nodes, Duration::from_secs(30), "3 Ready nodes with pod CIDRs", |all| {
         all.len() == 3
@@ -131,8 +163,38 @@ async fn nodes_follow_their_instances() {
         let labels = n.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["kubernetes.io/hostname"], inst.name);
         assert!(!labels.contains_key("topology.kubernetes.io/zone"), "zone labels are the CCM's job");
-        let info = n.status.as_ref().unwrap().node_info.as_ref().unwrap();
+        assert_eq!(labels["kubernetes.io/os"], "linux");
+        assert_eq!(labels["kubernetes.io/arch"], "amd64");
+        let status = n.status.as_ref().unwrap();
+        let info = status.node_info.as_ref().unwrap();
         assert_eq!(info.kubelet_version, cp.version());
+        // Capacity from the region's instance-type catalog.
+        let shape = region.instance_types.iter().find(|t| t.name == inst.instance_type).unwrap();
+        let capacity = status.capacity.as_ref().unwrap();
+        assert_eq!(capacity["cpu"], Quantity(shape.vcpus.to_string()));
+        assert_eq!(mib(&capacity["memory"]), u64::from(shape.memory_mib), "{:?}", capacity["memory"]);
+        assert_eq!(capacity["pods"], Quantity("110".into()));
+        assert_eq!(status.allocatable.as_ref(), Some(capacity));
+        let conditions: BTreeMap<&str, (&str, Option<&str>)> = status
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.type_.as_str(), (c.status.as_str(), c.reason.as_deref())))
+            .collect();
+        assert_eq!(conditions["Ready"], ("True", Some("KubeletReady")));
+        for pressure in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+            assert_eq!(conditions[pressure].0, "False", "{pressure}");
+        }
+        // The kubelet's Lease: 40 s, held by the node, owned by the Node so it goes with it.
+        let lease = leases.get(&inst.name).await.unwrap();
+        let spec = lease.spec.as_ref().unwrap();
+        assert_eq!(
+            (spec.holder_identity.as_deref(), spec.lease_duration_seconds),
+            (Some(inst.name.as_str()), Some(40))
+        );
+        assert!(spec.renew_time.is_some());
+        assert_eq!(lease.metadata.owner_references.as_ref().unwrap()[0].uid, n.metadata.uid.clone().unwrap());
     }
 
     // a dies, b stops: both fall silent and the controller manager marks them unreachable; c is untouched.
@@ -157,10 +219,30 @@ async fn nodes_follow_their_instances() {
     assert_eq!(ready(&all["node-c"]).as_deref(), Some("True"));
 
     // A Node deleted while its instance runs is registered again, as a kubelet would.
+    let old_uid = all["node-c"].metadata.uid.clone();
     nodes.delete("node-c", &Default::default()).await.unwrap();
-    until(&nodes, Duration::from_secs(30), "node-c registered again", |all| {
-        all.get("node-c")
-            .is_some_and(|n| n.metadata.deletion_timestamp.is_none() && ready(n).as_deref() == Some("True"))
+    let all = until(&nodes, Duration::from_secs(30), "node-c registered again", |all| {
+        all.get("node-c").is_some_and(|n| {
+            n.metadata.uid != old_uid && n.metadata.deletion_timestamp.is_none() && ready(n).as_deref() == Some("True")
+        })
+    })
+    .await;
+    assert!(has_taint(&all["node-c"], UNINITIALIZED_TAINT), "a re-registered node waits for the CCM again");
+
+    // The cloud's API down is not the machines down: for longer than the grace period the instances cannot
+    // be listed, and the running nodes stay Ready on what was last seen.
+    cloud
+        .start_outage(&StartOutageRequest {
+            scope: OutageScope::Service,
+            service: Some(Service::Compute),
+            zone: None,
+            duration_seconds: Some(12.0),
+        })
+        .await
+        .unwrap();
+    assert!(cloud.list_instances(&Default::default()).await.is_err(), "the outage refuses listings");
+    stays(&nodes, Duration::from_secs(12), "node-b and node-c Ready during a compute API outage", |all| {
+        ["node-b", "node-c"].iter().all(|n| all.get(*n).and_then(ready).as_deref() == Some("True"))
     })
     .await;
 }

@@ -5,8 +5,18 @@
 //! dead machine; the Node itself is left for the CCM's lifecycle controller to delete. When the instance runs
 //! again, the kubelet resumes; a Node deleted while its instance runs is registered again.
 //!
-//! Cost per poll: one paged instance listing from the emulator; Nodes are watched, not listed; lease renewals
-//! and status heartbeats run with bounded concurrency.
+//! Two loops, so that a slow or failing cloud API never stops the machines' heartbeats (a cloud's API can be
+//! down while its machines run):
+//! - the *instance poller* lists the running instances, one paged call per poll, and publishes the latest
+//!   answer; on an error or timeout the previous answer stands;
+//! - the *kubelet loop* plans, every poll, the calls that are due (see [`schedule`]) against the last published
+//!   instances and a watch of the Nodes, and runs them with bounded concurrency.
+//!
+//! Cost with the defaults: per Node a Lease renewal every 10 s and a status patch every 20 s, i.e. 150 API
+//! calls a second for 1,000 Nodes, spread over the periods.
+
+mod objects;
+mod schedule;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -14,29 +24,30 @@ use std::time::{Duration, Instant};
 
 use fakecloud_api::{Instance, InstanceState, ListInstancesQuery};
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
 
-/// The taint a kubelet with `--cloud-provider=external` registers with, until a CCM initializes the node.
-pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
-/// The annotation through which a kubelet tells the CCM which address it chose.
-pub const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
-const LEASE_NAMESPACE: &str = "kube-node-lease";
-/// The kubelet's defaults: lease duration 40 s, renewed every 10 s.
-const LEASE_SECONDS: i32 = 40;
+use objects::Shape;
+pub use objects::{LEASE_NAMESPACE, LEASE_SECONDS, PROVIDED_NODE_IP, UNINITIALIZED_TAINT};
+use schedule::{Action, Job, Kubelet, Periods};
+
+/// A listing that takes longer than this is abandoned (the previous one stands) and retried at the next poll.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// One kubelet's calls in a round; beyond this they count as failed and back off.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// How often the emulator's instances are read.
+    /// How often the emulator's instances are read, and how often due heartbeats are looked for.
     pub poll: Duration,
-    /// How often each running node's Lease is renewed.
+    /// How often each running node's Lease is renewed (the kubelet's default: 10 s, for a 40 s lease).
     pub lease_renew: Duration,
-    /// How often each running node's Ready condition is re-posted (the Lease is the heartbeat that matters).
+    /// How often each running node's conditions are re-posted with a fresh `lastHeartbeatTime`.
     pub status_every: Duration,
     /// What `status.nodeInfo.kubeletVersion` says.
     pub kubelet_version: String,
@@ -49,7 +60,7 @@ impl Default for Options {
         Self {
             poll: Duration::from_secs(1),
             lease_renew: Duration::from_secs(10),
-            status_every: Duration::from_secs(60),
+            status_every: Duration::from_secs(20),
             kubelet_version: crate::pinned_kubernetes_version().to_string(),
             concurrency: 32,
         }
@@ -58,64 +69,115 @@ impl Default for Options {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
-    #[error("cannot read instances from the emulator: {0}")]
+    #[error("cannot read the region from the emulator: {0}")]
     Cloud(#[from] fakecloud_api::ClientError),
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("no answer from the Kubernetes API within {0:?}")]
+    Timeout(Duration),
+    #[error("invalid options: {0}")]
+    Options(&'static str),
 }
 
 /// The running simulation; stops when dropped.
 pub struct SimulatedKubelets {
-    task: tokio::task::JoinHandle<()>,
-    watch: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for SimulatedKubelets {
     fn drop(&mut self) {
-        self.task.abort();
-        self.watch.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }
 
 impl SimulatedKubelets {
-    /// Start simulating kubelets for the instances of `cloud` in the cluster of `kube`.
+    /// Start simulating kubelets for the instances of `cloud` in the cluster of `kube`. Fails only if the
+    /// region (the instance-type catalog) cannot be read; later errors are logged and retried.
     pub async fn start(kube: kube::Client, cloud: fakecloud_api::Client, opts: Options) -> Result<Self, KubeletError> {
+        if opts.poll.is_zero() || opts.lease_renew.is_zero() || opts.status_every.is_zero() {
+            return Err(KubeletError::Options("poll, lease_renew and status_every must be above zero"));
+        }
+        if opts.concurrency == 0 {
+            return Err(KubeletError::Options("concurrency must be at least 1"));
+        }
         let region = cloud.region().await?;
-        let types: HashMap<String, (u32, u32)> =
-            region.instance_types.iter().map(|t| (t.name.clone(), (t.vcpus, t.memory_mib))).collect();
+        let shapes: HashMap<String, Shape> = region
+            .instance_types
+            .iter()
+            .map(|t| (t.name.clone(), Shape { vcpus: t.vcpus, memory_mib: t.memory_mib }))
+            .collect();
+
         let (nodes, writer) = reflector::store::<Node>();
-        let stream = reflector::reflector(writer, watcher(Api::<Node>::all(kube.clone()), watcher::Config::default()))
+        let node_watch = reflector::reflector(writer, watcher(Api::<Node>::all(kube.clone()), Default::default()))
             .default_backoff()
-            .touched_objects()
-            .for_each(|_| futures::future::ready(()));
-        let watch = tokio::spawn(stream);
-        let sim = Arc::new(Sim { kube, cloud, opts, types, nodes });
-        let task = tokio::spawn(async move { sim.run().await });
-        Ok(Self { task, watch })
+            .for_each(|event| {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "simulated kubelets: Node watch failed; retrying");
+                }
+                futures::future::ready(())
+            });
+        let (publish, running) = watch::channel(None);
+        let poller = poll_instances(cloud, opts.poll, publish);
+        let sim = Arc::new(Sim { kube, opts, shapes, nodes });
+        let kubelets = sim.run(running);
+        Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)] })
+    }
+}
+
+type Running = Option<Arc<BTreeMap<String, Instance>>>;
+
+/// The instance poller: one listing of the running instances per `poll`, published; failures keep the last.
+async fn poll_instances(cloud: fakecloud_api::Client, poll: Duration, publish: watch::Sender<Running>) {
+    let query = ListInstancesQuery { state: Some(InstanceState::Running), page_size: Some(1000), ..Default::default() };
+    let mut tick = tokio::time::interval(poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let listed = match tokio::time::timeout(LIST_TIMEOUT, cloud.list_all_instances(&query)).await {
+            Ok(Ok(list)) => Ok(list),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {LIST_TIMEOUT:?}")),
+        };
+        match listed {
+            Ok(list) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!("simulated kubelets: the emulator answers again");
+                }
+                publish.send_replace(Some(Arc::new(schedule::running_by_name(list))));
+            }
+            // Logged once per outage: a fault-injection test may keep the API failing for minutes.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "simulated kubelets: cannot list instances; the machines keep running as last seen");
+            }
+            Err(e) => tracing::debug!(error = %e, "simulated kubelets: listing instances still fails"),
+        }
     }
 }
 
 struct Sim {
     kube: kube::Client,
-    cloud: fakecloud_api::Client,
     opts: Options,
-    types: HashMap<String, (u32, u32)>,
+    shapes: HashMap<String, Shape>,
     nodes: Store<Node>,
 }
 
-/// What the simulation remembers about a node it runs.
-#[derive(Default)]
-struct Kubelet {
-    /// The instance was running at the last poll.
-    alive: bool,
-    last_lease: Option<Instant>,
-    last_status: Option<Instant>,
-}
-
 impl Sim {
-    async fn run(self: Arc<Self>) {
+    fn periods(&self) -> Periods {
+        Periods { poll: self.opts.poll, lease: self.opts.lease_renew, status: self.opts.status_every }
+    }
+
+    /// The kubelet loop.
+    async fn run(self: Arc<Self>, mut running: watch::Receiver<Running>) {
         if let Err(e) = self.nodes.wait_until_ready().await {
-            tracing::error!(error = %e, "node watch never became ready");
+            tracing::error!(error = %e, "simulated kubelets: the Node watch never started; stopping");
+            return;
+        }
+        // Nothing to do until the instances have been read once.
+        if running.wait_for(Option::is_some).await.is_err() {
             return;
         }
         let mut kubelets: HashMap<String, Kubelet> = HashMap::new();
@@ -123,236 +185,118 @@ impl Sim {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = self.pass(&mut kubelets).await {
-                tracing::warn!(error = %e, "simulated kubelets: pass failed; retrying next poll");
-            }
+            let Some(current) = running.borrow_and_update().clone() else { continue };
+            self.round(&current, &mut kubelets).await;
         }
     }
 
-    /// One poll: register, renew, fall silent, resume.
-    async fn pass(self: &Arc<Self>, kubelets: &mut HashMap<String, Kubelet>) -> Result<(), KubeletError> {
-        let query = ListInstancesQuery { page_size: Some(1000), ..Default::default() };
-        let instances = self.cloud.list_all_instances(&query).await?;
-        // The newest instance of a name wins (a terminated one may still be listed beside its successor).
-        let mut by_name: BTreeMap<String, Instance> = BTreeMap::new();
-        for i in instances {
-            let running = i.state == InstanceState::Running;
-            match by_name.get(&i.name) {
-                Some(existing) if existing.state == InstanceState::Running && !running => {}
-                _ => {
-                    by_name.insert(i.name.clone(), i);
-                }
-            }
-        }
+    /// One round: plan what is due, run it with bounded concurrency, record the outcomes.
+    async fn round(self: &Arc<Self>, running: &BTreeMap<String, Instance>, kubelets: &mut HashMap<String, Kubelet>) {
         let now = Instant::now();
-        let mut work = Vec::new();
-        for (name, inst) in &by_name {
-            let k = kubelets.entry(name.clone()).or_default();
-            let running = inst.state == InstanceState::Running;
-            if !running {
-                if k.alive {
-                    tracing::info!(node = %name, state = %inst.state, "instance not running; kubelet falls silent");
-                }
-                k.alive = false;
-                continue;
-            }
-            let node = self.nodes.get(&reflector::ObjectRef::new(name));
-            let resumed = !k.alive;
-            k.alive = true;
-            let status_due = resumed || k.last_status.is_none_or(|t| now.duration_since(t) >= self.opts.status_every);
-            let lease_due = resumed || k.last_lease.is_none_or(|t| now.duration_since(t) >= self.opts.lease_renew);
-            let job = match node {
-                None => Job::Register,
-                Some(n) if status_due => Job::Heartbeat {
-                    uid: n.metadata.uid.clone().unwrap_or_default(),
-                    status: true,
-                    transition: resumed,
-                },
-                Some(n) if lease_due => {
-                    Job::Heartbeat { uid: n.metadata.uid.clone().unwrap_or_default(), status: false, transition: false }
-                }
-                Some(_) => continue,
-            };
-            if matches!(job, Job::Register | Job::Heartbeat { status: true, .. }) {
-                k.last_status = Some(now);
-            }
-            k.last_lease = Some(now);
-            work.push((inst.clone(), job));
+        let node_of = |name: &str| self.nodes.get(&ObjectRef::new(name));
+        let jobs = schedule::plan(running, node_of, kubelets, now, Timestamp::now());
+        if jobs.is_empty() {
+            return;
         }
-        kubelets.retain(|name, _| by_name.contains_key(name));
-        let results: Vec<Result<(), KubeletError>> = futures::stream::iter(work)
-            .map(|(inst, job)| {
+        let total = jobs.len();
+        let outcomes: Vec<(Job, Result<(), KubeletError>)> = futures::stream::iter(jobs)
+            .map(|job| {
                 let sim = self.clone();
-                async move { sim.act(&inst, job).await }
+                async move {
+                    let result = match tokio::time::timeout(CALL_TIMEOUT, sim.act(&job)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(KubeletError::Timeout(CALL_TIMEOUT)),
+                    };
+                    (job, result)
+                }
             })
             .buffer_unordered(self.opts.concurrency)
             .collect()
             .await;
-        for r in results {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "simulated kubelet call failed; retrying next poll");
+        let periods = self.periods();
+        let mut failed: Option<(String, KubeletError)> = None;
+        let mut failures = 0;
+        for (job, result) in outcomes {
+            let name = &job.instance.name;
+            let Some(k) = kubelets.get_mut(name) else { continue };
+            match result {
+                Ok(()) => k.succeeded(name, &job.action, now, &periods),
+                Err(e) => {
+                    k.failed(Instant::now(), &periods);
+                    failures += 1;
+                    tracing::debug!(node = %name, error = %e, "simulated kubelet call failed");
+                    failed.get_or_insert((name.clone(), e));
+                }
             }
         }
-        Ok(())
+        // One line per round, not one per node: with the API server down, a thousand nodes fail together.
+        if let Some((node, error)) = failed {
+            tracing::warn!(failures, of = total, first = %node, %error, "simulated kubelet calls failed; backing off");
+        }
     }
 
-    async fn act(&self, inst: &Instance, job: Job) -> Result<(), KubeletError> {
+    async fn act(&self, job: &Job) -> Result<(), KubeletError> {
+        let inst = &job.instance;
+        match &job.action {
+            Action::Register => self.register(inst).await,
+            Action::Heartbeat { uid, status, lease } => {
+                if let Some(patch) = status {
+                    let nodes = Api::<Node>::all(self.kube.clone());
+                    nodes.patch_status(&inst.name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
+                }
+                if *lease {
+                    self.renew_lease(&inst.name, uid, false).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Register the Node (one create: the API server keeps the status given on create), then its Lease.
+    async fn register(&self, inst: &Instance) -> Result<(), KubeletError> {
         let nodes = Api::<Node>::all(self.kube.clone());
-        let uid = match job {
-            Job::Register => {
-                let created = match nodes.create(&PostParams::default(), &self.node(inst)).await {
-                    Ok(n) => n,
-                    // Registered meanwhile (or by an earlier run): take it over, as a restarted kubelet would.
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => nodes.get(&inst.name).await?,
-                    Err(e) => return Err(e.into()),
-                };
+        let shape = self.shapes.get(&inst.instance_type).copied().unwrap_or(Shape::FALLBACK);
+        let now = Timestamp::now();
+        let node = objects::node(inst, shape, &self.opts.kubelet_version, now);
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(created) => {
                 tracing::info!(node = %inst.name, ip = %inst.private_ip, "registered node");
-                self.post_status(&nodes, inst, true).await?;
-                created.metadata.uid.unwrap_or_default()
+                self.renew_lease(&inst.name, created.metadata.uid.as_deref().unwrap_or_default(), true).await
             }
-            Job::Heartbeat { uid, status, transition } => {
-                if status {
-                    self.post_status(&nodes, inst, transition).await?;
-                }
-                uid
-            }
-        };
-        self.renew_lease(&inst.name, &uid).await
-    }
-
-    fn node(&self, inst: &Instance) -> Node {
-        let (cpus, mem) = self.types.get(&inst.instance_type).copied().unwrap_or((2, 4096));
-        let capacity: BTreeMap<String, Quantity> = [
-            ("cpu".to_string(), Quantity(cpus.to_string())),
-            ("memory".to_string(), Quantity(format!("{mem}Mi"))),
-            ("pods".to_string(), Quantity("110".into())),
-            ("ephemeral-storage".to_string(), Quantity("100Gi".into())),
-        ]
-        .into();
-        let labels: BTreeMap<String, String> = [
-            ("kubernetes.io/hostname", inst.name.as_str()),
-            ("kubernetes.io/os", "linux"),
-            ("kubernetes.io/arch", "amd64"),
-            ("beta.kubernetes.io/os", "linux"),
-            ("beta.kubernetes.io/arch", "amd64"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        Node {
-            metadata: ObjectMeta {
-                name: Some(inst.name.clone()),
-                labels: Some(labels),
-                annotations: Some([(PROVIDED_NODE_IP.to_string(), inst.private_ip.to_string())].into()),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints: Some(vec![Taint {
-                    key: UNINITIALIZED_TAINT.into(),
-                    value: Some("true".into()),
-                    effect: "NoSchedule".into(),
-                    time_added: None,
-                }]),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                capacity: Some(capacity.clone()),
-                allocatable: Some(capacity),
-                node_info: Some(NodeSystemInfo {
-                    kubelet_version: self.opts.kubelet_version.clone(),
-                    kube_proxy_version: String::new(),
-                    operating_system: "linux".into(),
-                    architecture: "amd64".into(),
-                    os_image: "fakecloud simulated kubelet".into(),
-                    kernel_version: "simulated".into(),
-                    container_runtime_version: "simulated://1.0".into(),
-                    machine_id: inst.id.clone(),
-                    system_uuid: inst.id.clone(),
-                    boot_id: inst.id.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-        }
-    }
-
-    /// Post the kubelet's view: addresses, and Ready with no pressure. Conditions merge by type; the transition
-    /// time moves only when the node (re)starts, as a kubelet's does only when a condition changes.
-    async fn post_status(&self, nodes: &Api<Node>, inst: &Instance, transition: bool) -> Result<(), KubeletError> {
-        let now = Time(jiff::Timestamp::now());
-        let cond = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            last_heartbeat_time: Some(now.clone()),
-            last_transition_time: transition.then(|| now.clone()),
-        };
-        let status = serde_json::json!({
-            "status": {
-                "addresses": [
-                    NodeAddress { type_: "InternalIP".into(), address: inst.private_ip.to_string() },
-                    NodeAddress { type_: "Hostname".into(), address: inst.name.clone() },
-                ],
-                "conditions": [
-                    cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                    cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                    cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                    cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-                ],
-            }
-        });
-        nodes.patch_status(&inst.name, &PatchParams::default(), &Patch::Strategic(status)).await?;
-        Ok(())
-    }
-
-    async fn renew_lease(&self, name: &str, node_uid: &str) -> Result<(), KubeletError> {
-        let leases = Api::<Lease>::namespaced(self.kube.clone(), LEASE_NAMESPACE);
-        let spec = LeaseSpec {
-            holder_identity: Some(name.to_string()),
-            lease_duration_seconds: Some(LEASE_SECONDS),
-            renew_time: Some(MicroTime(jiff::Timestamp::now())),
-            ..Default::default()
-        };
-        let patch = serde_json::json!({ "spec": spec });
-        match leases.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.is_not_found() => {
-                // Owned by the Node, as the kubelet does, so deleting the Node removes its Lease.
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_string()),
-                        namespace: Some(LEASE_NAMESPACE.into()),
-                        owner_references: (!node_uid.is_empty()).then(|| {
-                            vec![OwnerReference {
-                                api_version: "v1".into(),
-                                kind: "Node".into(),
-                                name: name.to_string(),
-                                uid: node_uid.to_string(),
-                                ..Default::default()
-                            }]
-                        }),
-                        ..Default::default()
-                    },
-                    spec: Some(spec),
-                };
-                match leases.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
-                    Err(e) => Err(e.into()),
-                }
+            // Registered already (by this simulation a moment ago — the watch lags — or before a restart): carry
+            // on with that Node, as a restarted kubelet does.
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                let current = nodes.get(&inst.name).await?;
+                let patch = objects::status_patch(inst, &current, now);
+                nodes.patch_status(&inst.name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
+                self.renew_lease(&inst.name, current.metadata.uid.as_deref().unwrap_or_default(), false).await
             }
             Err(e) => Err(e.into()),
         }
     }
-}
 
-enum Job {
-    Register,
-    /// Renew the Lease; with `status`, post the conditions too; with `transition`, as newly Ready.
-    Heartbeat {
-        uid: String,
-        status: bool,
-        transition: bool,
-    },
+    /// Renew the Lease, creating it when missing. `fresh`: the Node was just created, so try creating first.
+    async fn renew_lease(&self, name: &str, node_uid: &str, fresh: bool) -> Result<(), KubeletError> {
+        let leases = Api::<Lease>::namespaced(self.kube.clone(), LEASE_NAMESPACE);
+        let now = Timestamp::now();
+        let create = async || match leases.create(&PostParams::default(), &objects::lease(name, node_uid, now)).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+            Err(e) => Err(e),
+        };
+        // A fresh Node's Lease may still exist from an earlier Node of that name (not yet garbage-collected):
+        // then the renewal below takes it over.
+        if fresh && create().await? {
+            return Ok(());
+        }
+        let patch = objects::lease_renewal(name, node_uid, now);
+        match leases.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                create().await?;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
 }

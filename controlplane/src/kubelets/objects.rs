@@ -1,0 +1,298 @@
+//! What a kubelet started with `--cloud-provider=external` writes: its Node at registration, the status it
+//! re-posts as a heartbeat, and its Lease in `kube-node-lease`. Pure functions, so they are tested without an
+//! API server.
+
+use std::collections::BTreeMap;
+
+use fakecloud_api::Instance;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// The taint a kubelet with `--cloud-provider=external` registers with, until a CCM initializes the node.
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// The annotation through which a kubelet tells the CCM which address it chose.
+pub const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
+/// Where kubelets keep their Leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// The kubelet's default `--node-lease-duration-seconds`.
+pub const LEASE_SECONDS: i32 = 40;
+/// The port a kubelet serves on, reported in `status.daemonEndpoints`.
+const KUBELET_PORT: i32 = 10250;
+/// Pods a kubelet admits by default (`--max-pods`).
+const MAX_PODS: &str = "110";
+
+/// The conditions a healthy kubelet reports: type, status, reason, message (the kubelet's own wording).
+const HEALTHY: [(&str, &str, &str, &str); 4] = [
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+];
+
+/// What an instance type offers a kubelet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub vcpus: u32,
+    pub memory_mib: u32,
+}
+
+impl Shape {
+    /// Used for an instance type missing from the region's catalog (the catalog is read once at start).
+    pub const FALLBACK: Shape = Shape { vcpus: 2, memory_mib: 4096 };
+}
+
+/// The Node a kubelet creates when it registers: labels it sets itself (never the zone, region or
+/// instance-type labels — the CCM adds those), the uninitialized taint, the provided-node-ip annotation, no
+/// providerID, and a full status (the API server keeps a Node's status on create, so one call registers it).
+pub fn node(inst: &Instance, shape: Shape, kubelet_version: &str, now: Timestamp) -> Node {
+    let capacity: BTreeMap<String, Quantity> = [
+        ("cpu", shape.vcpus.to_string()),
+        ("memory", format!("{}Mi", shape.memory_mib)),
+        ("pods", MAX_PODS.to_string()),
+        ("ephemeral-storage", "100Gi".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), Quantity(v)))
+    .collect();
+    // The kubelet still sets the deprecated beta os/arch labels beside the GA ones.
+    let labels: BTreeMap<String, String> = [
+        ("kubernetes.io/hostname", inst.name.as_str()),
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", "amd64"),
+        ("beta.kubernetes.io/os", "linux"),
+        ("beta.kubernetes.io/arch", "amd64"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let time = Time(now);
+    Node {
+        metadata: ObjectMeta {
+            name: Some(inst.name.clone()),
+            labels: Some(labels),
+            annotations: Some([(PROVIDED_NODE_IP.to_string(), inst.private_ip.to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: UNINITIALIZED_TAINT.into(),
+                value: Some("true".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            addresses: Some(addresses(inst)),
+            conditions: Some(
+                HEALTHY
+                    .iter()
+                    .map(|&(type_, status, reason, message)| NodeCondition {
+                        type_: type_.into(),
+                        status: status.into(),
+                        reason: Some(reason.into()),
+                        message: Some(message.into()),
+                        last_heartbeat_time: Some(time.clone()),
+                        last_transition_time: Some(time.clone()),
+                    })
+                    .collect(),
+            ),
+            capacity: Some(capacity.clone()),
+            allocatable: Some(capacity),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint { port: KUBELET_PORT }),
+            }),
+            node_info: Some(NodeSystemInfo {
+                kubelet_version: kubelet_version.to_string(),
+                kube_proxy_version: String::new(),
+                operating_system: "linux".into(),
+                architecture: "amd64".into(),
+                os_image: "fakecloud simulated kubelet".into(),
+                kernel_version: "simulated".into(),
+                container_runtime_version: "simulated://1.0".into(),
+                machine_id: inst.id.clone(),
+                system_uuid: inst.id.clone(),
+                boot_id: inst.id.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn addresses(inst: &Instance) -> Vec<NodeAddress> {
+    vec![
+        NodeAddress { type_: "InternalIP".into(), address: inst.private_ip.to_string() },
+        NodeAddress { type_: "Hostname".into(), address: inst.name.clone() },
+    ]
+}
+
+/// Whether `node` shows every condition as a healthy kubelet reports it. When it does not (the controller
+/// manager marked it Unknown while this kubelet was silent), the next heartbeat must post status at once.
+pub fn reports_healthy(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    HEALTHY.iter().all(|&(type_, status, ..)| conditions.iter().any(|c| c.type_ == type_ && c.status == status))
+}
+
+/// The strategic-merge status patch of a heartbeat, given the Node as it is now. Conditions merge by type;
+/// `lastTransitionTime` moves only for a condition whose status changes, as the kubelet's does. Addresses are
+/// sent only while the Node has none: with an external cloud provider the kubelet leaves addresses the CCM set
+/// alone.
+pub fn status_patch(inst: &Instance, current: &Node, now: Timestamp) -> serde_json::Value {
+    let status = current.status.as_ref();
+    let existing = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    let time = Time(now);
+    let conditions: Vec<NodeCondition> = HEALTHY
+        .iter()
+        .map(|&(type_, want, reason, message)| {
+            let changed = !existing.iter().any(|c| c.type_ == type_ && c.status == want);
+            NodeCondition {
+                type_: type_.into(),
+                status: want.into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                last_heartbeat_time: Some(time.clone()),
+                last_transition_time: changed.then(|| time.clone()),
+            }
+        })
+        .collect();
+    let mut patch = serde_json::json!({ "status": { "conditions": conditions } });
+    if status.and_then(|s| s.addresses.as_ref()).is_none_or(Vec::is_empty) {
+        patch["status"]["addresses"] = serde_json::json!(addresses(inst));
+    }
+    patch
+}
+
+/// The Lease a kubelet keeps, owned by its Node so that deleting the Node removes it.
+pub fn lease(name: &str, node_uid: &str, now: Timestamp) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(LEASE_NAMESPACE.into()),
+            owner_references: owner(name, node_uid),
+            ..Default::default()
+        },
+        spec: Some(lease_spec(name, now)),
+    }
+}
+
+/// The merge patch that renews a Lease. It also sets the owner, so a Lease left behind by an earlier Node of
+/// the same name (not yet collected) is taken over by the current one.
+pub fn lease_renewal(name: &str, node_uid: &str, now: Timestamp) -> serde_json::Value {
+    let mut patch = serde_json::json!({ "spec": lease_spec(name, now) });
+    if let Some(owners) = owner(name, node_uid) {
+        patch["metadata"] = serde_json::json!({ "ownerReferences": owners });
+    }
+    patch
+}
+
+fn lease_spec(name: &str, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(name.to_string()),
+        lease_duration_seconds: Some(LEASE_SECONDS),
+        renew_time: Some(MicroTime(now)),
+        ..Default::default()
+    }
+}
+
+fn owner(name: &str, node_uid: &str) -> Option<Vec<OwnerReference>> {
+    (!node_uid.is_empty()).then(|| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: name.to_string(),
+            uid: node_uid.to_string(),
+            ..Default::default()
+        }]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn instance(name: &str, ip: &str) -> Instance {
+        serde_json::from_value(serde_json::json!({
+            "id": format!("i-{name}"), "name": name, "zone": "local-1a", "region": "local-1",
+            "instance_type": "fc.small", "market": "on-demand", "state": "running", "private_ip": ip,
+            "provider_id": format!("fakecloud://local-1a/i-{name}"), "tags": {},
+            "created_at": "2026-11-22T00:00:00Z", "state_changed_at": "2026-11-22T00:00:00Z",
+        }))
+        .expect("a valid instance")
+    }
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    #[test]
+    fn registration_is_what_an_external_cloud_provider_kubelet_posts() {
+        let inst = instance("node-a", "10.0.0.7");
+        let n = node(&inst, Shape { vcpus: 4, memory_mib: 8192 }, "v1.37.2", ts("2026-11-22T10:00:00Z"));
+        let spec = n.spec.as_ref().expect("spec");
+        assert_eq!(spec.provider_id, None);
+        let taints = spec.taints.as_ref().expect("taints");
+        assert_eq!((taints[0].key.as_str(), taints[0].effect.as_str()), (UNINITIALIZED_TAINT, "NoSchedule"));
+        assert_eq!(n.metadata.annotations.as_ref().expect("annotations")[PROVIDED_NODE_IP], "10.0.0.7");
+        let labels = n.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels["kubernetes.io/hostname"], "node-a");
+        assert!(labels.keys().all(|k| !k.contains("zone") && !k.contains("region") && !k.contains("instance-type")));
+        let status = n.status.as_ref().expect("status");
+        assert_eq!(status.capacity.as_ref().expect("capacity")["cpu"], Quantity("4".into()));
+        assert_eq!(status.allocatable.as_ref().expect("allocatable")["memory"], Quantity("8192Mi".into()));
+        assert_eq!(status.capacity.as_ref().expect("capacity")["pods"], Quantity("110".into()));
+        assert!(reports_healthy(&n));
+    }
+
+    #[test]
+    fn heartbeats_move_transition_times_only_on_change_and_leave_ccm_addresses_alone() {
+        let inst = instance("node-a", "10.0.0.7");
+        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", ts("2026-11-22T10:00:00Z"));
+        let later = ts("2026-11-22T10:00:20Z");
+        let p = status_patch(&inst, &n, later);
+        assert!(p["status"].get("addresses").is_none(), "addresses are set already: {p}");
+        for c in p["status"]["conditions"].as_array().expect("conditions") {
+            assert!(c.get("lastTransitionTime").is_none(), "nothing changed: {c}");
+            assert_eq!(c["lastHeartbeatTime"], "2026-11-22T10:00:20Z");
+        }
+
+        // The controller manager marked the node Unknown: the heartbeat flips Ready back with a transition.
+        let status = n.status.as_mut().expect("status");
+        for c in status.conditions.as_mut().expect("conditions") {
+            c.status = "Unknown".into();
+        }
+        status.addresses = None;
+        assert!(!reports_healthy(&n));
+        let p = status_patch(&inst, &n, later);
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .expect("Ready")
+            .clone();
+        assert_eq!(
+            (ready["status"].as_str(), ready["lastTransitionTime"].as_str()),
+            (Some("True"), Some("2026-11-22T10:00:20Z"))
+        );
+        assert_eq!(p["status"]["addresses"][0]["address"], "10.0.0.7");
+    }
+
+    #[test]
+    fn lease_is_owned_by_its_node_and_renewal_takes_it_over() {
+        let now = ts("2026-11-22T10:00:00Z");
+        let l = lease("node-a", "uid-1", now);
+        let spec = l.spec.as_ref().expect("spec");
+        assert_eq!((spec.holder_identity.as_deref(), spec.lease_duration_seconds), (Some("node-a"), Some(40)));
+        assert_eq!(l.metadata.owner_references.as_ref().expect("owners")[0].uid, "uid-1");
+        let p = lease_renewal("node-a", "uid-2", now);
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-2");
+        assert_eq!(p["spec"]["leaseDurationSeconds"], 40);
+        assert!(lease_renewal("node-a", "", now).get("metadata").is_none());
+    }
+}
