@@ -542,3 +542,27 @@ async fn random_spot_reclamation_takes_only_spot_instances() {
     assert_eq!(after, later, "stopped means stopped");
     assert!(emu.user.get_instance(&od.id).await.unwrap().interruption_at.is_none());
 }
+
+#[tokio::test]
+async fn changed_resources_read_as_before_until_the_lag_is_over() {
+    let emu = Emu::start().await;
+    let created = emu.instance("lagging").await;
+    let action = FaultAction::EventualConsistency { seconds: 0.6 };
+    emu.admin.add_fault(&rule(&["StopInstance"], action, FaultTrigger::default())).await.unwrap();
+    assert_eq!(
+        emu.user.stop_instance(&created.id).await.unwrap().state,
+        InstanceState::Stopped,
+        "the write itself answers truthfully"
+    );
+    assert_eq!(
+        emu.user.get_instance(&created.id).await.unwrap().state,
+        InstanceState::Running,
+        "reads still see the old version"
+    );
+    let listed = emu.user.list_all_instances(&Default::default()).await.unwrap();
+    assert_eq!(listed[0].state, InstanceState::Running);
+    eventually(Duration::from_secs(5), "the change to show", || async {
+        (emu.user.get_instance(&created.id).await.unwrap().state == InstanceState::Stopped).then_some(())
+    })
+    .await;
+}

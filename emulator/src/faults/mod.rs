@@ -10,7 +10,7 @@ mod rate_limits;
 mod rules;
 mod spot_random;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,8 +92,8 @@ pub struct FaultEngine {
     /// Serialises changes, so the database and memory change together.
     edit: Mutex<()>,
     spot_random: RwLock<Option<ActiveSpotRandom>>,
-    /// Resources hidden from reads until a time (eventual consistency), by ID.
-    hidden: std::sync::Mutex<HashMap<String, i64>>,
+    /// Eventual consistency, by ID: until when reads lag, and the version they see (`None`: not there yet).
+    hidden: std::sync::Mutex<HashMap<String, (i64, Option<serde_json::Value>)>>,
 }
 
 impl std::fmt::Debug for FaultEngine {
@@ -177,18 +177,19 @@ impl FaultEngine {
         Verdict::Pass
     }
 
-    /// Keep `id` invisible to reads for `for_`.
-    pub fn hide(&self, id: &str, for_: Duration) {
+    /// Eventual consistency: until `for_` has passed, reads of `id` see `previous` — its version from before the
+    /// write — or, for a resource the write created (`None`), nothing at all.
+    pub fn lag(&self, id: &str, previous: Option<serde_json::Value>, for_: Duration) {
         let until = now_ms() + i64::try_from(for_.as_millis()).unwrap_or(i64::MAX);
-        self.hidden.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), until);
+        self.hidden.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), (until, previous));
     }
 
-    /// The IDs hidden right now (expired ones are dropped).
-    pub fn hidden_now(&self) -> HashSet<String> {
+    /// What reads must see instead of the truth right now, by ID (expired entries are dropped).
+    pub fn lagging_now(&self) -> HashMap<String, Option<serde_json::Value>> {
         let now = now_ms();
         let mut hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner());
-        hidden.retain(|_, until| *until > now);
-        hidden.keys().cloned().collect()
+        hidden.retain(|_, (until, _)| *until > now);
+        hidden.iter().map(|(id, (_, prev))| (id.clone(), prev.clone())).collect()
     }
 
     /// Zones in an outage now: their instances are reported unreachable.

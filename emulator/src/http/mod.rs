@@ -276,7 +276,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                         subject: subject.as_ref(),
                     };
                     let verdict = st.faults().judge(&call).await;
-                    let resp = apply(verdict, req, next, st.faults(), &mut fault).await;
+                    let resp = apply(verdict, req, next, &st, path_id.as_deref(), &mut fault).await;
                     if method == Method::GET { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await } else { resp }
                 }
             }
@@ -355,16 +355,40 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option
     (Some(subject), Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
-/// Eventual consistency: a read does not see resources whose creation is still "propagating".
+/// The API representation of an instance or load balancer, for eventual consistency's "previous version".
+async fn current_json(st: &AppState, id: &str) -> Option<serde_json::Value> {
+    let value = if id.starts_with("i-") {
+        serde_json::to_value(crate::store::instances::get(&st.db, &st.cfg, id).await.ok()?)
+    } else if id.starts_with("lb-") {
+        serde_json::to_value(crate::store::load_balancers::get(&st.db, id).await.ok()?)
+    } else {
+        return None;
+    };
+    value.ok()
+}
+
+/// Eventual consistency: reads see resources as they were before a lagging write — not at all for a creation,
+/// the previous version for a change.
 async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, faults: &FaultEngine) -> Response {
-    let hidden = faults.hidden_now();
-    if hidden.is_empty() || !resp.status().is_success() {
+    let lagging = faults.lagging_now();
+    if lagging.is_empty() || !resp.status().is_success() {
         return resp;
     }
-    if let Some(id) = path_id.filter(|id| hidden.contains(*id)) {
-        // GetInstance -> InstanceNotFound, as the resource's own 404 would say.
-        let code = format!("{}NotFound", operation.trim_start_matches("Get"));
-        return ApiError::new(StatusCode::NOT_FOUND, code, format!("{id} does not exist")).into_response();
+    if let Some(id) = path_id
+        && let Some(previous) = lagging.get(id)
+    {
+        return match previous {
+            Some(prev) => {
+                let mut r = (StatusCode::OK, Json(prev.clone())).into_response();
+                r.extensions_mut().insert(ResourceId(id.to_string()));
+                r
+            }
+            // GetInstance -> InstanceNotFound, as the resource's own 404 would say.
+            None => {
+                let code = format!("{}NotFound", operation.trim_start_matches("Get"));
+                ApiError::new(StatusCode::NOT_FOUND, code, format!("{id} does not exist")).into_response()
+            }
+        };
     }
     let (parts, body) = resp.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
@@ -375,7 +399,13 @@ async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, faults:
         Err(_) => return Response::from_parts(parts, axum::body::Body::from(bytes)),
     };
     if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
-        items.retain(|item| item.get("id").and_then(|id| id.as_str()).is_none_or(|id| !hidden.contains(id)));
+        let id_of = |item: &serde_json::Value| item.get("id").and_then(|id| id.as_str()).map(str::to_string);
+        items.retain(|item| !matches!(id_of(item).and_then(|id| lagging.get(&id).cloned()), Some(None)));
+        for item in items.iter_mut() {
+            if let Some(Some(prev)) = id_of(item).and_then(|id| lagging.get(&id).cloned()) {
+                *item = prev;
+            }
+        }
     }
     let mut resp = Response::from_parts(parts, axum::body::Body::from(value.to_string()));
     resp.headers_mut().remove(header::CONTENT_LENGTH);
@@ -387,7 +417,8 @@ async fn apply(
     verdict: Verdict,
     req: Request,
     next: Next,
-    faults: &FaultEngine,
+    st: &AppState,
+    path_id: Option<&str>,
     fault: &mut Option<String>,
 ) -> Response {
     match verdict {
@@ -402,11 +433,21 @@ async fn apply(
             next.run(req).await
         }
         Verdict::Hide { for_, fault: f } => {
+            // A change to an existing resource: reads keep seeing the version from before it.
+            let previous = match path_id {
+                Some(id) => current_json(st, id).await,
+                None => None,
+            };
             let resp = next.run(req).await;
             if resp.status().is_success()
                 && let Some(ResourceId(id)) = resp.extensions().get::<ResourceId>()
             {
-                faults.hide(id, for_);
+                let faults = st.faults();
+                match (path_id, previous) {
+                    (Some(_), Some(prev)) => faults.lag(id, Some(prev), for_),
+                    (Some(_), None) => {}
+                    (None, _) => faults.lag(id, None, for_),
+                }
                 *fault = Some(f);
             }
             resp
