@@ -402,20 +402,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             };
             out.audit(&conn.client(true)?.audit(&q).await?.items)
         }
-        Command::Adopt { kubeconfig } => {
-            let kube = adopt::kube_client(kubeconfig.as_deref()).await?;
-            let done = adopt::adopt(kube, &conn.client(false)?).await?;
-            for (node, outcome) in &done {
-                match outcome {
-                    adopt::Outcome::Adopted { instance_id, ip, zone } => {
-                        println!("{node}: adopted as {instance_id} ({ip}, {zone})")
-                    }
-                    adopt::Outcome::AlreadyAnInstance => println!("{node}: already an instance"),
-                    adopt::Outcome::NoAddress => println!("{node}: skipped, it has no InternalIP"),
-                }
-            }
-            Ok(())
-        }
+        Command::Adopt { kubeconfig } => adopt::run(kubeconfig.as_deref(), &conn.client(false)?).await,
         Command::Fault(cmd) => faults::fault(&conn.client(true)?, &out, cmd).await,
         Command::RateLimit(cmd) => faults::rate_limit(&conn.client(true)?, &out, cmd).await,
         Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
