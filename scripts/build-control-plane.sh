@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the upstream control plane (kube-apiserver, kube-controller-manager, etcd) from the
-# official Go modules pinned in controlplane/upstream/go.mod, into a cache outside the clone:
+# Builds the upstream control plane (kube-apiserver, kube-controller-manager, etcd) and a kubectl of the
+# same version from the official Go modules pinned in controlplane/upstream/go.mod, into a cache outside
+# the clone:
 #   ${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/k8s/<version>/bin
 # Binaries already in the cache are not rebuilt, so a second run takes a second.
 #
@@ -9,6 +10,9 @@
 # RequestWatchProgress, which the apiserver's watch cache relies on. So etcd is built here too,
 # at the exact version k8s.io/kubernetes itself requires (go.etcd.io/etcd/server/v3 in go.mod),
 # which also means its sources are already in the module graph we download anyway.
+#
+# kubectl: not in the registries we reach either, and a kubectl found on a machine may be many minor
+# versions away from the cluster (kubectl supports one minor of skew); `make up` and the CCM tests use it.
 #
 # Prints the bin directory on the last line of stdout; progress goes to stderr.
 set -euo pipefail
@@ -36,11 +40,11 @@ cache_root=${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}
 bin_dir="$cache_root/k8s/$k8s_version/bin"
 
 missing=()
-for name in kube-apiserver kube-controller-manager etcd; do
+for name in kube-apiserver kube-controller-manager etcd kubectl; do
 	[[ -x "$bin_dir/$name" ]] || missing+=("$name")
 done
 if ((${#missing[@]} == 0)); then
-	log "Kubernetes $k8s_version and etcd $etcd_version already built in $bin_dir"
+	log "Kubernetes $k8s_version (with kubectl) and etcd $etcd_version already built in $bin_dir"
 	printf '%s\n' "$bin_dir"
 	exit 0
 fi

@@ -1,99 +1,184 @@
 #!/usr/bin/env bash
-# Brings up the local fakecloud stack in .run/ (override with FAKECLOUD_RUN_DIR): builds what is missing,
-# starts the Kubernetes control plane, the emulator (state in .run/fakecloud.db) and the simulated kubelets in
-# the background, creates three instances over three zones, waits for their Nodes, and prints how to use and
-# stop it all. (The CCM joins here when it lands.)
+# `make up`: a local fakecloud stack in .run/ (or FAKECLOUD_RUN_DIR). Builds what is missing, then starts in
+# the background the Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager on 127.0.0.1),
+# the emulator (state in .run/fakecloud.db, port FAKECLOUD_PORT or 8787) and the simulated kubelets; creates
+# instances node-a, node-b, node-c over three zones; waits until their Nodes are Ready; and says how to use
+# and stop it all (`make down`). If any step fails, what was started is stopped again and the logs are kept.
+# (The CCM joins here when it lands, issue 4.)
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 run_root=${FAKECLOUD_RUN_DIR:-$repo_root/.run}
 cp_dir="$run_root/controlplane"
-launcher_log="$run_root/controlplane-launcher.log"
-cargo=${CARGO:-cargo}
-
-log() { printf '[up] %s\n' "$*" >&2; }
-die() { printf '[up] error: %s\n' "$*" >&2; exit 1; }
-
-pid_file="$cp_dir/fakecloud-controlplane.pid"
-if [[ -f "$pid_file" ]] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then
-	die "a control plane is already running from $cp_dir (pid $(cat "$pid_file")); run 'make down' (or scripts/down.sh) first"
-fi
-
-log "checking the Kubernetes binaries"
-bin_dir=$(bash "$repo_root/scripts/build-control-plane.sh" | tail -n 1)
-
 port=${FAKECLOUD_PORT:-8787}
-if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-	die "port $port is taken (another fakecloud?); stop it, or choose another port with FAKECLOUD_PORT=..."
+cargo=${CARGO:-cargo}
+nodes=(node-a node-b node-c)
+t0=$SECONDS
+
+log() { printf '[up %3ss] %s\n' "$((SECONDS - t0))" "$*" >&2; }
+die() {
+	printf '[up] error: %s\n' "$*" >&2
+	exit 1
+}
+
+# The pid in FILE, if that process is alive and its command line contains PATTERN (a reused pid is not ours).
+live_pid() {
+	local file=$1 pattern=$2 pid
+	[[ -f "$file" ]] || return 1
+	pid=$(<"$file")
+	[[ "$pid" =~ ^[0-9]+$ && -r "/proc/$pid/cmdline" ]] || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$pattern" || return 1
+	printf '%s' "$pid"
+}
+
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Wait until COMMAND succeeds, up to SECONDS, saying every 10 s what is awaited. PID: give up if it dies.
+wait_for() {
+	local what=$1 seconds=$2 pid=$3 waited=0
+	shift 3
+	until "$@"; do
+		if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+			return 2
+		fi
+		((waited < seconds * 5)) || return 1
+		((waited % 50 == 49)) && log "still waiting for $what ($(((waited + 1) / 5)) s)"
+		sleep 0.2
+		waited=$((waited + 1))
+	done
+}
+
+# --- refuse, or clean up after an earlier run --------------------------------------------------------------
+running=()
+if pid=$(live_pid "$cp_dir/fakecloud-controlplane.pid" "fakecloud-controlplane up"); then running+=("the control plane (pid $pid)"); fi
+if pid=$(live_pid "$run_root/emulator.pid" "fakecloud serve"); then running+=("the emulator (pid $pid)"); fi
+if pid=$(live_pid "$run_root/kubelets.pid" "fakecloud-controlplane kubelets"); then running+=("the simulated kubelets (pid $pid)"); fi
+if ((${#running[@]})); then
+	die "fakecloud is already up from $run_root: ${running[*]}.
+  Use it as the last 'make up' said (KUBECONFIG=$cp_dir/kubeconfigs/admin.kubeconfig), or stop it with 'make down' first."
+fi
+if [[ -e "$run_root" ]]; then
+	log "removing $run_root, left by an earlier run that is no longer running"
+	bash "$repo_root/scripts/down.sh" >/dev/null 2>&1 || die "could not clean up $run_root; run 'make down' and look at what it says"
+fi
+if port_taken "$port"; then
+	die "port $port on 127.0.0.1 is taken (another emulator?); stop what uses it, or pick another port: FAKECLOUD_PORT=8788 make up"
 fi
 
-log "building fakecloud and the launcher (cargo build --locked)"
-(cd "$repo_root" && "$cargo" build --locked --quiet --bin fakecloud --bin fakecloud-controlplane)
+# --- build what is missing ----------------------------------------------------------------------------------
+log "checking the Kubernetes binaries (built once per version; a first build takes about 8 minutes)"
+bin_dir=$(bash "$repo_root/scripts/build-control-plane.sh" | tail -n 1)
+kubectl="$bin_dir/kubectl"
+log "building fakecloud and fakecloud-controlplane (cargo build --locked; a first build takes a few minutes)"
+(cd "$repo_root" && "$cargo" build --locked --bin fakecloud --bin fakecloud-controlplane)
 launcher="$repo_root/target/debug/fakecloud-controlplane"
 fakecloud="$repo_root/target/debug/fakecloud"
+# The build may have taken minutes: check the port again before starting anything.
+if port_taken "$port"; then
+	die "port $port on 127.0.0.1 was taken during the build; pick another one: FAKECLOUD_PORT=8788 make up"
+fi
 
+# --- from here on, a failure (or Ctrl-C) stops whatever was started ------------------------------------------
 mkdir -p "$run_root"
-log "starting the control plane in $cp_dir (launcher log: $launcher_log)"
-# setsid: the launcher outlives this script and a Ctrl-C in this terminal; 'make down' stops it.
+up_ok=0
+launcher_pid=""
+on_exit() {
+	if ((up_ok == 0)); then
+		printf '[up] did not finish; stopping what was started (logs kept in %s)\n' "$run_root" >&2
+		# A launcher still starting has written no pid file yet; on SIGTERM it stops what it started itself.
+		if [[ -n "$launcher_pid" ]] && kill -0 "$launcher_pid" 2>/dev/null; then
+			kill "$launcher_pid" 2>/dev/null || true
+			for _ in $(seq 1 100); do
+				kill -0 "$launcher_pid" 2>/dev/null || break
+				sleep 0.1
+			done
+		fi
+		bash "$repo_root/scripts/down.sh" --keep-logs >&2 || true
+	fi
+}
+trap on_exit EXIT
+
+launcher_log="$run_root/controlplane-launcher.log"
+log "starting the control plane in $cp_dir"
+# setsid: the processes outlive this script and a Ctrl-C in its terminal; 'make down' stops them.
 setsid "$launcher" up --run-dir "$cp_dir" --bin-dir "$bin_dir" >"$launcher_log" 2>&1 </dev/null &
 launcher_pid=$!
-
 # The launcher prints the export line once /readyz passes and the controller manager leads.
-for _ in $(seq 1 600); do
-	if grep -q '^export KUBECONFIG=' "$launcher_log" 2>/dev/null; then
-		break
-	fi
-	if ! kill -0 "$launcher_pid" 2>/dev/null; then
-		tail -n 40 "$launcher_log" >&2 || true
-		die "the control plane failed to start (full log: $launcher_log)"
-	fi
-	sleep 0.2
-done
-grep -q '^export KUBECONFIG=' "$launcher_log" || die "the control plane was not ready after 120 s (log: $launcher_log); run 'make down' to clean up"
-
+rc=0
+wait_for "the control plane" 120 "$launcher_pid" grep -q '^export KUBECONFIG=' "$launcher_log" || rc=$?
+if ((rc != 0)); then
+	tail -n 30 "$launcher_log" >&2 || true
+	((rc == 2)) && die "the control plane failed to start (launcher log: $launcher_log; component logs: $cp_dir/logs)"
+	die "the control plane was not ready after 120 s (launcher log: $launcher_log)"
+fi
 kubeconfig_line=$(grep -m1 '^export KUBECONFIG=' "$launcher_log")
 kubeconfig=${kubeconfig_line#export KUBECONFIG=}
+log "control plane ready"
 
-log "starting the emulator on 127.0.0.1:$port (state: $run_root/fakecloud.db, log: $run_root/emulator.log)"
-setsid "$fakecloud" serve --listen "127.0.0.1:$port" --db "$run_root/fakecloud.db" >"$run_root/emulator.log" 2>&1 </dev/null &
-echo $! >"$run_root/emulator.pid"
-for _ in $(seq 1 100); do
-	grep -q 'fakecloud: serving' "$run_root/emulator.log" 2>/dev/null && break
-	kill -0 "$(cat "$run_root/emulator.pid")" 2>/dev/null || { tail -n 20 "$run_root/emulator.log" >&2; die "the emulator failed to start; run 'make down' to clean up"; }
-	sleep 0.1
-done
 endpoint="http://127.0.0.1:$port"
 credentials="$run_root/fakecloud.credentials"
+log "starting the emulator at $endpoint (state: $run_root/fakecloud.db)"
+setsid "$fakecloud" serve --listen "127.0.0.1:$port" --db "$run_root/fakecloud.db" >"$run_root/emulator.log" 2>&1 </dev/null &
+emulator_pid=$!
+echo "$emulator_pid" >"$run_root/emulator.pid"
+rc=0
+wait_for "the emulator" 30 "$emulator_pid" grep -q 'fakecloud: serving' "$run_root/emulator.log" || rc=$?
+if ((rc != 0)); then
+	tail -n 20 "$run_root/emulator.log" >&2 || true
+	die "the emulator did not start (log: $run_root/emulator.log)"
+fi
 
-log "starting the simulated kubelets (log: $run_root/kubelets.log)"
+log "starting the simulated kubelets"
 setsid "$launcher" kubelets --kubeconfig "$kubeconfig" --emulator "$endpoint" --credentials "$credentials" \
 	>"$run_root/kubelets.log" 2>&1 </dev/null &
 echo $! >"$run_root/kubelets.pid"
 
-log "creating instances node-a, node-b, node-c in local-1a, local-1b, local-1c"
-for z in a b c; do
-	FAKECLOUD_ENDPOINT=$endpoint FAKECLOUD_CREDENTIALS=$credentials \
-		"$fakecloud" instance create "node-$z" --zone "local-1$z" --idempotency-key "make-up-node-$z" >/dev/null
+export FAKECLOUD_ENDPOINT=$endpoint FAKECLOUD_CREDENTIALS=$credentials
+# The region's zones, from the ZONE table of `fakecloud instance types`.
+mapfile -t zones < <("$fakecloud" instance types | awk '$1 == "ZONE" { z = 1; next } z && NF == 0 { exit } z { print $1 }')
+((${#zones[@]} > 0)) || die "could not read the emulator's zones from 'fakecloud instance types'"
+for i in "${!nodes[@]}"; do
+	zone=${zones[i % ${#zones[@]}]}
+	log "creating instance ${nodes[i]} in $zone"
+	# The key makes a rerun of this step return the same instance instead of failing on the name.
+	"$fakecloud" instance create "${nodes[i]}" --zone "$zone" --idempotency-key "make-up-${nodes[i]}" >/dev/null
 done
 
-log "waiting for the 3 Nodes to register"
-for _ in $(seq 1 150); do
-	n=$(KUBECONFIG=$kubeconfig kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ' || true)
-	[[ "$n" -ge 3 ]] && break
-	sleep 0.2
-done
-[[ "${n:-0}" -ge 3 ]] || die "the nodes did not become Ready (see $run_root/kubelets.log); run 'make down' to clean up"
+log "waiting for the ${#nodes[@]} Nodes to register and turn Ready"
+ready_nodes() {
+	local n
+	n=$("$kubectl" --kubeconfig "$kubeconfig" get nodes --no-headers 2>/dev/null | awk '$2 == "Ready"' | wc -l)
+	((n >= ${#nodes[@]}))
+}
+rc=0
+wait_for "the Nodes" 60 "" ready_nodes || rc=$?
+if ((rc != 0)); then
+	"$kubectl" --kubeconfig "$kubeconfig" get nodes >&2 || true
+	tail -n 20 "$run_root/kubelets.log" >&2 || true
+	die "the Nodes did not become Ready within 60 s (kubelets log: $run_root/kubelets.log)"
+fi
+up_ok=1
+log "up: ${#nodes[@]} Nodes Ready"
 
+"$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide >&2
+kubectl_hint="kubectl get nodes"
+if ! command -v kubectl >/dev/null 2>&1 || [[ "$(command -v kubectl)" != "$kubectl" ]]; then
+	kubectl_hint="$kubectl get nodes    # kubectl $(basename "$(dirname "$bin_dir")"), built with the control plane"
+fi
 cat <<MSG
 
-fakecloud is up: Kubernetes $(basename "$(dirname "$bin_dir")") on loopback, the emulator, and 3 simulated nodes.
+fakecloud is up: Kubernetes $(basename "$(dirname "$bin_dir")") on loopback, the emulator, and ${#nodes[@]} simulated nodes.
 
   $kubeconfig_line
-  kubectl get nodes            # 3 nodes, tainted node.cloudprovider.kubernetes.io/uninitialized until a CCM runs
+  $kubectl_hint
+
+  The nodes carry the taint node.cloudprovider.kubernetes.io/uninitialized until a cloud controller
+  manager initializes them; fakecloud's CCM does not exist yet (issue 4), so for now they stay tainted.
 
   export FAKECLOUD_ENDPOINT=$endpoint
-  source $credentials    # the emulator's user and admin tokens
-  fakecloud instance list
+  source $credentials    # the emulator's tokens (FAKECLOUD_USER_TOKEN, FAKECLOUD_ADMIN_TOKEN)
+  $fakecloud instance list
 
-Logs: $run_root/{emulator,kubelets}.log, $cp_dir/logs   Stop: make down
+Logs: $run_root/{emulator,kubelets,controlplane-launcher}.log and $cp_dir/logs/
+Stop everything: make down
 MSG

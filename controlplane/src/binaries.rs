@@ -79,6 +79,13 @@ impl Binaries {
         }
     }
 
+    /// The kubectl built beside the control plane (same version), if it is there. Not required to run the
+    /// control plane; caches filled before kubectl was added to the build lack it until the next build.
+    pub fn kubectl(&self) -> Option<PathBuf> {
+        let path = self.etcd.parent()?.join("kubectl");
+        is_executable(&path).then_some(path)
+    }
+
     /// Looks in `dir`, or in [`default_bin_dir`] when `None`.
     pub fn locate(dir: Option<&Path>) -> Result<Self> {
         let dir = match dir {
