@@ -1,53 +1,217 @@
-//! Flags (upstream names and defaults where they apply) and the `--cloud-config` file.
+//! Flags, with upstream's names and defaults where they apply (durations in Go's syntax: `15s`, `5m0s`,
+//! `1h30m`), and the `--cloud-config` file.
 //!
-//! The cloud config is YAML:
+//! The cloud config is YAML, unknown keys refused:
 //!
 //! ```yaml
-//! endpoint: http://127.0.0.1:8787      # the emulator's URL
-//! token-file: /etc/fakecloud/token      # a file holding the user token (or `token: <value>`)
-//! region: local-1                       # optional: refuse to start against another region
+//! endpoint: http://127.0.0.1:8787      # the emulator's URL (required)
+//! token-file: /etc/fakecloud/token      # a file holding the API token ...
+//! # token: <value>                      # ... or the token itself: exactly one of the two
+//! region: local-1                       # optional: refuse to start against an emulator serving another region
 //! ```
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{ArgAction, Parser};
 use serde::Deserialize;
 
 use crate::controllers::ControllerName;
 
-#[derive(Debug, Parser)]
+/// What is wrong with the flags or the cloud config, worded as what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Flag(String),
+    #[error("--cloud-config {path}: {reason}")]
+    CloudConfig { path: PathBuf, reason: String },
+}
+
+fn flag(msg: impl Into<String>) -> ConfigError {
+    ConfigError::Flag(msg.into())
+}
+
+#[derive(Debug, Clone, Parser)]
 #[command(name = "fakecloud-ccm", version, about = "A cloud-controller-manager for the fakecloud emulator", long_about = None)]
 pub struct Args {
-    /// Kubeconfig (default: in-cluster config, else KUBECONFIG).
+    /// Kubeconfig (default: the in-cluster config, else KUBECONFIG or ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// The cloud provider; only `fakecloud` is known.
-    #[arg(long)]
+    #[arg(long, default_value = "")]
     pub cloud_provider: String,
     /// The cloud config file (YAML: endpoint, token or token-file, region).
     #[arg(long)]
-    pub cloud_config: PathBuf,
-    /// Name of the cluster, for cloud resources' names.
+    pub cloud_config: Option<PathBuf>,
+    /// The cluster's name, for the cloud resources it owns.
     #[arg(long, default_value = "kubernetes")]
     pub cluster_name: String,
-    /// Controllers to run: `*` for all, names or aliases (cloud-node, cloud-node-lifecycle, service, route),
-    /// `-name` to disable one. Comma-separated.
+    /// Controllers to run: `*` for all, canonical names or aliases (cloud-node, cloud-node-lifecycle, service,
+    /// route), `-name` to disable one. Comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+    /// Run the controllers only while holding the leader-election Lease (`--leader-elect=false` to run alone).
+    #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// How long followers wait after the leader's last renewal before taking the Lease.
+    #[arg(long, value_parser = parse_go_duration, default_value = "15s")]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up (and exits).
+    #[arg(long, value_parser = parse_go_duration, default_value = "10s")]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often to try to acquire or renew the Lease.
+    #[arg(long, value_parser = parse_go_duration, default_value = "2s")]
+    pub leader_elect_retry_period: Duration,
+    /// The lock's kind; only `leases`.
+    #[arg(long, default_value = "leases")]
+    pub leader_elect_resource_lock: String,
+    #[arg(long, default_value = "cloud-controller-manager")]
+    pub leader_elect_resource_name: String,
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+    /// The HTTPS port for /healthz and /metrics; 0 serves nothing.
+    #[arg(long, default_value_t = 10258)]
+    pub secure_port: u16,
+    /// The address to serve on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Where the serving certificate is (`cloud-controller-manager.crt`/`.key`); a self-signed pair is written
+    /// there if missing. Without it a self-signed certificate is made in memory.
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
     /// How often the lifecycle controller checks NotReady nodes against the cloud.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = parse_go_duration, default_value = "5s")]
     pub node_monitor_period: Duration,
     /// How often initialized nodes' addresses are refreshed from the cloud.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = parse_go_duration, default_value = "5m0s")]
     pub node_status_update_frequency: Duration,
     /// Nodes initialized at once.
     #[arg(long, default_value_t = 1)]
     pub concurrent_node_syncs: u16,
+    /// Nodes whose addresses are refreshed at once; 0 means `--concurrent-node-syncs`.
+    #[arg(long, default_value_t = 0)]
+    pub concurrent_node_status_updates: u16,
+    /// Requests a second to the Kubernetes API, on average.
+    #[arg(long, default_value_t = 20.0)]
+    pub kube_api_qps: f32,
+    /// Requests to the Kubernetes API allowed in a burst above the QPS.
+    #[arg(long, default_value_t = 30)]
+    pub kube_api_burst: u32,
 }
 
-#[derive(Debug, Deserialize)]
+/// Go's `time.ParseDuration` for the forms flags use: one or more `<number><unit>`, unit one of `ns`, `us`
+/// (`µs`), `ms`, `s`, `m`, `h`; or a bare `0`.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?}: expected e.g. 15s, 500ms, 5m0s or 1h30m");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut rest = s;
+    let mut total = 0.0_f64;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(num_len);
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * seconds;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+/// The checked settings the binary runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub controllers: Vec<ControllerName>,
+    pub cloud: CloudConfig,
+}
+
+impl Args {
+    /// Check the flags and read the cloud config; every error says what to fix.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        if self.cloud_provider.is_empty() {
+            return Err(flag("--cloud-provider cannot be empty: set --cloud-provider=fakecloud"));
+        }
+        if self.cloud_provider != crate::cloud::fakecloud::PROVIDER_NAME {
+            return Err(flag(format!(
+                "--cloud-provider {:?} is not known; this CCM serves --cloud-provider=fakecloud",
+                self.cloud_provider
+            )));
+        }
+        if self.node_monitor_period.is_zero() || self.node_status_update_frequency.is_zero() {
+            return Err(flag("--node-monitor-period and --node-status-update-frequency must be above zero"));
+        }
+        if self.concurrent_node_syncs == 0 {
+            return Err(flag("--concurrent-node-syncs must be at least 1"));
+        }
+        if self.kube_api_qps.is_nan() || self.kube_api_qps <= 0.0 || self.kube_api_burst == 0 {
+            return Err(flag("--kube-api-qps must be above zero and --kube-api-burst at least 1"));
+        }
+        if self.leader_elect {
+            self.validate_leader_election()?;
+        }
+        let controllers = crate::controllers::enabled(&self.controllers).map_err(flag)?;
+        let path = self.cloud_config.as_deref().ok_or_else(|| {
+            flag("--cloud-config is required: a YAML file with the emulator's endpoint and token (see --help)")
+        })?;
+        Ok(Settings { controllers, cloud: CloudConfig::load(path)? })
+    }
+
+    /// Upstream's `ValidateLeaderElectionConfiguration` and lock-type check.
+    fn validate_leader_election(&self) -> Result<(), ConfigError> {
+        let (lease, renew, retry) =
+            (self.leader_elect_lease_duration, self.leader_elect_renew_deadline, self.leader_elect_retry_period);
+        if lease.is_zero() || renew.is_zero() || retry.is_zero() {
+            return Err(flag("--leader-elect-lease-duration, -renew-deadline and -retry-period must be above zero"));
+        }
+        if lease <= renew {
+            return Err(flag(format!(
+                "--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})"
+            )));
+        }
+        if renew.as_secs_f64() <= crate::leader::JITTER_FACTOR * retry.as_secs_f64() {
+            return Err(flag(format!(
+                "--leader-elect-renew-deadline ({renew:?}) must be greater than {} × --leader-elect-retry-period ({retry:?})",
+                crate::leader::JITTER_FACTOR
+            )));
+        }
+        if self.leader_elect_resource_lock != "leases" {
+            return Err(flag(format!(
+                "--leader-elect-resource-lock {:?} is not supported: use leases",
+                self.leader_elect_resource_lock
+            )));
+        }
+        if self.leader_elect_resource_name.is_empty() || self.leader_elect_resource_namespace.is_empty() {
+            return Err(flag("--leader-elect-resource-name and --leader-elect-resource-namespace cannot be empty"));
+        }
+        Ok(())
+    }
+
+    /// Workers for the periodic address refresh (`--concurrent-node-status-updates`, 0 = the sync workers).
+    pub fn status_update_workers(&self) -> usize {
+        usize::from(if self.concurrent_node_status_updates == 0 {
+            self.concurrent_node_syncs
+        } else {
+            self.concurrent_node_status_updates
+        })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CloudConfig {
     pub endpoint: String,
@@ -60,42 +224,29 @@ pub struct CloudConfig {
 }
 
 impl CloudConfig {
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--cloud-config {}: cannot read it", path.display()))?;
-        let cfg: Self =
-            serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("--cloud-config {}: {e}", path.display()))?;
-        if cfg.token.is_some() == cfg.token_file.is_some() {
-            bail!("--cloud-config {}: give exactly one of token and token-file", path.display());
+    /// Read and check the file, and the token file it names.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let err = |reason: String| ConfigError::CloudConfig { path: path.to_path_buf(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+        let mut cfg: Self = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
+        match (&cfg.token, &cfg.token_file) {
+            (Some(_), None) => {}
+            (None, Some(f)) => {
+                let token = std::fs::read_to_string(f)
+                    .map_err(|e| err(format!("token-file {}: cannot read it: {e}", f.display())))?;
+                cfg.token = Some(token.trim().to_string());
+            }
+            _ => return Err(err("give exactly one of token and token-file".into())),
+        }
+        if cfg.token.as_deref().is_some_and(str::is_empty) {
+            return Err(err("the token is empty".into()));
         }
         Ok(cfg)
     }
 
-    pub fn token(&self) -> Result<String> {
-        match (&self.token, &self.token_file) {
-            (Some(t), _) => Ok(t.clone()),
-            (None, Some(f)) => Ok(std::fs::read_to_string(f)
-                .with_context(|| format!("token-file {}: cannot read it", f.display()))?
-                .trim()
-                .to_string()),
-            (None, None) => bail!("the cloud config has no token"),
-        }
-    }
-}
-
-impl Args {
-    /// Check what can be checked without the cloud; say what to fix.
-    pub fn validate(&self) -> Result<Vec<ControllerName>> {
-        if self.cloud_provider != crate::cloud::fakecloud::PROVIDER_NAME {
-            bail!("--cloud-provider {:?} is not known; this CCM serves `fakecloud`", self.cloud_provider);
-        }
-        if self.node_monitor_period.is_zero() || self.node_status_update_frequency.is_zero() {
-            bail!("--node-monitor-period and --node-status-update-frequency must be above zero");
-        }
-        if self.concurrent_node_syncs == 0 {
-            bail!("--concurrent-node-syncs must be at least 1");
-        }
-        crate::controllers::enabled(&self.controllers).map_err(anyhow::Error::msg)
+    /// The API token (read from `token-file` at load).
+    pub fn token(&self) -> &str {
+        self.token.as_deref().unwrap_or_default()
     }
 }
 
@@ -104,7 +255,7 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> Args {
-        let mut v = vec!["fakecloud-ccm", "--cloud-provider", "fakecloud", "--cloud-config", "/x"];
+        let mut v = vec!["fakecloud-ccm", "--cloud-provider", "fakecloud"];
         v.extend_from_slice(extra);
         Args::try_parse_from(v).unwrap()
     }
@@ -113,29 +264,86 @@ mod tests {
     fn defaults_are_upstreams() {
         let a = args(&[]);
         assert_eq!(a.cluster_name, "kubernetes");
+        assert_eq!(a.controllers, ["*"]);
+        assert!(a.leader_elect);
+        assert_eq!(
+            (a.leader_elect_lease_duration, a.leader_elect_renew_deadline, a.leader_elect_retry_period),
+            (Duration::from_secs(15), Duration::from_secs(10), Duration::from_secs(2))
+        );
+        assert_eq!(
+            (a.leader_elect_resource_lock.as_str(), a.leader_elect_resource_name.as_str()),
+            ("leases", "cloud-controller-manager")
+        );
+        assert_eq!(a.leader_elect_resource_namespace, "kube-system");
+        assert_eq!(a.secure_port, 10258);
         assert_eq!(a.node_monitor_period, Duration::from_secs(5));
         assert_eq!(a.node_status_update_frequency, Duration::from_secs(300));
-        assert_eq!(a.controllers, ["*"]);
+        assert_eq!((a.concurrent_node_syncs, a.status_update_workers()), (1, 1));
+        assert_eq!((a.kube_api_qps, a.kube_api_burst), (20.0, 30));
+    }
+
+    #[test]
+    fn bool_flags_take_go_forms() {
+        assert!(!args(&["--leader-elect=false"]).leader_elect);
+        assert!(args(&["--leader-elect"]).leader_elect);
+        assert!(args(&["--leader-elect=true"]).leader_elect);
+        // pflag does not take the value as a separate word either.
+        assert!(Args::try_parse_from(["x", "--leader-elect", "false"]).is_err());
+    }
+
+    #[test]
+    fn go_durations() {
+        let d = |s| parse_go_duration(s);
+        assert_eq!(d("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(d("5m0s"), Ok(Duration::from_secs(300)));
+        assert_eq!(d("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(d("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(d("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(d("0"), Ok(Duration::ZERO));
+        for bad in ["", "5", "5x", "s", "-1s", "1.2.3s"] {
+            assert!(d(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(args(&["--node-monitor-period=250ms"]).node_monitor_period, Duration::from_millis(250));
     }
 
     #[test]
     fn bad_flags_say_what_to_fix() {
+        let msg = |a: Args| a.validate().unwrap_err().to_string();
+        let mut a = args(&[]);
+        a.cloud_provider = String::new();
+        assert!(msg(a).contains("--cloud-provider cannot be empty"));
         let mut a = args(&[]);
         a.cloud_provider = "aws".into();
-        assert!(a.validate().unwrap_err().to_string().contains("not known"));
-        let a = args(&["--controllers", "*,bogus"]);
-        assert!(a.validate().unwrap_err().to_string().contains("\"bogus\" is not in the list of known controllers"));
+        assert!(msg(a).contains("\"aws\" is not known"));
+        assert!(msg(args(&["--controllers", "*,bogus"])).contains("\"bogus\" is not in the list of known controllers"));
+        assert!(msg(args(&["--leader-elect-renew-deadline=20s"])).contains("must be greater than"));
+        assert!(msg(args(&["--leader-elect-retry-period=9s"])).contains("1.2 × --leader-elect-retry-period"));
+        assert!(msg(args(&["--leader-elect-resource-lock=endpoints"])).contains("use leases"));
+        // Leader election flags are not checked when it is off.
+        assert!(
+            msg(args(&["--leader-elect=false", "--leader-elect-renew-deadline=20s"]))
+                .contains("--cloud-config is required")
+        );
+        assert!(msg(args(&["--kube-api-qps=0"])).contains("--kube-api-qps"));
+        assert!(msg(args(&["--cloud-config=/nonexistent/c.yaml"])).contains("cannot read it"));
     }
 
     #[test]
     fn cloud_config_needs_one_token() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.yaml");
-        std::fs::write(&p, "endpoint: http://x\n").unwrap();
-        assert!(CloudConfig::load(&p).unwrap_err().to_string().contains("exactly one of token"));
-        std::fs::write(&p, "endpoint: http://x\ntoken: t\nregoin: r\n").unwrap();
-        assert!(CloudConfig::load(&p).is_err(), "unknown keys are refused");
-        std::fs::write(&p, "endpoint: http://x\ntoken: t\n").unwrap();
-        assert_eq!(CloudConfig::load(&p).unwrap().token().unwrap(), "t");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            CloudConfig::load(&p)
+        };
+        assert!(load("endpoint: http://x\n").unwrap_err().to_string().contains("exactly one of token"));
+        assert!(load("endpoint: http://x\ntoken: t\nregoin: r\n").unwrap_err().to_string().contains("regoin"));
+        assert_eq!(load("endpoint: http://x\ntoken: t\n").unwrap().token(), "t");
+        let tf = dir.path().join("token");
+        std::fs::write(&tf, "secret\n").unwrap();
+        let cfg = load(&format!("endpoint: http://x\ntoken-file: {}\nregion: r\n", tf.display())).unwrap();
+        assert_eq!((cfg.token(), cfg.region.as_deref()), ("secret", Some("r")));
+        let missing = load("endpoint: http://x\ntoken-file: /nonexistent/token\n").unwrap_err().to_string();
+        assert!(missing.contains("token-file /nonexistent/token: cannot read it"), "{missing}");
     }
 }

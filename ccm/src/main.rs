@@ -1,16 +1,28 @@
+//! `fakecloud-ccm`: check the flags and the cloud, serve /healthz and /metrics, wait for the lease, start the
+//! controllers. Exits 1 with a message that says what to fix, or when leadership is lost.
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fakecloud_ccm::cloud::fakecloud::FakeCloud;
-use fakecloud_ccm::config::{Args, CloudConfig};
+use fakecloud_ccm::config::Args;
 use fakecloud_ccm::controllers::{ControllerName, node, node_lifecycle};
+use fakecloud_ccm::events::Recorder;
+use fakecloud_ccm::leader::{Elector, LeaderConfig};
+use fakecloud_ccm::metrics::Metrics;
+use fakecloud_ccm::serve::{self, Health};
 use tokio::signal::unix::{SignalKind, signal};
+
+/// The `manager` label of `running_managed_controllers`.
+const MANAGER: &str = "cloud-controller-manager";
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
     match run(Args::parse()).await {
@@ -23,9 +35,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let enabled = args.validate()?;
-    let cfg = CloudConfig::load(&args.cloud_config)?;
-    let client = fakecloud_api::Client::new(&cfg.endpoint, cfg.token()?)?;
+    let settings = args.validate()?;
+    let cfg = &settings.cloud;
+    let client = fakecloud_api::Client::new(&cfg.endpoint, cfg.token())?;
     let region = client.region().await.with_context(|| {
         format!("cannot reach the fakecloud emulator at {} (endpoint in --cloud-config): is it running, and is the token right?", cfg.endpoint)
     })?;
@@ -34,27 +46,68 @@ async fn run(args: Args) -> Result<()> {
     {
         bail!("--cloud-config says region {want:?}, but the emulator at {} serves {:?}", cfg.endpoint, region.name);
     }
-    let kube = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            kube::Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)?
-        }
-        None => kube::Client::try_default().await.context("no --kubeconfig and no in-cluster config")?,
-    };
-    let cloud = Arc::new(FakeCloud::new(client));
-    tracing::info!(region = %region.name, cluster = %args.cluster_name, controllers = ?enabled.iter().map(|c| c.canonical()).collect::<Vec<_>>(), "starting");
+    let kube =
+        fakecloud_ccm::kube_client::kube_client(args.kubeconfig.as_deref(), args.kube_api_qps, args.kube_api_burst)
+            .await?;
+    let metrics = Arc::new(Metrics::default());
+    let cloud = Arc::new(FakeCloud::new(client).with_metrics(metrics.clone()));
+    let health = Health::default();
 
+    let elector = args.leader_elect.then(|| {
+        let cfg = LeaderConfig {
+            namespace: args.leader_elect_resource_namespace.clone(),
+            name: args.leader_elect_resource_name.clone(),
+            identity: fakecloud_ccm::leader::identity(),
+            lease_duration: args.leader_elect_lease_duration,
+            renew_deadline: args.leader_elect_renew_deadline,
+            retry_period: args.leader_elect_retry_period,
+        };
+        Elector::new(kube.clone(), cfg, Recorder::new(kube.clone(), MANAGER))
+    });
+    if let Some(e) = &elector {
+        let (status, lease) = (e.status(), args.leader_elect_lease_duration);
+        health.add("leaderElection", move || status.check(lease));
+    }
+    if args.secure_port != 0 {
+        let tls = serve::tls_config(args.cert_dir.as_deref(), args.bind_address)?;
+        let listener = serve::bind(SocketAddr::new(args.bind_address, args.secure_port)).await?;
+        tracing::info!(address = %listener.local_addr()?, "serving /healthz and /metrics over HTTPS");
+        tokio::spawn(serve::serve(listener, tls, serve::router(health.clone(), metrics.clone())));
+    }
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let lease_name = args.leader_elect_resource_name.clone();
+    let lost = match elector {
+        Some(mut e) => {
+            let status = e.status();
+            metrics.leader_election_master_status.set(&[&lease_name], 0.0);
+            tokio::select! {
+                () = e.acquire() => {}
+                _ = sigterm.recv() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+            metrics.leader_election_master_status.set(&[&lease_name], 1.0);
+            let m = metrics.clone();
+            Some(tokio::spawn(async move {
+                e.hold().await;
+                m.leader_election_master_status.set(&[&lease_name], f64::from(u8::from(status.is_leader())));
+            }))
+        }
+        None => None,
+    };
+
+    tracing::info!(region = %region.name, cluster = %args.cluster_name, controllers = ?settings.controllers.iter().map(|c| c.canonical()).collect::<Vec<_>>(), "starting controllers");
     let mut tasks = tokio::task::JoinSet::new();
-    for c in enabled {
+    let mut started = Vec::new();
+    for c in settings.controllers {
         match c {
             ControllerName::CloudNode => {
-                tasks.spawn(node::run(
-                    kube.clone(),
-                    cloud.clone(),
-                    args.concurrent_node_syncs,
-                    args.node_status_update_frequency,
-                ));
+                let s = node::Settings {
+                    workers: args.concurrent_node_syncs,
+                    status_update_every: args.node_status_update_frequency,
+                    status_update_workers: args.status_update_workers(),
+                };
+                tasks.spawn(node::run(kube.clone(), cloud.clone(), metrics.clone(), s));
             }
             ControllerName::CloudNodeLifecycle => {
                 tasks.spawn(node_lifecycle::run(kube.clone(), cloud.clone(), args.node_monitor_period));
@@ -62,13 +115,29 @@ async fn run(args: Args) -> Result<()> {
             // The service and route controllers come with the next release of this CCM.
             ControllerName::Service | ControllerName::Route => {
                 tracing::warn!(controller = c.canonical(), "not implemented in this version; not started");
+                continue;
             }
         }
+        metrics.running_managed_controllers.set(&[MANAGER, c.alias()], 1.0);
+        started.push(c);
     }
-    let mut sigterm = signal(SignalKind::terminate())?;
+    // As upstream, the controllers' checks join /healthz once all have started.
+    for c in &started {
+        health.add_ping(c.canonical());
+    }
+
+    let lost = async {
+        match lost {
+            Some(task) => {
+                let _ = task.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM: stopping"),
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: stopping"),
+        () = lost => bail!("leaderelection lost"),
         Some(_) = tasks.join_next() => bail!("a controller stopped unexpectedly"),
     }
     Ok(())

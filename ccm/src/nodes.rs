@@ -29,6 +29,21 @@ pub fn has_taint(node: &Node, key: &str) -> bool {
     taints(node).iter().any(|t| t.key == key)
 }
 
+/// The taint list with the shutdown taint (`NoSchedule`, no value) added or removed; `None` when it already is
+/// as wanted. Matched by key and effect, as upstream's `MatchTaint`.
+pub fn shutdown_taint_edit(taints: &[Taint], add: bool) -> Option<Vec<Taint>> {
+    let matches = |t: &Taint| t.key == SHUTDOWN_TAINT && t.effect == "NoSchedule";
+    match (add, taints.iter().any(matches)) {
+        (true, false) => {
+            let taint =
+                Taint { key: SHUTDOWN_TAINT.into(), effect: "NoSchedule".into(), value: None, time_added: None };
+            Some(taints.iter().cloned().chain([taint]).collect())
+        }
+        (false, true) => Some(taints.iter().filter(|t| !matches(t)).cloned().collect()),
+        _ => None,
+    }
+}
+
 pub fn ready_status(node: &Node) -> &str {
     node.status
         .as_ref()
@@ -80,8 +95,12 @@ pub fn provided_node_ips(node: &Node) -> Result<Vec<IpAddr>, String> {
 
 /// The addresses to write (upstream `updateNodeAddress` + `GetNodeAddressesFromNodeIP`): the kubelet's Hostname
 /// addresses are appended when the cloud has none (trap 7); each provided node IP's address comes first and
-/// other addresses of its type are dropped. `Err` when a provided IP is not among the cloud's addresses.
+/// other addresses of its type are dropped. `Err` when a provided IP is not among the cloud's addresses. Empty
+/// when the cloud has no addresses: then nothing is checked or written.
 pub fn merge_addresses(node: &Node, cloud: &[NodeAddress]) -> Result<Vec<NodeAddress>, String> {
+    if cloud.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut addrs = cloud.to_vec();
     if !addrs.iter().any(|a| a.type_ == "Hostname") {
         let existing = node.status.as_ref().and_then(|s| s.addresses.as_deref()).unwrap_or_default();
@@ -191,6 +210,22 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_taint_is_added_once_and_removed_by_key_and_effect() {
+        let n = node(None, &[], &[UNINITIALIZED_TAINT]);
+        let added = shutdown_taint_edit(taints(&n), true).unwrap();
+        assert_eq!(added.len(), 2);
+        assert_eq!((added[1].key.as_str(), added[1].effect.as_str()), (SHUTDOWN_TAINT, "NoSchedule"));
+        assert_eq!(added[1].value, None);
+        assert!(shutdown_taint_edit(&added, true).is_none(), "already there");
+        let removed = shutdown_taint_edit(&added, false).unwrap();
+        assert_eq!(removed, taints(&n), "only the shutdown taint goes");
+        assert!(shutdown_taint_edit(&removed, false).is_none());
+        // A NoExecute taint with the same key is somebody else's.
+        let other = Taint { key: SHUTDOWN_TAINT.into(), effect: "NoExecute".into(), ..Default::default() };
+        assert!(shutdown_taint_edit(&[other], false).is_none());
+    }
+
+    #[test]
     fn addresses_put_the_provided_ip_first_and_keep_the_kubelet_hostname() {
         let kubelet = [addr("InternalIP", "10.0.0.5"), addr("Hostname", "n")];
         let n = node(Some("10.0.0.5"), &kubelet, &[]);
@@ -205,6 +240,8 @@ mod tests {
         assert!(merge_addresses(&n, &cloud).unwrap_err().contains("10.9.9.9"));
         let n = node(Some("not-an-ip"), &kubelet, &[]);
         assert!(merge_addresses(&n, &cloud).is_err());
+        // No cloud addresses: nothing to write, not even the kubelet's hostname.
+        assert_eq!(merge_addresses(&n, &[]).unwrap(), []);
     }
 
     #[test]

@@ -3,33 +3,59 @@
 use fakecloud_api::{Client, ClientError, Instance, InstanceState, ListInstancesQuery};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
 use super::{Cloud, CloudError, InstanceMetadata};
+use crate::metrics::Metrics;
 
 pub const PROVIDER_NAME: &str = "fakecloud";
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FakeCloud {
     client: Client,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl FakeCloud {
     pub fn new(client: Client) -> Self {
-        Self { client }
+        Self { client, metrics: None }
+    }
+
+    /// Count every API call in `cloudprovider_fakecloud_api_request_{duration_seconds,errors}{request}`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// One API call (`request` is the emulator's operation name), measured and classified.
+    async fn call<T>(
+        &self,
+        request: &'static str,
+        call: impl Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, CloudError> {
+        let start = Instant::now();
+        let result = call.await;
+        if let Some(m) = &self.metrics {
+            m.api_request(request, start.elapsed(), result.is_err());
+        }
+        result.map_err(classify)
     }
 
     /// The instance behind a node: by the ID in its providerID, or (before one is set) by its name. One call.
     async fn lookup(&self, node: &Node) -> Result<Instance, CloudError> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        match node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+        match node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|p| !p.is_empty()) {
             Some(pid) => {
                 let id = parse_provider_id(pid).ok_or_else(|| {
                     CloudError::Invalid(format!("node {name}: providerID {pid:?} is not fakecloud://<zone>/<id>"))
                 })?;
-                self.client.get_instance(id).await.map_err(classify)
+                self.call("GetInstance", self.client.get_instance(id)).await
             }
             None => {
                 let q = ListInstancesQuery { name: Some(name.to_string()), ..Default::default() };
-                let found = self.client.list_instances(&q).await.map_err(classify)?;
+                let found = self.call("ListInstances", self.client.list_instances(&q)).await?;
                 found
                     .items
                     .into_iter()

@@ -4,10 +4,6 @@
 pub mod node;
 pub mod node_lifecycle;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ControllerName {
     CloudNode,
@@ -28,6 +24,7 @@ impl ControllerName {
         }
     }
 
+    /// The alias; also the `name` upstream's `running_managed_controllers` metric uses.
     pub fn alias(self) -> &'static str {
         match self {
             Self::CloudNode => "cloud-node",
@@ -62,34 +59,6 @@ pub fn enabled(flags: &[String]) -> Result<Vec<ControllerName>, String> {
     Ok(ControllerName::ALL.into_iter().filter(|c| (all || on.contains(c)) && !off.contains(c)).collect())
 }
 
-/// Per-object exponential backoff, as client-go's `ItemExponentialFailureRateLimiter`: the delay doubles with
-/// every failure of the same object, from `base` up to `max`, and resets after a success.
-#[derive(Debug)]
-pub struct Backoff {
-    base: Duration,
-    max: Duration,
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    pub fn new(base: Duration, max: Duration) -> Self {
-        Self { base, max, failures: Mutex::default() }
-    }
-
-    /// Count a failure of `key` and return how long to wait before the next try.
-    pub fn failed(&self, key: &str) -> Duration {
-        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = f.entry(key.to_string()).or_insert(0);
-        let delay = self.base.saturating_mul(2u32.saturating_pow(*n)).min(self.max);
-        *n = n.saturating_add(1);
-        delay
-    }
-
-    pub fn succeeded(&self, key: &str) {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,19 +76,5 @@ mod tests {
             [ControllerName::CloudNode, ControllerName::CloudNodeLifecycle]
         );
         assert!(v(&["nodes"]).unwrap_err().contains("\"nodes\" is not in the list of known controllers"));
-    }
-
-    #[test]
-    fn backoff_doubles_per_object_and_resets() {
-        let b = Backoff::new(Duration::from_millis(5), Duration::from_secs(1000));
-        assert_eq!(b.failed("a"), Duration::from_millis(5));
-        assert_eq!(b.failed("a"), Duration::from_millis(10));
-        assert_eq!(b.failed("b"), Duration::from_millis(5));
-        for _ in 0..40 {
-            b.failed("a");
-        }
-        assert_eq!(b.failed("a"), Duration::from_secs(1000));
-        b.succeeded("a");
-        assert_eq!(b.failed("a"), Duration::from_millis(5));
     }
 }

@@ -2,119 +2,165 @@
 //! uninitialized taint — providerID, instance-type/zone/region labels (GA and beta), addresses — then removes the
 //! taint and records `Synced`. Initialized nodes get only the label reconcile; their addresses are refreshed
 //! every `--node-status-update-frequency`.
+//!
+//! The queue is kube's scheduler driven as upstream's `Nodes` queue: every node add and update (heartbeats
+//! included) asks for a sync, a failed sync is retried after `DefaultTypedControllerRateLimiter`'s delay.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
+use kube::runtime::controller::{self, Action, applier, trigger_self};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 
-use super::Backoff;
 use crate::cloud::{Cloud, CloudError, InstanceMetadata};
+use crate::events::{EventType, Recorder, node_ref};
+use crate::metrics::{Metrics, Queue};
 use crate::nodes::{
     UNINITIALIZED_TAINT, addresses_changed, has_taint, init_labels, labels_to_reconcile, merge_addresses,
 };
+use crate::ratelimit::ControllerRateLimiter;
 
 pub const COMPONENT: &str = "cloud-node-controller";
+/// Upstream's queue name, the `name` label of the `workqueue_*` metrics.
+pub const QUEUE: &str = "Nodes";
+/// Upstream's `UpdateNodeSpecBackoff`: 20 tries, 50 ms apart.
+const UPDATE_TRIES: u32 = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("failed to get instance metadata for node {node}: {source}")]
     Metadata { node: String, source: CloudError },
+    #[error("cloud provider does not set node provider ID for node {0}")]
+    NoProviderId(String),
     #[error("provided node ip for node {node:?} is not valid: {reason}")]
     NodeIp { node: String, reason: String },
     #[error(transparent)]
     Kube(#[from] kube::Error),
 }
 
-pub struct Context<C> {
-    pub client: kube::Client,
-    pub cloud: Arc<C>,
-    recorder: Recorder,
-    /// Upstream's node queue: per-item exponential backoff from 5 ms to 1000 s.
-    backoff: Backoff,
-    /// The resourceVersion each node had after we initialized it: a cached copy older than that is stale, and
-    /// must not cost a second cloud call (the watch brings the new version).
-    written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--concurrent-node-syncs`.
+    pub workers: u16,
+    /// `--node-status-update-frequency`.
+    pub status_update_every: Duration,
+    /// `--concurrent-node-status-updates` (resolved: never 0).
+    pub status_update_workers: usize,
 }
 
-/// Run until the stream ends (it does not, short of a shutdown).
-pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, concurrency: u16, refresh_every: Duration) {
-    let recorder = Recorder::new(client.clone(), Reporter { controller: COMPONENT.into(), instance: None });
+struct Context<C> {
+    api: Api<Node>,
+    cloud: Arc<C>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    queue: Queue,
+    limiter: ControllerRateLimiter,
+    /// The resourceVersion each node had once we initialized it. A cached copy older than that is stale (the
+    /// watch has not delivered our update yet) and must not cost a second cloud call.
+    written: Mutex<HashMap<String, u64>>,
+}
+
+/// Run until the process ends.
+pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, metrics: Arc<Metrics>, settings: Settings) {
+    let api = Api::<Node>::all(client.clone());
+    let queue = metrics.queue(QUEUE);
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        api: api.clone(),
         cloud,
-        recorder,
-        backoff: Backoff::new(Duration::from_millis(5), Duration::from_secs(1000)),
-        written: Default::default(),
+        recorder: Recorder::new(client, COMPONENT),
+        metrics,
+        queue: queue.clone(),
+        limiter: ControllerRateLimiter::default(),
+        written: Mutex::default(),
     });
-    let controller = Controller::new(Api::<Node>::all(client), watcher::Config::default())
-        .with_config(ControllerConfig::default().concurrency(concurrency));
-    let refresh = refresh_addresses(controller.store(), ctx.clone(), refresh_every);
-    let sync = controller.run(reconcile, error_policy, ctx).for_each(|res| async move {
+    let (store, writer) = reflector::store::<Node>();
+    let events =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
+    let requests = trigger_self(events, ()).inspect_ok(move |r| queue.add(&r.obj_ref.name));
+    let config = controller::Config::default().concurrency(settings.workers);
+    let syncs = applier(
+        |node: Arc<Node>, ctx: Arc<Context<C>>| {
+            let work = ctx.queue.start(&node.name_any());
+            async move {
+                let result = reconcile(node, ctx).await;
+                drop(work);
+                result
+            }
+            .boxed()
+        },
+        error_policy,
+        ctx.clone(),
+        store.clone(),
+        requests,
+        config,
+    )
+    .for_each(|res| async move {
         if let Err(e) = res {
             tracing::debug!(error = %e, "node sync");
         }
     });
-    tokio::join!(sync, refresh);
+    tokio::join!(syncs, refresh_addresses(store, ctx, settings));
 }
 
 async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Action, Error> {
     let name = node.name_any();
-    let api = Api::<Node>::all(ctx.client.clone());
+    let rv = |n: &Node| n.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     if !has_taint(&node, UNINITIALIZED_TAINT) {
         // Initialized: only the label reconcile, no cloud call.
+        ctx.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
         let fix = labels_to_reconcile(&node);
         if !fix.is_empty() {
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Strategic(serde_json::json!({"metadata": {"labels": fix}})),
-            )
-            .await?;
+            let patch = Patch::Strategic(serde_json::json!({"metadata": {"labels": fix}}));
+            ctx.api.patch(&name, &PatchParams::default(), &patch).await?;
         }
-        ctx.backoff.succeeded(&name);
+        ctx.limiter.forget(&name);
         return Ok(Action::await_change());
     }
-    let rv = |n: &Node| n.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     if ctx.written.lock().unwrap_or_else(|p| p.into_inner()).get(&name).is_some_and(|w| rv(&node) < *w) {
         return Ok(Action::await_change());
     }
     let md =
         ctx.cloud.instance_metadata(&node).await.map_err(|source| Error::Metadata { node: name.clone(), source })?;
+    let has_provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| !p.is_empty());
+    if md.provider_id.is_empty() && !has_provider_id {
+        return Err(Error::NoProviderId(name));
+    }
     // The kubelet's provided-node-ip must be one of the cloud's addresses, or the node stays tainted (trap 1).
     let addresses =
         merge_addresses(&node, &md.addresses).map_err(|reason| Error::NodeIp { node: name.clone(), reason })?;
-    let updated = initialize(&api, &node, &md).await?;
+    let updated = initialize(&ctx.api, &node, &md).await?;
     ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), rv(&updated));
-    update_addresses(&api, &updated, &addresses).await?;
-    let synced = Event {
-        type_: EventType::Normal,
-        reason: "Synced".into(),
-        note: Some("Node synced successfully".into()),
-        action: "Synced".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&synced, &updated.object_ref(&())).await {
-        tracing::warn!(node = %name, error = %e, "cannot record the Synced event");
-    }
+    ctx.metrics.taint_removal_delay.observe(&[], since_creation(&updated));
+    update_addresses(&ctx.api, &updated, &addresses).await?;
+    ctx.recorder.publish(node_ref(&updated), EventType::Normal, "Synced", "Node synced successfully".into());
+    ctx.metrics.initial_node_sync_delay.observe(&[], since_creation(&updated));
     tracing::info!(node = %name, provider_id = %md.provider_id, "node initialized");
-    ctx.backoff.succeeded(&name);
+    ctx.limiter.forget(&name);
     Ok(Action::await_change())
 }
 
-/// providerID (set once), the label set, the taint removed: one full update, retried on conflict from a fresh
-/// read (upstream: RetryOnConflict with 20 steps).
+fn since_creation(node: &Node) -> f64 {
+    node.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64().max(0.0))
+        .unwrap_or(0.0)
+}
+
+/// providerID (set once), the label set, the taint removed: one full update with the resourceVersion read,
+/// retried on conflict from a fresh read (upstream: `RetryOnConflict(UpdateNodeSpecBackoff)`).
 async fn initialize(api: &Api<Node>, node: &Node, md: &InstanceMetadata) -> Result<Node, Error> {
     let name = node.name_any();
     let mut current = node.clone();
-    for attempt in 0.. {
+    let mut attempt = 1;
+    loop {
         let mut n = current.clone();
         let spec = n.spec.get_or_insert_with(Default::default);
         if spec.provider_id.as_deref().unwrap_or_default().is_empty() && !md.provider_id.is_empty() {
@@ -126,14 +172,14 @@ async fn initialize(api: &Api<Node>, node: &Node, md: &InstanceMetadata) -> Resu
         n.metadata.labels.get_or_insert_with(Default::default).extend(init_labels(md));
         match api.replace(&name, &PostParams::default(), &n).await {
             Ok(updated) => return Ok(updated),
-            Err(kube::Error::Api(s)) if s.is_conflict() && attempt < 20 => {
+            Err(kube::Error::Api(s)) if s.is_conflict() && attempt < UPDATE_TRIES => {
+                attempt += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 current = api.get(&name).await?;
             }
             Err(e) => return Err(e.into()),
         }
     }
-    unreachable!("the loop returns")
 }
 
 /// Write the addresses if they changed, replacing the list (`$patch: replace`) as upstream does.
@@ -153,36 +199,38 @@ async fn update_addresses(api: &Api<Node>, node: &Node, new: &[NodeAddress]) -> 
 }
 
 fn error_policy<C: Cloud>(node: Arc<Node>, err: &Error, ctx: Arc<Context<C>>) -> Action {
-    let delay = ctx.backoff.failed(&node.name_any());
-    tracing::warn!(node = %node.name_any(), error = %err, retry_in = ?delay, "node sync failed");
+    let name = node.name_any();
+    let delay = ctx.limiter.when(&name);
+    ctx.queue.retry();
+    tracing::warn!(node = %name, error = %err, retry_in = ?delay, "node sync failed");
     Action::requeue(delay)
 }
 
-/// Upstream `UpdateNodeStatus`: at start and every period, refresh initialized nodes' addresses. Errors are
-/// logged per node and retried only at the next period.
-async fn refresh_addresses<C: Cloud>(store: Store<Node>, ctx: Arc<Context<C>>, every: Duration) {
-    let api = Api::<Node>::all(ctx.client.clone());
+/// Upstream `UpdateNodeStatus`: at start and then a period after each pass, refresh initialized nodes'
+/// addresses from the cloud. Errors are logged per node and retried only at the next pass.
+async fn refresh_addresses<C: Cloud>(store: Store<Node>, ctx: Arc<Context<C>>, settings: Settings) {
     if store.wait_until_ready().await.is_err() {
         return;
     }
-    let mut tick = tokio::time::interval(every);
     loop {
-        tick.tick().await;
-        for node in store.state() {
-            if has_taint(&node, UNINITIALIZED_TAINT) {
-                continue;
-            }
-            let name = node.name_any();
-            let result = match ctx.cloud.instance_metadata(&node).await {
-                Ok(md) => match merge_addresses(&node, &md.addresses) {
-                    Ok(addrs) => update_addresses(&api, &node, &addrs).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = result {
-                tracing::warn!(node = %name, error = %e, "address refresh failed; next try at the next period");
-            }
-        }
+        let nodes = store.state().into_iter().filter(|n| !has_taint(n, UNINITIALIZED_TAINT));
+        futures::stream::iter(nodes)
+            .for_each_concurrent(settings.status_update_workers, |node| {
+                let ctx = ctx.clone();
+                async move {
+                    let result = match ctx.cloud.instance_metadata(&node).await {
+                        Ok(md) => match merge_addresses(&node, &md.addresses) {
+                            Ok(addrs) => update_addresses(&ctx.api, &node, &addrs).await.map_err(|e| e.to_string()),
+                            Err(e) => Err(e),
+                        },
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(e) = result {
+                        tracing::warn!(node = %node.name_any(), error = %e, "address refresh failed; next try at the next period");
+                    }
+                }
+            })
+            .await;
+        tokio::time::sleep(settings.status_update_every).await;
     }
 }

@@ -1,26 +1,29 @@
-//! The cloud-node-lifecycle controller (upstream `controllers/nodelifecycle`): every `--node-monitor-period`,
-//! for each node that is not Ready, ask the cloud whether its instance still exists — delete the Node if not —
-//! and whether it is shut down — taint it if so. Ready nodes are never checked against the cloud; the shutdown
-//! taint is removed only when a node is Ready again (trap 5).
+//! The cloud-node-lifecycle controller (upstream `controllers/nodelifecycle`): a period after each pass
+//! (`--node-monitor-period`), every node that is not Ready is checked against the cloud — existence first:
+//! the Node is deleted if its instance is gone; then shutdown: a stopped instance's node gets the shutdown
+//! taint. Ready nodes are never checked against the cloud; the shutdown taint is removed only when a node is
+//! Ready again (trap 5). An error from the cloud skips the node until the next pass, never deletes it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, GetParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Resource, ResourceExt};
 
 use crate::cloud::Cloud;
-use crate::nodes::{SHUTDOWN_TAINT, has_taint, ready_status};
+use crate::events::{EventType, Recorder, node_ref};
+use crate::nodes::{ready_status, shutdown_taint_edit, taints};
 
 pub const COMPONENT: &str = "cloud-node-lifecycle-controller";
+/// Upstream's taint helpers: 5 tries, 100 ms apart, on conflict.
+const TAINT_TRIES: u32 = 5;
 
 pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, period: Duration) {
-    let recorder = Recorder::new(client.clone(), Reporter { controller: COMPONENT.into(), instance: None });
-    let api = Api::<Node>::all(client.clone());
+    let recorder = Recorder::new(client.clone(), COMPONENT);
+    let api = Api::<Node>::all(client);
     let (store, writer) = reflector::store::<Node>();
     let watch = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
         .default_backoff()
@@ -30,12 +33,11 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, period: Duration
         if store.wait_until_ready().await.is_err() {
             return;
         }
-        let mut tick = tokio::time::interval(period);
         loop {
-            tick.tick().await;
             for node in store.state() {
                 monitor_node(&api, &*cloud, &recorder, &node).await;
             }
+            tokio::time::sleep(period).await;
         }
     };
     tokio::join!(watch, monitor);
@@ -44,8 +46,8 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, period: Duration
 async fn monitor_node<C: Cloud>(api: &Api<Node>, cloud: &C, recorder: &Recorder, node: &Node) {
     let name = node.name_any();
     if ready_status(node) == "True" {
-        if has_taint(node, SHUTDOWN_TAINT)
-            && let Err(e) = edit_taint(api, &name, false).await
+        if shutdown_taint_edit(taints(node), false).is_some()
+            && let Err(e) = edit_shutdown_taint(api, &name, false).await
         {
             tracing::warn!(node = %name, error = %e, "cannot remove the shutdown taint");
         }
@@ -60,73 +62,48 @@ async fn monitor_node<C: Cloud>(api: &Api<Node>, cloud: &C, recorder: &Recorder,
         }
     };
     if !exists {
-        let reference = node.object_ref(&());
         let note = format!("Deleting node {name} because it does not exist in the cloud provider");
-        let deleting = Event {
-            type_: EventType::Normal,
-            reason: "DeletingNode".into(),
-            note: Some(note),
-            action: "DeletingNode".into(),
-            secondary: None,
-        };
-        let _ = recorder.publish(&deleting, &reference).await;
         tracing::info!(node = %name, "deleting node: its instance is gone");
+        recorder.publish(node_ref(node), EventType::Normal, "DeletingNode", note);
         if let Err(e) = api.delete(&name, &Default::default()).await {
-            let failed = Event {
-                type_: EventType::Warning,
-                reason: "DeletingNodeFailed".into(),
-                note: Some(format!("Failed deleting node {name}: {e}")),
-                action: "DeletingNode".into(),
-                secondary: None,
-            };
-            let _ = recorder.publish(&failed, &reference).await;
+            let note = format!("Failed deleting node {name}: {e}");
+            recorder.publish(node_ref(node), EventType::Warning, "DeletingNodeFailed", note);
         }
         return;
     }
     match cloud.instance_shutdown(node).await {
-        Ok(true) if !has_taint(node, SHUTDOWN_TAINT) => {
-            if let Err(e) = edit_taint(api, &name, true).await {
-                tracing::warn!(node = %name, error = %e, "cannot add the shutdown taint");
-            } else {
-                tracing::info!(node = %name, "instance is shut down; tainted");
-            }
-        }
-        Ok(_) => {}
+        Ok(true) => match edit_shutdown_taint(api, &name, true).await {
+            Ok(true) => tracing::info!(node = %name, "instance is shut down; tainted"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(node = %name, error = %e, "cannot add the shutdown taint"),
+        },
+        Ok(false) => {}
         Err(e) => tracing::warn!(node = %name, error = %e, "cannot tell whether the instance is shut down; skipping"),
     }
 }
 
-/// Add or remove the shutdown taint: read, then patch carrying the resourceVersion (optimistic), retried 5×
-/// at 100 ms on conflict (upstream `taints.go`).
-async fn edit_taint(api: &Api<Node>, name: &str, add: bool) -> Result<(), kube::Error> {
-    for attempt in 0.. {
-        let node = api.get(name).await?;
-        let mut taints: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-        let had = taints.iter().any(|t| t.key == SHUTDOWN_TAINT);
-        if add == had {
-            return Ok(());
-        }
-        if add {
-            taints.push(Taint {
-                key: SHUTDOWN_TAINT.into(),
-                effect: "NoSchedule".into(),
-                value: None,
-                time_added: None,
-            });
-        } else {
-            taints.retain(|t| t.key != SHUTDOWN_TAINT);
-        }
+/// Add or remove the shutdown taint as upstream's taint helpers do: read the node (the first time from the
+/// apiserver's cache, `resourceVersion=0`), then patch its taints carrying that resourceVersion, so a concurrent
+/// change makes it retry; 5 tries on conflict. `Ok(false)` when there was nothing to change.
+async fn edit_shutdown_taint(api: &Api<Node>, name: &str, add: bool) -> Result<bool, kube::Error> {
+    let mut attempt = 1;
+    loop {
+        let params = if attempt == 1 { GetParams::any() } else { GetParams::default() };
+        let node = api.get_with(name, &params).await?;
+        let Some(new) = shutdown_taint_edit(taints(&node), add) else {
+            return Ok(false);
+        };
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": node.resource_version()},
-            "spec": {"taints": taints},
+            "spec": {"taints": new},
         });
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.is_conflict() && attempt < 5 => {
-                tokio::time::sleep(Duration::from_millis(100)).await
+        match api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.is_conflict() && attempt < TAINT_TRIES => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => return Err(e),
         }
     }
-    Ok(())
 }

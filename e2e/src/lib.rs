@@ -1,0 +1,253 @@
+//! The end-to-end harness: a real control plane (upstream kube-apiserver, etcd, kube-controller-manager), an
+//! in-process emulator, simulated kubelets (a Node per running instance), and CCM processes authenticated as
+//! the deploy manifest's ServiceAccount through the TokenRequest API, so the shipped RBAC is what is exercised.
+//!
+//! ```no_run
+//! # async fn t() {
+//! let Some(cluster) = fakecloud_e2e::Cluster::start("my test").await else { return };
+//! let ccm = cluster.ccm(env!("CARGO_BIN_EXE_e2e-fakecloud-ccm"), &[]);
+//! # }
+//! ```
+//!
+//! Setup failures panic with what failed: these are tests.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fakecloud_api::{AuditEntry, AuditQuery, Client};
+use fakecloud_controlplane::kubelets::{Options, SimulatedKubelets};
+use fakecloud_controlplane::{Binaries, ControlPlane};
+use fakecloud_emulator::config::{Config, DbLocation, Timings};
+use fakecloud_emulator::http::auth::Tokens;
+use fakecloud_emulator::server::Server;
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::api::Api;
+
+pub const USER: &str = "e2e-user-token-0123456789abcdef";
+/// The CCM's token: its calls are told apart from the kubelets' (user) in the emulator's audit log.
+pub const ADMIN: &str = "e2e-admin-token-0123456789abcdef";
+/// The manifest's ServiceAccount.
+pub const SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-manager");
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Poll `f` every 250 ms until it gives a value; panic after `timeout`.
+pub async fn until<T>(timeout: Duration, what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub fn taint_keys(n: &Node) -> Vec<String> {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|t| t.iter().map(|t| t.key.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// The cluster without a CCM; start CCMs with [`Cluster::ccm`].
+pub struct Cluster {
+    pub cp: ControlPlane,
+    pub server: Server,
+    /// The kubelets' (user) client; [`Cluster::admin`] is what the CCM uses.
+    pub cloud: Client,
+    pub admin: Client,
+    pub dir: tempfile::TempDir,
+    /// A kubeconfig with a TokenRequest token of the manifest's ServiceAccount.
+    pub sa_kubeconfig: PathBuf,
+    pub cloud_config: PathBuf,
+    kubectl: PathBuf,
+    _kubelets: SimulatedKubelets,
+}
+
+impl Cluster {
+    /// `None` when the control-plane binaries are missing outside CI (the test is then skipped).
+    pub async fn start(test: &str) -> Option<Self> {
+        let binaries = Binaries::for_tests(test)?;
+        let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
+        let cp = ControlPlane::builder()
+            .node_monitor_grace_period(Duration::from_secs(8))
+            .node_monitor_period(Duration::from_secs(1))
+            .start()
+            .await
+            .expect("the control plane starts");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let timings = Timings {
+            stop_delay: Duration::from_millis(200),
+            terminate_delay: Duration::from_millis(200),
+            ..Timings::instant()
+        };
+        let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
+        let server = Server::start(
+            "127.0.0.1:0",
+            &DbLocation::File(dir.path().join("fc.db")),
+            Config { timings, ..Config::default() },
+            tokens,
+        )
+        .await
+        .expect("the emulator starts");
+        let cloud = Client::new(&server.url(), USER).expect("emulator client");
+        let admin = Client::new(&server.url(), ADMIN).expect("emulator client");
+        let opts = Options {
+            poll: Duration::from_millis(200),
+            lease_renew: Duration::from_secs(2),
+            status_every: Duration::from_secs(5),
+            ..Options::default()
+        };
+        let kubelets =
+            SimulatedKubelets::start(cp.client(), cloud.clone(), opts).await.expect("simulated kubelets start");
+        let cloud_config = dir.path().join("cloud-config.yaml");
+        std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {ADMIN}\nregion: local-1\n", server.url()))
+            .expect("cloud config written");
+        let mut cluster = Self {
+            cp,
+            server,
+            cloud,
+            admin,
+            dir,
+            sa_kubeconfig: PathBuf::new(),
+            cloud_config,
+            kubectl,
+            _kubelets: kubelets,
+        };
+        // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
+        cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
+        cluster.sa_kubeconfig = cluster
+            .cp
+            .service_account_kubeconfig(SERVICE_ACCOUNT.0, SERVICE_ACCOUNT.1, Duration::from_secs(3600))
+            .await
+            .expect("a TokenRequest token for the CCM's ServiceAccount");
+        Some(cluster)
+    }
+
+    /// `kubectl` (the cluster's own version when built) as the admin: exit status and output.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let out = std::process::Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    }
+
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?}: {out}");
+        out
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.cp.client()
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.cp.client())
+    }
+
+    /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
+    /// free loopback port; `args` come after the harness's (a repeated flag overrides).
+    pub fn ccm(&self, bin: &str, args: &[&str]) -> Ccm {
+        let port = free_port();
+        let log = self.dir.path().join(format!("ccm-{port}.log"));
+        let child = tokio::process::Command::new(bin)
+            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s"])
+            .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
+            .arg("--kubeconfig")
+            .arg(&self.sa_kubeconfig)
+            .arg("--cloud-config")
+            .arg(&self.cloud_config)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("CCM log file"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the CCM starts");
+        Ccm { child, log, port }
+    }
+
+    /// Core/v1 events about `name` in `default`, as `kubectl get events` shows them.
+    pub async fn events_for(&self, name: &str) -> Vec<Event> {
+        let all =
+            Api::<Event>::namespaced(self.client(), "default").list(&Default::default()).await.expect("list events");
+        all.items.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
+    }
+
+    /// The CCM's (admin) cloud calls of these operations so far.
+    pub async fn ccm_calls(&self, operations: &[&str]) -> Vec<AuditEntry> {
+        let audit = self.admin.audit(&AuditQuery { limit: Some(10_000), ..Default::default() }).await.expect("audit");
+        audit.items.into_iter().filter(|e| e.role == "admin" && operations.contains(&e.operation.as_str())).collect()
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// A CCM process; killed when dropped.
+pub struct Ccm {
+    pub child: tokio::process::Child,
+    log: PathBuf,
+    pub port: u16,
+}
+
+impl Ccm {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
+        until(timeout, &format!("{needle:?} in the CCM log"), async || self.log().contains(needle).then_some(())).await;
+    }
+
+    /// GET `path` on the secure port (self-signed, so unverified): status code and body; `None` when it does
+    /// not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "--max-time", "5", "-w", "\n%{http_code}"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n')?;
+        let code: u16 = code.trim().parse().ok()?;
+        (code != 0).then(|| (code, body.to_string()))
+    }
+
+    /// The value of one metric line (`name{labels}` exactly as rendered), if present.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics")?;
+        body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Whether this process leads, from its `leader_election_master_status`.
+    pub fn leads(&self) -> Option<bool> {
+        self.metric("leader_election_master_status{name=\"cloud-controller-manager\"}").map(|v| v == 1.0)
+    }
+
+    /// Kill it at once (SIGKILL), as a crashed or evicted pod.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("the CCM is killed");
+    }
+
+    /// Its exit code, waiting at most `timeout`; `None` if it is still running.
+    pub async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
+        tokio::time::timeout(timeout, self.child.wait()).await.ok()?.ok()?.code()
+    }
+}

@@ -1,0 +1,120 @@
+//! What the binary does at start without a cluster: wrong flags, a missing or bad cloud config, an unreachable
+//! emulator each end it with exit 1 and a message that says what to fix; `--leader-elect=false` starts the
+//! controllers at once, and `--secure-port=0` serves nothing.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use fakecloud_e2e::until;
+use fakecloud_emulator::config::{Config, DbLocation, Timings};
+use fakecloud_emulator::http::auth::Tokens;
+use fakecloud_emulator::server::Server;
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+
+/// Run the CCM to its end (at most 20 s): exit code and stderr.
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(CCM).args(args).env("KUBECONFIG", "/nonexistent/kubeconfig").output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    // An apiserver that is not there: the CCM does not need one to start with --leader-elect=false.
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_starts_say_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cloud.yaml");
+    let cfg_arg = format!("--cloud-config={}", cfg.display());
+    std::fs::write(&cfg, "endpoint: http://127.0.0.1:1\ntoken: t\n").unwrap();
+    for (args, says) in [
+        (vec!["--cloud-config=/x"], "--cloud-provider cannot be empty"),
+        (vec!["--cloud-provider=aws", "--cloud-config=/x"], "\"aws\" is not known"),
+        (vec!["--cloud-provider=fakecloud"], "--cloud-config is required"),
+        (vec!["--cloud-provider=fakecloud", "--cloud-config=/nonexistent.yaml"], "cannot read it"),
+        (
+            vec!["--cloud-provider=fakecloud", &cfg_arg, "--controllers=*,nodes"],
+            "\"nodes\" is not in the list of known controllers",
+        ),
+        (vec!["--cloud-provider=fakecloud", &cfg_arg, "--leader-elect-renew-deadline=20s"], "must be greater than"),
+        (vec!["--cloud-provider=fakecloud", &cfg_arg, "--node-monitor-period=5"], "invalid duration"),
+        (vec!["--cloud-provider=fakecloud", &cfg_arg], "cannot reach the fakecloud emulator at http://127.0.0.1:1"),
+    ] {
+        let (code, stderr) = run(&args);
+        assert_ne!(code, Some(0), "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: expected {says:?} in {stderr}");
+    }
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "endpoint: http://x\ntoken: t\nendpiont: typo\n").unwrap();
+    let (code, stderr) = run(&["--cloud-provider=fakecloud", &format!("--cloud-config={}", bad.display())]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("endpiont"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_controllers_start_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = Tokens { user: "u-0123456789abcdef".into(), admin: "a-0123456789abcdef".into() };
+    let cfg = Config { timings: Timings::instant(), ..Config::default() };
+    let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg, tokens).await.unwrap();
+    let cloud_config = dir.path().join("cloud.yaml");
+    std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: u-0123456789abcdef\nregion: local-1\n", server.url()))
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = dir.path().join("ccm.log");
+    let mut ccm = tokio::process::Command::new(CCM)
+        .args(["--cloud-provider=fakecloud", "--leader-elect=false", "--controllers=cloud-node,cloud-node-lifecycle"])
+        .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
+        .arg(format!("--cloud-config={}", cloud_config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig(dir.path()).display()))
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    until(Duration::from_secs(20), "controllers started", async || {
+        std::fs::read_to_string(&log).unwrap().contains("starting controllers").then_some(())
+    })
+    .await;
+    let get = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "--max-time", "5"])
+            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let health = until(Duration::from_secs(10), "/healthz", async || {
+        Some(get("/healthz?verbose")).filter(|b| b.contains("passed"))
+    })
+    .await;
+    assert_eq!(health, "[+]cloud-node-controller ok\n[+]cloud-node-lifecycle-controller ok\nhealthz check passed\n");
+    assert!(!get("/metrics").contains("leader_election_master_status{"), "no lease, no leader metric");
+    assert!(ccm.try_wait().unwrap().is_none(), "still running without an apiserver");
+    ccm.kill().await.unwrap();
+
+    // --secure-port=0: nothing listens.
+    let mut quiet = tokio::process::Command::new(CCM)
+        .args(["--cloud-provider=fakecloud", "--leader-elect=false", "--secure-port=0", "--controllers=cloud-node"])
+        .arg(format!("--cloud-config={}", cloud_config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig(dir.path()).display()))
+        .stderr(std::fs::File::create(dir.path().join("quiet.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    until(Duration::from_secs(20), "controllers started", async || {
+        std::fs::read_to_string(dir.path().join("quiet.log")).unwrap().contains("starting controllers").then_some(())
+    })
+    .await;
+    let log = std::fs::read_to_string(dir.path().join("quiet.log")).unwrap();
+    assert!(!log.contains("serving /healthz"), "{log}");
+    quiet.kill().await.unwrap();
+}
