@@ -2,7 +2,10 @@
 //! in-process emulator, simulated kubelets (a Node per running instance), and CCM processes authenticated as
 //! the deploy manifest's ServiceAccount through the TokenRequest API, so the shipped RBAC is what is exercised.
 //!
-//! ```no_run
+//! In a test of this crate (Cargo defines `CARGO_BIN_EXE_*` only for integration tests, so this example is
+//! not compiled as a doc-test):
+//!
+//! ```ignore
 //! # async fn t() {
 //! let Some(cluster) = fakecloud_e2e::Cluster::start("my test").await else { return };
 //! // In an integration test of this crate: env!("CARGO_BIN_EXE_e2e-fakecloud-ccm").
