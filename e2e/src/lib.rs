@@ -8,8 +8,7 @@
 //! ```ignore
 //! # async fn t() {
 //! let Some(cluster) = fakecloud_e2e::Cluster::start("my test").await else { return };
-//! // In an integration test of this crate: env!("CARGO_BIN_EXE_e2e-fakecloud-ccm").
-//! let ccm = cluster.ccm("target/debug/e2e-fakecloud-ccm", &[]);
+//! let ccm = cluster.ccm(env!("CARGO_BIN_EXE_e2e-fakecloud-ccm"), &[]);
 //! # }
 //! ```
 //!
@@ -61,31 +60,6 @@ pub fn taint_keys(n: &Node) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// How fast the cluster notices silent nodes, and how often the simulated kubelets beat.
-#[derive(Debug, Clone)]
-pub struct Rates {
-    pub node_monitor_grace_period: Duration,
-    pub kubelets: Options,
-}
-
-impl Rates {
-    /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases every 2 s, status every 5 s.
-    pub fn fast() -> Self {
-        let kubelets = Options {
-            poll: Duration::from_millis(200),
-            lease_renew: Duration::from_secs(2),
-            status_every: Duration::from_secs(5),
-            ..Options::default()
-        };
-        Self { node_monitor_grace_period: Duration::from_secs(8), kubelets }
-    }
-
-    /// As a real cluster: the controller manager's 50 s grace period, the kubelet's 10 s Lease and 20 s status.
-    pub fn real() -> Self {
-        Self { node_monitor_grace_period: Duration::from_secs(50), kubelets: Options::default() }
-    }
-}
-
 /// The cluster without a CCM; start CCMs with [`Cluster::ccm`].
 pub struct Cluster {
     pub cp: ControlPlane,
@@ -102,17 +76,12 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// With [`Rates::fast`]. `None` when the control-plane binaries are missing outside CI (the test is then
-    /// skipped).
+    /// `None` when the control-plane binaries are missing outside CI (the test is then skipped).
     pub async fn start(test: &str) -> Option<Self> {
-        Self::start_with(test, Rates::fast()).await
-    }
-
-    pub async fn start_with(test: &str, rates: Rates) -> Option<Self> {
         let binaries = Binaries::for_tests(test)?;
         let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
         let cp = ControlPlane::builder()
-            .node_monitor_grace_period(rates.node_monitor_grace_period)
+            .node_monitor_grace_period(Duration::from_secs(8))
             .node_monitor_period(Duration::from_secs(1))
             .start()
             .await
@@ -134,9 +103,14 @@ impl Cluster {
         .expect("the emulator starts");
         let cloud = Client::new(&server.url(), USER).expect("emulator client");
         let admin = Client::new(&server.url(), ADMIN).expect("emulator client");
-        let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
-            .await
-            .expect("simulated kubelets start");
+        let opts = Options {
+            poll: Duration::from_millis(200),
+            lease_renew: Duration::from_secs(2),
+            status_every: Duration::from_secs(5),
+            ..Options::default()
+        };
+        let kubelets =
+            SimulatedKubelets::start(cp.client(), cloud.clone(), opts).await.expect("simulated kubelets start");
         let cloud_config = dir.path().join("cloud-config.yaml");
         std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {ADMIN}\nregion: local-1\n", server.url()))
             .expect("cloud config written");

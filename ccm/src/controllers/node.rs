@@ -81,8 +81,8 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, metrics: Arc<Met
         written: Mutex::default(),
     });
     let (store, writer) = reflector::store::<Node>();
-    let watch = watcher(api, watcher::Config::default()).default_backoff().modify(crate::nodes::strip_managed_fields);
-    let events = reflector::reflector(writer, watch).applied_objects();
+    let events =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
     let requests = trigger_self(events, ()).inspect_ok(move |r| queue.add(&r.obj_ref.name));
     let config = controller::Config::default().concurrency(settings.workers);
     let syncs = applier(

@@ -25,9 +25,10 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, period: Duration
     let recorder = Recorder::new(client.clone(), COMPONENT);
     let api = Api::<Node>::all(client);
     let (store, writer) = reflector::store::<Node>();
-    let nodes =
-        watcher(api.clone(), watcher::Config::default()).default_backoff().modify(crate::nodes::strip_managed_fields);
-    let watch = reflector::reflector(writer, nodes).touched_objects().for_each(|_| futures::future::ready(()));
+    let watch = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects()
+        .for_each(|_| futures::future::ready(()));
     let monitor = async {
         if store.wait_until_ready().await.is_err() {
             return;
