@@ -92,6 +92,18 @@ pub struct Args {
     /// Nodes whose addresses are refreshed at once; 0 means `--concurrent-node-syncs`.
     #[arg(long, default_value_t = 0)]
     pub concurrent_node_status_updates: u16,
+    /// Services whose load balancers are synced at once.
+    #[arg(long, default_value_t = 1)]
+    pub concurrent_service_syncs: u16,
+    /// Whether the route controller runs (it needs --cluster-cidr).
+    #[arg(long, action = ArgAction::Set, default_value_t = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub configure_cloud_routes: bool,
+    /// The cluster's pod range(s), comma-separated (one, or one per IP family): the routes this CCM manages.
+    #[arg(long, default_value = "")]
+    pub cluster_cidr: String,
+    /// How often the route controller reconciles.
+    #[arg(long, value_parser = parse_go_duration, default_value = "10s")]
+    pub route_reconciliation_period: Duration,
     /// Requests a second to the Kubernetes API, on average.
     #[arg(long, default_value_t = 20.0)]
     pub kube_api_qps: f32,
@@ -155,8 +167,8 @@ impl Args {
         if self.node_monitor_period.is_zero() || self.node_status_update_frequency.is_zero() {
             return Err(flag("--node-monitor-period and --node-status-update-frequency must be above zero"));
         }
-        if self.concurrent_node_syncs == 0 {
-            return Err(flag("--concurrent-node-syncs must be at least 1"));
+        if self.concurrent_node_syncs == 0 || self.concurrent_service_syncs == 0 {
+            return Err(flag("--concurrent-node-syncs and --concurrent-service-syncs must be at least 1"));
         }
         if self.kube_api_qps.is_nan() || self.kube_api_qps <= 0.0 || self.kube_api_burst == 0 {
             return Err(flag("--kube-api-qps must be above zero and --kube-api-burst at least 1"));
@@ -199,6 +211,27 @@ impl Args {
             return Err(flag("--leader-elect-resource-name and --leader-elect-resource-namespace cannot be empty"));
         }
         Ok(())
+    }
+
+    /// `--cluster-cidr`, parsed strictly as upstream does: one CIDR, or two of different IP families. Empty or
+    /// invalid is an error (fatal when the route controller is to run).
+    pub fn cluster_cidrs(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+        let bad = |why: String| flag(format!("--cluster-cidr {:?}: {why}", self.cluster_cidr));
+        if self.cluster_cidr.trim().is_empty() {
+            return Err(bad(
+                "the route controller needs the cluster's pod range (or --configure-cloud-routes=false)".into()
+            ));
+        }
+        let cidrs: Vec<ipnet::IpNet> = self
+            .cluster_cidr
+            .split(',')
+            .map(|c| c.trim().parse().map_err(|e| bad(format!("{c:?} is not a CIDR: {e}"))))
+            .collect::<Result<_, _>>()?;
+        match cidrs.as_slice() {
+            [_] => Ok(cidrs),
+            [a, b] if matches!(a, ipnet::IpNet::V4(_)) != matches!(b, ipnet::IpNet::V4(_)) => Ok(cidrs),
+            _ => Err(bad("give one CIDR, or two of different IP families".into())),
+        }
     }
 
     /// Workers for the periodic address refresh (`--concurrent-node-status-updates`, 0 = the sync workers).
@@ -326,6 +359,20 @@ mod tests {
         );
         assert!(msg(args(&["--kube-api-qps=0"])).contains("--kube-api-qps"));
         assert!(msg(args(&["--cloud-config=/nonexistent/c.yaml"])).contains("cannot read it"));
+    }
+
+    #[test]
+    fn cluster_cidr_is_parsed_strictly() {
+        let c = |v: &str| args(&[&format!("--cluster-cidr={v}")]).cluster_cidrs();
+        assert_eq!(c("10.244.0.0/16").unwrap().len(), 1);
+        assert_eq!(c("10.244.0.0/16,fd00::/48").unwrap().len(), 2);
+        assert!(c("").is_err());
+        assert!(c("10.244.0.0/16,10.245.0.0/16").is_err(), "two of one family");
+        assert!(c("10.244.0.0/16,fd00::/48,10.1.0.0/16").is_err());
+        assert!(c("10.244.0.0").unwrap_err().to_string().contains("is not a CIDR"));
+        assert!(args(&[]).configure_cloud_routes);
+        assert!(!args(&["--configure-cloud-routes=false"]).configure_cloud_routes);
+        assert_eq!(args(&[]).route_reconciliation_period, Duration::from_secs(10));
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //! - [`controllers`]: one module per controller (`node`, `node_lifecycle`), plus the `--controllers` names.
 //! - [`config`]: flags and the cloud-config file.
 //! - [`leader`]: leader election on a Lease; [`serve`]: `/healthz` and `/metrics` over HTTPS; [`metrics`].
-//! - [`events`], [`kube_client`], [`ratelimit`]: client-go's event recorder, client and rate limiters.
+//! - [`events`], [`informer`], [`kube_client`], [`ratelimit`]: client-go's event recorder, shared informer,
+//!   client and rate limiters.
 
 pub mod cloud;
 pub mod config;
 pub mod controllers;
 pub mod events;
+pub mod informer;
 pub mod kube_client;
 pub mod leader;
 pub mod metrics;

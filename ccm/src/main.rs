@@ -8,8 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fakecloud_ccm::cloud::fakecloud::FakeCloud;
 use fakecloud_ccm::config::Args;
-use fakecloud_ccm::controllers::{ControllerName, node, node_lifecycle};
+use fakecloud_ccm::controllers::{ControllerName, node, node_lifecycle, route, service};
 use fakecloud_ccm::events::Recorder;
+use fakecloud_ccm::informer::NodeInformer;
 use fakecloud_ccm::leader::{Elector, LeaderConfig};
 use fakecloud_ccm::metrics::Metrics;
 use fakecloud_ccm::serve::{self, Health};
@@ -36,6 +37,10 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(args: Args) -> Result<()> {
     let settings = args.validate()?;
+    let route_cidrs = match settings.controllers.contains(&ControllerName::Route) && args.configure_cloud_routes {
+        true => Some(args.cluster_cidrs()?),
+        false => None,
+    };
     let cfg = &settings.cloud;
     let client = fakecloud_api::Client::new(&cfg.endpoint, cfg.token())?;
     let region = client.region().await.with_context(|| {
@@ -99,6 +104,8 @@ async fn run(args: Args) -> Result<()> {
     tracing::info!(region = %region.name, cluster = %args.cluster_name, controllers = ?settings.controllers.iter().map(|c| c.canonical()).collect::<Vec<_>>(), "starting controllers");
     let mut tasks = tokio::task::JoinSet::new();
     let mut started = Vec::new();
+    // One watch of Nodes shared by the controllers; it starts once they have subscribed.
+    let mut informer = NodeInformer::new(kube.clone());
     for c in settings.controllers {
         match c {
             ControllerName::CloudNode => {
@@ -107,19 +114,41 @@ async fn run(args: Args) -> Result<()> {
                     status_update_every: args.node_status_update_frequency,
                     status_update_workers: args.status_update_workers(),
                 };
-                tasks.spawn(node::run(kube.clone(), cloud.clone(), metrics.clone(), s));
+                let (nodes, synced, changes) = (informer.store(), informer.synced(), informer.subscribe());
+                tasks.spawn(node::run(kube.clone(), cloud.clone(), metrics.clone(), s, nodes, synced, changes));
             }
             ControllerName::CloudNodeLifecycle => {
-                tasks.spawn(node_lifecycle::run(kube.clone(), cloud.clone(), args.node_monitor_period));
+                let (nodes, synced) = (informer.store(), informer.synced());
+                tasks.spawn(node_lifecycle::run(kube.clone(), cloud.clone(), args.node_monitor_period, nodes, synced));
             }
-            // The service and route controllers come with the next release of this CCM.
-            ControllerName::Service | ControllerName::Route => {
-                tracing::warn!(controller = c.canonical(), "not implemented in this version; not started");
-                continue;
+            ControllerName::Route => match &route_cidrs {
+                Some(cidrs) => {
+                    let s = route::Settings {
+                        cluster_name: args.cluster_name.clone(),
+                        cluster_cidrs: cidrs.clone(),
+                        period: args.route_reconciliation_period,
+                    };
+                    tasks.spawn(route::run(kube.clone(), cloud.clone(), s, informer.store(), informer.synced()));
+                }
+                None => {
+                    tracing::info!("--configure-cloud-routes=false: the route controller is not started");
+                    continue;
+                }
+            },
+            ControllerName::Service => {
+                let s = service::Settings {
+                    cluster_name: args.cluster_name.clone(),
+                    workers: args.concurrent_service_syncs,
+                };
+                let (nodes, synced, changes) = (informer.store(), informer.synced(), informer.subscribe_with_deletes());
+                tasks.spawn(service::run(kube.clone(), cloud.clone(), metrics.clone(), s, nodes, synced, changes));
             }
         }
         metrics.running_managed_controllers.set(&[MANAGER, c.alias()], 1.0);
         started.push(c);
+    }
+    if !started.is_empty() {
+        tasks.spawn(informer.run());
     }
     // As upstream, the controllers' checks join /healthz once all have started.
     for c in &started {

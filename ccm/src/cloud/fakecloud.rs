@@ -1,14 +1,30 @@
 //! [`Cloud`] on the fakecloud emulator, through the one typed client.
 
-use fakecloud_api::{Client, ClientError, Instance, InstanceState, ListInstancesQuery};
-use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use fakecloud_api::{
+    Client, ClientError, CreateLoadBalancerRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancer,
+    LoadBalancerState, UpdateLoadBalancerRequest, codes,
+};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Node, NodeAddress, Service};
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{Cloud, CloudError, InstanceMetadata};
+use super::load_balancer::{self, Desired};
+use super::{Cloud, CloudError, CloudRoute, InstanceMetadata, LoadBalancerStatus};
 use crate::metrics::Metrics;
+
+/// Routes live in the emulator's main route table.
+const ROUTE_TABLE: &str = "main";
+/// How soon to look again at a load balancer being provisioned (the service stays `<pending>` until then).
+pub const PROVISIONING_RECHECK: Duration = Duration::from_secs(2);
+/// How soon to look again when a create raced with another (or the cloud does not list it yet).
+const CREATE_RECHECK: Duration = Duration::from_secs(1);
+
+/// A route's name: the cluster's name and the node's UID, so a cluster finds its own routes.
+fn route_name(cluster: &str, name_hint: &str) -> String {
+    format!("{cluster}-{name_hint}")
+}
 
 pub const PROVIDER_NAME: &str = "fakecloud";
 
@@ -35,12 +51,58 @@ impl FakeCloud {
         request: &'static str,
         call: impl Future<Output = Result<T, ClientError>>,
     ) -> Result<T, CloudError> {
+        self.metered(request, call).await.map_err(classify)
+    }
+
+    /// One API call, measured, its error left as the client's (for callers that treat some codes as success).
+    async fn metered<T>(
+        &self,
+        request: &'static str,
+        call: impl Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
         let start = Instant::now();
         let result = call.await;
         if let Some(m) = &self.metrics {
             m.api_request(request, start.elapsed(), result.is_err());
         }
-        result.map_err(classify)
+        result
+    }
+
+    /// The Service's load balancer, found by its name (one call).
+    async fn find_load_balancer(&self, svc: &Service) -> Result<Option<LoadBalancer>, CloudError> {
+        self.call("ListLoadBalancers", self.client.find_load_balancer(&load_balancer::name(svc))).await
+    }
+
+    /// Create the Service's load balancer. The `Idempotency-Key` is its name and the Service's generation, so
+    /// a retry after a lost response gets the same load balancer back, never a second one.
+    async fn create_load_balancer(
+        &self,
+        svc: &Service,
+        want: Desired,
+        backends: Vec<String>,
+    ) -> Result<LoadBalancer, CloudError> {
+        let name = load_balancer::name(svc);
+        let key = format!("{name}-{}", svc.metadata.generation.unwrap_or_default());
+        let req = CreateLoadBalancerRequest {
+            name: name.clone(),
+            scheme: want.scheme,
+            listeners: want.listeners,
+            backends,
+            health_check: want.health_check,
+            source_ranges: want.source_ranges,
+            requested_ip: want.requested_ip,
+        };
+        match self.metered("CreateLoadBalancer", self.client.create_load_balancer(&req, Some(&key))).await {
+            Ok(lb) => {
+                tracing::info!(load_balancer = %lb.name, id = %lb.id, "created load balancer");
+                Ok(lb)
+            }
+            // Created meanwhile (by an earlier try whose answer was lost, with other backends): look again.
+            Err(e) if matches!(e.code(), Some(codes::LOAD_BALANCER_ALREADY_EXISTS | codes::IDEMPOTENCY_KEY_REUSED)) => {
+                Err(CloudError::RetryAfter { after: CREATE_RECHECK, message: format!("load balancer {name}: {e}") })
+            }
+            Err(e) => Err(classify(e)),
+        }
     }
 
     /// The instance behind a node: by the ID in its providerID, or (before one is set) by its name. One call.
@@ -65,6 +127,68 @@ impl FakeCloud {
             }
         }
     }
+}
+
+/// The instance IDs behind these nodes (nodes without a fakecloud providerID cannot be backends), sorted.
+fn backends(nodes: &[Arc<Node>]) -> Vec<String> {
+    let mut ids: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| parse_provider_id(n.spec.as_ref()?.provider_id.as_deref()?))
+        .map(str::to_string)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+fn sorted(v: &[String]) -> Vec<String> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
+
+/// The ingress exactly as the cloud serves it: the VIP.
+fn status(lb: &LoadBalancer) -> LoadBalancerStatus {
+    let ingress = lb.address.map(|ip| vec![LoadBalancerIngress { ip: Some(ip.to_string()), ..Default::default() }]);
+    LoadBalancerStatus { ingress }
+}
+
+/// The changes that bring `lb` to `want` with `backends`; `None` when it already matches. A scheme or an IP
+/// cannot change in place: that is an error that says so.
+fn changes(
+    lb: &LoadBalancer,
+    want: &Desired,
+    backends: &[String],
+) -> Result<Option<UpdateLoadBalancerRequest>, String> {
+    if lb.scheme != want.scheme {
+        return Err(format!(
+            "load balancer {} is {} and its scheme cannot change; delete and recreate the Service",
+            lb.name,
+            lb.scheme.as_str()
+        ));
+    }
+    if want.requested_ip.is_some() && want.requested_ip != lb.requested_ip {
+        return Err(format!(
+            "load balancer {} was created with another loadBalancerIP; delete and recreate the Service",
+            lb.name
+        ));
+    }
+    let mut req = UpdateLoadBalancerRequest::default();
+    if lb.listeners != want.listeners {
+        req.listeners = Some(want.listeners.clone());
+    }
+    if sorted(&lb.backends) != backends {
+        req.backends = Some(backends.to_vec());
+    }
+    if lb.source_ranges != want.source_ranges {
+        req.source_ranges = Some(want.source_ranges.clone());
+    }
+    if want.health_check.is_some() && lb.health_check != want.health_check {
+        req.health_check = want.health_check.clone();
+    }
+    let unchanged =
+        req.listeners.is_none() && req.backends.is_none() && req.source_ranges.is_none() && req.health_check.is_none();
+    Ok((!unchanged).then_some(req))
 }
 
 /// `fakecloud://<zone>/<id>` → `<id>`.
@@ -101,6 +225,122 @@ impl Cloud for FakeCloud {
     async fn instance_shutdown(&self, node: &Node) -> Result<bool, CloudError> {
         let i = self.lookup(node).await?;
         Ok(matches!(i.state, InstanceState::Stopped | InstanceState::Stopping))
+    }
+
+    fn instance_id<'p>(&self, provider_id: &'p str) -> Option<&'p str> {
+        parse_provider_id(provider_id)
+    }
+
+    async fn list_routes(&self, cluster: &str) -> Result<Vec<CloudRoute>, CloudError> {
+        let routes = self.call("ListRoutes", self.client.list_routes(ROUTE_TABLE)).await?.items;
+        let prefix = format!("{cluster}-");
+        Ok(routes
+            .into_iter()
+            .filter(|r| r.name.starts_with(&prefix))
+            .map(|r| CloudRoute {
+                target_instance: r.target_instance,
+                id: r.id,
+                name: r.name,
+                destination: r.destination,
+            })
+            .collect())
+    }
+
+    async fn create_route(
+        &self,
+        cluster: &str,
+        name_hint: &str,
+        node: &Node,
+        destination: &str,
+    ) -> Result<(), CloudError> {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let pid = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+        let target = parse_provider_id(pid)
+            .ok_or_else(|| CloudError::Invalid(format!("node {name} has no fakecloud providerID yet")))?;
+        let req = fakecloud_api::CreateRouteRequest {
+            name: route_name(cluster, name_hint),
+            destination: destination.to_string(),
+            target_instance: target.to_string(),
+        };
+        match self.metered("CreateRoute", self.client.create_route(ROUTE_TABLE, &req, None)).await {
+            Ok(_) => Ok(()),
+            // Already there (a retry after a lost response): the next listing shows it.
+            Err(e) if e.code() == Some(fakecloud_api::codes::ROUTE_ALREADY_EXISTS) => Ok(()),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn delete_route(&self, route: &CloudRoute) -> Result<(), CloudError> {
+        match self.metered("DeleteRoute", self.client.delete_route(ROUTE_TABLE, &route.id)).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn get_load_balancer(&self, _cluster: &str, svc: &Service) -> Result<Option<LoadBalancerStatus>, CloudError> {
+        let lb = self.find_load_balancer(svc).await?;
+        Ok(lb.filter(|lb| lb.state != LoadBalancerState::Deleting).map(|lb| status(&lb)))
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        _cluster: &str,
+        svc: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<LoadBalancerStatus, CloudError> {
+        let want = load_balancer::desired(svc).map_err(CloudError::Invalid)?;
+        let backends = backends(nodes);
+        let lb = match self.find_load_balancer(svc).await? {
+            None => self.create_load_balancer(svc, want, backends).await?,
+            Some(lb) if lb.state == LoadBalancerState::Deleting => {
+                return Err(CloudError::RetryAfter {
+                    after: PROVISIONING_RECHECK,
+                    message: format!("load balancer {} is still being deleted", lb.name),
+                });
+            }
+            Some(lb) => match changes(&lb, &want, &backends).map_err(CloudError::Invalid)? {
+                None => lb,
+                Some(req) => self.call("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, &req)).await?,
+            },
+        };
+        if lb.state == LoadBalancerState::Provisioning {
+            return Err(CloudError::RetryAfter {
+                after: PROVISIONING_RECHECK,
+                message: format!("load balancer {} is provisioning", lb.name),
+            });
+        }
+        Ok(status(&lb))
+    }
+
+    async fn update_load_balancer(&self, _cluster: &str, svc: &Service, nodes: &[Arc<Node>]) -> Result<(), CloudError> {
+        let name = load_balancer::name(svc);
+        let lb = self
+            .find_load_balancer(svc)
+            .await?
+            .ok_or_else(|| CloudError::NotFound(format!("load balancer {name} not found")))?;
+        let backends = backends(nodes);
+        if sorted(&lb.backends) != backends {
+            let req = UpdateLoadBalancerRequest { backends: Some(backends), ..Default::default() };
+            self.call("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, &req)).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_load_balancer_deleted(&self, _cluster: &str, svc: &Service) -> Result<(), CloudError> {
+        match self.find_load_balancer(svc).await? {
+            None => Ok(()),
+            // Accepted already; the cloud finishes it.
+            Some(lb) if lb.state == LoadBalancerState::Deleting => Ok(()),
+            Some(lb) => match self.metered("DeleteLoadBalancer", self.client.delete_load_balancer(&lb.id)).await {
+                Ok(_) => {
+                    tracing::info!(load_balancer = %lb.name, id = %lb.id, "deleted load balancer");
+                    Ok(())
+                }
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => Err(classify(e)),
+            },
+        }
     }
 
     async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, CloudError> {

@@ -3,6 +3,8 @@
 
 pub mod node;
 pub mod node_lifecycle;
+pub mod route;
+pub mod service;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ControllerName {

@@ -10,17 +10,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use std::convert::Infallible;
+
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{self, Action, applier, trigger_self};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::controller::{self, Action, applier};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::cloud::{Cloud, CloudError, InstanceMetadata};
 use crate::events::{EventType, Recorder, node_ref};
+use crate::informer::Synced;
 use crate::metrics::{Metrics, Queue};
 use crate::nodes::{
     UNINITIALIZED_TAINT, addresses_changed, has_taint, init_labels, labels_to_reconcile, merge_addresses,
@@ -67,8 +69,17 @@ struct Context<C> {
     written: Mutex<HashMap<String, u64>>,
 }
 
-/// Run until the process ends.
-pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, metrics: Arc<Metrics>, settings: Settings) {
+/// Run until the process ends: `nodes` is the shared cache, `changes` the names of Nodes added or changed
+/// (see [`crate::informer::NodeInformer`]).
+pub async fn run<C: Cloud>(
+    client: kube::Client,
+    cloud: Arc<C>,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+    nodes: Store<Node>,
+    synced: Synced,
+    changes: impl Stream<Item = String> + Send + 'static,
+) {
     let api = Api::<Node>::all(client.clone());
     let queue = metrics.queue(QUEUE);
     let ctx = Arc::new(Context {
@@ -80,10 +91,10 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, metrics: Arc<Met
         limiter: ControllerRateLimiter::default(),
         written: Mutex::default(),
     });
-    let (store, writer) = reflector::store::<Node>();
-    let events =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
-    let requests = trigger_self(events, ()).inspect_ok(move |r| queue.add(&r.obj_ref.name));
+    let requests = changes.map(move |name| {
+        queue.add(&name);
+        Ok::<_, Infallible>(ObjectRef::<Node>::new(&name))
+    });
     let config = controller::Config::default().concurrency(settings.workers);
     let syncs = applier(
         |node: Arc<Node>, ctx: Arc<Context<C>>| {
@@ -97,7 +108,7 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, metrics: Arc<Met
         },
         error_policy,
         ctx.clone(),
-        store.clone(),
+        nodes.clone(),
         requests,
         config,
     )
@@ -106,7 +117,7 @@ pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, metrics: Arc<Met
             tracing::debug!(error = %e, "node sync");
         }
     });
-    tokio::join!(syncs, refresh_addresses(store, ctx, settings));
+    tokio::join!(syncs, refresh_addresses(nodes, synced, ctx, settings));
 }
 
 async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Action, Error> {
@@ -208,8 +219,8 @@ fn error_policy<C: Cloud>(node: Arc<Node>, err: &Error, ctx: Arc<Context<C>>) ->
 
 /// Upstream `UpdateNodeStatus`: at start and then a period after each pass, refresh initialized nodes'
 /// addresses from the cloud. Errors are logged per node and retried only at the next pass.
-async fn refresh_addresses<C: Cloud>(store: Store<Node>, ctx: Arc<Context<C>>, settings: Settings) {
-    if store.wait_until_ready().await.is_err() {
+async fn refresh_addresses<C: Cloud>(store: Store<Node>, synced: Synced, ctx: Arc<Context<C>>, settings: Settings) {
+    if !synced.wait().await {
         return;
     }
     loop {

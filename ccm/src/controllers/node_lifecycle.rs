@@ -7,40 +7,33 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, GetParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector::Store;
 
 use crate::cloud::Cloud;
 use crate::events::{EventType, Recorder, node_ref};
+use crate::informer::Synced;
 use crate::nodes::{ready_status, shutdown_taint_edit, taints};
 
 pub const COMPONENT: &str = "cloud-node-lifecycle-controller";
 /// Upstream's taint helpers: 5 tries, 100 ms apart, on conflict.
 const TAINT_TRIES: u32 = 5;
 
-pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, period: Duration) {
+/// Run until the process ends, over the shared cache `nodes` (complete once `synced`).
+pub async fn run<C: Cloud>(client: kube::Client, cloud: Arc<C>, period: Duration, nodes: Store<Node>, synced: Synced) {
     let recorder = Recorder::new(client.clone(), COMPONENT);
     let api = Api::<Node>::all(client);
-    let (store, writer) = reflector::store::<Node>();
-    let watch = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
-        .default_backoff()
-        .touched_objects()
-        .for_each(|_| futures::future::ready(()));
-    let monitor = async {
-        if store.wait_until_ready().await.is_err() {
-            return;
+    if !synced.wait().await {
+        return;
+    }
+    loop {
+        for node in nodes.state() {
+            monitor_node(&api, &*cloud, &recorder, &node).await;
         }
-        loop {
-            for node in store.state() {
-                monitor_node(&api, &*cloud, &recorder, &node).await;
-            }
-            tokio::time::sleep(period).await;
-        }
-    };
-    tokio::join!(watch, monitor);
+        tokio::time::sleep(period).await;
+    }
 }
 
 async fn monitor_node<C: Cloud>(api: &Api<Node>, cloud: &C, recorder: &Recorder, node: &Node) {

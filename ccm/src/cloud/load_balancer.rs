@@ -1,0 +1,209 @@
+//! What a `type: LoadBalancer` Service asks of a fakecloud load balancer: the name upstream's convention gives
+//! it, listeners from its ports, source ranges, the requested IP, and the annotations for what has no field in
+//! the Service spec. Pure, so every rule is unit-tested; [`super::fakecloud`] does the calls.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use fakecloud_api::{HealthCheck, HealthCheckProtocol, Listener, Protocol, Scheme};
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Service;
+
+/// `"true"`: an internal load balancer (a VIP from the internal pool) instead of an internet-facing one.
+pub const ANNOTATION_INTERNAL: &str = "service.beta.kubernetes.io/fakecloud-load-balancer-internal";
+/// An HTTP health check on this path (must start with `/`) instead of the default TCP check.
+pub const ANNOTATION_HEALTH_CHECK_PATH: &str = "service.beta.kubernetes.io/fakecloud-load-balancer-health-check-path";
+/// Seconds between health checks, 1–300 (default 10).
+pub const ANNOTATION_HEALTH_CHECK_INTERVAL: &str =
+    "service.beta.kubernetes.io/fakecloud-load-balancer-health-check-interval";
+
+/// Upstream's `GetLoadBalancerName` convention (`cloud.go`): `a` + the UID without dashes, cut to 32 bytes.
+pub fn name(svc: &Service) -> String {
+    let uid: String = svc.metadata.uid.as_deref().unwrap_or_default().chars().filter(|c| *c != '-').collect();
+    let mut name = format!("a{uid}");
+    name.truncate(32);
+    name
+}
+
+/// The load balancer a Service asks for (backends apart: they come from the node set).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    pub scheme: Scheme,
+    pub listeners: Vec<Listener>,
+    pub source_ranges: Vec<String>,
+    pub requested_ip: Option<IpAddr>,
+    pub health_check: Option<HealthCheck>,
+}
+
+/// The Service's load balancer, or what is wrong with the Service (a message that names the field or the
+/// annotation and says what is allowed).
+pub fn desired(svc: &Service) -> Result<Desired, String> {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+    let scheme = match annotation(&annotations, ANNOTATION_INTERNAL) {
+        None => Scheme::InternetFacing,
+        Some(v) => match parse_bool(v) {
+            Some(true) => Scheme::Internal,
+            Some(false) => Scheme::InternetFacing,
+            None => {
+                return Err(format!(
+                    "annotation {ANNOTATION_INTERNAL}: {v:?} is not a boolean (use \"true\" or \"false\")"
+                ));
+            }
+        },
+    };
+    // Without NodePorts (`allocateLoadBalancerNodePorts: false`) the listener forwards to the service port on
+    // the nodes, as a load balancer that reaches pods directly would.
+    let mut listeners = Vec::new();
+    for p in spec.ports.as_deref().unwrap_or_default() {
+        let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
+            "TCP" => Protocol::Tcp,
+            "UDP" => Protocol::Udp,
+            other => {
+                return Err(format!(
+                    "port {}: protocol {other} is not supported by fakecloud load balancers (TCP, UDP)",
+                    p.port
+                ));
+            }
+        };
+        let port = u16::try_from(p.port).map_err(|_| format!("port {} is out of range", p.port))?;
+        let backend = p.node_port.unwrap_or(p.port);
+        let backend_port = u16::try_from(backend).map_err(|_| format!("nodePort {backend} is out of range"))?;
+        listeners.push(Listener { protocol, port, backend_port });
+    }
+    let mut source_ranges = Vec::new();
+    for r in spec.load_balancer_source_ranges.as_deref().unwrap_or_default() {
+        let net: IpNet = r
+            .trim()
+            .parse()
+            .map_err(|_| format!("loadBalancerSourceRanges: {r:?} is not a CIDR (e.g. 203.0.113.0/24)"))?;
+        source_ranges.push(net.to_string());
+    }
+    let requested_ip = match spec.load_balancer_ip.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(ip) => Some(ip.parse().map_err(|_| format!("loadBalancerIP: {ip:?} is not an IP address"))?),
+    };
+    let path = annotation(&annotations, ANNOTATION_HEALTH_CHECK_PATH);
+    if let Some(p) = path
+        && !p.starts_with('/')
+    {
+        return Err(format!("annotation {ANNOTATION_HEALTH_CHECK_PATH}: {p:?} must start with \"/\""));
+    }
+    let interval = match annotation(&annotations, ANNOTATION_HEALTH_CHECK_INTERVAL) {
+        None => None,
+        Some(v) => match v.parse::<u32>() {
+            Ok(s) if (1..=300).contains(&s) => Some(s),
+            _ => {
+                return Err(format!(
+                    "annotation {ANNOTATION_HEALTH_CHECK_INTERVAL}: {v:?} is not a number of seconds from 1 to 300"
+                ));
+            }
+        },
+    };
+    // The health check probes the healthCheckNodePort (externalTrafficPolicy: Local) or the first backend port.
+    let probe_port = spec
+        .health_check_node_port
+        .and_then(|p| u16::try_from(p).ok())
+        .or_else(|| listeners.first().map(|l| l.backend_port));
+    let health_check = match (path, interval, probe_port) {
+        (None, None, _) | (_, _, None) => None,
+        (path, interval, Some(port)) => Some(HealthCheck {
+            protocol: if path.is_some() { HealthCheckProtocol::Http } else { HealthCheckProtocol::Tcp },
+            port,
+            path: path.map(str::to_string),
+            interval_seconds: interval.unwrap_or(10),
+        }),
+    };
+    Ok(Desired { scheme, listeners, source_ranges, requested_ip, health_check })
+}
+
+fn annotation<'a>(annotations: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
+    annotations.get(key).map(|v| v.trim())
+}
+
+/// Go's `strconv.ParseBool`, which upstream uses for boolean annotations and labels.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_name_is_a_and_the_uid_without_dashes_cut_to_32() {
+        let s = svc(serde_json::json!({"metadata": {"uid": "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"}}));
+        assert_eq!(name(&s), "a6f1c2d3e4a5b4c6d8e7f9a0b1c2d3e4");
+        assert_eq!(name(&s).len(), 32);
+    }
+
+    #[test]
+    fn ports_become_listeners_to_their_node_ports() {
+        let s = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "ports": [
+            {"port": 80, "nodePort": 30080, "protocol": "TCP"},
+            {"port": 53, "nodePort": 30053, "protocol": "UDP"},
+            {"port": 8080},
+        ], "loadBalancerSourceRanges": ["10.0.0.0/8", " 192.168.1.7/32"], "loadBalancerIP": "203.0.113.10"}}));
+        let d = desired(&s).unwrap();
+        assert_eq!(
+            d.listeners,
+            [
+                Listener { protocol: Protocol::Tcp, port: 80, backend_port: 30080 },
+                Listener { protocol: Protocol::Udp, port: 53, backend_port: 30053 },
+                // No NodePort (allocateLoadBalancerNodePorts: false): the service port.
+                Listener { protocol: Protocol::Tcp, port: 8080, backend_port: 8080 },
+            ]
+        );
+        assert_eq!(d.source_ranges, ["10.0.0.0/8", "192.168.1.7/32"]);
+        assert_eq!(d.requested_ip, Some("203.0.113.10".parse().unwrap()));
+        assert_eq!((d.scheme, d.health_check), (Scheme::InternetFacing, None));
+    }
+
+    #[test]
+    fn annotations_set_the_scheme_and_the_health_check() {
+        let s = svc(serde_json::json!({
+            "metadata": {"annotations": {
+                ANNOTATION_INTERNAL: "true", ANNOTATION_HEALTH_CHECK_PATH: "/healthz",
+                ANNOTATION_HEALTH_CHECK_INTERVAL: "5"}},
+            "spec": {"ports": [{"port": 80, "nodePort": 30080}], "healthCheckNodePort": 32000}}));
+        let d = desired(&s).unwrap();
+        assert_eq!(d.scheme, Scheme::Internal);
+        assert_eq!(
+            d.health_check,
+            Some(HealthCheck {
+                protocol: HealthCheckProtocol::Http,
+                port: 32000,
+                path: Some("/healthz".into()),
+                interval_seconds: 5
+            })
+        );
+    }
+
+    #[test]
+    fn bad_values_say_which_field_and_what_is_allowed() {
+        let bad = |v: serde_json::Value| desired(&svc(v)).unwrap_err();
+        assert!(
+            bad(serde_json::json!({"metadata": {"annotations": {ANNOTATION_INTERNAL: "yes"}}}))
+                .contains("fakecloud-load-balancer-internal: \"yes\" is not a boolean")
+        );
+        assert!(
+            bad(serde_json::json!({"metadata": {"annotations": {ANNOTATION_HEALTH_CHECK_PATH: "healthz"}}}))
+                .contains("must start with \"/\"")
+        );
+        assert!(
+            bad(serde_json::json!({"metadata": {"annotations": {ANNOTATION_HEALTH_CHECK_INTERVAL: "0"}}}))
+                .contains("from 1 to 300")
+        );
+        assert!(bad(serde_json::json!({"spec": {"loadBalancerSourceRanges": ["10.0.0.0"]}})).contains("not a CIDR"));
+        assert!(bad(serde_json::json!({"spec": {"loadBalancerIP": "lb.example"}})).contains("not an IP address"));
+        assert!(bad(serde_json::json!({"spec": {"ports": [{"port": 9, "protocol": "SCTP"}]}})).contains("SCTP"));
+    }
+}

@@ -1,0 +1,539 @@
+//! The service controller (upstream `controllers/service/controller.go`): a cloud load balancer for every
+//! `type: LoadBalancer` Service without a `loadBalancerClass`, and its EXTERNAL-IP.
+//!
+//! - Ensure: `EnsuringLoadBalancer`, the cleanup finalizer added *before* the cloud call, the node set, the
+//!   cloud's `EnsureLoadBalancer`, `EnsuredLoadBalancer`, then the ingress exactly as the cloud returned it.
+//! - Delete (the Service is deleted or no longer a LoadBalancer): the load balancer deleted if it exists, the
+//!   finalizer removed, `DeletedLoadBalancer` (even when none existed), the ingress cleared.
+//! - Errors: `SyncLoadBalancerFailed`; a cloud `Retry-After` requeues after exactly that delay, anything else
+//!   backs off 5 s → 300 s per Service.
+//! - Nodes: a node added, deleted, or whose exclusion or providerID changed re-computes the stable node set;
+//!   each load balancer whose set changed (by name → providerID) gets one `UpdateLoadBalancer`.
+//!
+//! Healthy load balancers are not re-ensured periodically (upstream's resync compares equal objects); a
+//! restart re-ensures each once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, ObjectReference, Service};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, applier};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+
+use crate::cloud::load_balancer::parse_bool;
+use crate::cloud::{Cloud, CloudError};
+use crate::events::{EventType, Recorder};
+use crate::informer::Synced;
+use crate::metrics::{Metrics, Queue};
+use crate::nodes::has_taint;
+use crate::ratelimit::ItemBackoff;
+
+pub const COMPONENT: &str = "service-controller";
+/// Upstream's queue name, the `name` label of the `workqueue_*` metrics.
+pub const QUEUE: &str = "service";
+pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub const CLUSTER_AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+/// Upstream's `minRetryDelay` and `maxRetryDelay`.
+const MIN_RETRY: Duration = Duration::from_secs(5);
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// Node names named in an `UpdateLoadBalancerFailed` event, at most.
+const NODE_NAMES_IN_EVENT: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to check if load balancer exists before cleanup: {0}")]
+    CheckBeforeCleanup(CloudError),
+    #[error("failed to delete load balancer: {0}")]
+    Delete(CloudError),
+    #[error("failed to add load balancer cleanup finalizer: {0}")]
+    AddFinalizer(kube::Error),
+    #[error("failed to remove load balancer cleanup finalizer: {0}")]
+    RemoveFinalizer(kube::Error),
+    #[error("failed to ensure load balancer: {0}")]
+    Ensure(CloudError),
+    #[error("failed to update load balancer status: {0}")]
+    Status(kube::Error),
+}
+
+impl Error {
+    /// The delay the cloud asked for (upstream's `api.RetryError`), if any.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::CheckBeforeCleanup(CloudError::RetryAfter { after, .. })
+            | Self::Delete(CloudError::RetryAfter { after, .. })
+            | Self::Ensure(CloudError::RetryAfter { after, .. }) => Some(*after),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--cluster-name`, passed to the cloud.
+    pub cluster_name: String,
+    /// `--concurrent-service-syncs`.
+    pub workers: u16,
+}
+
+/// A node set as the load balancer sees it: name → providerID.
+type NodeSet = BTreeMap<String, String>;
+
+struct Context<C> {
+    client: kube::Client,
+    cloud: Arc<C>,
+    recorder: Recorder,
+    queue: Queue,
+    backoff: ItemBackoff,
+    settings: Settings,
+    nodes: Store<Node>,
+    /// Services synced at least once (upstream's service cache), with the node set their load balancer was
+    /// last given (`lastSyncedNodes`), stored before each cloud call.
+    synced: Mutex<HashMap<ObjectRef<Service>, NodeSet>>,
+}
+
+impl<C> Context<C> {
+    fn event(&self, svc: &Service, type_: EventType, reason: &'static str, message: impl Into<String>) {
+        self.recorder.publish(service_ref(svc), type_, reason, message.into());
+    }
+
+    fn remember(&self, key: ObjectRef<Service>, set: NodeSet) {
+        self.synced.lock().unwrap_or_else(|p| p.into_inner()).insert(key, set);
+    }
+
+    fn forget(&self, key: &ObjectRef<Service>) {
+        self.synced.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
+/// `spec.type == LoadBalancer` and no `loadBalancerClass` (any class opts out).
+pub fn wants_load_balancer(svc: &Service) -> bool {
+    svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer") && s.load_balancer_class.is_none())
+}
+
+fn has_finalizer(svc: &Service) -> bool {
+    svc.metadata.finalizers.as_deref().unwrap_or_default().iter().any(|f| f == FINALIZER)
+}
+
+/// The finalizer is there and the Service is being deleted or no longer a LoadBalancer. The class is not
+/// looked at (trap 11).
+pub fn needs_cleanup(svc: &Service) -> bool {
+    let is_lb = svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"));
+    has_finalizer(svc) && (svc.metadata.deletion_timestamp.is_some() || !is_lb)
+}
+
+/// Upstream's `needsUpdate`: the changes that matter to the load balancer. Labels, the selector and the
+/// status do not.
+pub fn needs_update(old: &Service, new: &Service) -> bool {
+    if !wants_load_balancer(old) && !wants_load_balancer(new) {
+        return false;
+    }
+    if wants_load_balancer(old) != wants_load_balancer(new) {
+        return true;
+    }
+    let (o, n) = (old.spec.clone().unwrap_or_default(), new.spec.clone().unwrap_or_default());
+    let families = |s: &k8s_openapi::api::core::v1::ServiceSpec| s.ip_families.as_ref().map_or(0, Vec::len);
+    o.load_balancer_source_ranges != n.load_balancer_source_ranges
+        || o.ports != n.ports
+        || o.session_affinity != n.session_affinity
+        || o.session_affinity_config != n.session_affinity_config
+        || o.load_balancer_ip != n.load_balancer_ip
+        || o.external_ips.as_deref().unwrap_or_default() != n.external_ips.as_deref().unwrap_or_default()
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.uid != new.metadata.uid
+        || o.external_traffic_policy != n.external_traffic_policy
+        || o.health_check_node_port != n.health_check_node_port
+        || families(&o) != families(&n)
+}
+
+/// Upstream's `nodeIncludedPredicate`: the exclusion label absent, or a value Go parses as false. Anything
+/// else, `""` and `"yes"` included, excludes the node (trap 8).
+fn included(node: &Node) -> bool {
+    match node.metadata.labels.as_ref().and_then(|l| l.get(EXCLUDE_LABEL)) {
+        None => true,
+        Some(v) => parse_bool(v) == Some(false),
+    }
+}
+
+/// `stableNodeSetPredicates`: not being deleted, included, not being removed by the cluster autoscaler.
+/// Readiness does not count (trap 8).
+pub fn in_node_set(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_none() && included(node) && !has_taint(node, CLUSTER_AUTOSCALER_TAINT)
+}
+
+fn node_set(nodes: &[Arc<Node>]) -> NodeSet {
+    nodes
+        .iter()
+        .map(|n| {
+            let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
+            (n.name_any(), pid)
+        })
+        .collect()
+}
+
+fn stable_nodes(store: &Store<Node>) -> Vec<Arc<Node>> {
+    let mut nodes: Vec<Arc<Node>> = store.state().into_iter().filter(|n| in_node_set(n)).collect();
+    nodes.sort_by_key(|n| n.name_any());
+    nodes
+}
+
+fn service_ref(svc: &Service) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: svc.metadata.namespace.clone(),
+        name: svc.metadata.name.clone(),
+        uid: svc.metadata.uid.clone(),
+        resource_version: svc.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+fn key_of(svc: &Service) -> String {
+    format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
+}
+
+/// Run until the process ends. `node_changes` names Nodes added, changed or deleted (the shared informer's
+/// subscription with deletes); `nodes` is its cache, complete once `synced`.
+pub async fn run<C: Cloud>(
+    client: kube::Client,
+    cloud: Arc<C>,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+    nodes: Store<Node>,
+    synced: Synced,
+    node_changes: impl Stream<Item = String> + Send + 'static,
+) {
+    // As upstream waits for its informers to sync: a load balancer is never given the empty node set of a
+    // cache that has not listed yet.
+    if !synced.wait().await {
+        return;
+    }
+    let queue = metrics.queue(QUEUE);
+    let workers = settings.workers;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        cloud,
+        recorder: Recorder::new(client.clone(), COMPONENT),
+        queue: queue.clone(),
+        backoff: ItemBackoff::new(MIN_RETRY, MAX_RETRY),
+        settings,
+        nodes,
+        synced: Mutex::default(),
+    });
+    let (store, writer) = reflector::store::<Service>();
+    // Services a node sync could not update go back to the service queue for a full sync.
+    let (requeue_tx, requeue_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
+    let watch = watch_services(Api::all(client), writer, queue.clone());
+    let requeued = futures::stream::unfold(requeue_rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) }).map({
+        let queue = queue.clone();
+        move |r| {
+            queue.add(&format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name));
+            Ok::<_, Infallible>(r)
+        }
+    });
+    let requests = futures::stream::select(watch, requeued);
+    let syncs = applier(
+        |svc: Arc<Service>, ctx: Arc<Context<C>>| {
+            let work = ctx.queue.start(&key_of(&svc));
+            async move {
+                let result = reconcile(svc, ctx).await;
+                drop(work);
+                result
+            }
+            .boxed()
+        },
+        error_policy,
+        ctx.clone(),
+        store.clone(),
+        requests,
+        controller::Config::default().concurrency(workers),
+    )
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "service sync");
+        }
+    });
+    tokio::join!(syncs, sync_nodes(ctx, store, node_changes, requeue_tx));
+}
+
+/// The Service watch, as upstream's informer handlers: an added Service is queued if it wants a load balancer
+/// or needs cleanup; a changed one if [`needs_update`] or it needs cleanup. Deletions are driven by the
+/// finalizer, so a deleted object is not queued.
+fn watch_services(
+    api: Api<Service>,
+    writer: reflector::store::Writer<Service>,
+    queue: Queue,
+) -> impl Stream<Item = Result<ObjectRef<Service>, Infallible>> + Send + 'static {
+    let mut seen: HashMap<ObjectRef<Service>, Service> = HashMap::new();
+    reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff()).filter_map(move |event| {
+        let wanted = match event {
+            Ok(watcher::Event::Apply(svc) | watcher::Event::InitApply(svc)) => {
+                let r = ObjectRef::from_obj(&svc);
+                let queue_it = match seen.get(&r) {
+                    None => wants_load_balancer(&svc) || needs_cleanup(&svc),
+                    Some(old) => needs_update(old, &svc) || needs_cleanup(&svc),
+                };
+                seen.insert(r.clone(), svc);
+                queue_it.then_some(r)
+            }
+            Ok(watcher::Event::Delete(svc)) => {
+                seen.remove(&ObjectRef::from_obj(&svc));
+                None
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "service watch failed; retrying");
+                None
+            }
+        };
+        if let Some(r) = &wanted {
+            queue.add(&format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name));
+        }
+        futures::future::ready(wanted.map(Ok))
+    })
+}
+
+async fn reconcile<C: Cloud>(svc: Arc<Service>, ctx: Arc<Context<C>>) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(&*svc);
+    if !wants_load_balancer(&svc) || needs_cleanup(&svc) {
+        delete(&svc, &ctx).await?;
+        ctx.forget(&key);
+    } else {
+        ensure(&svc, &ctx, key).await?;
+    }
+    ctx.backoff.forget(&key_of(&svc));
+    Ok(Action::await_change())
+}
+
+async fn ensure<C: Cloud>(svc: &Service, ctx: &Context<C>, key: ObjectRef<Service>) -> Result<(), Error> {
+    ctx.event(svc, EventType::Normal, "EnsuringLoadBalancer", "Ensuring load balancer");
+    // Before the cloud call (trap 10): a load balancer never exists without the finalizer that deletes it.
+    if !has_finalizer(svc) {
+        let mut finalizers = svc.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.push(FINALIZER.to_string());
+        patch_finalizers(ctx, svc, finalizers).await.map_err(Error::AddFinalizer)?;
+    }
+    let nodes = stable_nodes(&ctx.nodes);
+    if nodes.is_empty() {
+        ctx.event(svc, EventType::Warning, "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer");
+    }
+    ctx.remember(key, node_set(&nodes));
+    let status =
+        ctx.cloud.ensure_load_balancer(&ctx.settings.cluster_name, svc, &nodes).await.map_err(Error::Ensure)?;
+    ctx.event(svc, EventType::Normal, "EnsuredLoadBalancer", "Ensured load balancer");
+    patch_ingress(ctx, svc, &status).await.map_err(Error::Status)
+}
+
+async fn delete<C: Cloud>(svc: &Service, ctx: &Context<C>) -> Result<(), Error> {
+    let cluster = &ctx.settings.cluster_name;
+    let exists = ctx.cloud.get_load_balancer(cluster, svc).await.map_err(Error::CheckBeforeCleanup)?.is_some();
+    if exists {
+        ctx.event(svc, EventType::Normal, "DeletingLoadBalancer", "Deleting load balancer");
+        ctx.cloud.ensure_load_balancer_deleted(cluster, svc).await.map_err(Error::Delete)?;
+    }
+    // After the load balancer is gone and before the status (trap 10).
+    if has_finalizer(svc) {
+        let rest: Vec<String> = svc.metadata.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();
+        match patch_finalizers(ctx, svc, rest).await {
+            Ok(()) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(Error::RemoveFinalizer(e)),
+        }
+    }
+    ctx.event(svc, EventType::Normal, "DeletedLoadBalancer", "Deleted load balancer");
+    match patch_ingress(ctx, svc, &LoadBalancerStatus::default()).await {
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        r => r.map_err(Error::Status),
+    }
+}
+
+/// Finalizers go through the status subresource, as upstream's `PatchService` sends them (no
+/// resourceVersion: last writer wins, no conflicts).
+async fn patch_finalizers<C>(ctx: &Context<C>, svc: &Service, finalizers: Vec<String>) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+    services(ctx, svc).patch_status(&svc.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+    Ok(())
+}
+
+/// The ingress exactly as the cloud returned it (no invented `ipMode`), written only when it differs, order
+/// included (trap 13).
+async fn patch_ingress<C>(ctx: &Context<C>, svc: &Service, status: &LoadBalancerStatus) -> Result<(), kube::Error> {
+    let current = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.clone());
+    if current.unwrap_or_default() == status.ingress.clone().unwrap_or_default() {
+        return Ok(());
+    }
+    let ingress = status.ingress.clone().filter(|i| !i.is_empty());
+    let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": ingress}}});
+    services(ctx, svc).patch_status(&svc.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+    Ok(())
+}
+
+fn services<C>(ctx: &Context<C>, svc: &Service) -> Api<Service> {
+    Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default())
+}
+
+fn error_policy<C: Cloud>(svc: Arc<Service>, err: &Error, ctx: Arc<Context<C>>) -> Action {
+    let key = key_of(&svc);
+    ctx.event(&svc, EventType::Warning, "SyncLoadBalancerFailed", format!("Error syncing load balancer: {err}"));
+    let delay = err.retry_after().unwrap_or_else(|| ctx.backoff.failed(&key));
+    ctx.queue.retry();
+    tracing::warn!(service = %key, error = %err, retry_in = ?delay, "service sync failed");
+    Action::requeue(delay)
+}
+
+/// Upstream's node sync: whenever Nodes changed, the stable node set is computed once, and every Service
+/// synced before whose load balancer was given another set gets `UpdateLoadBalancer`. Heartbeats change
+/// nothing in the set, so they cost no cloud call (trap 9).
+async fn sync_nodes<C: Cloud>(
+    ctx: Arc<Context<C>>,
+    services: Store<Service>,
+    node_changes: impl Stream<Item = String> + Send + 'static,
+    requeue: mpsc::UnboundedSender<ObjectRef<Service>>,
+) {
+    let mut changes = std::pin::pin!(node_changes.ready_chunks(10_000));
+    while changes.next().await.is_some() {
+        let nodes = stable_nodes(&ctx.nodes);
+        let set = node_set(&nodes);
+        let stale: Vec<(ObjectRef<Service>, NodeSet)> = {
+            let synced = ctx.synced.lock().unwrap_or_else(|p| p.into_inner());
+            synced.iter().filter(|(_, last)| **last != set).map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let jobs = stale.into_iter().filter_map(|(key, _)| {
+            let svc = services.get(&key)?;
+            wants_load_balancer(&svc).then_some((key, svc))
+        });
+        futures::stream::iter(jobs)
+            .for_each_concurrent(usize::from(ctx.settings.workers), |(key, svc)| {
+                let (ctx, nodes, set, requeue) = (&ctx, &nodes, &set, &requeue);
+                async move {
+                    ctx.remember(key.clone(), set.clone());
+                    update_hosts(ctx, &svc, nodes, key, requeue).await;
+                }
+            })
+            .await;
+    }
+}
+
+async fn update_hosts<C: Cloud>(
+    ctx: &Context<C>,
+    svc: &Service,
+    nodes: &[Arc<Node>],
+    key: ObjectRef<Service>,
+    requeue: &mpsc::UnboundedSender<ObjectRef<Service>>,
+) {
+    let cluster = &ctx.settings.cluster_name;
+    let err = match ctx.cloud.update_load_balancer(cluster, svc, nodes).await {
+        Ok(()) if nodes.is_empty() => {
+            ctx.event(
+                svc,
+                EventType::Warning,
+                "UnAvailableLoadBalancer",
+                "There are no available nodes for LoadBalancer",
+            );
+            return;
+        }
+        Ok(()) => {
+            ctx.event(svc, EventType::Normal, "UpdatedLoadBalancer", "Updated load balancer with new hosts");
+            return;
+        }
+        Err(e) => e,
+    };
+    // A load balancer that does not exist (yet) is the service sync's business, not an update failure.
+    if let Ok(None) = ctx.cloud.get_load_balancer(cluster, svc).await {
+        return;
+    }
+    let names: Vec<String> = nodes.iter().take(NODE_NAMES_IN_EVENT).map(|n| n.name_any()).collect();
+    let message = format!(
+        "Error updating load balancer with new hosts {names:?} [node names limited, total number of nodes: {}], error: {err}",
+        nodes.len()
+    );
+    ctx.event(svc, EventType::Warning, "UpdateLoadBalancerFailed", message);
+    tracing::warn!(service = %key_of(svc), error = %err, "load balancer backends not updated; the service will be re-synced");
+    let _ = requeue.send(key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn node(v: serde_json::Value) -> Node {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_class_opts_out_and_cleanup_ignores_it() {
+        let lb = svc(serde_json::json!({"spec": {"type": "LoadBalancer"}}));
+        let classed = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": "x/y"}}));
+        assert!(wants_load_balancer(&lb));
+        assert!(!wants_load_balancer(&classed));
+        let deleting = svc(serde_json::json!({"metadata": {"finalizers": [FINALIZER],
+            "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "x/y"}}));
+        assert!(needs_cleanup(&deleting), "trap 11: the class is not looked at");
+        let now_cluster_ip =
+            svc(serde_json::json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"type": "ClusterIP"}}));
+        assert!(needs_cleanup(&now_cluster_ip));
+        assert!(!needs_cleanup(&lb));
+    }
+
+    #[test]
+    fn only_what_matters_to_the_load_balancer_is_an_update() {
+        let base = serde_json::json!({"metadata": {"uid": "u1", "labels": {"a": "1"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}], "selector": {"app": "x"}}});
+        let old = svc(base.clone());
+        let with = |path: &str, v: serde_json::Value| {
+            let mut j = base.clone();
+            *j.pointer_mut(path).unwrap() = v;
+            svc(j)
+        };
+        assert!(!needs_update(&old, &with("/metadata/labels", serde_json::json!({"a": "2"}))));
+        assert!(!needs_update(&old, &with("/spec/selector", serde_json::json!({"app": "y"}))));
+        assert!(needs_update(&old, &with("/spec/ports", serde_json::json!([{"port": 81, "nodePort": 30080}]))));
+        assert!(needs_update(&old, &with("/metadata/uid", serde_json::json!("u2"))));
+        assert!(needs_update(&old, &with("/spec/type", serde_json::json!("ClusterIP"))));
+        let mut annotated = base.clone();
+        annotated["metadata"]["annotations"] = serde_json::json!({"k": "v"});
+        assert!(needs_update(&old, &svc(annotated)), "any annotation change");
+        let cip = svc(serde_json::json!({"spec": {"type": "ClusterIP"}}));
+        let cip2 = svc(serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"port": 1}]}}));
+        assert!(!needs_update(&cip, &cip2), "neither wants a load balancer");
+    }
+
+    #[test]
+    fn the_node_set_ignores_readiness_and_excludes_on_unparseable_labels() {
+        let plain = node(serde_json::json!({"metadata": {"name": "a"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]}}));
+        assert!(in_node_set(&plain), "NotReady nodes stay backends");
+        for (value, included) in [("false", true), ("0", true), ("true", false), ("", false), ("yes", false)] {
+            let n = node(serde_json::json!({"metadata": {"name": "b", "labels": {EXCLUDE_LABEL: value}}}));
+            assert_eq!(in_node_set(&n), included, "exclusion label {value:?}");
+        }
+        let ca = node(serde_json::json!({"metadata": {"name": "c"},
+            "spec": {"taints": [{"key": CLUSTER_AUTOSCALER_TAINT, "effect": "NoSchedule"}]}}));
+        assert!(!in_node_set(&ca));
+        let deleting =
+            node(serde_json::json!({"metadata": {"name": "d", "deletionTimestamp": "2026-01-01T00:00:00Z"}}));
+        assert!(!in_node_set(&deleting));
+    }
+
+    #[test]
+    fn retry_after_errors_keep_their_delay() {
+        let e = Error::Ensure(CloudError::RetryAfter { after: Duration::from_secs(7), message: "x".into() });
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(Error::Ensure(CloudError::Transient("x".into())).retry_after(), None);
+        let q =
+            Error::Ensure(CloudError::QuotaExceeded { code: "LoadBalancerLimitExceeded".into(), message: "m".into() });
+        assert!(q.to_string().contains("LoadBalancerLimitExceeded"), "{q}");
+    }
+}
