@@ -8,7 +8,8 @@
 //! ```ignore
 //! # async fn t() {
 //! let Some(cluster) = fakecloud_e2e::Cluster::start("my test").await else { return };
-//! let ccm = cluster.ccm(env!("CARGO_BIN_EXE_e2e-fakecloud-ccm"), &[]);
+//! // In an integration test of this crate: env!("CARGO_BIN_EXE_e2e-fakecloud-ccm").
+//! let ccm = cluster.ccm("target/debug/e2e-fakecloud-ccm", &[]);
 //! # }
 //! ```
 //!
@@ -19,13 +20,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{AuditEntry, AuditQuery, Client};
+use fakecloud_api::{AuditEntry, AuditQuery, Client, CreateInstanceRequest, Instance};
 use fakecloud_controlplane::kubelets::{Options, SimulatedKubelets};
 use fakecloud_controlplane::{Binaries, ControlPlane};
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
-use k8s_openapi::api::core::v1::{Event, Node};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::Api;
 
 pub const USER: &str = "e2e-user-token-0123456789abcdef";
@@ -60,6 +61,39 @@ pub fn taint_keys(n: &Node) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// How fast the cluster notices silent nodes, how often the simulated kubelets beat, and how long the cloud
+/// takes to provision a load balancer.
+#[derive(Debug, Clone)]
+pub struct Rates {
+    pub node_monitor_grace_period: Duration,
+    pub kubelets: Options,
+    pub lb_provision_delay: Duration,
+}
+
+impl Rates {
+    /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases every 2 s, status every 5 s;
+    /// a load balancer is provisioned in 2 s (so `<pending>` is seen).
+    pub fn fast() -> Self {
+        let kubelets = Options {
+            poll: Duration::from_millis(200),
+            lease_renew: Duration::from_secs(2),
+            status_every: Duration::from_secs(5),
+            ..Options::default()
+        };
+        Self { node_monitor_grace_period: Duration::from_secs(8), kubelets, lb_provision_delay: Duration::from_secs(2) }
+    }
+
+    /// As a real cluster: the controller manager's 50 s grace period, the kubelet's 10 s Lease and 20 s status;
+    /// the emulator's default 3 s to provision a load balancer.
+    pub fn real() -> Self {
+        Self {
+            node_monitor_grace_period: Duration::from_secs(50),
+            kubelets: Options::default(),
+            lb_provision_delay: Timings::default().lb_provision_delay,
+        }
+    }
+}
+
 /// The cluster without a CCM; start CCMs with [`Cluster::ccm`].
 pub struct Cluster {
     pub cp: ControlPlane,
@@ -76,12 +110,17 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// `None` when the control-plane binaries are missing outside CI (the test is then skipped).
+    /// With [`Rates::fast`]. `None` when the control-plane binaries are missing outside CI (the test is then
+    /// skipped).
     pub async fn start(test: &str) -> Option<Self> {
+        Self::start_with(test, Rates::fast()).await
+    }
+
+    pub async fn start_with(test: &str, rates: Rates) -> Option<Self> {
         let binaries = Binaries::for_tests(test)?;
         let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
         let cp = ControlPlane::builder()
-            .node_monitor_grace_period(Duration::from_secs(8))
+            .node_monitor_grace_period(rates.node_monitor_grace_period)
             .node_monitor_period(Duration::from_secs(1))
             .start()
             .await
@@ -90,6 +129,7 @@ impl Cluster {
         let timings = Timings {
             stop_delay: Duration::from_millis(200),
             terminate_delay: Duration::from_millis(200),
+            lb_provision_delay: rates.lb_provision_delay,
             ..Timings::instant()
         };
         let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
@@ -103,14 +143,9 @@ impl Cluster {
         .expect("the emulator starts");
         let cloud = Client::new(&server.url(), USER).expect("emulator client");
         let admin = Client::new(&server.url(), ADMIN).expect("emulator client");
-        let opts = Options {
-            poll: Duration::from_millis(200),
-            lease_renew: Duration::from_secs(2),
-            status_every: Duration::from_secs(5),
-            ..Options::default()
-        };
-        let kubelets =
-            SimulatedKubelets::start(cp.client(), cloud.clone(), opts).await.expect("simulated kubelets start");
+        let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
+            .await
+            .expect("simulated kubelets start");
         let cloud_config = dir.path().join("cloud-config.yaml");
         std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {ADMIN}\nregion: local-1\n", server.url()))
             .expect("cloud config written");
@@ -163,13 +198,29 @@ impl Cluster {
         Api::all(self.cp.client())
     }
 
+    /// A Node, for wait loops: `None` when it does not exist and also when the call fails (a loaded apiserver
+    /// can time out a request; the loop asks again rather than failing the test).
+    pub async fn node(&self, name: &str) -> Option<Node> {
+        self.nodes().get_opt(name).await.ok().flatten()
+    }
+
+    /// Whether the Node is gone; a failed call is not taken for "gone".
+    pub async fn node_gone(&self, name: &str) -> bool {
+        matches!(self.nodes().get_opt(name).await, Ok(None))
+    }
+
+    /// All Nodes, for wait loops (empty when the call fails).
+    pub async fn node_list(&self) -> Vec<Node> {
+        self.nodes().list(&Default::default()).await.map(|l| l.items).unwrap_or_default()
+    }
+
     /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
     /// free loopback port; `args` come after the harness's (a repeated flag overrides).
     pub fn ccm(&self, bin: &str, args: &[&str]) -> Ccm {
         let port = free_port();
         let log = self.dir.path().join(format!("ccm-{port}.log"));
         let child = tokio::process::Command::new(bin)
-            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s"])
+            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s", "--cluster-cidr=10.244.0.0/16"])
             .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
             .arg("--kubeconfig")
             .arg(&self.sa_kubeconfig)
@@ -185,11 +236,42 @@ impl Cluster {
         Ccm { child, log, port }
     }
 
+    /// A namespace of its own for a test case.
+    pub async fn namespace(&self, name: &str) {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
+        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
+    }
+
+    /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
+    pub async fn initialized_nodes(&self, prefix: &str, count: usize, timeout: Duration) -> Vec<Instance> {
+        let mut instances = Vec::new();
+        for i in 0..count {
+            let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
+            instances.push(self.cloud.create_instance(&req, None).await.expect("an instance is created"));
+        }
+        for i in &instances {
+            until(timeout, &format!("{} initialized", i.name), async || {
+                let n = self.node(&i.name).await?;
+                let initialized = !taint_keys(&n).iter().any(|k| k == UNINITIALIZED_TAINT)
+                    && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some());
+                initialized.then_some(())
+            })
+            .await;
+        }
+        instances
+    }
+
     /// Core/v1 events about `name` in `default`, as `kubectl get events` shows them.
     pub async fn events_for(&self, name: &str) -> Vec<Event> {
-        let all =
-            Api::<Event>::namespaced(self.client(), "default").list(&Default::default()).await.expect("list events");
-        all.items.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
+        self.events_in("default", name).await
+    }
+
+    /// Core/v1 events about `name` in `namespace` (empty when the call fails: callers poll).
+    pub async fn events_in(&self, namespace: &str, name: &str) -> Vec<Event> {
+        let all = Api::<Event>::namespaced(self.client(), namespace).list(&Default::default()).await;
+        let all = all.map(|l| l.items).unwrap_or_default();
+        all.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
     }
 
     /// The CCM's (admin) cloud calls of these operations so far.
@@ -203,11 +285,25 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
-/// A CCM process; killed when dropped.
+/// A CCM process; killed when dropped, and its log's tail printed then if the test is failing.
 pub struct Ccm {
     pub child: tokio::process::Child,
     log: PathBuf,
     pub port: u16,
+}
+
+/// Lines of a CCM's log printed when a test fails.
+const LOG_TAIL: usize = 60;
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n");
+            eprintln!("--- the last {LOG_TAIL} lines of the CCM log ({}) ---\n{tail}\n---", self.log.display());
+        }
+    }
 }
 
 impl Ccm {

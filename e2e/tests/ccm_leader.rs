@@ -21,9 +21,8 @@ fn identity(ccm: &Ccm) -> Option<String> {
 }
 
 async fn initialized(cluster: &Cluster, name: &str, timeout: Duration) {
-    let nodes = cluster.nodes();
     until(timeout, &format!("{name} initialized"), async || {
-        let n = nodes.get_opt(name).await.unwrap()?;
+        let n = cluster.node(name).await?;
         (!taint_keys(&n).iter().any(|k| k == UNINITIALIZED_TAINT)).then_some(())
     })
     .await;

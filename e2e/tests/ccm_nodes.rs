@@ -24,9 +24,25 @@ fn initialized(n: &Node) -> bool {
     !taint_keys(n).iter().any(|k| k == UNINITIALIZED_TAINT) && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
 }
 
-async fn wait_initialized(nodes: &Api<Node>, name: &str, timeout: Duration) -> Node {
-    until(timeout, &format!("{name} initialized"), async || nodes.get_opt(name).await.unwrap().filter(initialized))
-        .await
+async fn wait_initialized(cluster: &Cluster, name: &str, timeout: Duration) -> Node {
+    until(timeout, &format!("{name} initialized"), async || cluster.node(name).await.filter(initialized)).await
+}
+
+/// A kubelet's heartbeat for a Node no simulated kubelet owns yet: Ready, every 2 s, so the controller
+/// manager does not mark it NotReady (and the lifecycle controller delete it) however slow the test runs.
+fn heartbeat(nodes: Api<Node>, name: &'static str) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let status = serde_json::json!({"status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
+                                "lastHeartbeatTime": now, "lastTransitionTime": now}],
+                "addresses": [{"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}],
+            }});
+            let _ = nodes.patch_status(name, &PatchParams::default(), &Patch::Strategic(status)).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,8 +96,8 @@ async fn nodes_are_initialized_and_follow_their_instances() {
     let started = Instant::now();
     let a: Instance = create("node-a", "local-1b").await;
     let c: Instance = create("node-c", "local-1c").await;
-    let na = wait_initialized(&nodes, "node-a", Duration::from_secs(30)).await;
-    wait_initialized(&nodes, "node-c", Duration::from_secs(30)).await;
+    let na = wait_initialized(&cluster, "node-a", Duration::from_secs(30)).await;
+    wait_initialized(&cluster, "node-c", Duration::from_secs(30)).await;
     eprintln!("2 nodes registered and initialized {:.1?} after their instances were created", started.elapsed());
     assert_eq!(na.spec.as_ref().unwrap().provider_id.as_deref(), Some(a.provider_id.as_str()));
     // (The controller manager may add its own not-ready taint for a moment; the CCM's is what matters.)
@@ -154,21 +170,18 @@ async fn nodes_are_initialized_and_follow_their_instances() {
     }))
     .unwrap();
     nodes.create(&PostParams::default(), &ghost).await.unwrap();
-    let status = serde_json::json!({"status": {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up"}],
-        "addresses": [{"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}],
-    }});
-    nodes.patch_status("ghost", &PatchParams::default(), &Patch::Strategic(status)).await.unwrap();
+    let beating = heartbeat(nodes.clone(), "ghost");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let tries = cluster.ccm_calls(&METADATA_CALLS).await.len() - before;
     assert!(taint_keys(&nodes.get("ghost").await.unwrap()).iter().any(|k| k == UNINITIALIZED_TAINT), "still tainted");
     // 5 ms doubling: about 10 tries in 3 s (a hot loop would make hundreds).
     assert!((3..=25).contains(&tries), "{tries} lookups of the missing instance in 3 s");
     let g = create("ghost", "local-1a").await;
-    let ng = wait_initialized(&nodes, "ghost", Duration::from_secs(60)).await;
+    let ng = wait_initialized(&cluster, "ghost", Duration::from_secs(60)).await;
+    beating.abort();
     assert_eq!(ng.spec.as_ref().unwrap().provider_id.as_deref(), Some(g.provider_id.as_str()));
     let ng = until(Duration::from_secs(10), "ghost's addresses", async || {
-        nodes.get("ghost").await.ok().filter(|n| addresses(n).first().is_some_and(|a| a.0 == "InternalIP"))
+        cluster.node("ghost").await.filter(|n| addresses(n).first().is_some_and(|a| a.0 == "InternalIP"))
     })
     .await;
     assert_eq!(
@@ -180,13 +193,13 @@ async fn nodes_are_initialized_and_follow_their_instances() {
     // 3. A terminated instance: the node goes NotReady, then is deleted with a DeletingNode event.
     cluster.cloud.terminate_instance(&a.id).await.unwrap();
     let t = Instant::now();
-    until(Duration::from_secs(40), "node-a deleted", async || {
-        nodes.get_opt("node-a").await.unwrap().is_none().then_some(())
+    until(Duration::from_secs(40), "node-a deleted", async || cluster.node_gone("node-a").await.then_some(())).await;
+    eprintln!("node-a deleted {:.1?} after its instance was terminated", t.elapsed());
+    // Events are written in the background, as client-go's broadcaster does.
+    let deleting = until(Duration::from_secs(10), "the DeletingNode event", async || {
+        cluster.events_for("node-a").await.into_iter().find(|e| e.reason.as_deref() == Some("DeletingNode"))
     })
     .await;
-    eprintln!("node-a deleted {:.1?} after its instance was terminated", t.elapsed());
-    let deleting =
-        cluster.events_for("node-a").await.into_iter().find(|e| e.reason.as_deref() == Some("DeletingNode")).unwrap();
     assert_eq!(
         deleting.message.as_deref(),
         Some("Deleting node node-a because it does not exist in the cloud provider")
@@ -201,13 +214,13 @@ async fn nodes_are_initialized_and_follow_their_instances() {
     };
     cluster.cloud.stop_instance(&c.id).await.unwrap();
     until(Duration::from_secs(40), "node-c's shutdown taint", async || {
-        has_shutdown_taint(&nodes.get("node-c").await.unwrap()).then_some(())
+        cluster.node("node-c").await.filter(has_shutdown_taint).map(|_| ())
     })
     .await;
     assert!(nodes.get_opt("node-c").await.unwrap().is_some(), "a stopped instance's node is not deleted");
     cluster.cloud.start_instance(&c.id).await.unwrap();
     until(Duration::from_secs(40), "node-c's shutdown taint removed", async || {
-        (!has_shutdown_taint(&nodes.get("node-c").await.unwrap())).then_some(())
+        cluster.node("node-c").await.filter(|n| !has_shutdown_taint(n)).map(|_| ())
     })
     .await;
     assert_eq!(ccm.get("/healthz").map(|r| r.0), Some(200));

@@ -45,9 +45,13 @@ async fn bad_starts_say_what_to_fix() {
             vec!["--cloud-provider=fakecloud", &cfg_arg, "--controllers=*,nodes"],
             "\"nodes\" is not in the list of known controllers",
         ),
+        (vec!["--cloud-provider=fakecloud", &cfg_arg, "--cluster-cidr="], "--cluster-cidr"),
         (vec!["--cloud-provider=fakecloud", &cfg_arg, "--leader-elect-renew-deadline=20s"], "must be greater than"),
         (vec!["--cloud-provider=fakecloud", &cfg_arg, "--node-monitor-period=5"], "invalid duration"),
-        (vec!["--cloud-provider=fakecloud", &cfg_arg], "cannot reach the fakecloud emulator at http://127.0.0.1:1"),
+        (
+            vec!["--cloud-provider=fakecloud", &cfg_arg, "--cluster-cidr=10.244.0.0/16"],
+            "cannot reach the fakecloud emulator at http://127.0.0.1:1",
+        ),
     ] {
         let (code, stderr) = run(&args);
         assert_ne!(code, Some(0), "{args:?}");

@@ -1,0 +1,226 @@
+//! The service controller on the real control plane and emulator: the EXTERNAL-IP lifecycle (`<pending>`
+//! while provisioning, the VIP, listener and backend updates that keep the IP, cleanup on a type change and on
+//! deletion), `loadBalancerClass` Services left alone, the load-balancer quota reproducing "stuck in
+//! `<pending>`", and the cloud calls: none at steady state, one re-ensure per Service after a restart.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use fakecloud_api::{LoadBalancer, LoadBalancerState, Protocol, QuotaName};
+use fakecloud_e2e::{Cluster, until};
+use k8s_openapi::api::core::v1::{Event, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+const LB_WRITES: [&str; 3] = ["CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"];
+
+fn lb_service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service {
+    let mut spec = serde_json::json!({"type": "LoadBalancer", "selector": {"app": name},
+        "ports": [{"name": "web", "port": port, "targetPort": 8080, "protocol": "TCP"}]});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn ingress_ip(svc: &Service) -> Option<String> {
+    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+}
+
+fn finalizers(svc: &Service) -> Vec<String> {
+    svc.metadata.finalizers.clone().unwrap_or_default()
+}
+
+/// Upstream's load-balancer name: `a` + the UID without dashes, 32 characters.
+fn lb_name(svc: &Service) -> String {
+    let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap().replace('-', ""));
+    n.truncate(32);
+    n
+}
+
+async fn cloud_lb(cluster: &Cluster, svc: &Service) -> Option<LoadBalancer> {
+    cluster.cloud.find_load_balancer(&lb_name(svc)).await.unwrap()
+}
+
+async fn get(api: &Api<Service>, name: &str) -> Option<Service> {
+    api.get_opt(name).await.ok().flatten()
+}
+
+fn reasons(events: &[Event]) -> Vec<String> {
+    events.iter().filter_map(|e| e.reason.clone()).collect()
+}
+
+async fn wait_event(cluster: &Cluster, ns: &str, name: &str, reason: &str, timeout: Duration) -> Event {
+    until(timeout, &format!("a {reason} event for {ns}/{name}"), async || {
+        cluster.events_in(ns, name).await.into_iter().find(|e| e.reason.as_deref() == Some(reason))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_external_ip_lifecycle() {
+    let Some(cluster) = Cluster::start("CCM service controller e2e test").await else {
+        return;
+    };
+    let ccm = cluster.ccm(CCM, &[]);
+    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
+    let instances = cluster.initialized_nodes("lb-node", 2, Duration::from_secs(60)).await;
+    let ns = "lb-lifecycle";
+    cluster.namespace(ns).await;
+    let services = Api::<Service>::namespaced(cluster.client(), ns);
+
+    // 1. `<pending>` while the cloud provisions, with the finalizer already on; then the VIP.
+    let web = services.create(&PostParams::default(), &lb_service("web", 80, serde_json::json!({}))).await.unwrap();
+    let provisioning = until(Duration::from_secs(30), "the load balancer provisioning", async || {
+        cloud_lb(&cluster, &web).await.filter(|lb| lb.state == LoadBalancerState::Provisioning)
+    })
+    .await;
+    let now = get(&services, "web").await.unwrap();
+    assert!(finalizers(&now).contains(&FINALIZER.to_string()), "the finalizer comes before the cloud call");
+    assert_eq!(ingress_ip(&now), None, "<pending> while provisioning");
+    let ip =
+        until(Duration::from_secs(30), "web's EXTERNAL-IP", async || ingress_ip(&get(&services, "web").await?)).await;
+    let lb = cloud_lb(&cluster, &web).await.unwrap();
+    assert_eq!(lb.id, provisioning.id, "one load balancer, never a second");
+    assert_eq!(lb.state, LoadBalancerState::Active);
+    assert_eq!(lb.address.map(|a| a.to_string()), Some(ip.clone()), "the ingress is the cloud's VIP");
+    let node_port = web.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port.unwrap();
+    assert_eq!(lb.listeners.len(), 1);
+    assert_eq!(
+        (lb.listeners[0].protocol, lb.listeners[0].port, i32::from(lb.listeners[0].backend_port)),
+        (Protocol::Tcp, 80, node_port)
+    );
+    let mut want: Vec<String> = instances.iter().map(|i| i.id.clone()).collect();
+    want.sort();
+    let mut got = lb.backends.clone();
+    got.sort();
+    assert_eq!(got, want, "every node is a backend");
+    let status = get(&services, "web").await.unwrap().status.unwrap().load_balancer.unwrap();
+    let ingress = &status.ingress.unwrap()[0];
+    assert_eq!(ingress.ip_mode.as_deref(), Some("VIP"), "ipMode is the apiserver's default, not the CCM's");
+    assert_eq!(ingress.hostname, None);
+    for reason in ["EnsuringLoadBalancer", "EnsuredLoadBalancer"] {
+        let ev = wait_event(&cluster, ns, "web", reason, Duration::from_secs(10)).await;
+        assert_eq!(ev.type_.as_deref(), Some("Normal"));
+        assert_eq!(ev.source.as_ref().and_then(|s| s.component.as_deref()), Some("service-controller"));
+    }
+
+    // 2. A port changed: the listener follows, the IP stays.
+    let patch = serde_json::json!({"spec": {"ports": [{"name": "web", "port": 8081, "targetPort": 8080, "protocol": "TCP", "nodePort": node_port}]}});
+    services.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    until(Duration::from_secs(30), "the listener on 8081", async || {
+        cloud_lb(&cluster, &web).await.filter(|lb| lb.listeners.iter().any(|l| l.port == 8081)).map(|_| ())
+    })
+    .await;
+    assert_eq!(ingress_ip(&get(&services, "web").await.unwrap()), Some(ip.clone()), "the IP is kept");
+
+    // 3. A node joins: a backend more. A node labelled excluded: a backend less. One update each.
+    let joined = cluster.initialized_nodes("lb-late", 1, Duration::from_secs(60)).await.remove(0);
+    until(Duration::from_secs(30), "the new node as a backend", async || {
+        cloud_lb(&cluster, &web).await.filter(|lb| lb.backends.contains(&joined.id)).map(|_| ())
+    })
+    .await;
+    wait_event(&cluster, ns, "web", "UpdatedLoadBalancer", Duration::from_secs(10)).await;
+    let label = serde_json::json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
+    cluster.nodes().patch(&instances[0].name, &PatchParams::default(), &Patch::Merge(label)).await.unwrap();
+    until(Duration::from_secs(30), "the excluded node out of the backends", async || {
+        cloud_lb(&cluster, &web).await.filter(|lb| !lb.backends.contains(&instances[0].id)).map(|_| ())
+    })
+    .await;
+    assert_eq!(cloud_lb(&cluster, &web).await.unwrap().backends.len(), 2);
+
+    // 4. Steady state: heartbeats and resyncs cost no load-balancer write.
+    let writes = cluster.ccm_calls(&LB_WRITES).await.len();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = cluster.ccm_calls(&LB_WRITES).await;
+    assert_eq!(after.len(), writes, "no load-balancer writes at steady state: {:#?}", &after[writes..]);
+
+    // 5. A loadBalancerClass Service: not ours, not a single cloud call.
+    let before = cluster.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await.len();
+    let classed = lb_service("classed", 80, serde_json::json!({"loadBalancerClass": "example.com/other"}));
+    let classed = services.create(&PostParams::default(), &classed).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cluster.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await.len(), before);
+    let classed = get(&services, "classed").await.unwrap_or(classed);
+    assert!(finalizers(&classed).is_empty() && ingress_ip(&classed).is_none());
+    assert!(cluster.events_in(ns, "classed").await.is_empty());
+
+    // 6. Switched to ClusterIP: the load balancer deleted, the finalizer removed, the ingress cleared.
+    let to_cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "web", "port": 8081, "targetPort": 8080, "protocol": "TCP", "nodePort": null}]}});
+    services.patch("web", &PatchParams::default(), &Patch::Merge(to_cluster_ip)).await.unwrap();
+    let cleaned = until(Duration::from_secs(30), "web cleaned up", async || {
+        get(&services, "web").await.filter(|s| finalizers(s).is_empty() && ingress_ip(s).is_none())
+    })
+    .await;
+    assert_eq!(cleaned.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
+    until(Duration::from_secs(30), "web's load balancer gone", async || {
+        cloud_lb(&cluster, &web).await.is_none().then_some(())
+    })
+    .await;
+    let seen = reasons(&cluster.events_in(ns, "web").await);
+    for reason in ["DeletingLoadBalancer", "DeletedLoadBalancer"] {
+        assert!(seen.iter().any(|r| r == reason), "{reason} in {seen:?}");
+    }
+
+    // 7. A LoadBalancer Service deleted: its load balancer goes, then the Service (the finalizer held it).
+    let api = services.create(&PostParams::default(), &lb_service("api", 443, serde_json::json!({}))).await.unwrap();
+    until(Duration::from_secs(30), "api's EXTERNAL-IP", async || ingress_ip(&get(&services, "api").await?)).await;
+    services.delete("api", &DeleteParams::default()).await.unwrap();
+    until(Duration::from_secs(30), "the api Service gone", async || {
+        matches!(services.get_opt("api").await, Ok(None)).then_some(())
+    })
+    .await;
+    until(Duration::from_secs(30), "api's load balancer gone", async || {
+        cloud_lb(&cluster, &api).await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(ccm.get("/healthz").map(|r| r.0), Some(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
+    let Some(cluster) = Cluster::start("CCM load-balancer quota e2e test").await else {
+        return;
+    };
+    cluster.admin.set_quota(QuotaName::LoadBalancers, 1).await.unwrap();
+    let mut ccm = cluster.ccm(CCM, &[]);
+    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
+    cluster.initialized_nodes("quota-node", 1, Duration::from_secs(60)).await;
+    let ns = "lb-quota";
+    cluster.namespace(ns).await;
+    let services = Api::<Service>::namespaced(cluster.client(), ns);
+    services.create(&PostParams::default(), &lb_service("first", 80, serde_json::json!({}))).await.unwrap();
+    until(Duration::from_secs(30), "first's EXTERNAL-IP", async || ingress_ip(&get(&services, "first").await?)).await;
+
+    // The quota is used up: the second stays <pending>, and the event says which quota.
+    services.create(&PostParams::default(), &lb_service("second", 80, serde_json::json!({}))).await.unwrap();
+    let failed = wait_event(&cluster, ns, "second", "SyncLoadBalancerFailed", Duration::from_secs(30)).await;
+    let msg = failed.message.unwrap_or_default();
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert!(msg.starts_with("Error syncing load balancer: failed to ensure load balancer: "), "{msg}");
+    assert!(msg.contains("LoadBalancerLimitExceeded"), "the event names the quota: {msg}");
+    assert_eq!(ingress_ip(&get(&services, "second").await.unwrap()), None);
+
+    // Raised: it heals on the next retry (5 s, then 10 s, ...), without a restart.
+    cluster.admin.set_quota(QuotaName::LoadBalancers, 10).await.unwrap();
+    until(Duration::from_secs(60), "second's EXTERNAL-IP", async || ingress_ip(&get(&services, "second").await?)).await;
+
+    // A restart re-ensures each load balancer once: one lookup per Service, nothing created or changed.
+    ccm.kill().await;
+    let (reads, writes) = (
+        cluster.ccm_calls(&["ListLoadBalancers", "GetLoadBalancer"]).await.len(),
+        cluster.ccm_calls(&LB_WRITES).await.len(),
+    );
+    let restarted = cluster.ccm(CCM, &[]);
+    restarted.wait_log("starting controllers", Duration::from_secs(30)).await;
+    until(Duration::from_secs(30), "both re-ensured", async || {
+        let n = cluster.ccm_calls(&["ListLoadBalancers", "GetLoadBalancer"]).await.len() - reads;
+        (n >= 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let reads = cluster.ccm_calls(&["ListLoadBalancers", "GetLoadBalancer"]).await.len() - reads;
+    assert_eq!(reads, 2, "one lookup per Service after a restart\n{}", restarted.log());
+    assert_eq!(cluster.ccm_calls(&LB_WRITES).await.len(), writes, "no writes after a restart");
+}
