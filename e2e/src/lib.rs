@@ -23,14 +23,16 @@ use std::time::{Duration, Instant};
 use fakecloud_api::{AuditEntry, AuditQuery, Client, CreateInstanceRequest, Instance};
 use fakecloud_controlplane::kubelets::{Options, SimulatedKubelets};
 use fakecloud_controlplane::{Binaries, ControlPlane};
-use fakecloud_emulator::config::{Config, DbLocation, Timings};
+use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::Api;
 
+/// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
+/// never faulted), and its calls are told apart in the audit log.
 pub const USER: &str = "e2e-user-token-0123456789abcdef";
-/// The CCM's token: its calls are told apart from the kubelets' (user) in the emulator's audit log.
+/// The test's and the simulated kubelets' token: the infrastructure, not faulted.
 pub const ADMIN: &str = "e2e-admin-token-0123456789abcdef";
 /// The manifest's ServiceAccount.
 pub const SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-manager");
@@ -98,9 +100,9 @@ impl Rates {
 pub struct Cluster {
     pub cp: ControlPlane,
     pub server: Server,
-    /// The kubelets' (user) client; [`Cluster::admin`] is what the CCM uses.
+    /// The test's and the kubelets' client (admin token: quotas, faults, the audit log; never faulted). The
+    /// CCM uses the user token.
     pub cloud: Client,
-    pub admin: Client,
     pub dir: tempfile::TempDir,
     /// A kubeconfig with a TokenRequest token of the manifest's ServiceAccount.
     pub sa_kubeconfig: PathBuf,
@@ -117,6 +119,12 @@ impl Cluster {
     }
 
     pub async fn start_with(test: &str, rates: Rates) -> Option<Self> {
+        Self::start_with_topology(test, rates, Topology::default()).await
+    }
+
+    /// With the emulator's region, zones and address pools given (a benchmark's 1,000 VIPs need a public pool
+    /// larger than the default /24).
+    pub async fn start_with_topology(test: &str, rates: Rates, topology: Topology) -> Option<Self> {
         let binaries = Binaries::for_tests(test)?;
         let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
         let cp = ControlPlane::builder()
@@ -136,30 +144,20 @@ impl Cluster {
         let server = Server::start(
             "127.0.0.1:0",
             &DbLocation::File(dir.path().join("fc.db")),
-            Config { timings, ..Config::default() },
+            Config { timings, topology, ..Config::default() },
             tokens,
         )
         .await
         .expect("the emulator starts");
-        let cloud = Client::new(&server.url(), USER).expect("emulator client");
-        let admin = Client::new(&server.url(), ADMIN).expect("emulator client");
+        let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
         let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
             .await
             .expect("simulated kubelets start");
         let cloud_config = dir.path().join("cloud-config.yaml");
-        std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {ADMIN}\nregion: local-1\n", server.url()))
+        std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {USER}\nregion: local-1\n", server.url()))
             .expect("cloud config written");
-        let mut cluster = Self {
-            cp,
-            server,
-            cloud,
-            admin,
-            dir,
-            sa_kubeconfig: PathBuf::new(),
-            cloud_config,
-            kubectl,
-            _kubelets: kubelets,
-        };
+        let mut cluster =
+            Self { cp, server, cloud, dir, sa_kubeconfig: PathBuf::new(), cloud_config, kubectl, _kubelets: kubelets };
         // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
         cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
         cluster.sa_kubeconfig = cluster
@@ -274,10 +272,10 @@ impl Cluster {
         all.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
     }
 
-    /// The CCM's (admin) cloud calls of these operations so far.
+    /// The CCM's (user) cloud calls of these operations so far.
     pub async fn ccm_calls(&self, operations: &[&str]) -> Vec<AuditEntry> {
-        let audit = self.admin.audit(&AuditQuery { limit: Some(10_000), ..Default::default() }).await.expect("audit");
-        audit.items.into_iter().filter(|e| e.role == "admin" && operations.contains(&e.operation.as_str())).collect()
+        let audit = self.cloud.audit(&AuditQuery { limit: Some(10_000), ..Default::default() }).await.expect("audit");
+        audit.items.into_iter().filter(|e| e.role == "user" && operations.contains(&e.operation.as_str())).collect()
     }
 }
 

@@ -22,7 +22,7 @@ async fn routes_follow_nodes_and_the_route_quota() {
         return;
     };
     let cloud = cluster.cloud.clone();
-    cluster.admin.set_quota(QuotaName::RoutesPerRouteTable, 2).await.unwrap();
+    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, 2).await.unwrap();
     let ccm = cluster.ccm(CCM, &["--route-reconciliation-period=1s"]);
     ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
     let mut instances = Vec::new();
@@ -66,7 +66,7 @@ async fn routes_follow_nodes_and_the_route_quota() {
     assert_eq!(ev.source.and_then(|s| s.component).as_deref(), Some("route_controller"));
 
     // Raising the quota heals it without a restart.
-    cluster.admin.set_quota(QuotaName::RoutesPerRouteTable, 50).await.unwrap();
+    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, 50).await.unwrap();
     until(Duration::from_secs(30), "all three routed", async || {
         let list = cluster.node_list().await;
         (list.len() == 3 && list.iter().all(|n| network_unavailable(n).is_some_and(|c| c.0 == "False"))).then_some(())

@@ -183,7 +183,7 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
     let Some(cluster) = Cluster::start("CCM load-balancer quota e2e test").await else {
         return;
     };
-    cluster.admin.set_quota(QuotaName::LoadBalancers, 1).await.unwrap();
+    cluster.cloud.set_quota(QuotaName::LoadBalancers, 1).await.unwrap();
     let mut ccm = cluster.ccm(CCM, &[]);
     ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
     cluster.initialized_nodes("quota-node", 1, Duration::from_secs(60)).await;
@@ -203,7 +203,7 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
     assert_eq!(ingress_ip(&get(&services, "second").await.unwrap()), None);
 
     // Raised: it heals on the next retry (5 s, then 10 s, ...), without a restart.
-    cluster.admin.set_quota(QuotaName::LoadBalancers, 10).await.unwrap();
+    cluster.cloud.set_quota(QuotaName::LoadBalancers, 10).await.unwrap();
     until(Duration::from_secs(60), "second's EXTERNAL-IP", async || ingress_ip(&get(&services, "second").await?)).await;
 
     // A restart re-ensures each load balancer once: one lookup per Service, nothing created or changed.

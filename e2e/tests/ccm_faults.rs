@@ -1,0 +1,127 @@
+//! The CCM when the cloud misbehaves, judged only through the Kubernetes API and the emulator's audit log:
+//! a throttled create is retried after exactly the `Retry-After` the cloud gave (never sooner, and not after
+//! the 5 s backoff), and a load-balancing outage keeps Services `<pending>` with `SyncLoadBalancerFailed` until
+//! it ends, then they converge without a restart.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fakecloud_api::{
+    AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, OutageScope, StartOutageRequest,
+};
+use fakecloud_e2e::{Cluster, until};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+
+fn lb_service(name: &str) -> Service {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer",
+        "selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+    .unwrap()
+}
+
+fn ingress_ip(svc: &Service) -> Option<String> {
+    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+}
+
+fn at(e: &AuditEntry) -> Timestamp {
+    e.time.parse().unwrap()
+}
+
+async fn started(cluster: &Cluster, ns: &str) -> (fakecloud_e2e::Ccm, Api<Service>) {
+    let ccm = cluster.ccm(CCM, &[]);
+    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
+    cluster.initialized_nodes(&format!("{ns}-node"), 1, Duration::from_secs(60)).await;
+    cluster.namespace(ns).await;
+    (ccm, Api::namespaced(cluster.client(), ns))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
+    let Some(cluster) = Cluster::start("CCM Retry-After e2e test").await else {
+        return;
+    };
+    let (_ccm, services) = started(&cluster, "throttled").await;
+    // The first two creates are throttled, each saying "come back in 3 s".
+    let rule = CreateFaultRuleRequest {
+        id: Some("throttle-lb-creates".into()),
+        matcher: FaultMatch { operations: vec!["CreateLoadBalancer".into()], ..Default::default() },
+        action: FaultAction::Error {
+            status: 503,
+            code: "RequestLimitExceeded".into(),
+            message: Some("slow down".into()),
+            headers: BTreeMap::from([("Retry-After".to_string(), "3".to_string())]),
+        },
+        trigger: FaultTrigger { times: Some(2), ..Default::default() },
+        position: None,
+    };
+    cluster.cloud.add_fault(&rule).await.unwrap();
+    services.create(&PostParams::default(), &lb_service("web")).await.unwrap();
+    until(Duration::from_secs(60), "web's EXTERNAL-IP", async || ingress_ip(&services.get_opt("web").await.ok()??))
+        .await;
+
+    let calls = cluster.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await;
+    let creates: Vec<&AuditEntry> = calls.iter().filter(|e| e.operation == "CreateLoadBalancer").collect();
+    assert_eq!(
+        creates.iter().map(|e| e.status).collect::<Vec<_>>(),
+        [503, 503, 201],
+        "two throttled creates, then one that works: {creates:#?}"
+    );
+    for pair in creates.windows(2) {
+        let gap = at(pair[1]).duration_since(at(pair[0])).as_secs_f64();
+        // Exactly the delay asked for: not sooner, and not the 5 s backoff of other errors.
+        assert!((2.99..4.5).contains(&gap), "{gap:.3} s between creates (Retry-After: 3)");
+        let early: Vec<&AuditEntry> = calls
+            .iter()
+            .filter(|e| e.seq > pair[0].seq && at(e).duration_since(at(pair[0])).as_secs_f64() < 2.99)
+            .collect();
+        assert!(early.is_empty(), "cloud calls before Retry-After elapsed: {early:#?}");
+    }
+    let events = cluster.events_in("throttled", "web").await;
+    let throttled = events.iter().filter(|e| {
+        e.reason.as_deref() == Some("SyncLoadBalancerFailed")
+            && e.message.as_deref().is_some_and(|m| m.contains("RequestLimitExceeded"))
+    });
+    assert_eq!(throttled.count(), 2, "a SyncLoadBalancerFailed per throttled try: {events:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_wait_out_a_load_balancing_outage_and_converge() {
+    let Some(cluster) = Cluster::start("CCM outage e2e test").await else {
+        return;
+    };
+    let (ccm, services) = started(&cluster, "outage").await;
+    let outage = StartOutageRequest {
+        scope: OutageScope::Service,
+        service: Some(fakecloud_api::Service::LoadBalancing),
+        zone: None,
+        duration_seconds: Some(10.0),
+    };
+    cluster.cloud.start_outage(&outage).await.unwrap();
+    for name in ["a", "b", "c"] {
+        services.create(&PostParams::default(), &lb_service(name)).await.unwrap();
+    }
+    // During the outage: pending, each with a SyncLoadBalancerFailed that says the service is unavailable.
+    for name in ["a", "b", "c"] {
+        let ev = until(Duration::from_secs(8), &format!("{name}'s SyncLoadBalancerFailed"), async || {
+            let events = cluster.events_in("outage", name).await;
+            events.into_iter().find(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+        })
+        .await;
+        assert!(ev.message.as_deref().unwrap().contains("ServiceUnavailable"), "{:?}", ev.message);
+        assert_eq!(ingress_ip(&services.get(name).await.unwrap()), None, "<pending> during the outage");
+    }
+    // After it: all converge, with no restart.
+    for name in ["a", "b", "c"] {
+        until(Duration::from_secs(40), &format!("{name}'s EXTERNAL-IP"), async || {
+            ingress_ip(&services.get_opt(name).await.ok()??)
+        })
+        .await;
+    }
+    let lbs = cluster.cloud.list_all_load_balancers().await.unwrap();
+    assert_eq!(lbs.len(), 3, "one load balancer per Service: {lbs:#?}");
+    assert!(!ccm.log().contains("panicked"));
+}
