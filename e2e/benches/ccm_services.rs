@@ -1,0 +1,241 @@
+//! The service and route controllers at scale, against their floor.
+//!
+//! - Services: N `type: LoadBalancer` Services created at once (3 nodes, zero provisioning delay); the wall
+//!   time until every one has its EXTERNAL-IP (from a watch), the CCM's cloud calls by operation, its peak RSS.
+//! - Routes: N instances whose Nodes register at the kubelet's rates; the time until all are initialized, then
+//!   until every one has its route and `NetworkUnavailable=False`; cloud calls by operation; peak RSS.
+//! - The floor: the API-server writes those outcomes require (per Service the finalizer and the ingress, per
+//!   Node the condition), done by a bare client, 16 in flight; reported with the ratio CCM / floor.
+//!
+//! `cargo bench -p fakecloud-e2e --bench ccm_services` (N from `FAKECLOUD_BENCH_N`, default 1000; extra CCM
+//! flags from `FAKECLOUD_CCM_BENCH_ARGS`, e.g. `--kube-api-qps=200 --kube-api-burst=400
+//! --concurrent-service-syncs=10`; `FAKECLOUD_BENCH_PARTS=services,routes` to pick).
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use fakecloud_api::{AuditQuery, CreateInstanceRequest, QuotaName};
+use fakecloud_e2e::{Ccm, Cluster, Rates};
+use fakecloud_emulator::config::Topology;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+const IN_FLIGHT: usize = 16;
+const DEADLINE: Duration = Duration::from_secs(1200);
+
+fn peak_rss_mib(ccm: &Ccm) -> f64 {
+    let pid = ccm.child.id().unwrap_or_default();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+/// The CCM's (user) cloud calls, counted by operation.
+async fn calls_by_operation(cluster: &Cluster) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let q = AuditQuery { limit: Some(10_000), after, ..Default::default() };
+        let page = cluster.cloud.audit(&q).await.unwrap().items;
+        let Some(last) = page.last() else { break };
+        after = Some(last.seq);
+        for e in page.iter().filter(|e| e.role == "user") {
+            *counts.entry(e.operation.clone()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+fn lb_service(i: usize) -> Service {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": format!("svc-{i:04}")}, "spec": {
+        "type": "LoadBalancer", "selector": {"app": "bench"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+    .unwrap()
+}
+
+fn ingress(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+}
+
+/// Wait until `done` holds for `n` distinct objects seen by a watch started before `start()` runs.
+async fn watch_until<K, F>(api: Api<K>, n: usize, done: fn(&K) -> bool, start: F) -> Duration
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+    F: std::future::Future<Output = ()>,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let watch =
+        tokio::spawn(watcher(api, watcher::Config::default()).default_backoff().applied_objects().for_each(move |o| {
+            if let Ok(o) = o
+                && done(&o)
+            {
+                let _ = tx.send(o.meta().name.clone().unwrap_or_default());
+            }
+            futures::future::ready(())
+        }));
+    let t = Instant::now();
+    start.await;
+    let mut seen = HashSet::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while seen.len() < n {
+        let Ok(Some(name)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
+            panic!("only {} of {n} done after {DEADLINE:?}", seen.len());
+        };
+        seen.insert(name);
+    }
+    watch.abort();
+    t.elapsed()
+}
+
+/// `writes` API-server writes by a bare client, `IN_FLIGHT` at once: the floor.
+async fn floor<F, Fut>(n: usize, write: F) -> Duration
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let t = Instant::now();
+    futures::stream::iter(0..n).map(write).buffer_unordered(IN_FLIGHT).collect::<Vec<()>>().await;
+    t.elapsed()
+}
+
+async fn services(n: usize, extra: &[&str]) {
+    let zones: Vec<String> = ["local-1a", "local-1b", "local-1c"].iter().map(|s| s.to_string()).collect();
+    // 198.18.0.0/20: 4,094 VIPs (the default public pool is a /24).
+    let topology =
+        Topology::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "198.18.0.0/20".parse().unwrap()).unwrap();
+    let rates = Rates { lb_provision_delay: Duration::ZERO, ..Rates::real() };
+    let Some(cluster) = Cluster::start_with_topology("service benchmark", rates, topology).await else { return };
+    let limit = u32::try_from(n + 10).unwrap();
+    cluster.cloud.set_quota(QuotaName::LoadBalancers, limit).await.unwrap();
+    cluster.cloud.set_quota(QuotaName::PublicIps, limit).await.unwrap();
+    let ccm = cluster.ccm(CCM, extra);
+    ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
+    cluster.initialized_nodes("svc-bench-node", 3, Duration::from_secs(120)).await;
+    cluster.namespace("bench").await;
+    let api = Api::<Service>::namespaced(cluster.client(), "bench");
+    let create = api.clone();
+    let wall = watch_until(api, n, ingress, async move {
+        futures::stream::iter(0..n)
+            .map(|i| {
+                let api = create.clone();
+                async move { api.create(&PostParams::default(), &lb_service(i)).await.map(|_| ()) }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await
+            .unwrap();
+    })
+    .await;
+    let rss = peak_rss_mib(&ccm);
+    let calls = calls_by_operation(&cluster).await;
+    drop(ccm);
+
+    // The floor: per Service the finalizer and the ingress, two status patches.
+    cluster.namespace("floor").await;
+    let floor_api = Api::<Service>::namespaced(cluster.client(), "floor");
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = floor_api.clone();
+            async move { api.create(&PostParams::default(), &lb_service(i)).await.unwrap() }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<Vec<_>>()
+        .await;
+    let bare = floor(n, |i| {
+        let api = floor_api.clone();
+        async move {
+            let name = format!("svc-{i:04}");
+            let fin = serde_json::json!({"metadata": {"finalizers": ["service.kubernetes.io/load-balancer-cleanup"]}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(fin)).await.unwrap();
+            let ip = format!("198.19.{}.{}", i / 250, i % 250 + 1);
+            let st = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(st)).await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "services={n} flags={extra:?} all_external_ips={wall:.1?} ccm_peak_rss={rss:.1}MiB floor(2 writes each)={bare:.1?} \
+         ratio={:.1} cloud_calls={calls:?}",
+        wall.as_secs_f64() / bare.as_secs_f64()
+    );
+}
+
+fn routed(n: &Node) -> bool {
+    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c.type_ == "NetworkUnavailable" && c.status == "False" && c.reason.as_deref() == Some("RouteCreated")
+        })
+    })
+}
+
+fn initialized(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some()
+}
+
+async fn routes(n: usize, extra: &[&str]) {
+    let Some(cluster) = Cluster::start_with("route benchmark", Rates::real()).await else { return };
+    let limit = u32::try_from(n + 10).unwrap();
+    cluster.cloud.set_quota(QuotaName::Instances, limit).await.unwrap();
+    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, limit).await.unwrap();
+    let ccm = cluster.ccm(CCM, extra);
+    ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
+    let cloud = cluster.cloud.clone();
+    let t = Instant::now();
+    let init = watch_until(cluster.nodes(), n, initialized, async move {
+        for i in 0..n {
+            let req = CreateInstanceRequest { name: format!("route-bench-{i:04}"), ..Default::default() };
+            cloud.create_instance(&req, None).await.unwrap();
+        }
+    })
+    .await;
+    let routed_after = watch_until(cluster.nodes(), n, routed, async {}).await + init;
+    let total = t.elapsed();
+    let rss = peak_rss_mib(&ccm);
+    let calls = calls_by_operation(&cluster).await;
+    drop(ccm);
+    // The floor: one NetworkUnavailable patch per Node.
+    let nodes = cluster.nodes();
+    let bare = floor(n, |i| {
+        let nodes = nodes.clone();
+        async move {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let patch = serde_json::json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": "False",
+                "reason": "Floor", "message": "bare client", "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
+            let name = format!("route-bench-{i:04}");
+            nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
+        }
+    })
+    .await;
+    let routing = routed_after.saturating_sub(init);
+    println!(
+        "route_nodes={n} flags={extra:?} all_initialized={init:.1?} then_all_routed={routing:.1?} (total {total:.1?}) \
+         ccm_peak_rss={rss:.1}MiB floor(1 write each)={bare:.1?} ratio(routing/floor)={:.1} cloud_calls={calls:?}",
+        routing.as_secs_f64() / bare.as_secs_f64()
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("FAKECLOUD_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let extra = std::env::var("FAKECLOUD_CCM_BENCH_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let parts = std::env::var("FAKECLOUD_BENCH_PARTS").unwrap_or_else(|_| "services,routes".into());
+    if parts.contains("services") {
+        services(n, &extra).await;
+    }
+    if parts.contains("routes") {
+        routes(n, &extra).await;
+    }
+}
