@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{AuditQuery, CreateInstanceRequest, QuotaName};
-use fakecloud_e2e::{Ccm, Cluster, Rates};
+use fakecloud_api::{CreateInstanceRequest, QuotaName};
+use fakecloud_e2e::{Ccm, Cluster, ClusterOptions, Rates};
 use fakecloud_emulator::config::Topology;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -38,18 +38,11 @@ fn peak_rss_mib(ccm: &Ccm) -> f64 {
     kib / 1024.0
 }
 
-/// The CCM's (user) cloud calls, counted by operation.
+/// The CCM's cloud calls, counted by operation.
 async fn calls_by_operation(cluster: &Cluster) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
-    let mut after = None;
-    loop {
-        let q = AuditQuery { limit: Some(10_000), after, ..Default::default() };
-        let page = cluster.cloud.audit(&q).await.unwrap().items;
-        let Some(last) = page.last() else { break };
-        after = Some(last.seq);
-        for e in page.iter().filter(|e| e.role == "user") {
-            *counts.entry(e.operation.clone()).or_insert(0) += 1;
-        }
+    for e in cluster.ccm_audit().await {
+        *counts.entry(e.operation).or_insert(0) += 1;
     }
     counts
 }
@@ -116,7 +109,8 @@ async fn services(n: usize, extra: &[&str]) {
     let topology =
         Topology::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "198.18.0.0/20".parse().unwrap()).unwrap();
     let rates = Rates { lb_provision_delay: Duration::ZERO, ..Rates::real() };
-    let Some(cluster) = Cluster::start_with_topology("service benchmark", rates, topology).await else { return };
+    let options = ClusterOptions { rates, topology, node_cidr_mask_size: None };
+    let Some(cluster) = Cluster::start_with_options("service benchmark", options).await else { return };
     let limit = u32::try_from(n + 10).unwrap();
     cluster.cloud.set_quota(QuotaName::LoadBalancers, limit).await.unwrap();
     cluster.cloud.set_quota(QuotaName::PublicIps, limit).await.unwrap();
@@ -185,7 +179,9 @@ fn initialized(n: &Node) -> bool {
 }
 
 async fn routes(n: usize, extra: &[&str]) {
-    let Some(cluster) = Cluster::start_with("route benchmark", Rates::real()).await else { return };
+    // /26 pod CIDRs: 1,024 nodes fit the /16 cluster CIDR (the default /24 gives 256).
+    let options = ClusterOptions { rates: Rates::real(), node_cidr_mask_size: Some(26), ..ClusterOptions::default() };
+    let Some(cluster) = Cluster::start_with_options("route benchmark", options).await else { return };
     let limit = u32::try_from(n + 10).unwrap();
     cluster.cloud.set_quota(QuotaName::Instances, limit).await.unwrap();
     cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, limit).await.unwrap();

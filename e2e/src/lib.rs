@@ -21,7 +21,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{AuditEntry, AuditQuery, Client, CreateInstanceRequest, Instance};
-use fakecloud_controlplane::kubelets::{Options, SimulatedKubelets};
+use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
 use fakecloud_controlplane::{Binaries, ControlPlane};
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::http::auth::Tokens;
@@ -68,7 +68,7 @@ pub fn taint_keys(n: &Node) -> Vec<String> {
 #[derive(Debug, Clone)]
 pub struct Rates {
     pub node_monitor_grace_period: Duration,
-    pub kubelets: Options,
+    pub kubelets: kubelets::Options,
     pub lb_provision_delay: Duration,
 }
 
@@ -76,11 +76,11 @@ impl Rates {
     /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases every 2 s, status every 5 s;
     /// a load balancer is provisioned in 2 s (so `<pending>` is seen).
     pub fn fast() -> Self {
-        let kubelets = Options {
+        let kubelets = kubelets::Options {
             poll: Duration::from_millis(200),
             lease_renew: Duration::from_secs(2),
             status_every: Duration::from_secs(5),
-            ..Options::default()
+            ..kubelets::Options::default()
         };
         Self { node_monitor_grace_period: Duration::from_secs(8), kubelets, lb_provision_delay: Duration::from_secs(2) }
     }
@@ -90,9 +90,29 @@ impl Rates {
     pub fn real() -> Self {
         Self {
             node_monitor_grace_period: Duration::from_secs(50),
-            kubelets: Options::default(),
+            kubelets: kubelets::Options::default(),
             lb_provision_delay: Timings::default().lb_provision_delay,
         }
+    }
+}
+
+/// Cases of one test binary run in parallel threads under `cargo test`; each starts a whole cluster, and on
+/// 2 cores two at once only make both slow and their timings loose. A cluster holds this lock for its life.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What a cluster starts with, beyond the defaults.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub rates: Rates,
+    /// The emulator's region, zones and address pools (1,000 VIPs need a public pool larger than the default /24).
+    pub topology: Topology,
+    /// The controller manager's pod CIDR size per node (default /24: 256 nodes in the /16 cluster CIDR).
+    pub node_cidr_mask_size: Option<u8>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self { rates: Rates::fast(), topology: Topology::default(), node_cidr_mask_size: None }
     }
 }
 
@@ -109,6 +129,7 @@ pub struct Cluster {
     pub cloud_config: PathBuf,
     kubectl: PathBuf,
     _kubelets: SimulatedKubelets,
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Cluster {
@@ -119,20 +140,23 @@ impl Cluster {
     }
 
     pub async fn start_with(test: &str, rates: Rates) -> Option<Self> {
-        Self::start_with_topology(test, rates, Topology::default()).await
+        Self::start_with_options(test, ClusterOptions { rates, ..ClusterOptions::default() }).await
     }
 
-    /// With the emulator's region, zones and address pools given (a benchmark's 1,000 VIPs need a public pool
-    /// larger than the default /24).
-    pub async fn start_with_topology(test: &str, rates: Rates, topology: Topology) -> Option<Self> {
+    pub async fn start_with_options(test: &str, options: ClusterOptions) -> Option<Self> {
+        let ClusterOptions { rates, topology, node_cidr_mask_size } = options;
         let binaries = Binaries::for_tests(test)?;
+        // (Each test has its own runtime; tokio's Mutex does not need one, and a failing case releases it as it
+        // unwinds.)
+        let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
         let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
-        let cp = ControlPlane::builder()
+        let mut builder = ControlPlane::builder()
             .node_monitor_grace_period(rates.node_monitor_grace_period)
-            .node_monitor_period(Duration::from_secs(1))
-            .start()
-            .await
-            .expect("the control plane starts");
+            .node_monitor_period(Duration::from_secs(1));
+        if let Some(size) = node_cidr_mask_size {
+            builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={size}"));
+        }
+        let cp = builder.start().await.expect("the control plane starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let timings = Timings {
             stop_delay: Duration::from_millis(200),
@@ -156,8 +180,17 @@ impl Cluster {
         let cloud_config = dir.path().join("cloud-config.yaml");
         std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {USER}\nregion: local-1\n", server.url()))
             .expect("cloud config written");
-        let mut cluster =
-            Self { cp, server, cloud, dir, sa_kubeconfig: PathBuf::new(), cloud_config, kubectl, _kubelets: kubelets };
+        let mut cluster = Self {
+            cp,
+            server,
+            cloud,
+            dir,
+            sa_kubeconfig: PathBuf::new(),
+            cloud_config,
+            kubectl,
+            _kubelets: kubelets,
+            _one_at_a_time: one_at_a_time,
+        };
         // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
         cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
         cluster.sa_kubeconfig = cluster
@@ -274,8 +307,23 @@ impl Cluster {
 
     /// The CCM's (user) cloud calls of these operations so far.
     pub async fn ccm_calls(&self, operations: &[&str]) -> Vec<AuditEntry> {
-        let audit = self.cloud.audit(&AuditQuery { limit: Some(10_000), ..Default::default() }).await.expect("audit");
-        audit.items.into_iter().filter(|e| e.role == "user" && operations.contains(&e.operation.as_str())).collect()
+        self.ccm_audit().await.into_iter().filter(|e| operations.contains(&e.operation.as_str())).collect()
+    }
+
+    /// Every cloud call the CCM (user token) made so far, oldest first.
+    pub async fn ccm_audit(&self) -> Vec<AuditEntry> {
+        const PAGE: u32 = 10_000;
+        let (mut calls, mut after) = (Vec::new(), None);
+        loop {
+            let query = AuditQuery { limit: Some(PAGE), after, ..Default::default() };
+            let page = self.cloud.audit(&query).await.expect("audit").items;
+            // A short page is the end (each audit read is itself audited: "until empty" would never end).
+            after = page.last().map(|e| e.seq).filter(|_| page.len() == PAGE as usize);
+            calls.extend(page.into_iter().filter(|e| e.role == "user"));
+            if after.is_none() {
+                return calls;
+            }
+        }
     }
 }
 

@@ -125,3 +125,56 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
     assert_eq!(lbs.len(), 3, "one load balancer per Service: {lbs:#?}");
     assert!(!ccm.log().contains("panicked"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balancers() {
+    let Some(cluster) = Cluster::start("CCM spot reclamation e2e test").await else {
+        return;
+    };
+    let ccm = cluster.ccm(CCM, &["--route-reconciliation-period=1s"]);
+    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
+    let on_demand = cluster.initialized_nodes("steady", 1, Duration::from_secs(60)).await.remove(0);
+    let req = fakecloud_api::CreateInstanceRequest {
+        name: "spot-0".into(),
+        market: fakecloud_api::Market::Spot,
+        ..Default::default()
+    };
+    let spot = cluster.cloud.create_instance(&req, None).await.unwrap();
+    cluster.namespace("spot").await;
+    let services = Api::<Service>::namespaced(cluster.client(), "spot");
+    services.create(&PostParams::default(), &lb_service("web")).await.unwrap();
+    // Everything in place: both nodes routed and behind the load balancer.
+    until(Duration::from_secs(60), "two routes and two backends", async || {
+        let routes = cluster.cloud.list_routes("main").await.ok()?.items;
+        let lbs = cluster.cloud.list_all_load_balancers().await.ok()?;
+        (routes.len() == 2 && lbs.len() == 1 && lbs[0].backends.len() == 2).then_some(())
+    })
+    .await;
+
+    // Reclaimed with a 2 s notice: the instance terminates, the kubelet falls silent, the node goes NotReady,
+    // and the CCM deletes the Node; the route and the backend go with it.
+    let reclaim = fakecloud_api::ReclaimRequest {
+        instance_ids: vec![spot.id.clone()],
+        notice_seconds: Some(2.0),
+        ..Default::default()
+    };
+    cluster.cloud.reclaim_spot(&reclaim).await.unwrap();
+    until(Duration::from_secs(60), "spot-0's Node deleted", async || cluster.node_gone("spot-0").await.then_some(()))
+        .await;
+    let events = cluster.events_for("spot-0").await;
+    assert!(events.iter().any(|e| e.reason.as_deref() == Some("DeletingNode")), "{events:#?}");
+    until(Duration::from_secs(30), "its route and its backend gone", async || {
+        let routes = cluster.cloud.list_routes("main").await.ok()?.items;
+        let lbs = cluster.cloud.list_all_load_balancers().await.ok()?;
+        let routed_only_steady = routes.len() == 1 && routes[0].target_instance == on_demand.id;
+        (routed_only_steady && lbs[0].backends == [on_demand.id.clone()]).then_some(())
+    })
+    .await;
+    let ev = until(Duration::from_secs(10), "UpdatedLoadBalancer", async || {
+        let events = cluster.events_in("spot", "web").await;
+        events.into_iter().find(|e| e.reason.as_deref() == Some("UpdatedLoadBalancer"))
+    })
+    .await;
+    assert_eq!(ev.message.as_deref(), Some("Updated load balancer with new hosts"));
+    assert!(cluster.node("steady-0").await.is_some(), "the on-demand node is untouched");
+}
