@@ -48,6 +48,7 @@ fi
 
 # Kubelets first, so no heartbeat races the control plane's shutdown.
 stop_pidfile "$run_root/kubelets.pid" "fakecloud-controlplane kubelets"
+stop_pidfile "$run_root/ccm.pid" "fakecloud-ccm"
 stop_pidfile "$run_root/emulator.pid" "fakecloud serve"
 
 if [[ -d "$cp_dir" ]]; then
@@ -76,7 +77,7 @@ for proc in /proc/[0-9]*; do
 	esac
 	exe=$(basename "$(readlink "$proc/exe" 2>/dev/null || true)")
 	case "$exe" in
-	etcd | kube-apiserver | kube-controller-manager | fakecloud | fakecloud-controlplane)
+	etcd | kube-apiserver | kube-controller-manager | fakecloud | fakecloud-ccm | fakecloud-controlplane)
 		left+=("${proc#/proc/} ($exe)")
 		;;
 	esac
@@ -91,6 +92,7 @@ if ((keep_logs)); then
 	log "stopped; logs kept in $run_root"
 else
 	rm -f "$run_root"/controlplane-launcher.log "$run_root"/emulator.log "$run_root"/kubelets.log \
+		"$run_root"/ccm.log "$run_root"/ccm-token "$run_root"/cloud-config.yaml \
 		"$run_root"/fakecloud.db "$run_root"/fakecloud.db-wal "$run_root"/fakecloud.db-shm \
 		"$run_root"/fakecloud.credentials "$run_root"/*.pid
 	rmdir "$run_root" 2>/dev/null || log "left $run_root in place: it holds files make up did not create"

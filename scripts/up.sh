@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # `make up`: a local fakecloud stack in .run/ (or FAKECLOUD_RUN_DIR). Builds what is missing, then starts in
 # the background the Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager on 127.0.0.1),
-# the emulator (state in .run/fakecloud.db, port FAKECLOUD_PORT or 8787) and the simulated kubelets; creates
-# instances node-a, node-b, node-c over three zones; waits until their Nodes are Ready; and says how to use
-# and stop it all (`make down`). If any step fails, what was started is stopped again and the logs are kept.
-# (The CCM joins here when it lands, issue 4.)
+# the emulator (state in .run/fakecloud.db, port FAKECLOUD_PORT or 8787), fakecloud-ccm (HTTPS /healthz and
+# /metrics on FAKECLOUD_CCM_PORT or 10258) and the simulated kubelets; creates instances node-a, node-b, node-c
+# over three zones; waits until their Nodes are Ready and initialized by the CCM; and says how to use and stop
+# it all (`make down`). If any step fails, what was started is stopped again and the logs are kept.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 run_root=${FAKECLOUD_RUN_DIR:-$repo_root/.run}
 cp_dir="$run_root/controlplane"
 port=${FAKECLOUD_PORT:-8787}
+ccm_port=${FAKECLOUD_CCM_PORT:-10258}
 cargo=${CARGO:-cargo}
 nodes=(node-a node-b node-c)
 t0=$SECONDS
@@ -53,6 +54,7 @@ running=()
 if pid=$(live_pid "$cp_dir/fakecloud-controlplane.pid" "fakecloud-controlplane up"); then running+=("the control plane (pid $pid)"); fi
 if pid=$(live_pid "$run_root/emulator.pid" "fakecloud serve"); then running+=("the emulator (pid $pid)"); fi
 if pid=$(live_pid "$run_root/kubelets.pid" "fakecloud-controlplane kubelets"); then running+=("the simulated kubelets (pid $pid)"); fi
+if pid=$(live_pid "$run_root/ccm.pid" "fakecloud-ccm"); then running+=("the CCM (pid $pid)"); fi
 if ((${#running[@]})); then
 	die "fakecloud is already up from $run_root: ${running[*]}.
   Use it as the last 'make up' said (KUBECONFIG=$cp_dir/kubeconfigs/admin.kubeconfig), or stop it with 'make down' first."
@@ -64,15 +66,19 @@ fi
 if port_taken "$port"; then
 	die "port $port on 127.0.0.1 is taken (another emulator?); stop what uses it, or pick another port: FAKECLOUD_PORT=8788 make up"
 fi
+if port_taken "$ccm_port"; then
+	die "port $ccm_port on 127.0.0.1 is taken (another CCM?); stop what uses it, or pick another port: FAKECLOUD_CCM_PORT=10259 make up"
+fi
 
 # --- build what is missing ----------------------------------------------------------------------------------
 log "checking the Kubernetes binaries (built once per version; a first build takes about 8 minutes)"
 bin_dir=$(bash "$repo_root/scripts/build-control-plane.sh" | tail -n 1)
 kubectl="$bin_dir/kubectl"
-log "building fakecloud and fakecloud-controlplane (cargo build --locked; a first build takes a few minutes)"
-(cd "$repo_root" && "$cargo" build --locked --bin fakecloud --bin fakecloud-controlplane)
+log "building fakecloud, fakecloud-ccm and fakecloud-controlplane (cargo build --locked; a first build takes a few minutes)"
+(cd "$repo_root" && "$cargo" build --locked --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane)
 launcher="$repo_root/target/debug/fakecloud-controlplane"
 fakecloud="$repo_root/target/debug/fakecloud"
+ccm="$repo_root/target/debug/fakecloud-ccm"
 # The build may have taken minutes: check the port again before starting anything.
 if port_taken "$port"; then
 	die "port $port on 127.0.0.1 was taken during the build; pick another one: FAKECLOUD_PORT=8788 make up"
@@ -128,6 +134,23 @@ if ((rc != 0)); then
 	die "the emulator did not start (log: $run_root/emulator.log)"
 fi
 
+# The CCM as a customer of the cloud: the user token, in a file only it reads.
+# shellcheck source=/dev/null
+user_token=$(source "$credentials" && printf '%s' "$FAKECLOUD_USER_TOKEN")
+(umask 077 && printf '%s\n' "$user_token" >"$run_root/ccm-token")
+printf 'endpoint: %s\ntoken-file: %s\n' "$endpoint" "$run_root/ccm-token" >"$run_root/cloud-config.yaml"
+log "starting fakecloud-ccm (HTTPS /healthz and /metrics on 127.0.0.1:$ccm_port)"
+setsid "$ccm" --cloud-provider=fakecloud --cloud-config "$run_root/cloud-config.yaml" --kubeconfig "$kubeconfig" \
+	--cluster-cidr 10.244.0.0/16 --bind-address 127.0.0.1 --secure-port "$ccm_port" >"$run_root/ccm.log" 2>&1 </dev/null &
+ccm_pid=$!
+echo "$ccm_pid" >"$run_root/ccm.pid"
+rc=0
+wait_for "the CCM" 60 "$ccm_pid" grep -q 'starting controllers' "$run_root/ccm.log" || rc=$?
+if ((rc != 0)); then
+	tail -n 20 "$run_root/ccm.log" >&2 || true
+	die "the CCM did not start (log: $run_root/ccm.log)"
+fi
+
 log "starting the simulated kubelets"
 setsid "$launcher" kubelets --kubeconfig "$kubeconfig" --emulator "$endpoint" --credentials "$credentials" \
 	>"$run_root/kubelets.log" 2>&1 </dev/null &
@@ -144,10 +167,13 @@ for i in "${!nodes[@]}"; do
 	"$fakecloud" instance create "${nodes[i]}" --zone "$zone" --idempotency-key "make-up-${nodes[i]}" >/dev/null
 done
 
-log "waiting for the ${#nodes[@]} Nodes to register and turn Ready"
+log "waiting for the ${#nodes[@]} Nodes to register, turn Ready and be initialized by the CCM"
 ready_nodes() {
 	local n
-	n=$("$kubectl" --kubeconfig "$kubeconfig" get nodes --no-headers 2>/dev/null | awk '$2 == "Ready"' | wc -l)
+	# Ready, and without the uninitialized taint (the CCM has set providerID, labels and addresses).
+	n=$("$kubectl" --kubeconfig "$kubeconfig" get nodes --no-headers \
+		-o custom-columns='R:.status.conditions[?(@.type=="Ready")].status,T:.spec.taints[*].key' 2>/dev/null |
+		awk '$1 == "True" && $0 !~ /uninitialized/' | wc -l)
 	((n >= ${#nodes[@]}))
 }
 rc=0
@@ -155,10 +181,11 @@ wait_for "the Nodes" 60 "" ready_nodes || rc=$?
 if ((rc != 0)); then
 	"$kubectl" --kubeconfig "$kubeconfig" get nodes >&2 || true
 	tail -n 20 "$run_root/kubelets.log" >&2 || true
-	die "the Nodes did not become Ready within 60 s (kubelets log: $run_root/kubelets.log)"
+	tail -n 20 "$run_root/ccm.log" >&2 || true
+	die "the Nodes were not Ready and initialized within 60 s (logs: $run_root/kubelets.log, $run_root/ccm.log)"
 fi
 up_ok=1
-log "up: ${#nodes[@]} Nodes Ready"
+log "up: ${#nodes[@]} Nodes Ready and initialized"
 
 "$kubectl" --kubeconfig "$kubeconfig" get nodes -o wide >&2
 kubectl_hint="kubectl get nodes"
@@ -167,18 +194,17 @@ if ! command -v kubectl >/dev/null 2>&1 || [[ "$(command -v kubectl)" != "$kubec
 fi
 cat <<MSG
 
-fakecloud is up: Kubernetes $(basename "$(dirname "$bin_dir")") on loopback, the emulator, and ${#nodes[@]} simulated nodes.
+fakecloud is up: Kubernetes $(basename "$(dirname "$bin_dir")") on loopback, the emulator, fakecloud-ccm and ${#nodes[@]} simulated nodes.
 
   $kubeconfig_line
   $kubectl_hint
-
-  The nodes carry the taint node.cloudprovider.kubernetes.io/uninitialized until a cloud controller
-  manager initializes them; fakecloud's CCM does not exist yet (issue 4), so for now they stay tainted.
+  kubectl create service loadbalancer web --tcp=80:8080 && kubectl get svc web -w    # EXTERNAL-IP from the CCM
+  curl -sk https://127.0.0.1:$ccm_port/healthz?verbose                              # the CCM's health checks
 
   export FAKECLOUD_ENDPOINT=$endpoint
   source $credentials    # the emulator's tokens (FAKECLOUD_USER_TOKEN, FAKECLOUD_ADMIN_TOKEN)
   $fakecloud instance list
 
-Logs: $run_root/{emulator,kubelets,controlplane-launcher}.log and $cp_dir/logs/
+Logs: $run_root/{emulator,ccm,kubelets,controlplane-launcher}.log and $cp_dir/logs/
 Stop everything: make down
 MSG
