@@ -63,6 +63,53 @@ fn pod_cidrs(node: &Node) -> Vec<String> {
     cidrs
 }
 
+/// What one reconcile does to the cloud.
+#[derive(Debug, PartialEq)]
+struct Plan {
+    /// (node, pod CIDR) without its route: one per CIDR, so both families on a dual-stack node.
+    creates: Vec<(Arc<Node>, String)>,
+    /// Routes this controller is responsible for that no node needs.
+    stale: Vec<CloudRoute>,
+}
+
+/// Upstream's reconcile, without the calls. A route belongs to the node whose providerID names its instance;
+/// destinations compare as text (trap 16); a route is deleted only if this controller is responsible for it
+/// (its first or last address inside a cluster CIDR, upstream's `isResponsibleForRoute`) and no node needs it.
+/// Nodes without a providerID get no route yet: there is no instance to route to.
+fn plan(
+    nodes: &[Arc<Node>],
+    routes: &[CloudRoute],
+    cluster_cidrs: &[IpNet],
+    instance_id: impl Fn(&str) -> Option<String>,
+) -> Plan {
+    let node_of: HashMap<String, String> = nodes
+        .iter()
+        .filter_map(|n| Some((instance_id(n.spec.as_ref()?.provider_id.as_deref()?)?, n.name_any())))
+        .collect();
+    let target_node = |r: &CloudRoute| node_of.get(&r.target_instance).cloned().unwrap_or_default();
+    let have: HashSet<(String, &str)> = routes.iter().map(|r| (target_node(r), r.destination.as_str())).collect();
+    let mut creates = Vec::new();
+    for node in nodes.iter().filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some()) {
+        for cidr in pod_cidrs(node) {
+            if !have.contains(&(node.name_any(), cidr.as_str())) {
+                creates.push((node.clone(), cidr));
+            }
+        }
+    }
+    let needed: HashSet<(String, String)> =
+        nodes.iter().flat_map(|n| pod_cidrs(n).into_iter().map(move |c| (n.name_any(), c))).collect();
+    let responsible = |dest: &str| {
+        dest.parse::<IpNet>()
+            .is_ok_and(|d| cluster_cidrs.iter().any(|c| c.contains(&d.network()) || c.contains(&d.broadcast())))
+    };
+    let stale = routes
+        .iter()
+        .filter(|r| responsible(&r.destination) && !needed.contains(&(target_node(r), r.destination.clone())))
+        .cloned()
+        .collect();
+    Plan { creates, stale }
+}
+
 async fn reconcile<C: Cloud>(
     api: &Api<Node>,
     cloud: &C,
@@ -72,25 +119,8 @@ async fn reconcile<C: Cloud>(
 ) -> Result<(), CloudError> {
     let routes = cloud.list_routes(&s.cluster_name).await?;
     let nodes = store.state();
-    // A route's node is the one whose providerID names the route's instance.
-    let node_of: HashMap<&str, String> = nodes
-        .iter()
-        .filter_map(|n| Some((cloud.instance_id(n.spec.as_ref()?.provider_id.as_deref()?)?, n.name_any())))
-        .collect();
-    let target_node = |r: &CloudRoute| node_of.get(r.target_instance.as_str()).cloned().unwrap_or_default();
-    // Textual comparison of destinations, as upstream (trap 16).
-    let have: HashSet<(String, &str)> = routes.iter().map(|r| (target_node(r), r.destination.as_str())).collect();
-    let mut creates = Vec::new();
-    for node in &nodes {
-        if node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_none() {
-            continue; // not initialized yet: no instance to route to
-        }
-        for cidr in pod_cidrs(node) {
-            if !have.contains(&(node.name_any(), cidr.as_str())) {
-                creates.push((node.clone(), cidr));
-            }
-        }
-    }
+    let Plan { creates, stale } =
+        plan(&nodes, &routes, &s.cluster_cidrs, |pid| cloud.instance_id(pid).map(str::to_string));
     // Each create with its node, CIDR and how long it took (for the event).
     type Attempt = (Arc<Node>, String, Duration, Result<(), CloudError>);
     let created: Vec<Attempt> = futures::stream::iter(creates)
@@ -116,17 +146,6 @@ async fn reconcile<C: Cloud>(
             recorder.publish(node_ref(node), EventType::Warning, "FailedToCreateRoute", message);
         }
     }
-    // Stale routes: only inside the cluster CIDR, and only when no node needs them.
-    let needed: HashSet<(String, String)> =
-        nodes.iter().flat_map(|n| pod_cidrs(n).into_iter().map(move |c| (n.name_any(), c))).collect();
-    let stale: Vec<CloudRoute> = routes
-        .iter()
-        .filter(|r| {
-            let inside = r.destination.parse::<IpNet>().is_ok_and(|d| s.cluster_cidrs.iter().any(|c| c.contains(&d)));
-            inside && !needed.contains(&(target_node(r), r.destination.clone()))
-        })
-        .cloned()
-        .collect();
     futures::stream::iter(stale)
         .map(|r| async move {
             match cloud.delete_route(&r).await {
@@ -174,4 +193,78 @@ async fn set_network_condition(api: &Api<Node>, node: &Node, routes_ok: bool) ->
     }]}});
     api.patch_status(&node.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, instance: Option<&str>, cidrs: &[&str]) -> Arc<Node> {
+        let mut spec = serde_json::json!({"podCIDRs": cidrs});
+        if let Some(i) = instance {
+            spec["providerID"] = serde_json::json!(format!("fc://{i}"));
+        }
+        if let Some(first) = cidrs.first() {
+            spec["podCIDR"] = serde_json::json!(first);
+        }
+        Arc::new(serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).unwrap())
+    }
+
+    fn route(id: &str, instance: &str, destination: &str) -> CloudRoute {
+        CloudRoute {
+            id: id.into(),
+            name: format!("kubernetes-{id}"),
+            target_instance: instance.into(),
+            destination: destination.into(),
+        }
+    }
+
+    fn run(nodes: &[Arc<Node>], routes: &[CloudRoute], cidrs: &[&str]) -> (Vec<(String, String)>, Vec<String>) {
+        let cidrs: Vec<IpNet> = cidrs.iter().map(|c| c.parse().unwrap()).collect();
+        let p = plan(nodes, routes, &cidrs, |pid| pid.strip_prefix("fc://").map(str::to_string));
+        (p.creates.into_iter().map(|(n, c)| (n.name_any(), c)).collect(), p.stale.into_iter().map(|r| r.id).collect())
+    }
+
+    #[test]
+    fn dual_stack_nodes_get_a_route_per_family() {
+        let n = node("a", Some("i-a"), &["10.244.1.0/24", "fd00:10:244:1::/64"]);
+        let (creates, stale) =
+            run(&[n], &[route("r1", "i-a", "10.244.1.0/24")], &["10.244.0.0/16", "fd00:10:244::/56"]);
+        assert_eq!(creates, [("a".to_string(), "fd00:10:244:1::/64".to_string())]);
+        assert!(stale.is_empty());
+    }
+
+    #[test]
+    fn nodes_without_a_provider_id_wait() {
+        let (creates, _) = run(&[node("a", None, &["10.244.1.0/24"])], &[], &["10.244.0.0/16"]);
+        assert!(creates.is_empty());
+    }
+
+    #[test]
+    fn only_unneeded_routes_inside_the_cluster_cidr_are_deleted() {
+        let nodes = [node("a", Some("i-a"), &["10.244.1.0/24"])];
+        let routes = [
+            route("keep", "i-a", "10.244.1.0/24"),
+            route("gone-node", "i-gone", "10.244.2.0/24"),
+            route("moved-cidr", "i-a", "10.244.3.0/24"),
+            route("outside", "i-gone", "192.168.0.0/24"),
+            // Its first address is inside the cluster CIDR: upstream's controller is responsible for it.
+            route("overlapping", "i-gone", "10.244.0.0/15"),
+            route("unparsable", "i-gone", "not-a-cidr"),
+        ];
+        let (creates, mut stale) = run(&nodes, &routes, &["10.244.0.0/16"]);
+        stale.sort();
+        assert!(creates.is_empty());
+        assert_eq!(stale, ["gone-node", "moved-cidr", "overlapping"]);
+    }
+
+    #[test]
+    fn destinations_compare_as_text() {
+        // The cloud stored another spelling of the same network: upstream re-creates it (trap 16).
+        let nodes = [node("a", Some("i-a"), &["fd00:10:244:1::/64"])];
+        let routes = [route("r", "i-a", "fd00:10:244:1:0::/64")];
+        let (creates, stale) = run(&nodes, &routes, &["fd00:10:244::/56"]);
+        assert_eq!(creates.len(), 1);
+        assert_eq!(stale, ["r"]);
+    }
 }
