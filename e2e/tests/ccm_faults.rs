@@ -178,3 +178,59 @@ async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balance
     assert_eq!(ev.message.as_deref(), Some("Updated load balancer with new hosts"));
     assert!(cluster.node("steady-0").await.is_some(), "the on-demand node is untouched");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_outage_shuts_down_that_zones_nodes_only_and_they_come_back() {
+    let Some(cluster) = Cluster::start("CCM zone outage e2e test").await else {
+        return;
+    };
+    let ccm = cluster.ccm(CCM, &[]);
+    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
+    let mut names = Vec::new();
+    for (name, zone) in [("dark-a", "local-1a"), ("dark-b", "local-1a"), ("lit-c", "local-1b")] {
+        let req =
+            fakecloud_api::CreateInstanceRequest { name: name.into(), zone: Some(zone.into()), ..Default::default() };
+        cluster.cloud.create_instance(&req, None).await.unwrap();
+        names.push(name);
+    }
+    until(Duration::from_secs(60), "three initialized nodes", async || {
+        let nodes = cluster.node_list().await;
+        let ready = nodes.iter().filter(|n| n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())).count();
+        (ready == 3).then_some(())
+    })
+    .await;
+    let shutdown = |n: &k8s_openapi::api::core::v1::Node| {
+        fakecloud_e2e::taint_keys(n).iter().any(|k| k == fakecloud_e2e::SHUTDOWN_TAINT)
+    };
+
+    // local-1a goes dark: its instances read as stopped and its kubelets fall silent. Upstream's lifecycle
+    // controller then sees NotReady nodes whose instances are shut down: shutdown taint, no deletion.
+    let outage = StartOutageRequest {
+        scope: OutageScope::Zone,
+        service: None,
+        zone: Some("local-1a".into()),
+        duration_seconds: Some(30.0),
+    };
+    cluster.cloud.start_outage(&outage).await.unwrap();
+    until(Duration::from_secs(40), "local-1a's nodes tainted shutdown", async || {
+        let a = cluster.node("dark-a").await?;
+        let b = cluster.node("dark-b").await?;
+        (shutdown(&a) && shutdown(&b)).then_some(())
+    })
+    .await;
+    let lit = cluster.node("lit-c").await.unwrap();
+    assert!(!shutdown(&lit), "the other zone's node is untouched");
+    let events = cluster.events_for("dark-a").await;
+    assert!(!events.iter().any(|e| e.reason.as_deref() == Some("DeletingNode")), "a dark zone is not a deleted one");
+
+    // The zone comes back: the kubelets beat again, the nodes turn Ready and lose the taint.
+    until(Duration::from_secs(60), "local-1a's nodes back", async || {
+        let a = cluster.node("dark-a").await?;
+        let b = cluster.node("dark-b").await?;
+        (!shutdown(&a) && !shutdown(&b)).then_some(())
+    })
+    .await;
+    for name in names {
+        assert!(cluster.node(name).await.is_some(), "{name} still exists");
+    }
+}
