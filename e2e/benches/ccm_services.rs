@@ -109,7 +109,7 @@ async fn services(n: usize, extra: &[&str]) {
     let topology =
         Topology::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "198.18.0.0/20".parse().unwrap()).unwrap();
     let rates = Rates { lb_provision_delay: Duration::ZERO, ..Rates::real() };
-    let options = ClusterOptions { rates, topology, node_cidr_mask_size: None };
+    let options = ClusterOptions { rates, topology, ..ClusterOptions::default() };
     let Some(cluster) = Cluster::start_with_options("service benchmark", options).await else { return };
     let limit = u32::try_from(n + 10).unwrap();
     cluster.cloud.set_quota(QuotaName::LoadBalancers, limit).await.unwrap();

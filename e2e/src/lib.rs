@@ -108,18 +108,21 @@ pub struct ClusterOptions {
     pub topology: Topology,
     /// The controller manager's pod CIDR size per node (default /24: 256 nodes in the /16 cluster CIDR).
     pub node_cidr_mask_size: Option<u8>,
+    /// Run the emulator as this `fakecloud` binary (a test's `CARGO_BIN_EXE_e2e-fakecloud`) instead of in the
+    /// test process, so that it can be killed (SIGKILL) and restarted: [`Cluster::emulator`]. Default topology.
+    pub emulator_binary: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        Self { rates: Rates::fast(), topology: Topology::default(), node_cidr_mask_size: None }
+        Self { rates: Rates::fast(), topology: Topology::default(), node_cidr_mask_size: None, emulator_binary: None }
     }
 }
 
 /// The cluster without a CCM; start CCMs with [`Cluster::ccm`].
 pub struct Cluster {
     pub cp: ControlPlane,
-    pub server: Server,
+    pub server: Emulator,
     /// The test's and the kubelets' client (admin token: quotas, faults, the audit log; never faulted). The
     /// CCM uses the user token.
     pub cloud: Client,
@@ -144,7 +147,7 @@ impl Cluster {
     }
 
     pub async fn start_with_options(test: &str, options: ClusterOptions) -> Option<Self> {
-        let ClusterOptions { rates, topology, node_cidr_mask_size } = options;
+        let ClusterOptions { rates, topology, node_cidr_mask_size, emulator_binary } = options;
         let binaries = Binaries::for_tests(test)?;
         // (Each test has its own runtime; tokio's Mutex does not need one, and a failing case releases it as it
         // unwinds.)
@@ -164,15 +167,17 @@ impl Cluster {
             lb_provision_delay: rates.lb_provision_delay,
             ..Timings::instant()
         };
-        let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
-        let server = Server::start(
-            "127.0.0.1:0",
-            &DbLocation::File(dir.path().join("fc.db")),
-            Config { timings, topology, ..Config::default() },
-            tokens,
-        )
-        .await
-        .expect("the emulator starts");
+        let server = match emulator_binary {
+            None => {
+                let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
+                let db = DbLocation::File(dir.path().join("fc.db"));
+                let config = Config { timings, topology, ..Config::default() };
+                Emulator::InProcess(
+                    Server::start("127.0.0.1:0", &db, config, tokens).await.expect("the emulator starts"),
+                )
+            }
+            Some(bin) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
+        };
         let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
         let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
             .await
@@ -329,6 +334,82 @@ impl Cluster {
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// The emulator: in the test process, or a `fakecloud serve` process that can be killed and restarted.
+pub enum Emulator {
+    InProcess(Server),
+    Process(Box<EmulatorProcess>),
+}
+
+impl Emulator {
+    pub fn url(&self) -> String {
+        match self {
+            Self::InProcess(s) => s.url(),
+            Self::Process(p) => format!("http://127.0.0.1:{}", p.port),
+        }
+    }
+}
+
+/// `fakecloud serve` on a fixed loopback port and a SQLite file in the cluster's directory; killed when
+/// dropped.
+pub struct EmulatorProcess {
+    child: tokio::process::Child,
+    bin: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    pub port: u16,
+}
+
+impl EmulatorProcess {
+    async fn start(bin: PathBuf, dir: &Path, t: &Timings) -> Self {
+        let port = free_port();
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        let args = vec![
+            "serve".to_string(),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--db={}", dir.join("fc.db").display()),
+            format!("--boot-delay={}", ms(t.boot_delay)),
+            format!("--stop-delay={}", ms(t.stop_delay)),
+            format!("--terminate-delay={}", ms(t.terminate_delay)),
+            format!("--lb-provision-delay={}", ms(t.lb_provision_delay)),
+            format!("--lb-delete-delay={}", ms(t.lb_delete_delay)),
+            format!("--user-token={USER}"),
+            format!("--admin-token={ADMIN}"),
+        ];
+        let log = dir.join("emulator.log");
+        let child = Self::spawn(&bin, &args, &log).await;
+        Self { child, bin, args, log, port }
+    }
+
+    async fn spawn(bin: &Path, args: &[String], log: &Path) -> tokio::process::Child {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("emulator log file");
+        let child = tokio::process::Command::new(bin)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(out.try_clone().expect("emulator log file"))
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the emulator starts");
+        let serving = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
+        until(Duration::from_secs(30), "the emulator serving", async || {
+            let now = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
+            (now > serving).then_some(())
+        })
+        .await;
+        child
+    }
+
+    /// SIGKILL: no shutdown, no flush; what it acknowledged is in the SQLite file.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("the emulator is killed");
+    }
+
+    /// Start it again on the same port and database.
+    pub async fn restart(&mut self) {
+        self.child = Self::spawn(&self.bin, &self.args, &self.log).await;
+    }
 }
 
 /// A CCM process; killed when dropped, and its log's tail printed then if the test is failing.

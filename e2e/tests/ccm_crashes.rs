@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use fakecloud_e2e::{Ccm, Cluster, until};
+use fakecloud_e2e::{Ccm, Cluster, ClusterOptions, Emulator, until};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, PostParams};
 
@@ -136,4 +136,38 @@ async fn a_leader_failover_during_creates_creates_nothing_twice() {
     exactly_one_lb_each(&cluster, &services, names.len()).await;
     let ok = cluster.ccm_calls(&["CreateLoadBalancer"]).await.iter().filter(|e| e.status == 201).count();
     assert_eq!(ok, names.len(), "no double creates across the failover");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emulator_killed_while_provisioning_leaves_no_duplicate_and_all_converge() {
+    let options =
+        ClusterOptions { emulator_binary: Some(env!("CARGO_BIN_EXE_e2e-fakecloud").into()), ..Default::default() };
+    let Some(mut cluster) = Cluster::start_with_options("emulator restart e2e test", options).await else {
+        return;
+    };
+    let ccm = cluster.ccm(CCM, &[]);
+    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
+    cluster.initialized_nodes("restart-node", 2, Duration::from_secs(60)).await;
+    cluster.namespace("restart").await;
+    let services = Api::<Service>::namespaced(cluster.client(), "restart");
+    let names: Vec<String> = (0..4).map(|i| format!("svc-{i}")).collect();
+    for n in &names {
+        services.create(&PostParams::default(), &lb_service(n)).await.unwrap();
+    }
+    // Some load balancers exist and are still provisioning (2 s) when the cloud dies.
+    until(Duration::from_secs(30), "a load balancer provisioning", async || {
+        let lbs = cluster.cloud.list_all_load_balancers().await.ok()?;
+        lbs.iter().any(|l| l.state == fakecloud_api::LoadBalancerState::Provisioning).then_some(())
+    })
+    .await;
+    let Emulator::Process(emulator) = &mut cluster.server else { unreachable!("started as a process") };
+    emulator.kill().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    emulator.restart().await;
+    all_have_ips(&services, &names).await;
+    exactly_one_lb_each(&cluster, &services, names.len()).await;
+    let lbs = cluster.cloud.list_all_load_balancers().await.unwrap();
+    assert_eq!(lbs.len(), names.len(), "no stray load balancer: {lbs:#?}");
+    assert!(lbs.iter().all(|l| l.state == fakecloud_api::LoadBalancerState::Active));
+    drop(ccm);
 }
