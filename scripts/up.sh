@@ -123,16 +123,24 @@ log "control plane ready"
 
 endpoint="http://127.0.0.1:$port"
 credentials="$run_root/fakecloud.credentials"
+# Start NAME (its log and pid file are .run/NAME.{log,pid}) in the background, outliving this script (setsid),
+# and wait up to SECONDS for its log to say READY; on failure show the log's tail and stop.
+start_service() {
+	local name=$1 what=$2 seconds=$3 ready=$4 pid rc=0
+	shift 4
+	setsid "$@" >"$run_root/$name.log" 2>&1 </dev/null &
+	pid=$!
+	echo "$pid" >"$run_root/$name.pid"
+	wait_for "$what" "$seconds" "$pid" grep -q "$ready" "$run_root/$name.log" || rc=$?
+	if ((rc != 0)); then
+		tail -n 20 "$run_root/$name.log" >&2 || true
+		die "$what did not start (log: $run_root/$name.log)"
+	fi
+}
+
 log "starting the emulator at $endpoint (state: $run_root/fakecloud.db)"
-setsid "$fakecloud" serve --listen "127.0.0.1:$port" --db "$run_root/fakecloud.db" >"$run_root/emulator.log" 2>&1 </dev/null &
-emulator_pid=$!
-echo "$emulator_pid" >"$run_root/emulator.pid"
-rc=0
-wait_for "the emulator" 30 "$emulator_pid" grep -q 'fakecloud: serving' "$run_root/emulator.log" || rc=$?
-if ((rc != 0)); then
-	tail -n 20 "$run_root/emulator.log" >&2 || true
-	die "the emulator did not start (log: $run_root/emulator.log)"
-fi
+start_service emulator "the emulator" 30 'fakecloud: serving' \
+	"$fakecloud" serve --listen "127.0.0.1:$port" --db "$run_root/fakecloud.db"
 
 # The CCM as a customer of the cloud: the user token, in a file only it reads.
 # shellcheck source=/dev/null
@@ -140,16 +148,9 @@ user_token=$(source "$credentials" && printf '%s' "$FAKECLOUD_USER_TOKEN")
 (umask 077 && printf '%s\n' "$user_token" >"$run_root/ccm-token")
 printf 'endpoint: %s\ntoken-file: %s\n' "$endpoint" "$run_root/ccm-token" >"$run_root/cloud-config.yaml"
 log "starting fakecloud-ccm (HTTPS /healthz and /metrics on 127.0.0.1:$ccm_port)"
-setsid "$ccm" --cloud-provider=fakecloud --cloud-config "$run_root/cloud-config.yaml" --kubeconfig "$kubeconfig" \
-	--cluster-cidr 10.244.0.0/16 --bind-address 127.0.0.1 --secure-port "$ccm_port" >"$run_root/ccm.log" 2>&1 </dev/null &
-ccm_pid=$!
-echo "$ccm_pid" >"$run_root/ccm.pid"
-rc=0
-wait_for "the CCM" 60 "$ccm_pid" grep -q 'starting controllers' "$run_root/ccm.log" || rc=$?
-if ((rc != 0)); then
-	tail -n 20 "$run_root/ccm.log" >&2 || true
-	die "the CCM did not start (log: $run_root/ccm.log)"
-fi
+start_service ccm "the CCM" 60 'starting controllers' \
+	"$ccm" --cloud-provider=fakecloud --cloud-config "$run_root/cloud-config.yaml" --kubeconfig "$kubeconfig" \
+	--cluster-cidr 10.244.0.0/16 --bind-address 127.0.0.1 --secure-port "$ccm_port"
 
 log "starting the simulated kubelets"
 setsid "$launcher" kubelets --kubeconfig "$kubeconfig" --emulator "$endpoint" --credentials "$credentials" \

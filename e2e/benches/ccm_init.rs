@@ -23,16 +23,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 async fn run(n: usize, extra: &[&str]) {
     // Kubelets at their default rates, as in a real cluster (the tests' 2 s Leases on 1,000 nodes would load the
     // apiserver with 500 writes a second).
@@ -41,7 +31,6 @@ async fn run(n: usize, extra: &[&str]) {
     };
     let ccm = cluster.ccm(CCM, extra);
     ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
-    let pid = ccm.child.id().unwrap();
 
     // Watch from before the first instance exists: when each Node appears, and when it loses the taint.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, Instant)>();
@@ -89,7 +78,7 @@ async fn run(n: usize, extra: &[&str]) {
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or_default(),
         calls as f64 / n as f64,
-        peak_rss_mib(pid),
+        ccm.peak_rss_mib(),
     );
 }
 

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{CreateInstanceRequest, QuotaName};
-use fakecloud_e2e::{Ccm, Cluster, ClusterOptions, Rates};
+use fakecloud_e2e::{Cluster, ClusterOptions, Rates, lb};
 use fakecloud_emulator::config::Topology;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -27,17 +27,6 @@ const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 const IN_FLIGHT: usize = 16;
 const DEADLINE: Duration = Duration::from_secs(1200);
 
-fn peak_rss_mib(ccm: &Ccm) -> f64 {
-    let pid = ccm.child.id().unwrap_or_default();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 /// The CCM's cloud calls, counted by operation.
 async fn calls_by_operation(cluster: &Cluster) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -45,20 +34,6 @@ async fn calls_by_operation(cluster: &Cluster) -> BTreeMap<String, usize> {
         *counts.entry(e.operation).or_insert(0) += 1;
     }
     counts
-}
-
-fn lb_service(i: usize) -> Service {
-    serde_json::from_value(serde_json::json!({"metadata": {"name": format!("svc-{i:04}")}, "spec": {
-        "type": "LoadBalancer", "selector": {"app": "bench"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
-    .unwrap()
-}
-
-fn ingress(svc: &Service) -> bool {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
 }
 
 /// Wait until `done` holds for `n` distinct objects seen by a watch started before `start()` runs.
@@ -120,11 +95,15 @@ async fn services(n: usize, extra: &[&str]) {
     cluster.namespace("bench").await;
     let api = Api::<Service>::namespaced(cluster.client(), "bench");
     let create = api.clone();
-    let wall = watch_until(api, n, ingress, async move {
+    let wall = watch_until(api, n, |s| lb::ingress_ip(s).is_some(), async move {
         futures::stream::iter(0..n)
             .map(|i| {
                 let api = create.clone();
-                async move { api.create(&PostParams::default(), &lb_service(i)).await.map(|_| ()) }
+                async move {
+                    api.create(&PostParams::default(), &lb::service(&format!("svc-{i:04}"), 80, serde_json::json!({})))
+                        .await
+                        .map(|_| ())
+                }
             })
             .buffer_unordered(IN_FLIGHT)
             .try_collect::<Vec<()>>()
@@ -132,7 +111,7 @@ async fn services(n: usize, extra: &[&str]) {
             .unwrap();
     })
     .await;
-    let rss = peak_rss_mib(&ccm);
+    let rss = ccm.peak_rss_mib();
     let calls = calls_by_operation(&cluster).await;
     drop(ccm);
 
@@ -142,7 +121,11 @@ async fn services(n: usize, extra: &[&str]) {
     futures::stream::iter(0..n)
         .map(|i| {
             let api = floor_api.clone();
-            async move { api.create(&PostParams::default(), &lb_service(i)).await.unwrap() }
+            async move {
+                api.create(&PostParams::default(), &lb::service(&format!("svc-{i:04}"), 80, serde_json::json!({})))
+                    .await
+                    .unwrap()
+            }
         })
         .buffer_unordered(IN_FLIGHT)
         .collect::<Vec<_>>()
@@ -198,7 +181,7 @@ async fn routes(n: usize, extra: &[&str]) {
     .await;
     let routed_after = watch_until(cluster.nodes(), n, routed, async {}).await + init;
     let total = t.elapsed();
-    let rss = peak_rss_mib(&ccm);
+    let rss = ccm.peak_rss_mib();
     let calls = calls_by_operation(&cluster).await;
     drop(ccm);
     // The floor: one NetworkUnavailable patch per Node.

@@ -467,6 +467,18 @@ impl Ccm {
         self.metric("leader_election_master_status{name=\"cloud-controller-manager\"}").map(|v| v == 1.0)
     }
 
+    /// Its peak resident memory so far (`VmHWM`), in MiB; 0 when it cannot be read.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let pid = self.child.id().unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0.0);
+        kib / 1024.0
+    }
+
     /// Kill it at once (SIGKILL), as a crashed or evicted pod.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("the CCM is killed");
@@ -475,5 +487,32 @@ impl Ccm {
     /// Its exit code, waiting at most `timeout`; `None` if it is still running.
     pub async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
         tokio::time::timeout(timeout, self.child.wait()).await.ok()?.ok()?.code()
+    }
+}
+
+/// `type: LoadBalancer` Services as the cases create them, and what they read back.
+pub mod lb {
+    use k8s_openapi::api::core::v1::Service;
+
+    /// A LoadBalancer Service on `port` (to pods' 8080), with `extra_spec` merged into its spec.
+    pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service {
+        let mut spec = serde_json::json!({"type": "LoadBalancer", "selector": {"app": name},
+            "ports": [{"name": "web", "port": port, "targetPort": 8080, "protocol": "TCP"}]});
+        if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+            s.extend(extra.clone());
+        }
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).expect("a valid Service")
+    }
+
+    /// The EXTERNAL-IP: the first ingress IP, `None` while `<pending>`.
+    pub fn ingress_ip(svc: &Service) -> Option<String> {
+        svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+    }
+
+    /// Upstream's load-balancer name for the Service: `a` + the UID without dashes, 32 characters.
+    pub fn name(svc: &Service) -> String {
+        let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap_or_default().replace('-', ""));
+        n.truncate(32);
+        n
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use fakecloud_e2e::{Ccm, Cluster, ClusterOptions, Emulator, until};
+use fakecloud_e2e::{Ccm, Cluster, ClusterOptions, Emulator, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, PostParams};
 
@@ -15,22 +15,6 @@ const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 /// Faster leader election than the shipped 15 s, so a failover fits a test.
 const FAST_LEASE: [&str; 3] =
     ["--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s"];
-
-fn lb_service(name: &str) -> Service {
-    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer",
-        "selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}}))
-    .unwrap()
-}
-
-fn ingress_ip(svc: &Service) -> Option<String> {
-    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
-}
-
-fn lb_name(svc: &Service) -> String {
-    let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap_or_default().replace('-', ""));
-    n.truncate(32);
-    n
-}
 
 /// A kill moment from a seed, 0–2.5 s: the same seed kills at the same point of the work.
 fn moment(seed: u64, step: u64) -> Duration {
@@ -43,7 +27,7 @@ fn moment(seed: u64, step: u64) -> Duration {
 async fn exactly_one_lb_each(cluster: &Cluster, services: &Api<Service>, expected: usize) {
     let svcs = services.list(&Default::default()).await.unwrap().items;
     assert_eq!(svcs.len(), expected);
-    let want: BTreeSet<String> = svcs.iter().map(lb_name).collect();
+    let want: BTreeSet<String> = svcs.iter().map(lb::name).collect();
     let lbs = cluster.cloud.list_all_load_balancers().await.unwrap();
     let have: Vec<String> = lbs.iter().map(|l| l.name.clone()).filter(|n| want.contains(n)).collect();
     assert_eq!(have.len(), want.len(), "one load balancer per Service, none twice: {lbs:#?}");
@@ -52,7 +36,7 @@ async fn exactly_one_lb_each(cluster: &Cluster, services: &Api<Service>, expecte
 async fn all_have_ips(services: &Api<Service>, names: &[String]) {
     for name in names {
         until(Duration::from_secs(90), &format!("{name}'s EXTERNAL-IP"), async || {
-            ingress_ip(&services.get_opt(name).await.ok()??)
+            lb::ingress_ip(&services.get_opt(name).await.ok()??)
         })
         .await;
     }
@@ -74,7 +58,7 @@ async fn a_ccm_killed_at_random_points_leaks_nothing_and_creates_nothing_twice()
         let names: Vec<String> = (0..4).map(|i| format!("svc-{i}")).collect();
         // Creates in flight, then SIGKILL; a new CCM picks up where it died.
         for n in &names {
-            services.create(&PostParams::default(), &lb_service(n)).await.unwrap();
+            services.create(&PostParams::default(), &lb::service(n, 80, serde_json::json!({}))).await.unwrap();
         }
         tokio::time::sleep(moment(seed, 1)).await;
         ccm.kill().await;
@@ -126,7 +110,7 @@ async fn a_leader_failover_during_creates_creates_nothing_twice() {
     let services = Api::<Service>::namespaced(cluster.client(), "failover");
     let names: Vec<String> = (0..6).map(|i| format!("svc-{i}")).collect();
     for n in &names {
-        services.create(&PostParams::default(), &lb_service(n)).await.unwrap();
+        services.create(&PostParams::default(), &lb::service(n, 80, serde_json::json!({}))).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
     replicas[leader].kill().await;
@@ -152,7 +136,7 @@ async fn an_emulator_killed_while_provisioning_leaves_no_duplicate_and_all_conve
     let services = Api::<Service>::namespaced(cluster.client(), "restart");
     let names: Vec<String> = (0..4).map(|i| format!("svc-{i}")).collect();
     for n in &names {
-        services.create(&PostParams::default(), &lb_service(n)).await.unwrap();
+        services.create(&PostParams::default(), &lb::service(n, 80, serde_json::json!({}))).await.unwrap();
     }
     // Some load balancers exist and are still provisioning (2 s) when the cloud dies.
     until(Duration::from_secs(30), "a load balancer provisioning", async || {

@@ -10,22 +10,12 @@ use std::time::Duration;
 use fakecloud_api::{
     AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, OutageScope, StartOutageRequest,
 };
-use fakecloud_e2e::{Cluster, until};
+use fakecloud_e2e::{Cluster, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-
-fn lb_service(name: &str) -> Service {
-    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer",
-        "selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}}))
-    .unwrap()
-}
-
-fn ingress_ip(svc: &Service) -> Option<String> {
-    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
-}
 
 fn at(e: &AuditEntry) -> Timestamp {
     e.time.parse().unwrap()
@@ -59,8 +49,8 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
         position: None,
     };
     cluster.cloud.add_fault(&rule).await.unwrap();
-    services.create(&PostParams::default(), &lb_service("web")).await.unwrap();
-    until(Duration::from_secs(60), "web's EXTERNAL-IP", async || ingress_ip(&services.get_opt("web").await.ok()??))
+    services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
+    until(Duration::from_secs(60), "web's EXTERNAL-IP", async || lb::ingress_ip(&services.get_opt("web").await.ok()??))
         .await;
 
     let calls = cluster.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await;
@@ -102,7 +92,7 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
     };
     cluster.cloud.start_outage(&outage).await.unwrap();
     for name in ["a", "b", "c"] {
-        services.create(&PostParams::default(), &lb_service(name)).await.unwrap();
+        services.create(&PostParams::default(), &lb::service(name, 80, serde_json::json!({}))).await.unwrap();
     }
     // During the outage: pending, each with a SyncLoadBalancerFailed that says the service is unavailable.
     for name in ["a", "b", "c"] {
@@ -112,12 +102,12 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
         })
         .await;
         assert!(ev.message.as_deref().unwrap().contains("ServiceUnavailable"), "{:?}", ev.message);
-        assert_eq!(ingress_ip(&services.get(name).await.unwrap()), None, "<pending> during the outage");
+        assert_eq!(lb::ingress_ip(&services.get(name).await.unwrap()), None, "<pending> during the outage");
     }
     // After it: all converge, with no restart.
     for name in ["a", "b", "c"] {
         until(Duration::from_secs(40), &format!("{name}'s EXTERNAL-IP"), async || {
-            ingress_ip(&services.get_opt(name).await.ok()??)
+            lb::ingress_ip(&services.get_opt(name).await.ok()??)
         })
         .await;
     }
@@ -142,7 +132,7 @@ async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balance
     let spot = cluster.cloud.create_instance(&req, None).await.unwrap();
     cluster.namespace("spot").await;
     let services = Api::<Service>::namespaced(cluster.client(), "spot");
-    services.create(&PostParams::default(), &lb_service("web")).await.unwrap();
+    services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
     // Everything in place: both nodes routed and behind the load balancer.
     until(Duration::from_secs(60), "two routes and two backends", async || {
         let routes = cluster.cloud.list_routes("main").await.ok()?.items;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use fakecloud_api::{LoadBalancer, LoadBalancerState, Protocol, QuotaName};
-use fakecloud_e2e::{Cluster, until};
+use fakecloud_e2e::{Cluster, lb, until};
 use k8s_openapi::api::core::v1::{Event, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
@@ -15,32 +15,12 @@ const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 const LB_WRITES: [&str; 3] = ["CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"];
 
-fn lb_service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service {
-    let mut spec = serde_json::json!({"type": "LoadBalancer", "selector": {"app": name},
-        "ports": [{"name": "web", "port": port, "targetPort": 8080, "protocol": "TCP"}]});
-    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
-        s.extend(extra.clone());
-    }
-    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).unwrap()
-}
-
-fn ingress_ip(svc: &Service) -> Option<String> {
-    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
-}
-
 fn finalizers(svc: &Service) -> Vec<String> {
     svc.metadata.finalizers.clone().unwrap_or_default()
 }
 
-/// Upstream's load-balancer name: `a` + the UID without dashes, 32 characters.
-fn lb_name(svc: &Service) -> String {
-    let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap().replace('-', ""));
-    n.truncate(32);
-    n
-}
-
 async fn cloud_lb(cluster: &Cluster, svc: &Service) -> Option<LoadBalancer> {
-    cluster.cloud.find_load_balancer(&lb_name(svc)).await.unwrap()
+    cluster.cloud.find_load_balancer(&lb::name(svc)).await.unwrap()
 }
 
 async fn get(api: &Api<Service>, name: &str) -> Option<Service> {
@@ -71,16 +51,17 @@ async fn the_external_ip_lifecycle() {
     let services = Api::<Service>::namespaced(cluster.client(), ns);
 
     // 1. `<pending>` while the cloud provisions, with the finalizer already on; then the VIP.
-    let web = services.create(&PostParams::default(), &lb_service("web", 80, serde_json::json!({}))).await.unwrap();
+    let web = services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
     let provisioning = until(Duration::from_secs(30), "the load balancer provisioning", async || {
         cloud_lb(&cluster, &web).await.filter(|lb| lb.state == LoadBalancerState::Provisioning)
     })
     .await;
     let now = get(&services, "web").await.unwrap();
     assert!(finalizers(&now).contains(&FINALIZER.to_string()), "the finalizer comes before the cloud call");
-    assert_eq!(ingress_ip(&now), None, "<pending> while provisioning");
+    assert_eq!(lb::ingress_ip(&now), None, "<pending> while provisioning");
     let ip =
-        until(Duration::from_secs(30), "web's EXTERNAL-IP", async || ingress_ip(&get(&services, "web").await?)).await;
+        until(Duration::from_secs(30), "web's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "web").await?))
+            .await;
     let lb = cloud_lb(&cluster, &web).await.unwrap();
     assert_eq!(lb.id, provisioning.id, "one load balancer, never a second");
     assert_eq!(lb.state, LoadBalancerState::Active);
@@ -113,7 +94,7 @@ async fn the_external_ip_lifecycle() {
         cloud_lb(&cluster, &web).await.filter(|lb| lb.listeners.iter().any(|l| l.port == 8081)).map(|_| ())
     })
     .await;
-    assert_eq!(ingress_ip(&get(&services, "web").await.unwrap()), Some(ip.clone()), "the IP is kept");
+    assert_eq!(lb::ingress_ip(&get(&services, "web").await.unwrap()), Some(ip.clone()), "the IP is kept");
 
     // 3. A node joins: a backend more. A node labelled excluded: a backend less. One update each.
     let joined = cluster.initialized_nodes("lb-late", 1, Duration::from_secs(60)).await.remove(0);
@@ -138,19 +119,19 @@ async fn the_external_ip_lifecycle() {
 
     // 5. A loadBalancerClass Service: not ours, not a single cloud call.
     let before = cluster.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await.len();
-    let classed = lb_service("classed", 80, serde_json::json!({"loadBalancerClass": "example.com/other"}));
+    let classed = lb::service("classed", 80, serde_json::json!({"loadBalancerClass": "example.com/other"}));
     let classed = services.create(&PostParams::default(), &classed).await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(cluster.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await.len(), before);
     let classed = get(&services, "classed").await.unwrap_or(classed);
-    assert!(finalizers(&classed).is_empty() && ingress_ip(&classed).is_none());
+    assert!(finalizers(&classed).is_empty() && lb::ingress_ip(&classed).is_none());
     assert!(cluster.events_in(ns, "classed").await.is_empty());
 
     // 6. Switched to ClusterIP: the load balancer deleted, the finalizer removed, the ingress cleared.
     let to_cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "web", "port": 8081, "targetPort": 8080, "protocol": "TCP", "nodePort": null}]}});
     services.patch("web", &PatchParams::default(), &Patch::Merge(to_cluster_ip)).await.unwrap();
     let cleaned = until(Duration::from_secs(30), "web cleaned up", async || {
-        get(&services, "web").await.filter(|s| finalizers(s).is_empty() && ingress_ip(s).is_none())
+        get(&services, "web").await.filter(|s| finalizers(s).is_empty() && lb::ingress_ip(s).is_none())
     })
     .await;
     assert_eq!(cleaned.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
@@ -164,8 +145,8 @@ async fn the_external_ip_lifecycle() {
     }
 
     // 7. A LoadBalancer Service deleted: its load balancer goes, then the Service (the finalizer held it).
-    let api = services.create(&PostParams::default(), &lb_service("api", 443, serde_json::json!({}))).await.unwrap();
-    until(Duration::from_secs(30), "api's EXTERNAL-IP", async || ingress_ip(&get(&services, "api").await?)).await;
+    let api = services.create(&PostParams::default(), &lb::service("api", 443, serde_json::json!({}))).await.unwrap();
+    until(Duration::from_secs(30), "api's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "api").await?)).await;
     services.delete("api", &DeleteParams::default()).await.unwrap();
     until(Duration::from_secs(30), "the api Service gone", async || {
         matches!(services.get_opt("api").await, Ok(None)).then_some(())
@@ -190,21 +171,23 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
     let ns = "lb-quota";
     cluster.namespace(ns).await;
     let services = Api::<Service>::namespaced(cluster.client(), ns);
-    services.create(&PostParams::default(), &lb_service("first", 80, serde_json::json!({}))).await.unwrap();
-    until(Duration::from_secs(30), "first's EXTERNAL-IP", async || ingress_ip(&get(&services, "first").await?)).await;
+    services.create(&PostParams::default(), &lb::service("first", 80, serde_json::json!({}))).await.unwrap();
+    until(Duration::from_secs(30), "first's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "first").await?))
+        .await;
 
     // The quota is used up: the second stays <pending>, and the event says which quota.
-    services.create(&PostParams::default(), &lb_service("second", 80, serde_json::json!({}))).await.unwrap();
+    services.create(&PostParams::default(), &lb::service("second", 80, serde_json::json!({}))).await.unwrap();
     let failed = wait_event(&cluster, ns, "second", "SyncLoadBalancerFailed", Duration::from_secs(30)).await;
     let msg = failed.message.unwrap_or_default();
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
     assert!(msg.starts_with("Error syncing load balancer: failed to ensure load balancer: "), "{msg}");
     assert!(msg.contains("LoadBalancerLimitExceeded"), "the event names the quota: {msg}");
-    assert_eq!(ingress_ip(&get(&services, "second").await.unwrap()), None);
+    assert_eq!(lb::ingress_ip(&get(&services, "second").await.unwrap()), None);
 
     // Raised: it heals on the next retry (5 s, then 10 s, ...), without a restart.
     cluster.cloud.set_quota(QuotaName::LoadBalancers, 10).await.unwrap();
-    until(Duration::from_secs(60), "second's EXTERNAL-IP", async || ingress_ip(&get(&services, "second").await?)).await;
+    until(Duration::from_secs(60), "second's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "second").await?))
+        .await;
 
     // A restart re-ensures each load balancer once: one lookup per Service, nothing created or changed.
     ccm.kill().await;
