@@ -397,6 +397,10 @@ async fn spot_reclamation_gives_notice_then_terminates() {
     assert_eq!(stopping.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
     let gone = wait_state(&emu.user, &spot.id, InstanceState::Terminated).await;
     assert_eq!(gone.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
+    // Still terminated once the background ticker (every 250 ms) has written the transition down.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let later = emu.user.get_instance(&spot.id).await.unwrap();
+    assert_eq!((later.state, later.state_changed_at), (InstanceState::Terminated, gone.state_changed_at));
     // Its address and name are free again.
     emu.user
         .create_instance(&CreateInstanceRequest { private_ip: Some(spot.private_ip), ..inst("spot-1") }, None)

@@ -21,18 +21,21 @@ pub const OPERATION_CREATE: &str = "CreateInstance";
 pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'terminated'";
 
 /// An instance's state as shown at `?1`: a due transition has happened, and a spot instance past its
-/// interruption time is `stopping` until it is terminated.
+/// interruption time is `stopping` until it is terminated. (Only while the termination is still pending: once
+/// it is written down, the stored state is the truth.)
 macro_rules! state_at {
     () => {
-        "(CASE WHEN next_state_at <= ?1 THEN next_state WHEN interruption_at <= ?1 THEN 'stopping' ELSE state END)"
+        "(CASE WHEN next_state_at <= ?1 THEN next_state WHEN interruption_at <= ?1 AND next_state_at IS NOT NULL THEN 'stopping' ELSE state END)"
     };
 }
+pub(crate) use state_at;
 
 const SELECT: &str = concat!(
     "SELECT seq, id, name, zone, instance_type, market, ",
     state_at!(),
-    " AS state, (CASE WHEN next_state_at <= ?1 THEN next_state_at WHEN interruption_at <= ?1 THEN interruption_at \
-     ELSE state_changed_at END) AS state_changed_at, private_ip, tags, created_at, state_reason, interruption_at FROM instances"
+    " AS state, (CASE WHEN next_state_at <= ?1 THEN next_state_at WHEN interruption_at <= ?1 AND next_state_at IS NOT NULL \
+     THEN interruption_at ELSE state_changed_at END) AS state_changed_at, private_ip, tags, created_at, state_reason, \
+     interruption_at FROM instances"
 );
 
 #[derive(sqlx::FromRow)]
