@@ -60,6 +60,14 @@ enum Command {
         /// How often to read the emulator's instances.
         #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
         poll: f64,
+        /// Only instances with this tag get a kubelet (`key=value`, or `key`); on a cluster whose other nodes
+        /// have real kubelets (kind), tag the simulated machines and name the tag here.
+        #[arg(long, value_name = "TAG")]
+        instance_tag: Option<String>,
+        /// Taints every simulated Node registers with, as the kubelet's flag takes them
+        /// (`key[=value]:Effect`, comma-separated), e.g. one that keeps real pods off simulated machines.
+        #[arg(long, value_name = "TAINTS", value_delimiter = ',', value_parser = fakecloud_controlplane::kubelets::parse_taint)]
+        register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
     },
     /// Stop the control plane recorded in a run directory and remove the directory.
     Down {
@@ -98,8 +106,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up { run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean } => {
             up(&run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean).await
         }
-        Command::Kubelets { kubeconfig, emulator, credentials, poll } => {
-            kubelets(&kubeconfig, &emulator, credentials, poll).await
+        Command::Kubelets { kubeconfig, emulator, credentials, poll, instance_tag, register_with_taints } => {
+            let opts = fakecloud_controlplane::kubelets::Options {
+                poll: Duration::from_secs_f64(poll),
+                instance_tag,
+                register_with_taints,
+                ..Default::default()
+            };
+            kubelets(&kubeconfig, &emulator, credentials, opts).await
         }
         Command::Down { run_dir, keep } => {
             let stopped = down(&run_dir, keep)?;
@@ -184,8 +198,14 @@ async fn up(
     }
 }
 
-async fn kubelets(kubeconfig: &Path, emulator: &str, credentials: Option<PathBuf>, poll: f64) -> anyhow::Result<()> {
+async fn kubelets(
+    kubeconfig: &Path,
+    emulator: &str,
+    credentials: Option<PathBuf>,
+    opts: fakecloud_controlplane::kubelets::Options,
+) -> anyhow::Result<()> {
     let token = emulator_token(credentials.as_deref())?;
+    let poll = opts.poll.as_secs_f64();
     if !(poll.is_finite() && (0.05..=60.0).contains(&poll)) {
         anyhow::bail!("--poll must be between 0.05 and 60 seconds");
     }
@@ -196,7 +216,6 @@ async fn kubelets(kubeconfig: &Path, emulator: &str, credentials: Option<PathBuf
     )
     .await?;
     let client = kube::Client::try_from(config)?;
-    let opts = fakecloud_controlplane::kubelets::Options { poll: Duration::from_secs_f64(poll), ..Default::default() };
     let _sim = fakecloud_controlplane::kubelets::SimulatedKubelets::start(client, cloud, opts)
         .await
         .with_context(|| format!("starting simulated kubelets against {emulator}"))?;

@@ -36,6 +36,10 @@ fn kind_configs_run_every_node_with_an_external_cloud_provider() {
             let kubelet_external =
                 patches.iter().any(|p| p["nodeRegistration"]["kubeletExtraArgs"]["cloud-provider"] == "external");
             assert!(kubelet_external, "{name}: every kubelet runs with --cloud-provider=external");
+            // kind's own --provider-id=kind://... would stand for good (a providerID is set once).
+            let no_kind_provider_id =
+                patches.iter().any(|p| p["nodeRegistration"]["kubeletExtraArgs"]["provider-id"] == "");
+            assert!(no_kind_provider_id, "{name}: kind's kubelet --provider-id is overridden with an empty one");
             if n["role"] == "control-plane" {
                 let cm = patches.iter().find(|p| p["kind"] == "ClusterConfiguration").unwrap();
                 assert_eq!(cm["controllerManager"]["extraArgs"]["cloud-provider"], "external");

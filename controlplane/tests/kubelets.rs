@@ -278,3 +278,36 @@ async fn two_hundred_nodes_stay_ready() {
     tokio::time::sleep(Duration::from_secs(15)).await;
     until(&nodes, Duration::from_secs(5), "all nodes still Ready after 15 s", all_ready).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_limits_the_kubelets_to_their_own_machines() {
+    if Binaries::for_tests("simulated kubelets test").is_none() {
+        return;
+    }
+    let cp = ControlPlane::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, cloud) = emulator(dir.path()).await;
+    let simulated = fakecloud_controlplane::kubelets::parse_taint("example.com/simulated:NoSchedule").unwrap();
+    let opts = Options {
+        instance_tag: Some("pool=simulated".into()),
+        register_with_taints: vec![simulated.clone()],
+        ..fast()
+    };
+    let _kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), opts).await.unwrap();
+    // A machine with a real kubelet of its own (as a kind node adopted into the cloud), and a simulated one.
+    create(&cloud, "real-1", "local-1a").await;
+    let req = CreateInstanceRequest {
+        name: "sim-1".into(),
+        tags: [("pool".to_string(), "simulated".to_string())].into(),
+        ..Default::default()
+    };
+    cloud.create_instance(&req, None).await.unwrap();
+    let nodes = Api::<Node>::all(cp.client());
+    let all = until(&nodes, Duration::from_secs(30), "sim-1 registered", |all| all.contains_key("sim-1")).await;
+    let taints = all["sim-1"].spec.as_ref().unwrap().taints.clone().unwrap();
+    // (The controller manager may add its not-ready taint behind them for a moment.)
+    let keys: Vec<&str> = taints.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys[..2], [UNINITIALIZED_TAINT, "example.com/simulated"], "{keys:?}");
+    stays(&nodes, Duration::from_secs(3), "without a Node for the untagged machine", |all| !all.contains_key("real-1"))
+        .await;
+}

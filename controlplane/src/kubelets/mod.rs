@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use fakecloud_api::{Instance, InstanceState, ListInstancesQuery};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -53,6 +53,12 @@ pub struct Options {
     pub kubelet_version: String,
     /// API calls in flight at once.
     pub concurrency: usize,
+    /// Only instances with this tag (`key=value`, or `key` for "has the tag") get a kubelet; `None`: all. A
+    /// cluster that also has real kubelets (kind's nodes, adopted as instances) needs this.
+    pub instance_tag: Option<String>,
+    /// Taints every Node registers with beside the uninitialized one (the kubelet's `--register-with-taints`),
+    /// e.g. one that keeps real pods off machines that cannot run them.
+    pub register_with_taints: Vec<Taint>,
 }
 
 impl Default for Options {
@@ -63,8 +69,28 @@ impl Default for Options {
             status_every: Duration::from_secs(20),
             kubelet_version: crate::pinned_kubernetes_version().to_string(),
             concurrency: 32,
+            instance_tag: None,
+            register_with_taints: Vec::new(),
         }
     }
+}
+
+/// A taint as the kubelet's `--register-with-taints` takes it: `key[=value]:Effect`.
+pub fn parse_taint(s: &str) -> Result<Taint, String> {
+    const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+    let (key_value, effect) =
+        s.rsplit_once(':').ok_or_else(|| format!("{s:?} is not key[=value]:Effect (the effect is missing)"))?;
+    if !EFFECTS.contains(&effect) {
+        return Err(format!("{s:?}: the effect {effect:?} is not one of {}", EFFECTS.join(", ")));
+    }
+    let (key, value) = match key_value.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_string())),
+        None => (key_value, None),
+    };
+    if key.is_empty() {
+        return Err(format!("{s:?}: the key is empty"));
+    }
+    Ok(Taint { key: key.to_string(), value, effect: effect.to_string(), time_added: None })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +145,7 @@ impl SimulatedKubelets {
                 futures::future::ready(())
             });
         let (publish, running) = watch::channel(None);
-        let poller = poll_instances(cloud, opts.poll, publish);
+        let poller = poll_instances(cloud, opts.poll, opts.instance_tag.clone(), publish);
         let sim = Arc::new(Sim { kube, opts, shapes, nodes });
         let kubelets = sim.run(running);
         Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)] })
@@ -128,9 +154,16 @@ impl SimulatedKubelets {
 
 type Running = Option<Arc<BTreeMap<String, Instance>>>;
 
-/// The instance poller: one listing of the running instances per `poll`, published; failures keep the last.
-async fn poll_instances(cloud: fakecloud_api::Client, poll: Duration, publish: watch::Sender<Running>) {
-    let query = ListInstancesQuery { state: Some(InstanceState::Running), page_size: Some(1000), ..Default::default() };
+/// The instance poller: one listing of the running instances (with `tag`) per `poll`, published; failures keep
+/// the last.
+async fn poll_instances(
+    cloud: fakecloud_api::Client,
+    poll: Duration,
+    tag: Option<String>,
+    publish: watch::Sender<Running>,
+) {
+    let query =
+        ListInstancesQuery { state: Some(InstanceState::Running), tag, page_size: Some(1000), ..Default::default() };
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -257,7 +290,7 @@ impl Sim {
         let nodes = Api::<Node>::all(self.kube.clone());
         let shape = self.shapes.get(&inst.instance_type).copied().unwrap_or(Shape::FALLBACK);
         let now = Timestamp::now();
-        let node = objects::node(inst, shape, &self.opts.kubelet_version, now);
+        let node = objects::node(inst, shape, &self.opts.kubelet_version, &self.opts.register_with_taints, now);
         match nodes.create(&PostParams::default(), &node).await {
             Ok(created) => {
                 tracing::info!(node = %inst.name, ip = %inst.private_ip, "registered node");
@@ -298,5 +331,24 @@ impl Sim {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_parse_as_the_kubelet_flag_takes_them() {
+        let t = parse_taint("fakecloud.io/simulated=true:NoSchedule").expect("a taint");
+        assert_eq!(
+            (t.key.as_str(), t.value.as_deref(), t.effect.as_str()),
+            ("fakecloud.io/simulated", Some("true"), "NoSchedule")
+        );
+        let t = parse_taint("dedicated:NoExecute").expect("a taint");
+        assert_eq!((t.key.as_str(), t.value, t.effect.as_str()), ("dedicated", None, "NoExecute"));
+        assert!(parse_taint("dedicated").unwrap_err().contains("effect is missing"));
+        assert!(parse_taint("a=b:Sometimes").unwrap_err().contains("not one of NoSchedule"));
+        assert!(parse_taint("=b:NoSchedule").unwrap_err().contains("key is empty"));
     }
 }

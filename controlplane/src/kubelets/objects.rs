@@ -47,9 +47,16 @@ impl Shape {
 }
 
 /// The Node a kubelet creates when it registers: labels it sets itself (never the zone, region or
-/// instance-type labels — the CCM adds those), the uninitialized taint, the provided-node-ip annotation, no
-/// providerID, and a full status (the API server keeps a Node's status on create, so one call registers it).
-pub fn node(inst: &Instance, shape: Shape, kubelet_version: &str, now: Timestamp) -> Node {
+/// instance-type labels — the CCM adds those), the uninitialized taint and then `register_with_taints` (the
+/// kubelet's `--register-with-taints`), the provided-node-ip annotation, no providerID, and a full status (the
+/// API server keeps a Node's status on create, so one call registers it).
+pub fn node(
+    inst: &Instance,
+    shape: Shape,
+    kubelet_version: &str,
+    register_with_taints: &[Taint],
+    now: Timestamp,
+) -> Node {
     let capacity: BTreeMap<String, Quantity> = [
         ("cpu", shape.vcpus.to_string()),
         ("memory", format!("{}Mi", shape.memory_mib)),
@@ -79,12 +86,16 @@ pub fn node(inst: &Instance, shape: Shape, kubelet_version: &str, now: Timestamp
             ..Default::default()
         },
         spec: Some(NodeSpec {
-            taints: Some(vec![Taint {
-                key: UNINITIALIZED_TAINT.into(),
-                value: Some("true".into()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            }]),
+            taints: Some(
+                std::iter::once(Taint {
+                    key: UNINITIALIZED_TAINT.into(),
+                    value: Some("true".into()),
+                    effect: "NoSchedule".into(),
+                    time_added: None,
+                })
+                .chain(register_with_taints.iter().cloned())
+                .collect(),
+            ),
             ..Default::default()
         }),
         status: Some(NodeStatus {
@@ -233,7 +244,7 @@ mod tests {
     #[test]
     fn registration_is_what_an_external_cloud_provider_kubelet_posts() {
         let inst = instance("node-a", "10.0.0.7");
-        let n = node(&inst, Shape { vcpus: 4, memory_mib: 8192 }, "v1.37.2", ts("2026-11-22T10:00:00Z"));
+        let n = node(&inst, Shape { vcpus: 4, memory_mib: 8192 }, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"));
         let spec = n.spec.as_ref().expect("spec");
         assert_eq!(spec.provider_id, None);
         let taints = spec.taints.as_ref().expect("taints");
@@ -250,9 +261,28 @@ mod tests {
     }
 
     #[test]
+    fn register_with_taints_come_after_the_uninitialized_taint() {
+        let simulated =
+            Taint { key: "example.com/simulated".into(), effect: "NoSchedule".into(), ..Default::default() };
+        let n = node(
+            &instance("node-b", "10.0.0.8"),
+            Shape::FALLBACK,
+            "v1.37.2",
+            std::slice::from_ref(&simulated),
+            ts("2026-11-22T10:00:00Z"),
+        );
+        let taints = n.spec.expect("spec").taints.expect("taints");
+        assert_eq!(
+            taints.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+            [UNINITIALIZED_TAINT, "example.com/simulated"]
+        );
+        assert_eq!(taints[1], simulated);
+    }
+
+    #[test]
     fn heartbeats_move_transition_times_only_on_change_and_leave_ccm_addresses_alone() {
         let inst = instance("node-a", "10.0.0.7");
-        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", ts("2026-11-22T10:00:00Z"));
+        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"));
         let later = ts("2026-11-22T10:00:20Z");
         let p = status_patch(&inst, &n, later);
         assert!(p["status"].get("addresses").is_none(), "addresses are set already: {p}");

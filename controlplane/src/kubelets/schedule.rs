@@ -169,7 +169,7 @@ mod tests {
     }
 
     fn registered(name: &str) -> Arc<Node> {
-        let mut n = node(&inst(name), Shape::FALLBACK, "v1.37.2", Timestamp::now());
+        let mut n = node(&inst(name), Shape::FALLBACK, "v1.37.2", &[], Timestamp::now());
         n.metadata.uid = Some(format!("uid-{name}"));
         Arc::new(n)
     }
