@@ -14,6 +14,7 @@ async fn every_call_is_audited_with_what_a_test_needs() {
     emu.user.get_instance(&node.id).await.unwrap();
     let _ = emu.user.get_instance("i-missing").await;
     let _ = emu.raw(reqwest::Method::GET, "/v1/instances", None, None).await;
+    emu.user.list_instances(&Default::default()).await.unwrap();
     let lb = CreateLoadBalancerRequest {
         name: "web".into(),
         listeners: vec![Listener { protocol: Protocol::Tcp, port: 80, backend_port: 1 }],
@@ -30,9 +31,11 @@ async fn every_call_is_audited_with_what_a_test_needs() {
             ("GetInstance", 200),
             ("GetInstance", 404),
             ("ListInstances", 401),
+            ("ListInstances", 200),
             ("CreateLoadBalancer", 201)
         ]
     );
+    assert_eq!(all[4].resource_id, None, "a listing is about no one resource");
     assert_eq!(all[0].resource_id.as_deref(), Some(node.id.as_str()));
     assert_eq!(
         (all[2].resource_id.as_deref(), all[2].error_code.as_deref()),
@@ -54,7 +57,7 @@ async fn every_call_is_audited_with_what_a_test_needs() {
     assert_eq!(by_resource.len(), 2);
     let errors = emu.admin.audit(&AuditQuery { status: Some(404), ..Default::default() }).await.unwrap().items;
     assert_eq!(errors.len(), 1);
-    let after = emu.admin.audit(&AuditQuery { after: Some(all[3].seq), ..Default::default() }).await.unwrap().items;
+    let after = emu.admin.audit(&AuditQuery { after: Some(all[4].seq), ..Default::default() }).await.unwrap().items;
     assert_eq!(after[0].operation, "CreateLoadBalancer");
     let future = emu
         .admin

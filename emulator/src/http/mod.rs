@@ -147,10 +147,12 @@ impl Operations {
 #[derive(Debug, Clone)]
 pub struct ResourceId(pub String);
 
-/// A JSON response tagged with the resource it is about.
+/// A JSON response tagged with the resource it is about (`""`: none, as for a listing).
 pub fn reply<T: Serialize>(status: StatusCode, id: &str, body: T) -> Response {
     let mut resp = (status, Json(body)).into_response();
-    resp.extensions_mut().insert(ResourceId(id.to_string()));
+    if !id.is_empty() {
+        resp.extensions_mut().insert(ResourceId(id.to_string()));
+    }
     resp
 }
 
