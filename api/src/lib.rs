@@ -18,3 +18,27 @@ pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
 pub const ENV_ENDPOINT: &str = "FAKECLOUD_ENDPOINT";
 pub const ENV_USER_TOKEN: &str = "FAKECLOUD_USER_TOKEN";
 pub const ENV_ADMIN_TOKEN: &str = "FAKECLOUD_ADMIN_TOKEN";
+
+/// The value of `key` in a credentials file as `fakecloud serve` writes it (`export KEY=value` lines; `export`
+/// and quotes optional); `None` when the key is missing or empty.
+pub fn credential(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let l = l.trim();
+        let v = l.strip_prefix("export ").unwrap_or(l).trim_start().strip_prefix(key)?.strip_prefix('=')?;
+        let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+        (!v.is_empty()).then(|| v.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_lines_are_read_with_or_without_export_and_quotes() {
+        let text =
+            "# fakecloud credentials\nexport FAKECLOUD_USER_TOKEN=u-123\nFAKECLOUD_ADMIN_TOKEN='a-456'\nEMPTY=\n";
+        assert_eq!(super::credential(text, super::ENV_USER_TOKEN).as_deref(), Some("u-123"));
+        assert_eq!(super::credential(text, super::ENV_ADMIN_TOKEN).as_deref(), Some("a-456"));
+        assert_eq!(super::credential(text, "EMPTY"), None);
+        assert_eq!(super::credential(text, "FAKECLOUD_USER"), None, "a prefix of a key is not the key");
+    }
+}

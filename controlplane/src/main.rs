@@ -244,17 +244,9 @@ fn emulator_token(credentials: Option<&Path>) -> anyhow::Result<String> {
         .with_context(|| format!("{} has no FAKECLOUD_USER_TOKEN= or FAKECLOUD_ADMIN_TOKEN= line", file.display()))
 }
 
-/// `export NAME=value` (or `NAME=value`, optionally quoted) lines, as `fakecloud serve` writes them.
+/// The first of [`TOKEN_VARS`] in a credentials file.
 fn token_from_credentials(text: &str) -> Option<String> {
-    let value = |var: &str| {
-        text.lines().find_map(|l| {
-            let l = l.trim();
-            let v = l.strip_prefix("export ").unwrap_or(l).trim_start().strip_prefix(var)?.strip_prefix('=')?;
-            let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
-            (!v.is_empty()).then(|| v.to_string())
-        })
-    };
-    TOKEN_VARS.iter().find_map(|v| value(v))
+    TOKEN_VARS.iter().find_map(|v| fakecloud_api::credential(text, v))
 }
 
 #[cfg(test)]

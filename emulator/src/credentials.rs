@@ -44,11 +44,7 @@ pub fn load_or_create(
         let text =
             std::fs::read_to_string(file).map_err(|source| CredentialsError::Read { path: file.into(), source })?;
         let get = |key: &'static str| {
-            text.lines()
-                .filter_map(|l| l.trim().strip_prefix("export ").or(Some(l.trim())))
-                .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-                .map(|v| v.trim_matches('"').to_string())
-                .ok_or(CredentialsError::Missing { path: file.into(), key })
+            fakecloud_api::credential(&text, key).ok_or(CredentialsError::Missing { path: file.into(), key })
         };
         let tokens =
             Tokens { user: user.unwrap_or(get(ENV_USER_TOKEN)?), admin: admin.unwrap_or(get(ENV_ADMIN_TOKEN)?) };
