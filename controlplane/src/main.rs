@@ -11,8 +11,9 @@ use fakecloud_controlplane::{ControlPlane, down, pinned_kubernetes_version};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The variables (and credentials-file lines) holding the emulator's tokens, in order of preference: the
-/// kubelets stand for machines, not for a cloud operator, so they use the user token when there is one.
-const TOKEN_VARS: [&str; 2] = ["FAKECLOUD_USER_TOKEN", "FAKECLOUD_ADMIN_TOKEN"];
+/// kubelets are the cloud's own machinery, not a customer of it, so they use the admin token when there is
+/// one: never faulted, and their polling is not counted among the customer's (the CCM's) calls.
+const TOKEN_VARS: [&str; 2] = ["FAKECLOUD_ADMIN_TOKEN", "FAKECLOUD_USER_TOKEN"];
 
 /// Name of the pid file `up` writes into the run directory.
 const PID_FILE: &str = "fakecloud-controlplane.pid";
@@ -53,8 +54,8 @@ enum Command {
         /// The emulator's URL.
         #[arg(long, env = "FAKECLOUD_ENDPOINT", default_value = "http://127.0.0.1:8787")]
         emulator: String,
-        /// A credentials file written by `fakecloud serve` (`export FAKECLOUD_USER_TOKEN=...` lines), read when
-        /// neither FAKECLOUD_USER_TOKEN nor FAKECLOUD_ADMIN_TOKEN is set.
+        /// A credentials file written by `fakecloud serve` (`export FAKECLOUD_ADMIN_TOKEN=...` lines), read when
+        /// neither FAKECLOUD_ADMIN_TOKEN nor FAKECLOUD_USER_TOKEN is set.
         #[arg(long)]
         credentials: Option<PathBuf>,
         /// How often to read the emulator's instances.
@@ -237,11 +238,11 @@ fn emulator_token(credentials: Option<&Path>) -> anyhow::Result<String> {
         }
     }
     let file = credentials.context(
-        "no emulator token: set FAKECLOUD_USER_TOKEN (or FAKECLOUD_ADMIN_TOKEN), or pass --credentials FILE (the file `fakecloud serve` wrote)",
+        "no emulator token: set FAKECLOUD_ADMIN_TOKEN (or FAKECLOUD_USER_TOKEN), or pass --credentials FILE (the file `fakecloud serve` wrote)",
     )?;
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     token_from_credentials(&text)
-        .with_context(|| format!("{} has no FAKECLOUD_USER_TOKEN= or FAKECLOUD_ADMIN_TOKEN= line", file.display()))
+        .with_context(|| format!("{} has no FAKECLOUD_ADMIN_TOKEN= or FAKECLOUD_USER_TOKEN= line", file.display()))
 }
 
 /// The first of [`TOKEN_VARS`] in a credentials file.
@@ -256,9 +257,9 @@ mod tests {
     #[test]
     fn reads_the_token_from_a_credentials_file() {
         let file = "# fakecloud credentials\nexport FAKECLOUD_USER_TOKEN=u-123\nexport FAKECLOUD_ADMIN_TOKEN=a-456\n";
-        assert_eq!(token_from_credentials(file).as_deref(), Some("u-123"));
-        assert_eq!(token_from_credentials("FAKECLOUD_ADMIN_TOKEN='a-456'\n").as_deref(), Some("a-456"));
-        assert_eq!(token_from_credentials("export FAKECLOUD_USER_TOKEN_OLD=x\n"), None);
-        assert_eq!(token_from_credentials("export FAKECLOUD_USER_TOKEN=\n"), None);
+        assert_eq!(token_from_credentials(file).as_deref(), Some("a-456"), "the admin token first");
+        assert_eq!(token_from_credentials("FAKECLOUD_USER_TOKEN='u-123'\n").as_deref(), Some("u-123"));
+        assert_eq!(token_from_credentials("export FAKECLOUD_ADMIN_TOKEN_OLD=x\n"), None);
+        assert_eq!(token_from_credentials("export FAKECLOUD_ADMIN_TOKEN=\n"), None);
     }
 }
