@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test e2e lint fmt bench build deps control-plane kind-up kind-down
+.PHONY: help up down test e2e e2e-kind lint fmt bench build deps control-plane kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,8 +32,11 @@ kind-down: ## Delete what kind-up created
 test: deps control-plane ## Run the whole test suite
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
 
-e2e: deps control-plane ## The e2e suite on the local backend, one case at a time, with JUnit XML and a summary table
+e2e: deps control-plane ## The e2e suite, one case at a time, with JUnit XML and a summary table (FAKECLOUD_E2E_BACKEND=existing: against any cluster)
 	@bash scripts/e2e.sh
+
+e2e-kind: deps ## The conformance suite against the kind cluster of kind-up (made first if missing; needs a Docker engine)
+	@bash scripts/e2e-kind.sh
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck
 	$(CARGO) fmt --all --check

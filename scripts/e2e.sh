@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# `make e2e`: the end-to-end suite on the local backend (the upstream control plane, the emulator and the CCM as
-# processes), one case at a time through cargo-nextest, with a JUnit report and a summary table for CI systems.
-# Installs cargo-nextest once if it is missing. Exits non-zero if a case failed.
+# `make e2e`: the end-to-end suite, one case at a time through cargo-nextest, with a JUnit report and a summary
+# table for CI systems. Installs cargo-nextest once if it is missing. Exits non-zero if a case failed.
+#
+# FAKECLOUD_E2E_BACKEND=local (the default): every case, each on its own local control plane, emulator and CCM.
+# FAKECLOUD_E2E_BACKEND=existing: the conformance cases (tests/conformance_*.rs) against the cluster, emulator
+# and CCM the FAKECLOUD_E2E_* variables name (see e2e/src/backend.rs; `make e2e-kind` sets them for kind). The
+# tests of the fakecloud-ccm binary itself (tests/ccm_*.rs) need a local cluster and are left out there.
+# Extra arguments go to `cargo nextest run` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
@@ -11,9 +16,19 @@ if ! "$cargo" nextest --version >/dev/null 2>&1; then
 	"$cargo" install --locked cargo-nextest
 fi
 
-out=target/nextest/e2e
+case ${FAKECLOUD_E2E_BACKEND:-local} in
+local) profile=e2e filter=() ;;
+existing) profile=e2e-existing filter=(-E 'binary(/^conformance_/)') ;;
+*)
+	echo "FAKECLOUD_E2E_BACKEND=$FAKECLOUD_E2E_BACKEND: use local (the default) or existing" >&2
+	exit 2
+	;;
+esac
+
+out=target/nextest/$profile
+rm -f "$out/junit.xml"
 rc=0
-"$cargo" nextest run --locked -p fakecloud-e2e --profile e2e --no-fail-fast "$@" || rc=$?
+"$cargo" nextest run --locked -p fakecloud-e2e --profile "$profile" --no-fail-fast "${filter[@]}" "$@" || rc=$?
 if [[ -f "$out/junit.xml" ]]; then
 	python3 scripts/e2e-summary.py "$out/junit.xml" | tee "$out/summary.md"
 	echo

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kind path: create a kind cluster whose nodes wait for an external CCM, run the emulator beside it on the
-# kind network, adopt the kind nodes as cloud instances, and deploy the CCM (once it exists, from ccm/deploy/).
-# Needs a Docker (or Podman) engine; stops at once, saying so, where none answers.
+# kind network, adopt the kind nodes as cloud instances, build and load the CCM image and deploy it from
+# ccm/deploy/. Needs a Docker (or Podman) engine; stops at once, saying so, where none answers.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,10 +42,18 @@ log "building the emulator image (docker/emulator.Dockerfile)"
 docker build -q -f "$repo_root/docker/emulator.Dockerfile" -t fakecloud/emulator:dev "$repo_root" >/dev/null
 token_user=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-printf 'export FAKECLOUD_USER_TOKEN=%s\nexport FAKECLOUD_ADMIN_TOKEN=%s\n' "$token_user" "$token_admin" >"$run_root/kind.credentials"
-chmod 600 "$run_root/kind.credentials"
-log "running the emulator on the kind network (container fakecloud-emulator, host port $port)"
-docker run -d --name fakecloud-emulator --network kind -p "127.0.0.1:$port:8787" \
+(
+	umask 077
+	printf 'export FAKECLOUD_ENDPOINT=http://127.0.0.1:%s\nexport FAKECLOUD_USER_TOKEN=%s\nexport FAKECLOUD_ADMIN_TOKEN=%s\n' \
+		"$port" "$token_user" "$token_admin" >"$run_root/kind.credentials"
+)
+# A fixed address on the kind network, near the top of its IPv4 range (away from the nodes, which docker
+# numbers from the bottom): the CCM pods reach the emulator there without DNS for container names, and a
+# `docker kill` + `docker start` (the e2e suite's emulator crash) brings it back at the same place.
+subnet=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')
+emulator_ip=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[-6])' "$subnet")
+log "running the emulator on the kind network at $emulator_ip (container fakecloud-emulator, host port $port)"
+docker run -d --name fakecloud-emulator --network kind --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
 	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev >/dev/null
 
 (cd "$repo_root" && cargo build --locked --quiet --bin fakecloud)
@@ -55,27 +63,34 @@ for _ in $(seq 1 50); do "$repo_root/target/debug/fakecloud" quota get >/dev/nul
 log "adopting the kind nodes as cloud instances"
 "$repo_root/target/debug/fakecloud" adopt --kubeconfig "$kubeconfig"
 
-if [[ -d "$repo_root/ccm/deploy" ]]; then
-	log "building and loading the CCM image, deploying it"
-	docker build -q -f "$repo_root/docker/ccm.Dockerfile" -t fakecloud/ccm:dev "$repo_root" >/dev/null
-	kind load docker-image --name "$cluster" fakecloud/ccm:dev
-	KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml"
-	# The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied).
-	KUBECONFIG=$kubeconfig kubectl -n kube-system create secret generic fakecloud-cloud-config \
-		--from-literal=cloud-config="$(printf 'endpoint: http://fakecloud-emulator:8787\ntoken-file: /etc/fakecloud/token\n')" \
-		--from-literal=token="$token_user" --dry-run=client -o yaml | KUBECONFIG=$kubeconfig kubectl apply -f -
-	KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/deployment.yaml"
-else
-	log "no CCM yet (ccm/deploy/ is missing): nodes keep the uninitialized taint"
-fi
+log "building and loading the CCM image, deploying it (ccm/deploy/)"
+docker build -q -f "$repo_root/docker/ccm.Dockerfile" -t fakecloud/ccm:dev "$repo_root" >/dev/null
+kind load docker-image --name "$cluster" fakecloud/ccm:dev
+KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml"
+# The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied).
+KUBECONFIG=$kubeconfig kubectl -n kube-system create secret generic fakecloud-cloud-config \
+	--from-literal=cloud-config="$(printf 'endpoint: http://%s:8787\ntoken-file: /etc/fakecloud/token\n' "$emulator_ip")" \
+	--from-literal=token="$token_user" --dry-run=client -o yaml | KUBECONFIG=$kubeconfig kubectl apply -f -
+KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/deployment.yaml"
+log "waiting for the CCM's replicas, then for every node to be initialized (a providerID)"
+KUBECONFIG=$kubeconfig kubectl -n kube-system rollout status deployment/fakecloud-ccm --timeout=300s
+uninitialized() {
+	KUBECONFIG=$kubeconfig kubectl get nodes --no-headers -o custom-columns='N:.metadata.name,P:.spec.providerID' |
+		awk '$2 == "<none>" { print $1 }'
+}
+for _ in $(seq 1 120); do
+	[[ -z "$(uninitialized)" ]] && break
+	sleep 1
+done
+[[ -z "$(uninitialized)" ]] || die "nodes not initialized by the CCM after 2 minutes: $(uninitialized | tr '\n' ' ')(kubectl -n kube-system logs deploy/fakecloud-ccm)"
 
 cat <<MSG
 
 kind cluster $cluster is up with the fakecloud emulator beside it.
 
   export KUBECONFIG=$kubeconfig
-  export FAKECLOUD_ENDPOINT=$FAKECLOUD_ENDPOINT
-  source $run_root/kind.credentials
+  source $run_root/kind.credentials    # FAKECLOUD_ENDPOINT and the emulator's tokens, for the fakecloud CLI
 
+The conformance suite against it: make e2e-kind
 Stop: make kind-down
 MSG

@@ -2,11 +2,12 @@
 //! upstream `k8s.io/cloud-provider` controllers (see `shared/docs/ccm-semantics.md` for the behaviour it copies).
 //!
 //! - [`cloud`]: the one [`cloud::Cloud`] trait the controllers use, and its emulator implementation.
-//! - [`controllers`]: one module per controller (`node`, `node_lifecycle`), plus the `--controllers` names.
+//! - [`controllers`]: one module per controller (`node`, `node_lifecycle`, `service`, `route`), plus the
+//!   `--controllers` names.
 //! - [`config`]: flags and the cloud-config file.
 //! - [`leader`]: leader election on a Lease; [`serve`]: `/healthz` and `/metrics` over HTTPS; [`metrics`].
 //! - [`events`], [`informer`], [`kube_client`], [`ratelimit`]: client-go's event recorder, shared informer,
-//!   client and rate limiters.
+//!   client and rate limiters; [`nodes`]: the label, address and taint rules.
 
 pub mod cloud;
 pub mod config;

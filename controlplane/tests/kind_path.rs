@@ -1,6 +1,6 @@
 //! The kind path, checked as far as a machine without a Docker engine allows: the kind configs say what the
-//! local cluster does (external cloud provider everywhere, the same pod CIDR), and `make kind-up` stops at once
-//! with a clear message when no engine answers.
+//! local cluster does (external cloud provider everywhere, the same pod CIDR), and `make kind-up` and `make
+//! e2e-kind` stop at once with a clear message when no engine answers.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -51,16 +51,19 @@ fn kind_configs_run_every_node_with_an_external_cloud_provider() {
 }
 
 #[test]
-fn kind_up_stops_at_once_without_a_docker_engine() {
+fn the_kind_scripts_stop_at_once_without_a_docker_engine() {
     let engine = std::process::Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success());
     if engine {
         eprintln!("a Docker engine answers here; the no-engine message is not testable");
         return;
     }
-    let started = std::time::Instant::now();
-    let out = std::process::Command::new("bash").arg(repo().join("scripts/kind-up.sh")).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("Docker") && err.contains("make up"), "{err}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(20), "it stops at once");
+    // What to use instead, named: the local cluster, or the same suite on the local backend.
+    for (script, instead) in [("kind-up.sh", "make up"), ("e2e-kind.sh", "make e2e")] {
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new("bash").arg(repo().join("scripts").join(script)).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{script}");
+        assert!(err.contains("Docker") && err.contains(instead), "{script}: {err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{script} stops at once");
+    }
 }

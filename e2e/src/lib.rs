@@ -1,39 +1,34 @@
-//! The end-to-end harness: a real control plane (upstream kube-apiserver, etcd, kube-controller-manager), an
-//! in-process emulator, simulated kubelets (a Node per running instance), and CCM processes authenticated as
-//! the deploy manifest's ServiceAccount through the TokenRequest API, so the shipped RBAC is what is exercised.
+//! The end-to-end suite and its harness.
 //!
-//! In a test of this crate (Cargo defines `CARGO_BIN_EXE_*` only for integration tests, so this example is
-//! not compiled as a doc-test):
-//!
-//! ```ignore
-//! # async fn t() {
-//! let Some(cluster) = fakecloud_e2e::Cluster::start("my test").await else { return };
-//! // In an integration test of this crate: env!("CARGO_BIN_EXE_e2e-fakecloud-ccm").
-//! let ccm = cluster.ccm("target/debug/e2e-fakecloud-ccm", &[]);
-//! # }
-//! ```
+//! - [`env`]: the **conformance suite's** view of a cluster — a kubeconfig, the emulator's URL and admin token,
+//!   and a CCM deployed in some way — and [`env::case`], which runs one case in its own namespaces and cloud
+//!   resources, cleans up after it and, when it fails, prints the events, the CCM's log tail and its cloud
+//!   calls. The cases (`tests/conformance_*.rs`) judge the CCM only through the Kubernetes API and the
+//!   emulator's API and audit log, so they run unchanged against any deployment: the `local` backend (the
+//!   default) starts one per case, `existing` takes one from the environment (a kind cluster from
+//!   `make kind-up`, or `make up`'s); see [`backend`].
+//! - [`local`]: the local cluster itself — the upstream control plane, an emulator, simulated kubelets, CCM
+//!   processes run as the deploy manifest's ServiceAccount — also used directly by the tests of the
+//!   `fakecloud-ccm` binary (`tests/ccm_*.rs`) and the benchmarks.
+//! - [`Probe`]: how any of them looks at a cluster (Nodes, events, the CCM's cloud calls).
 //!
 //! Setup failures panic with what failed: these are tests.
 
-use std::net::TcpListener;
+pub mod backend;
+pub mod env;
+pub mod lb;
+pub mod local;
+
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{AuditEntry, AuditQuery, Client, CreateInstanceRequest, Instance};
-use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
-use fakecloud_controlplane::{Binaries, ControlPlane};
-use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
-use fakecloud_emulator::http::auth::Tokens;
-use fakecloud_emulator::server::Server;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node};
+use fakecloud_api::{AuditEntry, AuditQuery, Client};
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::Api;
 
-/// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
-/// never faulted), and its calls are told apart in the audit log.
-pub const USER: &str = "e2e-user-token-0123456789abcdef";
-/// The test's and the simulated kubelets' token: the infrastructure, not faulted.
-pub const ADMIN: &str = "e2e-admin-token-0123456789abcdef";
+pub use env::{Env, Setup, Timing, case};
+pub use local::{Ccm, Cluster, ClusterOptions, Rates};
+
 /// The manifest's ServiceAccount.
 pub const SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-manager");
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -63,179 +58,49 @@ pub fn taint_keys(n: &Node) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// How fast the cluster notices silent nodes, how often the simulated kubelets beat, and how long the cloud
-/// takes to provision a load balancer.
-#[derive(Debug, Clone)]
-pub struct Rates {
-    pub node_monitor_grace_period: Duration,
-    pub kubelets: kubelets::Options,
-    pub lb_provision_delay: Duration,
+/// Initialized by a CCM: no uninitialized taint, a providerID.
+pub fn initialized(n: &Node) -> bool {
+    !taint_keys(n).iter().any(|k| k == UNINITIALIZED_TAINT) && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
 }
 
-impl Rates {
-    /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases every 2 s, status every 5 s;
-    /// a load balancer is provisioned in 2 s (so `<pending>` is seen).
-    pub fn fast() -> Self {
-        let kubelets = kubelets::Options {
-            poll: Duration::from_millis(200),
-            lease_renew: Duration::from_secs(2),
-            status_every: Duration::from_secs(5),
-            ..kubelets::Options::default()
-        };
-        Self { node_monitor_grace_period: Duration::from_secs(8), kubelets, lb_provision_delay: Duration::from_secs(2) }
-    }
-
-    /// As a real cluster: the controller manager's 50 s grace period, the kubelet's 10 s Lease and 20 s status;
-    /// the emulator's default 3 s to provision a load balancer.
-    pub fn real() -> Self {
-        Self {
-            node_monitor_grace_period: Duration::from_secs(50),
-            kubelets: kubelets::Options::default(),
-            lb_provision_delay: Timings::default().lb_provision_delay,
-        }
-    }
+/// A Node's condition of this type: (status, reason).
+pub fn condition(n: &Node, type_: &str) -> Option<(String, String)> {
+    let c = n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
 }
 
-/// Cases of one test binary run in parallel threads under `cargo test`; each starts a whole cluster, and on
-/// 2 cores two at once only make both slow and their timings loose. A cluster holds this lock for its life.
-static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// What a cluster starts with, beyond the defaults.
-#[derive(Debug, Clone)]
-pub struct ClusterOptions {
-    pub rates: Rates,
-    /// The emulator's region, zones and address pools (1,000 VIPs need a public pool larger than the default /24).
-    pub topology: Topology,
-    /// The controller manager's pod CIDR size per node (default /24: 256 nodes in the /16 cluster CIDR).
-    pub node_cidr_mask_size: Option<u8>,
-    /// Run the emulator as this `fakecloud` binary (a test's `CARGO_BIN_EXE_e2e-fakecloud`) instead of in the
-    /// test process, so that it can be killed (SIGKILL) and restarted: [`Cluster::emulator`]. Default topology.
-    pub emulator_binary: Option<PathBuf>,
-}
-
-impl Default for ClusterOptions {
-    fn default() -> Self {
-        Self { rates: Rates::fast(), topology: Topology::default(), node_cidr_mask_size: None, emulator_binary: None }
-    }
-}
-
-/// The cluster without a CCM; start CCMs with [`Cluster::ccm`].
-pub struct Cluster {
-    pub cp: ControlPlane,
-    pub server: Emulator,
-    /// The test's and the kubelets' client (admin token: quotas, faults, the audit log; never faulted). The
-    /// CCM uses the user token.
+/// How a test looks at a cluster: its Kubernetes API (as the admin) and the emulator's API and audit log (with
+/// the admin token). Reads for wait loops treat a failed call as "not yet": a loaded apiserver can time out a
+/// request, and the loop asks again rather than failing the test.
+#[derive(Clone)]
+pub struct Probe {
+    pub kube: kube::Client,
+    /// The emulator, as its administrator (quotas, faults, the audit log; never faulted itself).
     pub cloud: Client,
-    pub dir: tempfile::TempDir,
-    /// A kubeconfig with a TokenRequest token of the manifest's ServiceAccount.
-    pub sa_kubeconfig: PathBuf,
-    pub cloud_config: PathBuf,
-    kubectl: PathBuf,
-    _kubelets: SimulatedKubelets,
-    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+    /// The CCM's cloud calls are counted from this time on (a shared emulator has older ones).
+    audit_since: Option<String>,
 }
 
-impl Cluster {
-    /// With [`Rates::fast`]. `None` when the control-plane binaries are missing outside CI (the test is then
-    /// skipped).
-    pub async fn start(test: &str) -> Option<Self> {
-        Self::start_with(test, Rates::fast()).await
+impl Probe {
+    pub fn new(kube: kube::Client, cloud: Client) -> Self {
+        Self { kube, cloud, audit_since: None }
     }
 
-    pub async fn start_with(test: &str, rates: Rates) -> Option<Self> {
-        Self::start_with_options(test, ClusterOptions { rates, ..ClusterOptions::default() }).await
-    }
-
-    pub async fn start_with_options(test: &str, options: ClusterOptions) -> Option<Self> {
-        let ClusterOptions { rates, topology, node_cidr_mask_size, emulator_binary } = options;
-        let binaries = Binaries::for_tests(test)?;
-        // (Each test has its own runtime; tokio's Mutex does not need one, and a failing case releases it as it
-        // unwinds.)
-        let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
-        let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
-        let mut builder = ControlPlane::builder()
-            .node_monitor_grace_period(rates.node_monitor_grace_period)
-            .node_monitor_period(Duration::from_secs(1));
-        if let Some(size) = node_cidr_mask_size {
-            builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={size}"));
-        }
-        let cp = builder.start().await.expect("the control plane starts");
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let timings = Timings {
-            stop_delay: Duration::from_millis(200),
-            terminate_delay: Duration::from_millis(200),
-            lb_provision_delay: rates.lb_provision_delay,
-            ..Timings::instant()
-        };
-        let server = match emulator_binary {
-            None => {
-                let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
-                let db = DbLocation::File(dir.path().join("fc.db"));
-                let config = Config { timings, topology, ..Config::default() };
-                Emulator::InProcess(
-                    Server::start("127.0.0.1:0", &db, config, tokens).await.expect("the emulator starts"),
-                )
-            }
-            Some(bin) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
-        };
-        let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
-        let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
-            .await
-            .expect("simulated kubelets start");
-        let cloud_config = dir.path().join("cloud-config.yaml");
-        std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {USER}\nregion: local-1\n", server.url()))
-            .expect("cloud config written");
-        let mut cluster = Self {
-            cp,
-            server,
-            cloud,
-            dir,
-            sa_kubeconfig: PathBuf::new(),
-            cloud_config,
-            kubectl,
-            _kubelets: kubelets,
-            _one_at_a_time: one_at_a_time,
-        };
-        // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
-        cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
-        cluster.sa_kubeconfig = cluster
-            .cp
-            .service_account_kubeconfig(SERVICE_ACCOUNT.0, SERVICE_ACCOUNT.1, Duration::from_secs(3600))
-            .await
-            .expect("a TokenRequest token for the CCM's ServiceAccount");
-        Some(cluster)
-    }
-
-    /// `kubectl` (the cluster's own version when built) as the admin: exit status and output.
-    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
-        let out = std::process::Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(self.cp.admin_kubeconfig())
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        (
-            out.status.success(),
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-        )
-    }
-
-    pub fn kubectl_ok(&self, args: &[&str]) -> String {
-        let (ok, out) = self.kubectl(args);
-        assert!(ok, "kubectl {args:?}: {out}");
-        out
+    /// The same, counting the CCM's cloud calls only from now on.
+    pub fn from_now(mut self) -> Self {
+        self.audit_since = Some(k8s_openapi::jiff::Timestamp::now().to_string());
+        self
     }
 
     pub fn client(&self) -> kube::Client {
-        self.cp.client()
+        self.kube.clone()
     }
 
     pub fn nodes(&self) -> Api<Node> {
-        Api::all(self.cp.client())
+        Api::all(self.kube.clone())
     }
 
-    /// A Node, for wait loops: `None` when it does not exist and also when the call fails (a loaded apiserver
-    /// can time out a request; the loop asks again rather than failing the test).
+    /// A Node; `None` when it does not exist and also when the call fails.
     pub async fn node(&self, name: &str) -> Option<Node> {
         self.nodes().get_opt(name).await.ok().flatten()
     }
@@ -245,60 +110,12 @@ impl Cluster {
         matches!(self.nodes().get_opt(name).await, Ok(None))
     }
 
-    /// All Nodes, for wait loops (empty when the call fails).
+    /// All Nodes (empty when the call fails).
     pub async fn node_list(&self) -> Vec<Node> {
         self.nodes().list(&Default::default()).await.map(|l| l.items).unwrap_or_default()
     }
 
-    /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
-    /// free loopback port; `args` come after the harness's (a repeated flag overrides).
-    pub fn ccm(&self, bin: &str, args: &[&str]) -> Ccm {
-        let port = free_port();
-        let log = self.dir.path().join(format!("ccm-{port}.log"));
-        let child = tokio::process::Command::new(bin)
-            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s", "--cluster-cidr=10.244.0.0/16"])
-            .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
-            .arg("--kubeconfig")
-            .arg(&self.sa_kubeconfig)
-            .arg("--cloud-config")
-            .arg(&self.cloud_config)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("CCM log file"))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the CCM starts");
-        Ccm { child, log, port }
-    }
-
-    /// A namespace of its own for a test case.
-    pub async fn namespace(&self, name: &str) {
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
-        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
-    }
-
-    /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
-    pub async fn initialized_nodes(&self, prefix: &str, count: usize, timeout: Duration) -> Vec<Instance> {
-        let mut instances = Vec::new();
-        for i in 0..count {
-            let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
-            instances.push(self.cloud.create_instance(&req, None).await.expect("an instance is created"));
-        }
-        for i in &instances {
-            until(timeout, &format!("{} initialized", i.name), async || {
-                let n = self.node(&i.name).await?;
-                let initialized = !taint_keys(&n).iter().any(|k| k == UNINITIALIZED_TAINT)
-                    && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some());
-                initialized.then_some(())
-            })
-            .await;
-        }
-        instances
-    }
-
-    /// Core/v1 events about `name` in `default`, as `kubectl get events` shows them.
+    /// Core/v1 events about Node `name` (they live in `default`), as `kubectl get events` shows them.
     pub async fn events_for(&self, name: &str) -> Vec<Event> {
         self.events_in("default", name).await
     }
@@ -310,18 +127,27 @@ impl Cluster {
         all.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
     }
 
-    /// The CCM's (user) cloud calls of these operations so far.
+    /// Wait for an event with `reason` about `name` in `namespace`.
+    pub async fn event(&self, namespace: &str, name: &str, reason: &str, timeout: Duration) -> Event {
+        until(timeout, &format!("a {reason} event about {namespace}/{name}"), async || {
+            self.events_in(namespace, name).await.into_iter().find(|e| e.reason.as_deref() == Some(reason))
+        })
+        .await
+    }
+
+    /// The CCM's cloud calls of these operations (so far, since this probe's start).
     pub async fn ccm_calls(&self, operations: &[&str]) -> Vec<AuditEntry> {
         self.ccm_audit().await.into_iter().filter(|e| operations.contains(&e.operation.as_str())).collect()
     }
 
-    /// Every cloud call the CCM (user token) made so far, oldest first.
+    /// Every cloud call the CCM made (so far, since this probe's start), oldest first: the calls with the
+    /// *user* token, which is the CCM's; tests, kubelets and operators use the admin token.
     pub async fn ccm_audit(&self) -> Vec<AuditEntry> {
         const PAGE: u32 = 10_000;
         let (mut calls, mut after) = (Vec::new(), None);
         loop {
-            let query = AuditQuery { limit: Some(PAGE), after, ..Default::default() };
-            let page = self.cloud.audit(&query).await.expect("audit").items;
+            let query = AuditQuery { limit: Some(PAGE), after, since: self.audit_since.clone(), ..Default::default() };
+            let page = self.cloud.audit(&query).await.expect("the audit log").items;
             // A short page is the end (each audit read is itself audited: "until empty" would never end).
             after = page.last().map(|e| e.seq).filter(|_| page.len() == PAGE as usize);
             calls.extend(page.into_iter().filter(|e| e.role == "user"));
@@ -329,190 +155,5 @@ impl Cluster {
                 return calls;
             }
         }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-/// The emulator: in the test process, or a `fakecloud serve` process that can be killed and restarted.
-pub enum Emulator {
-    InProcess(Server),
-    Process(Box<EmulatorProcess>),
-}
-
-impl Emulator {
-    pub fn url(&self) -> String {
-        match self {
-            Self::InProcess(s) => s.url(),
-            Self::Process(p) => format!("http://127.0.0.1:{}", p.port),
-        }
-    }
-}
-
-/// `fakecloud serve` on a fixed loopback port and a SQLite file in the cluster's directory; killed when
-/// dropped.
-pub struct EmulatorProcess {
-    child: tokio::process::Child,
-    bin: PathBuf,
-    args: Vec<String>,
-    log: PathBuf,
-    pub port: u16,
-}
-
-impl EmulatorProcess {
-    async fn start(bin: PathBuf, dir: &Path, t: &Timings) -> Self {
-        let port = free_port();
-        let ms = |d: Duration| format!("{}ms", d.as_millis());
-        let args = vec![
-            "serve".to_string(),
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--db={}", dir.join("fc.db").display()),
-            format!("--boot-delay={}", ms(t.boot_delay)),
-            format!("--stop-delay={}", ms(t.stop_delay)),
-            format!("--terminate-delay={}", ms(t.terminate_delay)),
-            format!("--lb-provision-delay={}", ms(t.lb_provision_delay)),
-            format!("--lb-delete-delay={}", ms(t.lb_delete_delay)),
-            format!("--user-token={USER}"),
-            format!("--admin-token={ADMIN}"),
-        ];
-        let log = dir.join("emulator.log");
-        let child = Self::spawn(&bin, &args, &log).await;
-        Self { child, bin, args, log, port }
-    }
-
-    async fn spawn(bin: &Path, args: &[String], log: &Path) -> tokio::process::Child {
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("emulator log file");
-        let child = tokio::process::Command::new(bin)
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(out.try_clone().expect("emulator log file"))
-            .stderr(out)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the emulator starts");
-        let serving = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
-        until(Duration::from_secs(30), "the emulator serving", async || {
-            let now = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
-            (now > serving).then_some(())
-        })
-        .await;
-        child
-    }
-
-    /// SIGKILL: no shutdown, no flush; what it acknowledged is in the SQLite file.
-    pub async fn kill(&mut self) {
-        self.child.kill().await.expect("the emulator is killed");
-    }
-
-    /// Start it again on the same port and database.
-    pub async fn restart(&mut self) {
-        self.child = Self::spawn(&self.bin, &self.args, &self.log).await;
-    }
-}
-
-/// A CCM process; killed when dropped, and its log's tail printed then if the test is failing.
-pub struct Ccm {
-    pub child: tokio::process::Child,
-    log: PathBuf,
-    pub port: u16,
-}
-
-/// Lines of a CCM's log printed when a test fails.
-const LOG_TAIL: usize = 60;
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n");
-            eprintln!("--- the last {LOG_TAIL} lines of the CCM log ({}) ---\n{tail}\n---", self.log.display());
-        }
-    }
-}
-
-impl Ccm {
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        until(timeout, &format!("{needle:?} in the CCM log"), async || self.log().contains(needle).then_some(())).await;
-    }
-
-    /// GET `path` on the secure port (self-signed, so unverified): status code and body; `None` when it does
-    /// not answer.
-    pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        let out = std::process::Command::new("curl")
-            .args(["-sk", "--max-time", "5", "-w", "\n%{http_code}"])
-            .arg(format!("https://127.0.0.1:{}{path}", self.port))
-            .output()
-            .expect("curl runs");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n')?;
-        let code: u16 = code.trim().parse().ok()?;
-        (code != 0).then(|| (code, body.to_string()))
-    }
-
-    /// The value of one metric line (`name{labels}` exactly as rendered), if present.
-    pub fn metric(&self, series: &str) -> Option<f64> {
-        let (_, body) = self.get("/metrics")?;
-        body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-    }
-
-    /// Whether this process leads, from its `leader_election_master_status`.
-    pub fn leads(&self) -> Option<bool> {
-        self.metric("leader_election_master_status{name=\"cloud-controller-manager\"}").map(|v| v == 1.0)
-    }
-
-    /// Its peak resident memory so far (`VmHWM`), in MiB; 0 when it cannot be read.
-    pub fn peak_rss_mib(&self) -> f64 {
-        let pid = self.child.id().unwrap_or_default();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0.0);
-        kib / 1024.0
-    }
-
-    /// Kill it at once (SIGKILL), as a crashed or evicted pod.
-    pub async fn kill(&mut self) {
-        self.child.kill().await.expect("the CCM is killed");
-    }
-
-    /// Its exit code, waiting at most `timeout`; `None` if it is still running.
-    pub async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
-        tokio::time::timeout(timeout, self.child.wait()).await.ok()?.ok()?.code()
-    }
-}
-
-/// `type: LoadBalancer` Services as the cases create them, and what they read back.
-pub mod lb {
-    use k8s_openapi::api::core::v1::Service;
-
-    /// A LoadBalancer Service on `port` (to pods' 8080), with `extra_spec` merged into its spec.
-    pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service {
-        let mut spec = serde_json::json!({"type": "LoadBalancer", "selector": {"app": name},
-            "ports": [{"name": "web", "port": port, "targetPort": 8080, "protocol": "TCP"}]});
-        if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
-            s.extend(extra.clone());
-        }
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).expect("a valid Service")
-    }
-
-    /// The EXTERNAL-IP: the first ingress IP, `None` while `<pending>`.
-    pub fn ingress_ip(svc: &Service) -> Option<String> {
-        svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
-    }
-
-    /// Upstream's load-balancer name for the Service: `a` + the UID without dashes, 32 characters.
-    pub fn name(svc: &Service) -> String {
-        let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap_or_default().replace('-', ""));
-        n.truncate(32);
-        n
     }
 }

@@ -1,24 +1,18 @@
-//! Leader election with the shipped timings (15 s lease, 10 s renew deadline, 2 s retry): two CCM replicas,
-//! exactly one leads; the leader killed, the other takes over and initializes nodes within 20 s; a leader that
-//! loses its Lease exits non-zero.
+//! The `fakecloud-ccm` binary's leader election with the shipped timings (15 s lease, 10 s renew deadline, 2 s
+//! retry), on the local cluster: two replicas, exactly one leads (its metric, its Lease); the leader killed, the
+//! other takes over and initializes nodes within 20 s; a leader that loses its Lease exits 1.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 
 use fakecloud_api::CreateInstanceRequest;
-use fakecloud_e2e::{Ccm, Cluster, UNINITIALIZED_TAINT, taint_keys, until};
+use fakecloud_e2e::{Cluster, UNINITIALIZED_TAINT, taint_keys, until};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-
-fn identity(ccm: &Ccm) -> Option<String> {
-    let log = ccm.log();
-    let line = log.lines().find(|l| l.contains("attempting to acquire leader lease"))?;
-    Some(line.split("identity=").nth(1)?.split_whitespace().next()?.to_string())
-}
 
 async fn initialized(cluster: &Cluster, name: &str, timeout: Duration) {
     until(timeout, &format!("{name} initialized"), async || {
@@ -45,7 +39,7 @@ async fn one_replica_leads_and_the_other_takes_over() {
     .await;
     let follower = 1 - leader;
     let lease = leases.get("cloud-controller-manager").await.unwrap().spec.unwrap();
-    assert_eq!(lease.holder_identity, identity(&replicas[leader]), "the Lease names the replica that says it leads");
+    assert_eq!(lease.holder_identity, replicas[leader].identity(), "the Lease names the replica that says it leads");
     assert_eq!(lease.lease_duration_seconds, Some(15));
     assert!(!replicas[follower].log().contains("starting controllers"), "the follower runs no controller");
     // Both are healthy: following is not a failure.
@@ -70,7 +64,7 @@ async fn one_replica_leads_and_the_other_takes_over() {
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert_eq!(replicas[follower].leads(), Some(true));
     let lease = leases.get("cloud-controller-manager").await.unwrap().spec.unwrap();
-    assert_eq!(lease.holder_identity, identity(&replicas[follower]));
+    assert_eq!(lease.holder_identity, replicas[follower].identity());
     assert_eq!(lease.lease_transitions, Some(1));
 
     // Somebody else takes the Lease and keeps it: the leader cannot renew, gives up after the renew deadline

@@ -1,93 +1,107 @@
-//! The route controller against the real control plane and emulator: one route per node pod CIDR, the route
-//! quota reproducing "nodes stay NetworkUnavailable", healing when it is raised, stale routes removed, and at
-//! steady state no cloud writes and one route listing per period.
+//! Conformance: the route controller — one route per node pod CIDR, named from the cluster and the node UID;
+//! the route quota reproducing "nodes stay NetworkUnavailable" (`FailedToCreateRoute`, `NoRouteCreated`),
+//! healed without a restart when it is raised; at steady state no cloud writes and one route listing per
+//! period; a deleted node's route deleted. Any backend: quotas and counts are relative to the routes the
+//! cluster had before.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use fakecloud_api::{CreateInstanceRequest, QuotaName, Route};
-use fakecloud_e2e::{Cluster, until};
-use k8s_openapi::api::core::v1::Node;
+use fakecloud_api::{QuotaName, Route};
+use fakecloud_e2e::{Setup, case, condition, until};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
-fn network_unavailable(n: &Node) -> Option<(String, String)> {
-    let c = n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "NetworkUnavailable")?;
-    Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_follow_nodes_and_the_route_quota() {
-    let Some(cluster) = Cluster::start("CCM route controller e2e test").await else {
-        return;
-    };
-    let cloud = cluster.cloud.clone();
-    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, 2).await.unwrap();
-    let ccm = cluster.ccm(CCM, &["--route-reconciliation-period=1s"]);
-    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
-    let mut instances = Vec::new();
-    for (name, zone) in [("node-a", "local-1a"), ("node-b", "local-1b"), ("node-c", "local-1c")] {
-        let req = CreateInstanceRequest { name: name.into(), zone: Some(zone.into()), ..Default::default() };
-        instances.push(cloud.create_instance(&req, None).await.unwrap());
-    }
+    case("routes", Setup::new(CCM), async |env| {
+        let cloud = &env.cloud;
+        let others = cloud.list_routes("main").await.unwrap().items.len() as u32;
+        cloud.set_quota(QuotaName::RoutesPerRouteTable, others + 2).await.unwrap();
+        let mut instances = Vec::new();
+        for (name, zone) in [("node-a", "local-1a"), ("node-b", "local-1b"), ("node-c", "local-1c")] {
+            instances.push(env.instance(name, zone).await);
+        }
+        let ids: BTreeSet<String> = instances.iter().map(|i| i.id.clone()).collect();
+        let mine = async || -> Vec<Route> {
+            let routes = cloud.list_routes("main").await.map(|l| l.items).unwrap_or_default();
+            routes.into_iter().filter(|r| ids.contains(&r.target_instance)).collect()
+        };
+        let names: Vec<&str> = instances.iter().map(|i| i.name.as_str()).collect();
+        let my_nodes = async || {
+            let list = env.node_list().await;
+            list.into_iter()
+                .filter(|n| names.contains(&n.metadata.name.as_deref().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        };
 
-    // Quota 2, three nodes: exactly two routes; the third node is NetworkUnavailable with FailedToCreateRoute.
-    let all = until(Duration::from_secs(60), "2 nodes routed, 1 refused", async || {
-        let list = cluster.node_list().await;
-        let conds: Vec<_> = list.iter().filter_map(network_unavailable).collect();
-        let routed = conds.iter().filter(|c| c.0 == "False" && c.1 == "RouteCreated").count();
-        let refused = conds.iter().filter(|c| c.0 == "True" && c.1 == "NoRouteCreated").count();
-        (routed == 2 && refused == 1).then_some(list)
-    })
-    .await;
-    let routes: Vec<Route> = cloud.list_routes("main").await.unwrap().items;
-    assert_eq!(routes.len(), 2, "{routes:#?}");
-    for r in &routes {
-        let inst = instances.iter().find(|i| i.id == r.target_instance).unwrap();
-        let node = all.iter().find(|n| n.metadata.name.as_deref() == Some(inst.name.as_str())).unwrap();
-        assert_eq!(
-            Some(r.destination.as_str()),
-            node.spec.as_ref().unwrap().pod_cidr.as_deref(),
-            "a route per pod CIDR, to its node's instance"
+        // Room for two more routes, three nodes: exactly two routed; the third NetworkUnavailable, with
+        // FailedToCreateRoute.
+        let all = until(env.timing.routes() + Duration::from_secs(30), "2 nodes routed, 1 refused", async || {
+            let list = my_nodes().await;
+            let conds: Vec<_> = list.iter().filter_map(|n| condition(n, "NetworkUnavailable")).collect();
+            let routed = conds.iter().filter(|c| c.0 == "False" && c.1 == "RouteCreated").count();
+            let refused = conds.iter().filter(|c| c.0 == "True" && c.1 == "NoRouteCreated").count();
+            (routed == 2 && refused == 1).then_some(list)
+        })
+        .await;
+        let routes = mine().await;
+        assert_eq!(routes.len(), 2, "{routes:#?}");
+        for r in &routes {
+            let inst = instances.iter().find(|i| i.id == r.target_instance).unwrap();
+            let node = all.iter().find(|n| n.metadata.name.as_deref() == Some(inst.name.as_str())).unwrap();
+            assert_eq!(
+                Some(r.destination.as_str()),
+                node.spec.as_ref().unwrap().pod_cidr.as_deref(),
+                "a route per pod CIDR, to its node's instance"
+            );
+            let uid = node.metadata.uid.as_deref().unwrap();
+            assert_eq!(r.name, format!("{}-{uid}", env.cluster_name), "named from the cluster and the node UID");
+        }
+        let refused = all.iter().find(|n| condition(n, "NetworkUnavailable").is_some_and(|c| c.0 == "True")).unwrap();
+        let refused_name = refused.metadata.name.clone().unwrap();
+        let ev = env.event("default", &refused_name, "FailedToCreateRoute", Duration::from_secs(15)).await;
+        let msg = ev.message.unwrap_or_default();
+        assert!(msg.starts_with("Could not create route "), "{msg}");
+        assert!(msg.contains("RouteLimitExceeded"), "the event names the quota: {msg}");
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        assert_eq!(ev.source.and_then(|s| s.component).as_deref(), Some("route_controller"));
+
+        // Raising the quota heals it without a restart.
+        cloud.set_quota(QuotaName::RoutesPerRouteTable, others + 50).await.unwrap();
+        until(env.timing.routes(), "all three routed", async || {
+            let list = my_nodes().await;
+            let routed = list.iter().filter(|n| condition(n, "NetworkUnavailable").is_some_and(|c| c.0 == "False"));
+            (routed.count() == 3).then_some(())
+        })
+        .await;
+        assert_eq!(mine().await.len(), 3);
+
+        // Steady state: no cloud writes, and one route listing per period (not one call per node). Instance
+        // reads are at most the periodic address refresh, one per node, whatever the number of periods.
+        let window = 5 * env.timing.route_period;
+        let writes = ["CreateRoute", "DeleteRoute", "CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"];
+        let (writes_before, listings_before, instance_reads_before) = (
+            env.ccm_calls(&writes).await.len(),
+            env.ccm_calls(&["ListRoutes", "GetRoute"]).await.len(),
+            env.ccm_calls(&["GetInstance", "ListInstances"]).await.len(),
         );
-        let uid = node.metadata.uid.as_deref().unwrap();
-        assert_eq!(r.name, format!("kubernetes-{uid}"), "named from the cluster and the node UID");
-    }
-    let refused = all.iter().find(|n| network_unavailable(n).is_some_and(|c| c.0 == "True")).unwrap();
-    let refused_name = refused.metadata.name.clone().unwrap();
-    let ev = until(Duration::from_secs(15), "a FailedToCreateRoute event", async || {
-        cluster.events_for(&refused_name).await.into_iter().find(|e| e.reason.as_deref() == Some("FailedToCreateRoute"))
-    })
-    .await;
-    let msg = ev.message.unwrap_or_default();
-    assert!(msg.starts_with("Could not create route "), "{msg}");
-    assert!(msg.contains("RouteLimitExceeded"), "the event names the quota: {msg}");
-    assert_eq!(ev.type_.as_deref(), Some("Warning"));
-    assert_eq!(ev.source.and_then(|s| s.component).as_deref(), Some("route_controller"));
+        tokio::time::sleep(window).await;
+        assert_eq!(env.ccm_calls(&writes).await.len(), writes_before, "no writes at steady state");
+        let listings = env.ccm_calls(&["ListRoutes", "GetRoute"]).await.len() - listings_before;
+        assert!((3..=7).contains(&listings), "{listings} route reads in {window:?}, 5 periods (one listing each)");
+        let instance_reads = env.ccm_calls(&["GetInstance", "ListInstances"]).await.len() - instance_reads_before;
+        let nodes = env.node_list().await.len();
+        assert!(instance_reads <= nodes, "{instance_reads} instance reads in 5 periods for {nodes} nodes");
 
-    // Raising the quota heals it without a restart.
-    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, 50).await.unwrap();
-    until(Duration::from_secs(30), "all three routed", async || {
-        let list = cluster.node_list().await;
-        (list.len() == 3 && list.iter().all(|n| network_unavailable(n).is_some_and(|c| c.0 == "False"))).then_some(())
-    })
-    .await;
-    assert_eq!(cloud.list_routes("main").await.unwrap().items.len(), 3);
-
-    // Steady state: no cloud writes, and reads are one route listing per period (not one call per node).
-    let writes = ["CreateRoute", "DeleteRoute"];
-    let reads = ["ListRoutes", "GetRoute", "GetInstance", "ListInstances"];
-    let (writes_before, reads_before) = (cluster.ccm_calls(&writes).await.len(), cluster.ccm_calls(&reads).await.len());
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(cluster.ccm_calls(&writes).await.len(), writes_before, "no writes at steady state");
-    let reads = cluster.ccm_calls(&reads).await.len() - reads_before;
-    assert!((3..=7).contains(&reads), "{reads} cloud reads in 5 s at a 1 s period (expected one listing each)");
-
-    // A node deleted (its instance gone): its route goes too.
-    cloud.terminate_instance(&instances[0].id).await.unwrap();
-    until(Duration::from_secs(60), "node-a's route deleted", async || {
-        let routes = cloud.list_routes("main").await.ok()?.items;
-        (routes.len() == 2 && routes.iter().all(|r| r.target_instance != instances[0].id)).then_some(())
+        // A node deleted (its instance gone): its route goes too.
+        cloud.terminate_instance(&instances[0].id).await.unwrap();
+        until(env.timing.node_loss() + env.timing.routes(), "node-a's route deleted", async || {
+            let routes = mine().await;
+            (routes.len() == 2 && routes.iter().all(|r| r.target_instance != instances[0].id)).then_some(())
+        })
+        .await;
     })
     .await;
 }

@@ -1,0 +1,108 @@
+//! Which cluster the conformance suite runs against, chosen by the environment:
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `FAKECLOUD_E2E_BACKEND` | `local`: every case starts its own control plane, emulator and CCM; `existing`: the cluster below | `local` |
+//! | `FAKECLOUD_E2E_KUBECONFIG` | the cluster, as its admin | `KUBECONFIG` |
+//! | `FAKECLOUD_E2E_EMULATOR` | the emulator's URL, as the suite reaches it | `FAKECLOUD_ENDPOINT` |
+//! | `FAKECLOUD_ADMIN_TOKEN` | the emulator's admin token | from `FAKECLOUD_E2E_CREDENTIALS` |
+//! | `FAKECLOUD_E2E_CREDENTIALS` | a credentials file as `fakecloud serve` writes it | — |
+//! | `FAKECLOUD_E2E_CCM_NAMESPACE`, `FAKECLOUD_E2E_CCM_LEASE` | where the CCM's leader-election Lease is | `kube-system`, `cloud-controller-manager` |
+//! | `FAKECLOUD_E2E_CCM_PODS` | a label selector for the CCM's pods (their logs are shown when a case fails) | `app.kubernetes.io/name=fakecloud-ccm` |
+//! | `FAKECLOUD_E2E_CLUSTER_NAME` | the CCM's `--cluster-name` | `kubernetes` |
+//! | `FAKECLOUD_E2E_NODE_GRACE` | kube-controller-manager's `--node-monitor-grace-period` | `50s` |
+//! | `FAKECLOUD_E2E_NODE_MONITOR_PERIOD`, `FAKECLOUD_E2E_ROUTE_PERIOD` | the CCM's `--node-monitor-period`, `--route-reconciliation-period` | `5s`, `10s` |
+//! | `FAKECLOUD_E2E_EMULATOR_KILL`, `FAKECLOUD_E2E_EMULATOR_START` | shell commands that SIGKILL the emulator and start it again on its state (without them, the case that needs it is skipped) | — |
+//!
+//! On an existing cluster the CCM must be deployed with the emulator's *user* token (its calls are the audit
+//! log's `user` ones) and leader election on; the suite adds simulated machines of its own (tagged, with a
+//! taint that keeps real pods off them) and removes them, its namespaces and its faults after each case.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT};
+use fakecloud_ccm::config::parse_go_duration;
+
+use crate::env::Timing;
+
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Local,
+    Existing(Box<Existing>),
+}
+
+/// A cluster someone else started, with the emulator and a CCM deployed.
+#[derive(Debug, Clone)]
+pub struct Existing {
+    pub kubeconfig: PathBuf,
+    pub emulator: String,
+    pub admin_token: String,
+    pub ccm_namespace: String,
+    pub ccm_lease: String,
+    pub ccm_pods: String,
+    pub cluster_name: String,
+    pub timing: Timing,
+    pub emulator_kill: Option<String>,
+    pub emulator_start: Option<String>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn duration(name: &str, default: &str) -> Duration {
+    let value = var(name).unwrap_or_else(|| default.to_string());
+    parse_go_duration(&value).unwrap_or_else(|e| panic!("{name}={value:?}: {e}"))
+}
+
+impl Backend {
+    /// From the environment; a setting that is missing or wrong panics with what to set.
+    pub fn from_env() -> Self {
+        match var("FAKECLOUD_E2E_BACKEND").as_deref() {
+            None | Some("local") => Self::Local,
+            Some("existing") => Self::Existing(Box::new(Existing::from_env())),
+            Some(other) => panic!("FAKECLOUD_E2E_BACKEND={other:?}: use `local` (the default) or `existing`"),
+        }
+    }
+}
+
+impl Existing {
+    fn from_env() -> Self {
+        let need = |what: &str, vars: &[&str]| {
+            vars.iter()
+                .find_map(|v| var(v))
+                .unwrap_or_else(|| panic!("FAKECLOUD_E2E_BACKEND=existing needs {what}: set {}", vars.join(" or ")))
+        };
+        let kubeconfig = need("the cluster's kubeconfig", &["FAKECLOUD_E2E_KUBECONFIG", "KUBECONFIG"]).into();
+        let emulator = need("the emulator's URL", &["FAKECLOUD_E2E_EMULATOR", ENV_ENDPOINT]);
+        let admin_token = var(ENV_ADMIN_TOKEN).or_else(|| {
+            let file = var("FAKECLOUD_E2E_CREDENTIALS")?;
+            let text =
+                std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("FAKECLOUD_E2E_CREDENTIALS={file}: {e}"));
+            fakecloud_api::credential(&text, ENV_ADMIN_TOKEN)
+        });
+        let admin_token = admin_token.unwrap_or_else(|| {
+            panic!(
+                "FAKECLOUD_E2E_BACKEND=existing needs the emulator's admin token: set {ENV_ADMIN_TOKEN}, or \
+                 FAKECLOUD_E2E_CREDENTIALS to the credentials file"
+            )
+        });
+        Self {
+            kubeconfig,
+            emulator,
+            admin_token,
+            ccm_namespace: var("FAKECLOUD_E2E_CCM_NAMESPACE").unwrap_or_else(|| "kube-system".into()),
+            ccm_lease: var("FAKECLOUD_E2E_CCM_LEASE").unwrap_or_else(|| "cloud-controller-manager".into()),
+            ccm_pods: var("FAKECLOUD_E2E_CCM_PODS").unwrap_or_else(|| "app.kubernetes.io/name=fakecloud-ccm".into()),
+            cluster_name: var("FAKECLOUD_E2E_CLUSTER_NAME").unwrap_or_else(|| "kubernetes".into()),
+            timing: Timing {
+                node_grace: duration("FAKECLOUD_E2E_NODE_GRACE", "50s"),
+                node_monitor: duration("FAKECLOUD_E2E_NODE_MONITOR_PERIOD", "5s"),
+                route_period: duration("FAKECLOUD_E2E_ROUTE_PERIOD", "10s"),
+            },
+            emulator_kill: var("FAKECLOUD_E2E_EMULATOR_KILL"),
+            emulator_start: var("FAKECLOUD_E2E_EMULATOR_START"),
+        }
+    }
+}

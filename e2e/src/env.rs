@@ -1,0 +1,592 @@
+//! The conformance suite's view of a cluster, whatever deployed it: the Kubernetes API as its admin, the
+//! emulator's API and audit log with its admin token, and a CCM that can be killed (a process, or the pod that
+//! holds the leader Lease). [`case`] runs one case on it:
+//!
+//! - the case gets its own namespaces ([`Env::namespace`]) and machines ([`Env::create_instance`]: tagged,
+//!   given a simulated kubelet of the suite's own, with a taint that keeps real pods off them);
+//! - on an existing cluster, what the case changed is put back afterwards (quotas, fault rules, rate limits,
+//!   outages), its namespaces deleted (and so their load balancers) and its machines and Nodes removed, and
+//!   what earlier runs left behind is removed before it starts;
+//! - when it fails, the report shows the events about its objects, the CCM's last cloud calls from the audit
+//!   log, and the tail of the CCM's log.
+//!
+//! Everything a case asserts is seen through [`Probe`] (the Kubernetes API and the emulator's audit log), never
+//! through CCM internals, so the same case runs on the local backend and on kind.
+
+use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use fakecloud_api::{Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, QuotaName};
+use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
+use futures::FutureExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Taint};
+use kube::api::{Api, DeleteParams, ListParams, LogParams};
+use tokio::sync::Mutex;
+
+use crate::backend::{Backend, Existing};
+use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
+use crate::{Probe, initialized, until};
+
+/// The tag on every machine the suite makes; its value names the case run.
+pub const CASE_TAG: &str = "fakecloud.io/e2e-case";
+/// The taint the suite's simulated machines register with: they cannot run pods, so nothing real (a CCM
+/// replica, say) may be scheduled onto them.
+pub const SIMULATED_TAINT: &str = "fakecloud.io/simulated-kubelet";
+/// The local CCM's flags beside the harness's: the route controller every second, and leader election fast
+/// enough that a killed leader is replaced within a case's patience.
+const LOCAL_CCM_ARGS: [&str; 4] = [
+    "--route-reconciliation-period=1s",
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
+/// Where the CCM's leader-election Lease is on the local backend (the CCM's defaults).
+const LOCAL_LEASE: (&str, &str) = ("kube-system", "cloud-controller-manager");
+/// How many of the CCM's cloud calls a failure report shows.
+const AUDIT_TAIL: usize = 40;
+/// How many events a failure report shows.
+const EVENTS_TAIL: usize = 40;
+
+/// How fast the cluster and its CCM react, for the cases' patience.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// kube-controller-manager's `--node-monitor-grace-period`: a silent kubelet's Node turns NotReady after it.
+    pub node_grace: Duration,
+    /// The CCM's `--node-monitor-period`.
+    pub node_monitor: Duration,
+    /// The CCM's `--route-reconciliation-period`.
+    pub route_period: Duration,
+}
+
+impl Timing {
+    /// From a machine falling silent to the CCM having acted on its NotReady Node, with room for a loaded host.
+    pub fn node_loss(&self) -> Duration {
+        self.node_grace + 2 * self.node_monitor + Duration::from_secs(30)
+    }
+
+    /// From a change to the route controller having acted on it, with room for a loaded host.
+    pub fn routes(&self) -> Duration {
+        3 * self.route_period + Duration::from_secs(30)
+    }
+}
+
+/// What a case needs of the cluster.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    ccm: &'static str,
+    replicas: usize,
+    emulator: Option<&'static str>,
+    kills_ccm: bool,
+}
+
+impl Setup {
+    /// `ccm`: the CCM binary the local backend runs (the test's `CARGO_BIN_EXE_e2e-fakecloud-ccm`).
+    pub fn new(ccm: &'static str) -> Self {
+        Self { ccm, replicas: 1, emulator: None, kills_ccm: false }
+    }
+
+    /// CCM replicas on the local backend (an existing deployment has its own; the shipped one has 2).
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n;
+        self
+    }
+
+    /// The case kills the CCM's leader: on an existing cluster the leader must be a pod.
+    pub fn kills_ccm(mut self) -> Self {
+        self.kills_ccm = true;
+        self
+    }
+
+    /// The case kills and restarts the emulator: the local backend runs `fakecloud` (the test's
+    /// `CARGO_BIN_EXE_e2e-fakecloud`) as a process; an existing one needs the kill and start commands.
+    pub fn restarts_emulator(mut self, fakecloud: &'static str) -> Self {
+        self.emulator = Some(fakecloud);
+        self
+    }
+}
+
+/// Run one conformance case: set up on the backend the environment names, run `body`, report and clean up.
+/// The case is skipped (with a message) when the backend cannot give what it needs.
+pub async fn case(name: &str, setup: Setup, body: impl AsyncFnOnce(&Env)) {
+    let Some(env) = Env::start(name, &setup).await else {
+        return;
+    };
+    let outcome = AssertUnwindSafe(body(&env)).catch_unwind().await;
+    if outcome.is_err() {
+        env.report().await;
+    }
+    env.clean_up().await;
+    // Dropped before the panic goes on, so nothing is reported twice.
+    drop(env);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The cluster a case runs on.
+pub struct Env {
+    pub probe: Probe,
+    pub timing: Timing,
+    /// The CCM's `--cluster-name` (routes are named after it).
+    pub cluster_name: String,
+    /// This run's value of [`CASE_TAG`].
+    run: String,
+    /// What makes this run's names its own on a shared cluster.
+    suffix: String,
+    ccm: CcmUnderTest,
+    namespaces: std::sync::Mutex<Vec<String>>,
+    kind: Kind,
+}
+
+enum Kind {
+    Local {
+        cluster: Box<Cluster>,
+    },
+    Existing {
+        cfg: Box<Existing>,
+        baseline: Baseline,
+        _kubelets: SimulatedKubelets,
+        _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+    },
+}
+
+/// On the local backend, CCM processes (a replaced one is started as a Deployment would); on an existing
+/// cluster, the CCM's pods and Lease.
+enum CcmUnderTest {
+    Local { bin: &'static str, replicas: Mutex<Vec<Ccm>> },
+    Deployed { namespace: String, lease: String, pods: String },
+}
+
+/// What a case on a shared cluster must put back.
+struct Baseline {
+    quotas: Vec<(QuotaName, u32)>,
+    faults: BTreeSet<String>,
+    rate_limits: BTreeSet<String>,
+    outages: BTreeSet<String>,
+}
+
+/// Cases of one test binary run in parallel threads under `cargo test`; on a shared cluster they would see each
+/// other's faults and quotas.
+static ONE_CASE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl std::ops::Deref for Env {
+    type Target = Probe;
+    fn deref(&self) -> &Probe {
+        &self.probe
+    }
+}
+
+fn kubelet_options(mut opts: kubelets::Options, run: &str) -> kubelets::Options {
+    opts.instance_tag = Some(format!("{CASE_TAG}={run}"));
+    opts.register_with_taints = vec![Taint {
+        key: SIMULATED_TAINT.into(),
+        value: Some("true".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }];
+    opts
+}
+
+impl Env {
+    async fn start(name: &str, setup: &Setup) -> Option<Self> {
+        let suffix = uuid_suffix();
+        let run = format!("{name}-{suffix}");
+        match Backend::from_env() {
+            Backend::Local => Self::start_local(name, run, suffix, setup).await,
+            Backend::Existing(cfg) => Self::start_existing(name, run, suffix, setup, cfg).await,
+        }
+    }
+
+    async fn start_local(name: &str, run: String, suffix: String, setup: &Setup) -> Option<Self> {
+        let rates = Rates::fast();
+        let timing = Timing {
+            node_grace: rates.node_monitor_grace_period,
+            node_monitor: Duration::from_secs(1),
+            route_period: Duration::from_secs(1),
+        };
+        let rates = Rates { kubelets: kubelet_options(rates.kubelets, &run), ..rates };
+        let options =
+            ClusterOptions { rates, emulator_binary: setup.emulator.map(Into::into), ..ClusterOptions::default() };
+        let cluster = Cluster::start_with_options(&format!("e2e case {name}"), options).await?;
+        let replicas = (0..setup.replicas.max(1)).map(|_| cluster.ccm(setup.ccm, &LOCAL_CCM_ARGS)).collect();
+        let env = Self {
+            probe: cluster.probe.clone().from_now(),
+            timing,
+            cluster_name: "kubernetes".into(),
+            run,
+            suffix,
+            ccm: CcmUnderTest::Local { bin: setup.ccm, replicas: Mutex::new(replicas) },
+            namespaces: Default::default(),
+            kind: Kind::Local { cluster: Box::new(cluster) },
+        };
+        env.wait_for_leader(None, Duration::from_secs(30)).await;
+        Some(env)
+    }
+
+    async fn start_existing(
+        name: &str,
+        run: String,
+        suffix: String,
+        setup: &Setup,
+        cfg: Box<Existing>,
+    ) -> Option<Self> {
+        let one_at_a_time = ONE_CASE_AT_A_TIME.lock().await;
+        if setup.emulator.is_some() && (cfg.emulator_kill.is_none() || cfg.emulator_start.is_none()) {
+            eprintln!(
+                "skipping {name}: it kills and restarts the emulator; set FAKECLOUD_E2E_EMULATOR_KILL and \
+                 FAKECLOUD_E2E_EMULATOR_START to commands that do that (make e2e-kind sets them)"
+            );
+            return None;
+        }
+        let kube = fakecloud_controlplane::kubeconfig::client(&cfg.kubeconfig).await.unwrap_or_else(|e| panic!("{e}"));
+        let cloud = Client::new(&cfg.emulator, cfg.admin_token.clone()).expect("an emulator client");
+        let probe = Probe::new(kube.clone(), cloud.clone());
+        remove_leftovers(&probe).await;
+        let baseline = Baseline::take(&cloud).await;
+        let kubelets = SimulatedKubelets::start(kube, cloud, kubelet_options(Rates::fast().kubelets, &run))
+            .await
+            .unwrap_or_else(|e| panic!("simulated kubelets against {}: {e}", cfg.emulator));
+        let ccm = CcmUnderTest::Deployed {
+            namespace: cfg.ccm_namespace.clone(),
+            lease: cfg.ccm_lease.clone(),
+            pods: cfg.ccm_pods.clone(),
+        };
+        let env = Self {
+            probe: probe.from_now(),
+            timing: cfg.timing.clone(),
+            cluster_name: cfg.cluster_name.clone(),
+            run,
+            suffix,
+            ccm,
+            namespaces: Default::default(),
+            kind: Kind::Existing { cfg, baseline, _kubelets: kubelets, _one_at_a_time: one_at_a_time },
+        };
+        let holder = env.wait_for_leader(None, Duration::from_secs(60)).await;
+        if setup.kills_ccm && env.leader_pod(&holder).await.is_none() {
+            eprintln!("skipping {name}: it kills the CCM's leader, and the Lease holder {holder:?} is not a pod");
+            return None;
+        }
+        Some(env)
+    }
+
+    // ------------------------------------------------------------------------------------ the case's objects
+
+    /// `base` made the case's own: `<base>-<this run's suffix>`, so names of different runs never meet on a
+    /// shared cluster. Machines and namespaces are named this way.
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}-{}", self.suffix)
+    }
+
+    /// A namespace of the case's own, named [`Env::name`]`(base)`; deleted after the case.
+    pub async fn namespace(&self, base: &str) -> String {
+        let name = self.name(base);
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
+        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
+        self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).push(name.clone());
+        name
+    }
+
+    /// A machine of the case's own, named [`Env::name`]`(req.name)` and tagged; a simulated kubelet registers
+    /// its Node.
+    pub async fn create_instance(&self, mut req: CreateInstanceRequest) -> Instance {
+        req.name = self.name(&req.name);
+        req.tags.insert(CASE_TAG.into(), self.run.clone());
+        self.cloud.create_instance(&req, None).await.unwrap_or_else(|e| panic!("creating instance {}: {e}", req.name))
+    }
+
+    /// A machine named [`Env::name`]`(name)` in `zone`.
+    pub async fn instance(&self, name: &str, zone: &str) -> Instance {
+        self.create_instance(CreateInstanceRequest { name: name.into(), zone: Some(zone.into()), ..Default::default() })
+            .await
+    }
+
+    /// `count` machines named [`Env::name`]`(<prefix>-<i>)`, once their Nodes are initialized by the CCM.
+    pub async fn initialized_nodes(&self, prefix: &str, count: usize) -> Vec<Instance> {
+        let mut instances = Vec::new();
+        for i in 0..count {
+            let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
+            instances.push(self.create_instance(req).await);
+        }
+        for i in &instances {
+            until(Duration::from_secs(60), &format!("{} initialized", i.name), async || {
+                self.node(&i.name).await.filter(initialized)
+            })
+            .await;
+        }
+        instances
+    }
+
+    /// The case's machines that are not terminated.
+    pub async fn instances(&self) -> Vec<Instance> {
+        case_instances(&self.cloud, Some(&self.run)).await
+    }
+
+    // ------------------------------------------------------------------------------------------ disruption
+
+    /// The CCM's leader dies at once — SIGKILL of the process, or its pod force-deleted — and is replaced
+    /// as a Deployment replaces it; returns once another instance of the CCM leads.
+    pub async fn kill_ccm_leader(&self) {
+        let holder = self.wait_for_leader(None, Duration::from_secs(60)).await;
+        match &self.ccm {
+            CcmUnderTest::Local { bin, replicas } => {
+                let Kind::Local { cluster } = &self.kind else { unreachable!("local CCMs run on the local backend") };
+                let mut replicas = replicas.lock().await;
+                let i = replicas.iter().position(|r| r.identity().as_deref() == Some(holder.as_str()));
+                let i = i.unwrap_or_else(|| panic!("no local CCM has the leader's identity {holder:?}"));
+                replicas[i].kill().await;
+                replicas[i] = cluster.ccm(bin, &LOCAL_CCM_ARGS);
+            }
+            CcmUnderTest::Deployed { namespace, .. } => {
+                let pod = self
+                    .leader_pod(&holder)
+                    .await
+                    .unwrap_or_else(|| panic!("the CCM's leader {holder:?} is not a pod"));
+                let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+                Api::<Pod>::namespaced(self.client(), namespace)
+                    .delete(&pod, &params)
+                    .await
+                    .expect("the leader's pod is deleted");
+            }
+        }
+        self.wait_for_leader(Some(&holder), Duration::from_secs(90)).await;
+    }
+
+    /// SIGKILL the emulator: no shutdown, no flush.
+    pub async fn kill_emulator(&self) {
+        match &self.kind {
+            Kind::Local { cluster } => match &cluster.server {
+                Emulator::Process(p) => p.kill().await,
+                Emulator::InProcess(_) => panic!("Setup::restarts_emulator was not asked for"),
+            },
+            Kind::Existing { cfg, .. } => shell(cfg.emulator_kill.as_deref().unwrap_or_default()),
+        }
+    }
+
+    /// Start the emulator again on the state it had.
+    pub async fn start_emulator(&self) {
+        match &self.kind {
+            Kind::Local { cluster } => match &cluster.server {
+                Emulator::Process(p) => p.restart().await,
+                Emulator::InProcess(_) => panic!("Setup::restarts_emulator was not asked for"),
+            },
+            Kind::Existing { cfg, .. } => {
+                shell(cfg.emulator_start.as_deref().unwrap_or_default());
+                until(Duration::from_secs(60), "the emulator answering again", async || self.cloud.region().await.ok())
+                    .await;
+            }
+        }
+    }
+
+    /// The Lease's holder once it is held and fresh, and (with `other_than`) held by another than that one.
+    async fn wait_for_leader(&self, other_than: Option<&str>, timeout: Duration) -> String {
+        let (namespace, name) = match &self.ccm {
+            CcmUnderTest::Local { .. } => LOCAL_LEASE,
+            CcmUnderTest::Deployed { namespace, lease, .. } => (namespace.as_str(), lease.as_str()),
+        };
+        let leases = Api::<Lease>::namespaced(self.client(), namespace);
+        until(timeout, &format!("the CCM leading (Lease {namespace}/{name})"), async || {
+            let spec = leases.get_opt(name).await.ok()??.spec?;
+            let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
+            let fresh = spec.renew_time.is_some_and(|t| {
+                let age = k8s_openapi::jiff::Timestamp::now().duration_since(t.0);
+                age.as_secs_f64() < f64::from(spec.lease_duration_seconds.unwrap_or(15))
+            });
+            (fresh && other_than != Some(holder.as_str())).then_some(holder)
+        })
+        .await
+    }
+
+    /// The pod behind a Lease holder's identity (`<hostname>_<uuid>`; a pod's hostname is its name).
+    async fn leader_pod(&self, holder: &str) -> Option<String> {
+        let CcmUnderTest::Deployed { namespace, .. } = &self.ccm else { return None };
+        let pod = holder.split('_').next()?;
+        Api::<Pod>::namespaced(self.client(), namespace).get_opt(pod).await.ok()??;
+        Some(pod.to_string())
+    }
+
+    // ------------------------------------------------------------------------------ reports and clean-up
+
+    /// What the cluster saw: events about the case's objects, the CCM's last cloud calls, its log tail.
+    async fn report(&self) {
+        let nodes: BTreeSet<String> = self.instances().await.into_iter().map(|i| i.name).collect();
+        let namespaces = self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut events: Vec<Event> = Vec::new();
+        for ns in namespaces.iter().map(String::as_str).chain(["default"]) {
+            let list = Api::<Event>::namespaced(self.client(), ns).list(&ListParams::default()).await;
+            events.extend(
+                list.map(|l| l.items)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|e| ns != "default" || e.involved_object.name.as_ref().is_some_and(|n| nodes.contains(n))),
+            );
+        }
+        events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+        eprintln!("--- the last {EVENTS_TAIL} events about this case's objects ---");
+        for e in events.iter().rev().take(EVENTS_TAIL).rev() {
+            let o = &e.involved_object;
+            eprintln!(
+                "{} {} {} {}/{}/{}: {}",
+                e.last_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+                e.type_.as_deref().unwrap_or_default(),
+                e.reason.as_deref().unwrap_or_default(),
+                o.kind.as_deref().unwrap_or_default(),
+                o.namespace.as_deref().unwrap_or("-"),
+                o.name.as_deref().unwrap_or_default(),
+                e.message.as_deref().unwrap_or_default(),
+            );
+        }
+        eprintln!("--- the CCM's last {AUDIT_TAIL} cloud calls (the emulator's audit log) ---");
+        let calls = self.ccm_audit().await;
+        for c in calls.iter().rev().take(AUDIT_TAIL).rev() {
+            eprintln!(
+                "#{} {} {} {} -> {} {}{}",
+                c.seq,
+                c.time,
+                c.operation,
+                c.resource_id.as_deref().unwrap_or("-"),
+                c.status,
+                c.error_code.as_deref().unwrap_or_default(),
+                c.fault.as_deref().map(|f| format!(" (fault {f})")).unwrap_or_default(),
+            );
+        }
+        match &self.ccm {
+            CcmUnderTest::Local { replicas, .. } => {
+                for r in replicas.lock().await.iter() {
+                    eprintln!("--- the last {LOG_TAIL} lines of a CCM's log ---\n{}", r.tail());
+                }
+            }
+            CcmUnderTest::Deployed { namespace, pods, .. } => {
+                let api = Api::<Pod>::namespaced(self.client(), namespace);
+                let list = api.list(&ListParams::default().labels(pods)).await.map(|l| l.items).unwrap_or_default();
+                for p in list {
+                    let name = p.metadata.name.unwrap_or_default();
+                    let params = LogParams { tail_lines: Some(LOG_TAIL as i64), ..Default::default() };
+                    let log = api.logs(&name, &params).await.unwrap_or_else(|e| format!("(no log: {e})"));
+                    eprintln!("--- the last {LOG_TAIL} lines of {namespace}/{name}'s log ---\n{log}");
+                }
+            }
+        }
+        eprintln!("---");
+    }
+
+    /// On a shared cluster: put back what the case changed and remove what it made. (A local cluster goes
+    /// away with the case.)
+    async fn clean_up(&self) {
+        let Kind::Existing { baseline, .. } = &self.kind else { return };
+        baseline.restore(&self.cloud).await;
+        let namespaces = Api::<Namespace>::all(self.client());
+        let mine = self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for ns in &mine {
+            let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+        }
+        let mut ids = remove_machines(self, Some(&self.run)).await;
+        // Their load balancers go before the namespaces do (the cleanup finalizer), their routes within a
+        // route period or two: the next case must not count them.
+        let patience = self.timing.routes() + Duration::from_secs(60);
+        let gone = tokio::time::timeout(patience, async {
+            for ns in &mine {
+                until(patience, &format!("namespace {ns} deleted"), async || {
+                    matches!(namespaces.get_opt(ns).await, Ok(None)).then_some(())
+                })
+                .await;
+            }
+            until(patience, "the case's routes deleted", async || {
+                let routes = self.cloud.list_routes("main").await.ok()?.items;
+                ids.retain(|id| routes.iter().any(|r| &r.target_instance == id));
+                ids.is_empty().then_some(())
+            })
+            .await;
+        })
+        .await;
+        if gone.is_err() {
+            eprintln!("warning: the case's namespaces or routes were not all gone after {patience:?}");
+        }
+    }
+}
+
+impl Baseline {
+    async fn take(cloud: &Client) -> Self {
+        let quotas = cloud.list_quotas().await.expect("the quotas").items;
+        Self {
+            quotas: quotas.into_iter().map(|q| (q.name, q.limit)).collect(),
+            faults: cloud.list_faults().await.expect("the fault rules").items.into_iter().map(|f| f.id).collect(),
+            rate_limits: cloud
+                .list_rate_limits()
+                .await
+                .expect("the rate limits")
+                .items
+                .into_iter()
+                .map(|r| r.id)
+                .collect(),
+            outages: cloud.list_outages().await.expect("the outages").items.into_iter().map(|o| o.id).collect(),
+        }
+    }
+
+    async fn restore(&self, cloud: &Client) {
+        for f in cloud.list_faults().await.map(|l| l.items).unwrap_or_default() {
+            if !self.faults.contains(&f.id) {
+                let _ = cloud.delete_fault(&f.id).await;
+            }
+        }
+        for r in cloud.list_rate_limits().await.map(|l| l.items).unwrap_or_default() {
+            if !self.rate_limits.contains(&r.id) {
+                let _ = cloud.delete_rate_limit(&r.id).await;
+            }
+        }
+        for o in cloud.list_outages().await.map(|l| l.items).unwrap_or_default() {
+            if !self.outages.contains(&o.id) {
+                let _ = cloud.stop_outage(&o.id).await;
+            }
+        }
+        for (name, limit) in &self.quotas {
+            let _ = cloud.set_quota(*name, *limit).await;
+        }
+    }
+}
+
+/// The suite's machines that are not terminated: of one run, or (`None`) of any.
+async fn case_instances(cloud: &Client, run: Option<&str>) -> Vec<Instance> {
+    let tag = match run {
+        Some(run) => format!("{CASE_TAG}={run}"),
+        None => CASE_TAG.to_string(),
+    };
+    let all = cloud.list_all_instances(&ListInstancesQuery { tag: Some(tag), ..Default::default() }).await;
+    all.unwrap_or_default().into_iter().filter(|i| i.state != InstanceState::Terminated).collect()
+}
+
+/// Terminate the suite's machines (of one run, or of any) and delete their Nodes; their IDs.
+async fn remove_machines(probe: &Probe, run: Option<&str>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in case_instances(&probe.cloud, run).await {
+        let _ = probe.cloud.terminate_instance(&i.id).await;
+        let _ = probe.nodes().delete(&i.name, &DeleteParams::default()).await;
+        ids.push(i.id);
+    }
+    ids
+}
+
+/// What an earlier run that was cut short left on a shared cluster: its machines and Nodes (their Nodes
+/// would stay NotReady, yet in every load balancer's backends).
+async fn remove_leftovers(probe: &Probe) {
+    let ids = remove_machines(probe, None).await;
+    if !ids.is_empty() {
+        eprintln!("removed {} machine(s) an earlier run of the suite left behind", ids.len());
+    }
+    // Nodes only the suite's simulated kubelets register, whose machines are gone already.
+    for n in probe.node_list().await.iter().filter(|n| crate::taint_keys(n).iter().any(|k| k == SIMULATED_TAINT)) {
+        let _ = probe.nodes().delete(n.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await;
+    }
+}
+
+fn shell(command: &str) {
+    let status = std::process::Command::new("sh").args(["-c", command]).status();
+    assert!(status.is_ok_and(|s| s.success()), "`{command}` failed");
+}
+
+/// Eight random hex characters, so the names of different runs never meet.
+fn uuid_suffix() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_string()
+}

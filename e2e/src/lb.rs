@@ -1,0 +1,29 @@
+//! `type: LoadBalancer` Services as the cases create them, and what they read back.
+
+use k8s_openapi::api::core::v1::Service;
+
+/// A LoadBalancer Service on `port` (to pods' 8080), with `extra_spec` merged into its spec.
+pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service {
+    let mut spec = serde_json::json!({"type": "LoadBalancer", "selector": {"app": name},
+        "ports": [{"name": "web", "port": port, "targetPort": 8080, "protocol": "TCP"}]});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).expect("a valid Service")
+}
+
+/// The EXTERNAL-IP: the first ingress IP, `None` while `<pending>`.
+pub fn ingress_ip(svc: &Service) -> Option<String> {
+    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+}
+
+/// Upstream's load-balancer name for the Service: `a` + the UID without dashes, 32 characters.
+pub fn name(svc: &Service) -> String {
+    let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap_or_default().replace('-', ""));
+    n.truncate(32);
+    n
+}
+
+pub fn finalizers(svc: &Service) -> Vec<String> {
+    svc.metadata.finalizers.clone().unwrap_or_default()
+}

@@ -1,0 +1,421 @@
+//! The local cluster: the upstream control plane (kube-apiserver, etcd, kube-controller-manager) on loopback,
+//! an emulator on a SQLite file (in the test process, or as a `fakecloud serve` process that can be killed),
+//! simulated kubelets (a Node per running instance), and CCM processes authenticated as the deploy manifest's
+//! ServiceAccount through the TokenRequest API, so the shipped RBAC is what is exercised.
+//!
+//! In a test of this crate (Cargo defines `CARGO_BIN_EXE_*` only for integration tests, so this example is
+//! not compiled as a doc-test):
+//!
+//! ```ignore
+//! # async fn t() {
+//! let Some(cluster) = fakecloud_e2e::Cluster::start("my test").await else { return };
+//! let ccm = cluster.ccm(env!("CARGO_BIN_EXE_e2e-fakecloud-ccm"), &[]);
+//! # }
+//! ```
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use fakecloud_api::{Client, CreateInstanceRequest, Instance};
+use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
+use fakecloud_controlplane::{Binaries, ControlPlane};
+use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
+use fakecloud_emulator::http::auth::Tokens;
+use fakecloud_emulator::server::Server;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::Api;
+
+use crate::{Probe, SERVICE_ACCOUNT, initialized, repo, until};
+
+/// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
+/// never faulted), and its calls are told apart in the audit log.
+pub const USER: &str = "e2e-user-token-0123456789abcdef";
+/// The test's and the simulated kubelets' token: the infrastructure, not faulted.
+pub const ADMIN: &str = "e2e-admin-token-0123456789abcdef";
+
+/// How fast the cluster notices silent nodes, how often the simulated kubelets beat, and how long the cloud
+/// takes to provision a load balancer.
+#[derive(Debug, Clone)]
+pub struct Rates {
+    pub node_monitor_grace_period: Duration,
+    pub kubelets: kubelets::Options,
+    pub lb_provision_delay: Duration,
+}
+
+impl Rates {
+    /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases every 2 s, status every 5 s;
+    /// a load balancer is provisioned in 2 s (so `<pending>` is seen).
+    pub fn fast() -> Self {
+        let kubelets = kubelets::Options {
+            poll: Duration::from_millis(200),
+            lease_renew: Duration::from_secs(2),
+            status_every: Duration::from_secs(5),
+            ..kubelets::Options::default()
+        };
+        Self { node_monitor_grace_period: Duration::from_secs(8), kubelets, lb_provision_delay: Duration::from_secs(2) }
+    }
+
+    /// As a real cluster: the controller manager's 50 s grace period, the kubelet's 10 s Lease and 20 s status;
+    /// the emulator's default 3 s to provision a load balancer.
+    pub fn real() -> Self {
+        Self {
+            node_monitor_grace_period: Duration::from_secs(50),
+            kubelets: kubelets::Options::default(),
+            lb_provision_delay: Timings::default().lb_provision_delay,
+        }
+    }
+}
+
+/// Cases of one test binary run in parallel threads under `cargo test`; each starts a whole cluster, and on
+/// 2 cores two at once only make both slow and their timings loose. A cluster holds this lock for its life.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What a cluster starts with, beyond the defaults.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub rates: Rates,
+    /// The emulator's region, zones and address pools (1,000 VIPs need a public pool larger than the default /24).
+    pub topology: Topology,
+    /// The controller manager's pod CIDR size per node (default /24: 256 nodes in the /16 cluster CIDR).
+    pub node_cidr_mask_size: Option<u8>,
+    /// Run the emulator as this `fakecloud` binary (a test's `CARGO_BIN_EXE_e2e-fakecloud`) instead of in the
+    /// test process, so that it can be killed (SIGKILL) and restarted. Default topology.
+    pub emulator_binary: Option<PathBuf>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self { rates: Rates::fast(), topology: Topology::default(), node_cidr_mask_size: None, emulator_binary: None }
+    }
+}
+
+/// The cluster without a CCM; start CCMs with [`Cluster::ccm`]. Looks at itself through its [`Probe`].
+pub struct Cluster {
+    pub cp: ControlPlane,
+    pub server: Emulator,
+    pub probe: Probe,
+    pub dir: tempfile::TempDir,
+    /// A kubeconfig with a TokenRequest token of the manifest's ServiceAccount.
+    pub sa_kubeconfig: PathBuf,
+    pub cloud_config: PathBuf,
+    kubectl: PathBuf,
+    _kubelets: SimulatedKubelets,
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = Probe;
+    fn deref(&self) -> &Probe {
+        &self.probe
+    }
+}
+
+impl Cluster {
+    /// With [`Rates::fast`]. `None` when the control-plane binaries are missing outside CI (the test is then
+    /// skipped).
+    pub async fn start(test: &str) -> Option<Self> {
+        Self::start_with(test, Rates::fast()).await
+    }
+
+    pub async fn start_with(test: &str, rates: Rates) -> Option<Self> {
+        Self::start_with_options(test, ClusterOptions { rates, ..ClusterOptions::default() }).await
+    }
+
+    pub async fn start_with_options(test: &str, options: ClusterOptions) -> Option<Self> {
+        let ClusterOptions { rates, topology, node_cidr_mask_size, emulator_binary } = options;
+        let binaries = Binaries::for_tests(test)?;
+        // (Each test has its own runtime; tokio's Mutex does not need one, and a failing case releases it as it
+        // unwinds.)
+        let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
+        let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
+        let mut builder = ControlPlane::builder()
+            .node_monitor_grace_period(rates.node_monitor_grace_period)
+            .node_monitor_period(Duration::from_secs(1));
+        if let Some(size) = node_cidr_mask_size {
+            builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={size}"));
+        }
+        let cp = builder.start().await.expect("the control plane starts");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let timings = Timings {
+            stop_delay: Duration::from_millis(200),
+            terminate_delay: Duration::from_millis(200),
+            lb_provision_delay: rates.lb_provision_delay,
+            ..Timings::instant()
+        };
+        let server = match emulator_binary {
+            None => {
+                let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
+                let db = DbLocation::File(dir.path().join("fc.db"));
+                let config = Config { timings, topology, ..Config::default() };
+                Emulator::InProcess(
+                    Server::start("127.0.0.1:0", &db, config, tokens).await.expect("the emulator starts"),
+                )
+            }
+            Some(bin) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
+        };
+        let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
+        let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
+            .await
+            .expect("simulated kubelets start");
+        let cloud_config = dir.path().join("cloud-config.yaml");
+        std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {USER}\nregion: local-1\n", server.url()))
+            .expect("cloud config written");
+        let mut cluster = Self {
+            probe: Probe::new(cp.client(), cloud),
+            cp,
+            server,
+            dir,
+            sa_kubeconfig: PathBuf::new(),
+            cloud_config,
+            kubectl,
+            _kubelets: kubelets,
+            _one_at_a_time: one_at_a_time,
+        };
+        // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
+        cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
+        cluster.sa_kubeconfig = cluster
+            .cp
+            .service_account_kubeconfig(SERVICE_ACCOUNT.0, SERVICE_ACCOUNT.1, Duration::from_secs(3600))
+            .await
+            .expect("a TokenRequest token for the CCM's ServiceAccount");
+        Some(cluster)
+    }
+
+    /// `kubectl` (the cluster's own version when built) as the admin: exit status and output.
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let out = std::process::Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    }
+
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?}: {out}");
+        out
+    }
+
+    /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
+    /// free loopback port; `args` come after the harness's (a repeated flag overrides).
+    pub fn ccm(&self, bin: &str, args: &[&str]) -> Ccm {
+        let port = free_port();
+        let log = self.dir.path().join(format!("ccm-{port}.log"));
+        let child = tokio::process::Command::new(bin)
+            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s", "--cluster-cidr=10.244.0.0/16"])
+            .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
+            .arg("--kubeconfig")
+            .arg(&self.sa_kubeconfig)
+            .arg("--cloud-config")
+            .arg(&self.cloud_config)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("CCM log file"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the CCM starts");
+        Ccm { child, log, port }
+    }
+
+    /// A namespace of its own for a test case.
+    pub async fn namespace(&self, name: &str) {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
+        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
+    }
+
+    /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
+    pub async fn initialized_nodes(&self, prefix: &str, count: usize, timeout: Duration) -> Vec<Instance> {
+        let mut instances = Vec::new();
+        for i in 0..count {
+            let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
+            instances.push(self.cloud.create_instance(&req, None).await.expect("an instance is created"));
+        }
+        for i in &instances {
+            until(timeout, &format!("{} initialized", i.name), async || self.node(&i.name).await.filter(initialized))
+                .await;
+        }
+        instances
+    }
+}
+
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// The emulator: in the test process, or a `fakecloud serve` process that can be killed and restarted.
+pub enum Emulator {
+    InProcess(Server),
+    Process(Box<EmulatorProcess>),
+}
+
+impl Emulator {
+    pub fn url(&self) -> String {
+        match self {
+            Self::InProcess(s) => s.url(),
+            Self::Process(p) => format!("http://127.0.0.1:{}", p.port),
+        }
+    }
+}
+
+/// `fakecloud serve` on a fixed loopback port and a SQLite file in the cluster's directory; killed when
+/// dropped.
+pub struct EmulatorProcess {
+    child: tokio::sync::Mutex<tokio::process::Child>,
+    bin: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    pub port: u16,
+}
+
+impl EmulatorProcess {
+    async fn start(bin: PathBuf, dir: &Path, t: &Timings) -> Self {
+        let port = free_port();
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        let args = vec![
+            "serve".to_string(),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--db={}", dir.join("fc.db").display()),
+            format!("--boot-delay={}", ms(t.boot_delay)),
+            format!("--stop-delay={}", ms(t.stop_delay)),
+            format!("--terminate-delay={}", ms(t.terminate_delay)),
+            format!("--lb-provision-delay={}", ms(t.lb_provision_delay)),
+            format!("--lb-delete-delay={}", ms(t.lb_delete_delay)),
+            format!("--user-token={USER}"),
+            format!("--admin-token={ADMIN}"),
+        ];
+        let log = dir.join("emulator.log");
+        let child = Self::spawn(&bin, &args, &log).await.into();
+        Self { child, bin, args, log, port }
+    }
+
+    async fn spawn(bin: &Path, args: &[String], log: &Path) -> tokio::process::Child {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("emulator log file");
+        let child = tokio::process::Command::new(bin)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(out.try_clone().expect("emulator log file"))
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the emulator starts");
+        let serving = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
+        until(Duration::from_secs(30), "the emulator serving", async || {
+            let now = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
+            (now > serving).then_some(())
+        })
+        .await;
+        child
+    }
+
+    /// SIGKILL: no shutdown, no flush; what it acknowledged is in the SQLite file.
+    pub async fn kill(&self) {
+        self.child.lock().await.kill().await.expect("the emulator is killed");
+    }
+
+    /// Start it again on the same port and database.
+    pub async fn restart(&self) {
+        *self.child.lock().await = Self::spawn(&self.bin, &self.args, &self.log).await;
+    }
+}
+
+/// A CCM process; killed when dropped, and its log's tail printed then if the test is failing.
+pub struct Ccm {
+    pub child: tokio::process::Child,
+    log: PathBuf,
+    pub port: u16,
+}
+
+/// Lines of a CCM's log printed when a test fails.
+pub(crate) const LOG_TAIL: usize = 60;
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- the last {LOG_TAIL} lines of the CCM log ({}) ---\n{}\n---",
+                self.log.display(),
+                self.tail()
+            );
+        }
+    }
+}
+
+impl Ccm {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last [`LOG_TAIL`] lines of its log.
+    pub fn tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n")
+    }
+
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
+        until(timeout, &format!("{needle:?} in the CCM log"), async || self.log().contains(needle).then_some(())).await;
+    }
+
+    /// Its leader-election identity (`<hostname>_<uuid>`), from its log.
+    pub fn identity(&self) -> Option<String> {
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("attempting to acquire leader lease"))?;
+        Some(line.split("identity=").nth(1)?.split_whitespace().next()?.to_string())
+    }
+
+    /// GET `path` on the secure port (self-signed, so unverified): status code and body; `None` when it does
+    /// not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "--max-time", "5", "-w", "\n%{http_code}"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n')?;
+        let code: u16 = code.trim().parse().ok()?;
+        (code != 0).then(|| (code, body.to_string()))
+    }
+
+    /// The value of one metric line (`name{labels}` exactly as rendered), if present.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics")?;
+        body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Whether this process leads, from its `leader_election_master_status`.
+    pub fn leads(&self) -> Option<bool> {
+        self.metric("leader_election_master_status{name=\"cloud-controller-manager\"}").map(|v| v == 1.0)
+    }
+
+    /// Its peak resident memory so far (`VmHWM`), in MiB; 0 when it cannot be read.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let pid = self.child.id().unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0.0);
+        kib / 1024.0
+    }
+
+    /// Kill it at once (SIGKILL), as a crashed or evicted pod.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("the CCM is killed");
+    }
+
+    /// Its exit code, waiting at most `timeout`; `None` if it is still running.
+    pub async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
+        tokio::time::timeout(timeout, self.child.wait()).await.ok()?.ok()?.code()
+    }
+}
