@@ -38,10 +38,11 @@ e2e: deps control-plane ## The e2e suite, one case at a time, with JUnit XML and
 e2e-kind: deps ## The conformance suite against the kind cluster of kind-up (made first if missing; needs a Docker engine)
 	@bash scripts/e2e-kind.sh
 
-lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck
+lint: deps ## rustfmt check, clippy with warnings as errors (also the e2e suite's opt-in k3s backend), shellcheck
 	$(CARGO) fmt --all --check
 	shellcheck -x scripts/*.sh scripts/faults/*.sh
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(CARGO_FLAGS) -p fakecloud-e2e --all-targets --features k3s -- -D warnings
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

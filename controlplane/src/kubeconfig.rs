@@ -7,6 +7,9 @@ use std::path::Path;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::PostParams;
 
 use crate::error::{Error, IoContext, Result};
 
@@ -56,6 +59,41 @@ pub fn write(path: &Path, contents: &str) -> Result<()> {
         .open(path)
         .io_context(|| format!("creating {}", path.display()))?;
     file.write_all(contents.as_bytes()).io_context(|| format!("writing {}", path.display()))
+}
+
+/// An API server as a kubeconfig names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Server<'a> {
+    pub url: &'a str,
+    pub ca_pem: &'a str,
+}
+
+/// Writes at `path` a kubeconfig for `server` that authenticates as ServiceAccount `namespace/name` with a token
+/// from the TokenRequest API (asked for through `client`). The ServiceAccount must exist; the token carries
+/// only that account's RBAC.
+pub async fn write_service_account(
+    client: &kube::Client,
+    server: &Server<'_>,
+    namespace: &str,
+    name: &str,
+    expiration: std::time::Duration,
+    path: &Path,
+) -> Result<()> {
+    // The apiserver rejects TokenRequests shorter than 10 minutes.
+    let seconds = i64::try_from(expiration.as_secs()).unwrap_or(i64::MAX).max(600);
+    let api = kube::Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(seconds), ..Default::default() },
+        ..Default::default()
+    };
+    let response = api.create_token_request(name, &PostParams::default(), &request).await?;
+    let token = response
+        .status
+        .map(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| Error::Invalid(format!("TokenRequest for {namespace}/{name} returned no token")))?;
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    write(path, &render(server.url, server.ca_pem, &user, &Credentials::Token(&token)))
 }
 
 /// A kube client for the kubeconfig at `path` (its current context).

@@ -5,10 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::PostParams;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::binaries::{Binaries, pinned_kubernetes_version};
@@ -334,29 +331,9 @@ impl ControlPlane {
         name: &str,
         expiration: Duration,
     ) -> Result<PathBuf> {
-        // The apiserver rejects TokenRequests shorter than 10 minutes.
-        let seconds = i64::try_from(expiration.as_secs()).unwrap_or(i64::MAX).max(600);
-        let api = kube::Api::<ServiceAccount>::namespaced(self.client.clone(), namespace);
-        let request = TokenRequest {
-            spec: TokenRequestSpec { expiration_seconds: Some(seconds), ..Default::default() },
-            ..Default::default()
-        };
-        let response = api.create_token_request(name, &PostParams::default(), &request).await?;
-        let token = response
-            .status
-            .map(|s| s.token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| Error::Invalid(format!("TokenRequest for {namespace}/{name} returned no token")))?;
         let path = self.run_dir.join("kubeconfigs").join(format!("sa-{namespace}-{name}.kubeconfig"));
-        kubeconfig::write(
-            &path,
-            &kubeconfig::render(
-                &self.apiserver_url,
-                &self.ca_pem,
-                &format!("system:serviceaccount:{namespace}:{name}"),
-                &Credentials::Token(&token),
-            ),
-        )?;
+        let server = kubeconfig::Server { url: &self.apiserver_url, ca_pem: &self.ca_pem };
+        kubeconfig::write_service_account(&self.client, &server, namespace, name, expiration, &path).await?;
         Ok(path)
     }
 

@@ -1,6 +1,6 @@
 //! The kind path, checked as far as a machine without a Docker engine allows: the kind configs say what the
-//! local cluster does (external cloud provider everywhere, the same pod CIDR), and `make kind-up` and `make
-//! e2e-kind` stop at once with a clear message when no engine answers.
+//! local cluster does (external cloud provider everywhere, the same pod CIDR), and `make kind-up`, `make
+//! e2e-kind` and the e2e suite's k3s backend stop at once with a clear message when no engine answers.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -58,9 +58,15 @@ fn the_kind_scripts_stop_at_once_without_a_docker_engine() {
         return;
     }
     // What to use instead, named: the local cluster, or the same suite on the local backend.
-    for (script, instead) in [("kind-up.sh", "make up"), ("e2e-kind.sh", "make e2e")] {
+    for (script, backend, instead) in
+        [("kind-up.sh", "", "make up"), ("e2e-kind.sh", "", "make e2e"), ("e2e.sh", "k3s", "make e2e")]
+    {
         let started = std::time::Instant::now();
-        let out = std::process::Command::new("bash").arg(repo().join("scripts").join(script)).output().unwrap();
+        let out = std::process::Command::new("bash")
+            .arg(repo().join("scripts").join(script))
+            .env("FAKECLOUD_E2E_BACKEND", backend)
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{script}");
         assert!(err.contains("Docker") && err.contains(instead), "{script}: {err}");

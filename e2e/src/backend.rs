@@ -2,7 +2,8 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `FAKECLOUD_E2E_BACKEND` | `local`: every case starts its own control plane, emulator and CCM; `existing`: the cluster below | `local` |
+//! | `FAKECLOUD_E2E_BACKEND` | `local`: every case starts its own control plane, emulator and CCM; `k3s`: the same with a K3s container (testcontainers; cargo feature `k3s`, a Docker engine) as the control plane; `existing`: the cluster below | `local` |
+//! | `FAKECLOUD_E2E_K3S_TAG` | the `rancher/k3s` image tag of the k3s backend | see [`crate::k3s`] |
 //! | `FAKECLOUD_E2E_KUBECONFIG` | the cluster, as its admin | `KUBECONFIG` |
 //! | `FAKECLOUD_E2E_EMULATOR` | the emulator's URL, as the suite reaches it | `FAKECLOUD_ENDPOINT` |
 //! | `FAKECLOUD_ADMIN_TOKEN` | the emulator's admin token | from `FAKECLOUD_E2E_CREDENTIALS` |
@@ -29,6 +30,7 @@ use crate::env::Timing;
 #[derive(Debug, Clone)]
 pub enum Backend {
     Local,
+    K3s,
     Existing(Box<Existing>),
 }
 
@@ -61,8 +63,9 @@ impl Backend {
     pub fn from_env() -> Self {
         match var("FAKECLOUD_E2E_BACKEND").as_deref() {
             None | Some("local") => Self::Local,
+            Some("k3s") => Self::K3s,
             Some("existing") => Self::Existing(Box::new(Existing::from_env())),
-            Some(other) => panic!("FAKECLOUD_E2E_BACKEND={other:?}: use `local` (the default) or `existing`"),
+            Some(other) => panic!("FAKECLOUD_E2E_BACKEND={other:?}: use `local` (the default), `k3s` or `existing`"),
         }
     }
 }
@@ -104,5 +107,14 @@ impl Existing {
             emulator_kill: var("FAKECLOUD_E2E_EMULATOR_KILL"),
             emulator_start: var("FAKECLOUD_E2E_EMULATOR_START"),
         }
+    }
+}
+
+/// Whether a Docker engine answers (`docker info`); what is missing when none does.
+pub fn docker_engine() -> Result<(), String> {
+    match std::process::Command::new("docker").arg("info").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(_) => Err("the docker client is installed, but no Docker engine answers ('docker info' fails)".into()),
+        Err(_) => Err("there is no 'docker' command here".into()),
     }
 }

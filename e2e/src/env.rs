@@ -194,12 +194,14 @@ impl Env {
         let suffix = uuid_suffix();
         let run = format!("{name}-{suffix}");
         match Backend::from_env() {
-            Backend::Local => Self::start_local(name, run, suffix, setup).await,
+            Backend::Local => Self::start_local(name, run, suffix, setup, false).await,
+            Backend::K3s => Self::start_local(name, run, suffix, setup, true).await,
             Backend::Existing(cfg) => Self::start_existing(name, run, suffix, setup, cfg).await,
         }
     }
 
-    async fn start_local(name: &str, run: String, suffix: String, setup: &Setup) -> Option<Self> {
+    /// A cluster of the case's own, served by the upstream binaries or (`k3s`) by a K3s container.
+    async fn start_local(name: &str, run: String, suffix: String, setup: &Setup, k3s: bool) -> Option<Self> {
         let rates = Rates::fast();
         let timing = Timing {
             node_grace: rates.node_monitor_grace_period,
@@ -209,7 +211,11 @@ impl Env {
         let rates = Rates { kubelets: kubelet_options(rates.kubelets, &run), ..rates };
         let options =
             ClusterOptions { rates, emulator_binary: setup.emulator.map(Into::into), ..ClusterOptions::default() };
-        let cluster = Cluster::start_with_options(&format!("e2e case {name}"), options).await?;
+        let cluster = if k3s {
+            start_k3s(options).await
+        } else {
+            Cluster::start_with_options(&format!("e2e case {name}"), options).await?
+        };
         let replicas = (0..setup.replicas.max(1)).map(|_| cluster.ccm(setup.ccm, &LOCAL_CCM_ARGS)).collect();
         let env = Self {
             probe: cluster.probe.clone().from_now(),
@@ -545,6 +551,16 @@ impl Baseline {
             let _ = cloud.set_quota(*name, *limit).await;
         }
     }
+}
+
+#[cfg(feature = "k3s")]
+async fn start_k3s(options: ClusterOptions) -> Cluster {
+    Cluster::start_k3s(options).await
+}
+
+#[cfg(not(feature = "k3s"))]
+async fn start_k3s(_: ClusterOptions) -> Cluster {
+    panic!("FAKECLOUD_E2E_BACKEND=k3s needs the suite built with the cargo feature `k3s` (make e2e does that for it)")
 }
 
 /// The suite's machines that are not terminated: of one run, or (`None`) of any.

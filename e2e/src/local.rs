@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use fakecloud_api::{Client, CreateInstanceRequest, Instance};
 use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
-use fakecloud_controlplane::{Binaries, ControlPlane};
+use fakecloud_controlplane::{Binaries, ControlPlane, kubeconfig};
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
@@ -91,9 +91,55 @@ impl Default for ClusterOptions {
     }
 }
 
+/// What serves the Kubernetes API: the upstream binaries on loopback, or (feature `k3s`) a K3s container.
+enum Apiserver {
+    Upstream(ControlPlane),
+    #[cfg(feature = "k3s")]
+    K3s(crate::k3s::K3sCluster),
+}
+
+impl Apiserver {
+    fn client(&self) -> kube::Client {
+        match self {
+            Self::Upstream(cp) => cp.client(),
+            #[cfg(feature = "k3s")]
+            Self::K3s(k) => k.client.clone(),
+        }
+    }
+
+    fn admin_kubeconfig(&self) -> &Path {
+        match self {
+            Self::Upstream(cp) => cp.admin_kubeconfig(),
+            #[cfg(feature = "k3s")]
+            Self::K3s(k) => &k.admin_kubeconfig,
+        }
+    }
+
+    fn server(&self) -> kubeconfig::Server<'_> {
+        match self {
+            Self::Upstream(cp) => kubeconfig::Server { url: cp.apiserver_url(), ca_pem: cp.ca_pem() },
+            #[cfg(feature = "k3s")]
+            Self::K3s(k) => kubeconfig::Server { url: &k.url, ca_pem: &k.ca_pem },
+        }
+    }
+
+    /// A kubeconfig in `dir` with a TokenRequest token of the manifest's ServiceAccount.
+    async fn service_account_kubeconfig(&self, dir: &Path) -> PathBuf {
+        let (namespace, name) = SERVICE_ACCOUNT;
+        let path = dir.join("ccm.kubeconfig");
+        kubeconfig::write_service_account(&self.client(), &self.server(), namespace, name, HOUR, &path)
+            .await
+            .expect("a TokenRequest token for the CCM's ServiceAccount");
+        path
+    }
+}
+
+/// How long the CCM's ServiceAccount token lasts: longer than any case.
+const HOUR: Duration = Duration::from_secs(3600);
+
 /// The cluster without a CCM; start CCMs with [`Cluster::ccm`]. Looks at itself through its [`Probe`].
 pub struct Cluster {
-    pub cp: ControlPlane,
+    apiserver: Apiserver,
     pub server: Emulator,
     pub probe: Probe,
     pub dir: tempfile::TempDir,
@@ -124,20 +170,47 @@ impl Cluster {
     }
 
     pub async fn start_with_options(test: &str, options: ClusterOptions) -> Option<Self> {
-        let ClusterOptions { rates, topology, node_cidr_mask_size, emulator_binary } = options;
         let binaries = Binaries::for_tests(test)?;
         // (Each test has its own runtime; tokio's Mutex does not need one, and a failing case releases it as it
         // unwinds.)
         let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
         let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
         let mut builder = ControlPlane::builder()
-            .node_monitor_grace_period(rates.node_monitor_grace_period)
+            .node_monitor_grace_period(options.rates.node_monitor_grace_period)
             .node_monitor_period(Duration::from_secs(1));
-        if let Some(size) = node_cidr_mask_size {
+        if let Some(size) = options.node_cidr_mask_size {
             builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={size}"));
         }
         let cp = builder.start().await.expect("the control plane starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
+        Some(Self::assemble(Apiserver::Upstream(cp), dir, kubectl, options, one_at_a_time).await)
+    }
+
+    /// The same with a K3s container serving the Kubernetes API (its own node adopted as an instance). Panics,
+    /// saying so, where no Docker engine answers.
+    #[cfg(feature = "k3s")]
+    pub async fn start_k3s(options: ClusterOptions) -> Self {
+        let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let k3s = crate::k3s::K3sCluster::start(dir.path(), &options).await;
+        let kubectl = fakecloud_controlplane::Binaries::locate(None)
+            .ok()
+            .and_then(|b| b.kubectl())
+            .unwrap_or_else(|| "kubectl".into());
+        let cluster = Self::assemble(Apiserver::K3s(k3s), dir, kubectl, options, one_at_a_time).await;
+        fakecloud_emulator::cli::adopt::adopt(cluster.client(), &cluster.cloud).await.expect("the K3s node is adopted");
+        cluster
+    }
+
+    /// The emulator, the simulated kubelets and the CCM's credentials around an API server.
+    async fn assemble(
+        apiserver: Apiserver,
+        dir: tempfile::TempDir,
+        kubectl: PathBuf,
+        options: ClusterOptions,
+        one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+    ) -> Self {
+        let ClusterOptions { rates, topology, node_cidr_mask_size: _, emulator_binary } = options;
         let timings = Timings {
             stop_delay: Duration::from_millis(200),
             terminate_delay: Duration::from_millis(200),
@@ -156,15 +229,15 @@ impl Cluster {
             Some(bin) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
         };
         let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
-        let kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), rates.kubelets)
+        let kubelets = SimulatedKubelets::start(apiserver.client(), cloud.clone(), rates.kubelets)
             .await
             .expect("simulated kubelets start");
         let cloud_config = dir.path().join("cloud-config.yaml");
         std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {USER}\nregion: local-1\n", server.url()))
             .expect("cloud config written");
         let mut cluster = Self {
-            probe: Probe::new(cp.client(), cloud),
-            cp,
+            probe: Probe::new(apiserver.client(), cloud),
+            apiserver,
             server,
             dir,
             sa_kubeconfig: PathBuf::new(),
@@ -175,19 +248,15 @@ impl Cluster {
         };
         // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
         cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
-        cluster.sa_kubeconfig = cluster
-            .cp
-            .service_account_kubeconfig(SERVICE_ACCOUNT.0, SERVICE_ACCOUNT.1, Duration::from_secs(3600))
-            .await
-            .expect("a TokenRequest token for the CCM's ServiceAccount");
-        Some(cluster)
+        cluster.sa_kubeconfig = cluster.apiserver.service_account_kubeconfig(cluster.dir.path()).await;
+        cluster
     }
 
     /// `kubectl` (the cluster's own version when built) as the admin: exit status and output.
     pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
         let out = std::process::Command::new(&self.kubectl)
             .arg("--kubeconfig")
-            .arg(self.cp.admin_kubeconfig())
+            .arg(self.apiserver.admin_kubeconfig())
             .args(args)
             .output()
             .expect("kubectl runs");
