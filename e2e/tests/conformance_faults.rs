@@ -1,6 +1,7 @@
 //! Conformance under faults, judged only through the Kubernetes API and the emulator's audit log: a throttled
 //! create is retried after exactly the `Retry-After` the cloud gave (never sooner, and not after the 5 s
-//! backoff); a load-balancing outage keeps Services `<pending>` with `SyncLoadBalancerFailed` until it ends,
+//! backoff); a create whose answer is lost (applied, then a 500) leaves one load balancer, not two; a
+//! load-balancing outage keeps Services `<pending>` with `SyncLoadBalancerFailed` until it ends,
 //! then they converge without a restart; a reclaimed spot machine's Node, route and backend go; a zone outage
 //! taints that zone's nodes shutdown and deletes none. Any backend.
 #![allow(clippy::unwrap_used)]
@@ -77,6 +78,40 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
                 && e.message.as_deref().is_some_and(|m| m.contains("RequestLimitExceeded"))
         });
         assert_eq!(throttled.count(), 2, "a SyncLoadBalancerFailed per throttled try: {events:#?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_answer_is_lost_makes_one_load_balancer() {
+    case("lost-answer", Setup::new(CCM), async |env| {
+        let (ns, services) = started(env, "lost").await;
+        // The cloud creates the load balancer, then answers 500 as if it had not: the CCM must not make another.
+        let rule = CreateFaultRuleRequest {
+            id: Some("lose-the-create-answer".into()),
+            matcher: FaultMatch { operations: vec!["CreateLoadBalancer".into()], ..Default::default() },
+            action: FaultAction::ApplyThenFail { status: 500, code: "InternalError".into(), message: None },
+            trigger: FaultTrigger { times: Some(1), ..Default::default() },
+            position: None,
+        };
+        env.cloud.add_fault(&rule).await.unwrap();
+        let web =
+            services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
+        until(Duration::from_secs(60), "web's EXTERNAL-IP", async || {
+            lb::ingress_ip(&services.get_opt("web").await.ok()??)
+        })
+        .await;
+        let lbs = env.cloud.list_all_load_balancers().await.unwrap();
+        let mine: Vec<_> = lbs.iter().filter(|l| l.name == lb::name(&web)).collect();
+        assert_eq!(mine.len(), 1, "one load balancer for the Service: {lbs:#?}");
+        let creates = env.ccm_calls(&["CreateLoadBalancer"]).await;
+        assert_eq!(creates.first().map(|c| c.status), Some(500), "the lost answer: {creates:#?}");
+        // Afterwards: a lookup, or the same create replayed with its idempotency key (200) — never a new one
+        // (201) nor a clash with the first (409).
+        let retries = &creates[1..];
+        assert!(retries.iter().all(|c| c.status == 200), "no second create: {creates:#?}");
+        let failed = env.event(&ns, "web", "SyncLoadBalancerFailed", Duration::from_secs(10)).await;
+        assert!(failed.message.as_deref().is_some_and(|m| m.contains("InternalError")), "{:?}", failed.message);
     })
     .await;
 }
