@@ -1,5 +1,6 @@
 //! Conformance: the service controller — the EXTERNAL-IP lifecycle (`<pending>` while provisioning, the VIP,
-//! listener and backend updates that keep the IP, cleanup on a type change and on deletion), `loadBalancerClass`
+//! listener and backend updates that keep the IP, cleanup on a type change and on deletion), the spec's fields
+//! and the documented annotations carried to the load balancer (a bad value a Warning), `loadBalancerClass`
 //! Services left alone, the load-balancer quota reproducing "stuck in `<pending>`", and the cloud calls: none at
 //! steady state, one re-ensure per Service when a new leader takes over. Any backend: backends and quotas
 //! are judged against what the cluster has besides the case's own.
@@ -168,6 +169,67 @@ async fn the_external_ip_lifecycle() {
         cloud_lb(env, &api).await.is_none().then_some(())
     })
     .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_spec_and_annotations_reach_the_load_balancer() {
+    case("lb-spec", Setup::new(CCM), async |env| {
+        env.initialized_nodes("spec-node", 1).await;
+        let ns = &env.namespace("lb-spec").await;
+        let services = Api::<Service>::namespaced(env.client(), ns);
+        let ip_of = async |name: &str| {
+            until(Duration::from_secs(30), &format!("{name}'s EXTERNAL-IP"), async || {
+                lb::ingress_ip(&get(&services, name).await?)
+            })
+            .await
+        };
+        // The spec's fields: source ranges, the requested IP, and no NodePorts (the service port is the backend).
+        let spec = serde_json::json!({"loadBalancerSourceRanges": ["198.51.100.0/24", "203.0.113.7/32"],
+            "loadBalancerIP": "203.0.113.201", "allocateLoadBalancerNodePorts": false});
+        let edge = services.create(&PostParams::default(), &lb::service("edge", 443, spec)).await.unwrap();
+        assert_eq!(ip_of("edge").await, "203.0.113.201", "the requested IP is the EXTERNAL-IP");
+        let lb = cloud_lb(env, &edge).await.unwrap();
+        assert_eq!(lb.source_ranges, ["198.51.100.0/24", "203.0.113.7/32"]);
+        assert_eq!(lb.requested_ip.map(|i| i.to_string()).as_deref(), Some("203.0.113.201"));
+        assert_eq!((lb.listeners[0].port, lb.listeners[0].backend_port), (443, 443), "no NodePort: the service port");
+
+        // The annotations for what the spec cannot say: internal, and an HTTP health check.
+        let mut inside = lb::service("inside", 80, serde_json::json!({}));
+        inside.metadata.annotations = Some(
+            [
+                ("service.beta.kubernetes.io/fakecloud-load-balancer-internal", "true"),
+                ("service.beta.kubernetes.io/fakecloud-load-balancer-health-check-path", "/healthz"),
+                ("service.beta.kubernetes.io/fakecloud-load-balancer-health-check-interval", "5"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        let inside = services.create(&PostParams::default(), &inside).await.unwrap();
+        let vip: std::net::IpAddr = ip_of("inside").await.parse().unwrap();
+        let lb = cloud_lb(env, &inside).await.unwrap();
+        assert_eq!(lb.scheme, fakecloud_api::Scheme::Internal);
+        let subnet: ipnet::IpNet = env.cloud.region().await.unwrap().internal_lb_subnet.parse().unwrap();
+        assert!(subnet.contains(&vip), "an internal VIP ({vip}) from the internal subnet {subnet}");
+        let check = lb.health_check.unwrap();
+        let node_port = inside.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
+        assert_eq!(
+            (check.protocol, check.path.as_deref(), check.interval_seconds, i32::from(check.port)),
+            (fakecloud_api::HealthCheckProtocol::Http, Some("/healthz"), 5, node_port)
+        );
+
+        // A bad annotation value: a Warning that names the annotation and what it takes; no load balancer.
+        let mut bad = lb::service("bad", 80, serde_json::json!({}));
+        bad.metadata.annotations =
+            Some([("service.beta.kubernetes.io/fakecloud-load-balancer-internal".into(), "yes".into())].into());
+        let bad = services.create(&PostParams::default(), &bad).await.unwrap();
+        let failed = env.event(ns, "bad", "SyncLoadBalancerFailed", Duration::from_secs(30)).await;
+        let msg = failed.message.unwrap_or_default();
+        assert_eq!(failed.type_.as_deref(), Some("Warning"));
+        assert!(msg.contains("fakecloud-load-balancer-internal") && msg.contains("\"true\" or \"false\""), "{msg}");
+        assert!(cloud_lb(env, &bad).await.is_none() && lb::ingress_ip(&get(&services, "bad").await.unwrap()).is_none());
     })
     .await;
 }
