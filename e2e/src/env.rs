@@ -135,28 +135,20 @@ pub struct Env {
     run: String,
     /// What makes this run's names its own on a shared cluster.
     suffix: String,
-    ccm: CcmUnderTest,
     namespaces: std::sync::Mutex<Vec<String>>,
     kind: Kind,
 }
 
 enum Kind {
-    Local {
-        cluster: Box<Cluster>,
-    },
+    /// A cluster of the case's own, and its CCM processes (a killed one is replaced, as a Deployment would).
+    Local { cluster: Box<Cluster>, ccm: &'static str, replicas: Mutex<Vec<Ccm>> },
+    /// A shared cluster: its CCM is the pods behind the Lease `cfg` names.
     Existing {
         cfg: Box<Existing>,
         baseline: Baseline,
         _kubelets: SimulatedKubelets,
         _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
     },
-}
-
-/// On the local backend, CCM processes (a replaced one is started as a Deployment would); on an existing
-/// cluster, the CCM's pods and Lease.
-enum CcmUnderTest {
-    Local { bin: &'static str, replicas: Mutex<Vec<Ccm>> },
-    Deployed { namespace: String, lease: String, pods: String },
 }
 
 /// What a case on a shared cluster must put back.
@@ -223,9 +215,8 @@ impl Env {
             cluster_name: "kubernetes".into(),
             run,
             suffix,
-            ccm: CcmUnderTest::Local { bin: setup.ccm, replicas: Mutex::new(replicas) },
             namespaces: Default::default(),
-            kind: Kind::Local { cluster: Box::new(cluster) },
+            kind: Kind::Local { cluster: Box::new(cluster), ccm: setup.ccm, replicas: Mutex::new(replicas) },
         };
         env.wait_for_leader(None, Duration::from_secs(30)).await;
         Some(env)
@@ -254,18 +245,12 @@ impl Env {
         let kubelets = SimulatedKubelets::start(kube, cloud, kubelet_options(Rates::fast().kubelets, &run))
             .await
             .unwrap_or_else(|e| panic!("simulated kubelets against {}: {e}", cfg.emulator));
-        let ccm = CcmUnderTest::Deployed {
-            namespace: cfg.ccm_namespace.clone(),
-            lease: cfg.ccm_lease.clone(),
-            pods: cfg.ccm_pods.clone(),
-        };
         let env = Self {
             probe: probe.from_now(),
             timing: cfg.timing.clone(),
             cluster_name: cfg.cluster_name.clone(),
             run,
             suffix,
-            ccm,
             namespaces: Default::default(),
             kind: Kind::Existing { cfg, baseline, _kubelets: kubelets, _one_at_a_time: one_at_a_time },
         };
@@ -325,7 +310,7 @@ impl Env {
         instances
     }
 
-    /// The case's machines that are not terminated.
+    /// The case's machines, terminated ones too (the emulator keeps them listed for a while).
     pub async fn instances(&self) -> Vec<Instance> {
         case_instances(&self.cloud, Some(&self.run)).await
     }
@@ -336,22 +321,21 @@ impl Env {
     /// as a Deployment replaces it; returns once another instance of the CCM leads.
     pub async fn kill_ccm_leader(&self) {
         let holder = self.wait_for_leader(None, Duration::from_secs(60)).await;
-        match &self.ccm {
-            CcmUnderTest::Local { bin, replicas } => {
-                let Kind::Local { cluster } = &self.kind else { unreachable!("local CCMs run on the local backend") };
+        match &self.kind {
+            Kind::Local { cluster, ccm, replicas } => {
                 let mut replicas = replicas.lock().await;
                 let i = replicas.iter().position(|r| r.identity().as_deref() == Some(holder.as_str()));
                 let i = i.unwrap_or_else(|| panic!("no local CCM has the leader's identity {holder:?}"));
                 replicas[i].kill().await;
-                replicas[i] = cluster.ccm(bin, &LOCAL_CCM_ARGS);
+                replicas[i] = cluster.ccm(ccm, &LOCAL_CCM_ARGS);
             }
-            CcmUnderTest::Deployed { namespace, .. } => {
+            Kind::Existing { cfg, .. } => {
                 let pod = self
                     .leader_pod(&holder)
                     .await
                     .unwrap_or_else(|| panic!("the CCM's leader {holder:?} is not a pod"));
                 let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-                Api::<Pod>::namespaced(self.client(), namespace)
+                Api::<Pod>::namespaced(self.client(), &cfg.ccm_namespace)
                     .delete(&pod, &params)
                     .await
                     .expect("the leader's pod is deleted");
@@ -363,7 +347,7 @@ impl Env {
     /// SIGKILL the emulator: no shutdown, no flush.
     pub async fn kill_emulator(&self) {
         match &self.kind {
-            Kind::Local { cluster } => match &cluster.server {
+            Kind::Local { cluster, .. } => match &cluster.server {
                 Emulator::Process(p) => p.kill().await,
                 Emulator::InProcess(_) => panic!("Setup::restarts_emulator was not asked for"),
             },
@@ -374,7 +358,7 @@ impl Env {
     /// Start the emulator again on the state it had.
     pub async fn start_emulator(&self) {
         match &self.kind {
-            Kind::Local { cluster } => match &cluster.server {
+            Kind::Local { cluster, .. } => match &cluster.server {
                 Emulator::Process(p) => p.restart().await,
                 Emulator::InProcess(_) => panic!("Setup::restarts_emulator was not asked for"),
             },
@@ -388,9 +372,9 @@ impl Env {
 
     /// The Lease's holder once it is held and fresh, and (with `other_than`) held by another than that one.
     async fn wait_for_leader(&self, other_than: Option<&str>, timeout: Duration) -> String {
-        let (namespace, name) = match &self.ccm {
-            CcmUnderTest::Local { .. } => LOCAL_LEASE,
-            CcmUnderTest::Deployed { namespace, lease, .. } => (namespace.as_str(), lease.as_str()),
+        let (namespace, name) = match &self.kind {
+            Kind::Local { .. } => LOCAL_LEASE,
+            Kind::Existing { cfg, .. } => (cfg.ccm_namespace.as_str(), cfg.ccm_lease.as_str()),
         };
         let leases = Api::<Lease>::namespaced(self.client(), namespace);
         until(timeout, &format!("the CCM leading (Lease {namespace}/{name})"), async || {
@@ -407,9 +391,9 @@ impl Env {
 
     /// The pod behind a Lease holder's identity (`<hostname>_<uuid>`; a pod's hostname is its name).
     async fn leader_pod(&self, holder: &str) -> Option<String> {
-        let CcmUnderTest::Deployed { namespace, .. } = &self.ccm else { return None };
+        let Kind::Existing { cfg, .. } = &self.kind else { return None };
         let pod = holder.split('_').next()?;
-        Api::<Pod>::namespaced(self.client(), namespace).get_opt(pod).await.ok()??;
+        Api::<Pod>::namespaced(self.client(), &cfg.ccm_namespace).get_opt(pod).await.ok()??;
         Some(pod.to_string())
     }
 
@@ -458,15 +442,17 @@ impl Env {
                 c.fault.as_deref().map(|f| format!(" (fault {f})")).unwrap_or_default(),
             );
         }
-        match &self.ccm {
-            CcmUnderTest::Local { replicas, .. } => {
+        match &self.kind {
+            Kind::Local { replicas, .. } => {
                 for r in replicas.lock().await.iter() {
                     eprintln!("--- the last {LOG_TAIL} lines of a CCM's log ---\n{}", r.tail());
                 }
             }
-            CcmUnderTest::Deployed { namespace, pods, .. } => {
+            Kind::Existing { cfg, .. } => {
+                let namespace = &cfg.ccm_namespace;
                 let api = Api::<Pod>::namespaced(self.client(), namespace);
-                let list = api.list(&ListParams::default().labels(pods)).await.map(|l| l.items).unwrap_or_default();
+                let pods = api.list(&ListParams::default().labels(&cfg.ccm_pods)).await;
+                let list = pods.map(|l| l.items).unwrap_or_default();
                 for p in list {
                     let name = p.metadata.name.unwrap_or_default();
                     let params = LogParams { tail_lines: Some(LOG_TAIL as i64), ..Default::default() };
@@ -563,20 +549,21 @@ async fn start_k3s(_: ClusterOptions) -> Cluster {
     panic!("FAKECLOUD_E2E_BACKEND=k3s needs the suite built with the cargo feature `k3s` (make e2e does that for it)")
 }
 
-/// The suite's machines that are not terminated: of one run, or (`None`) of any.
+/// The suite's machines, terminated ones too: of one run, or (`None`) of any.
 async fn case_instances(cloud: &Client, run: Option<&str>) -> Vec<Instance> {
     let tag = match run {
         Some(run) => format!("{CASE_TAG}={run}"),
         None => CASE_TAG.to_string(),
     };
     let all = cloud.list_all_instances(&ListInstancesQuery { tag: Some(tag), ..Default::default() }).await;
-    all.unwrap_or_default().into_iter().filter(|i| i.state != InstanceState::Terminated).collect()
+    all.unwrap_or_default()
 }
 
-/// Terminate the suite's machines (of one run, or of any) and delete their Nodes; their IDs.
+/// Terminate the suite's live machines (of one run, or of any) and delete their Nodes; their IDs.
 async fn remove_machines(probe: &Probe, run: Option<&str>) -> Vec<String> {
     let mut ids = Vec::new();
-    for i in case_instances(&probe.cloud, run).await {
+    let live = case_instances(&probe.cloud, run).await.into_iter().filter(|i| i.state != InstanceState::Terminated);
+    for i in live {
         let _ = probe.cloud.terminate_instance(&i.id).await;
         let _ = probe.nodes().delete(&i.name, &DeleteParams::default()).await;
         ids.push(i.id);
