@@ -6,7 +6,7 @@ CARGO_FLAGS ?= --locked
 .PHONY: help up down test e2e e2e-kind lint fmt bench build deps control-plane kind-up kind-down
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 deps: ## Install what the build needs (Debian packages, rustup components)
 	@bash scripts/install-deps.sh
@@ -23,7 +23,7 @@ up: deps control-plane ## Start a local cluster (control plane, emulator, simula
 down: ## Stop everything `make up` started
 	@bash scripts/down.sh
 
-kind-up: deps ## The kind path: a kind cluster, the emulator beside it, nodes adopted (needs a Docker engine)
+kind-up: deps ## The kind path: a kind cluster, the emulator beside it, nodes adopted, the CCM deployed (needs Docker)
 	@bash scripts/kind-up.sh
 
 kind-down: ## Delete what kind-up created
@@ -32,7 +32,7 @@ kind-down: ## Delete what kind-up created
 test: deps control-plane ## Run the whole test suite
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
 
-e2e: deps control-plane ## The e2e suite, one case at a time, with JUnit XML and a summary table (FAKECLOUD_E2E_BACKEND=existing: against any cluster)
+e2e: deps control-plane ## The e2e suite, one case at a time, JUnit XML + summary (FAKECLOUD_E2E_BACKEND=k3s|existing: elsewhere)
 	@bash scripts/e2e.sh
 
 e2e-kind: deps ## The conformance suite against the kind cluster of kind-up (made first if missing; needs a Docker engine)
