@@ -1,6 +1,9 @@
 //! `type: LoadBalancer` Services as the cases create them, and what they read back.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Service;
+use kube::Api;
 
 /// A LoadBalancer Service on `port` (to pods' 8080), with `extra_spec` merged into its spec.
 pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service {
@@ -15,6 +18,12 @@ pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service 
 /// The EXTERNAL-IP: the first ingress IP, `None` while `<pending>`.
 pub fn ingress_ip(svc: &Service) -> Option<String> {
     svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+}
+
+/// Wait (at most `timeout`) until Service `name` has its EXTERNAL-IP; the IP. A failed read counts as "not yet".
+pub async fn wait_for_ip(services: &Api<Service>, name: &str, timeout: Duration) -> String {
+    crate::until(timeout, &format!("{name}'s EXTERNAL-IP"), async || ingress_ip(&services.get_opt(name).await.ok()??))
+        .await
 }
 
 /// Upstream's load-balancer name for the Service: `a` + the UID without dashes, 32 characters.

@@ -46,10 +46,7 @@ async fn exactly_one_lb_each(env: &Env, services: &Api<Service>, expected: usize
 
 async fn all_have_ips(services: &Api<Service>, names: &[String]) {
     for name in names {
-        until(Duration::from_secs(120), &format!("{name}'s EXTERNAL-IP"), async || {
-            lb::ingress_ip(&services.get_opt(name).await.ok()??)
-        })
-        .await;
+        lb::wait_for_ip(services, name, Duration::from_secs(120)).await;
     }
 }
 

@@ -50,10 +50,7 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
         };
         env.cloud.add_fault(&rule).await.unwrap();
         services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        until(Duration::from_secs(60), "web's EXTERNAL-IP", async || {
-            lb::ingress_ip(&services.get_opt("web").await.ok()??)
-        })
-        .await;
+        lb::wait_for_ip(&services, "web", Duration::from_secs(60)).await;
 
         let calls = env.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await;
         let creates: Vec<&AuditEntry> = calls.iter().filter(|e| e.operation == "CreateLoadBalancer").collect();
@@ -97,10 +94,7 @@ async fn a_create_whose_answer_is_lost_makes_one_load_balancer() {
         env.cloud.add_fault(&rule).await.unwrap();
         let web =
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        until(Duration::from_secs(60), "web's EXTERNAL-IP", async || {
-            lb::ingress_ip(&services.get_opt("web").await.ok()??)
-        })
-        .await;
+        lb::wait_for_ip(&services, "web", Duration::from_secs(60)).await;
         let lbs = env.cloud.list_all_load_balancers().await.unwrap();
         let mine: Vec<_> = lbs.iter().filter(|l| l.name == lb::name(&web)).collect();
         assert_eq!(mine.len(), 1, "one load balancer for the Service: {lbs:#?}");
@@ -142,10 +136,7 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
         }
         // After it: all converge, with no restart.
         for name in ["a", "b", "c"] {
-            until(Duration::from_secs(40), &format!("{name}'s EXTERNAL-IP"), async || {
-                lb::ingress_ip(&services.get_opt(name).await.ok()??)
-            })
-            .await;
+            lb::wait_for_ip(&services, name, Duration::from_secs(40)).await;
         }
         let names: Vec<String> = services.list(&Default::default()).await.unwrap().items.iter().map(lb::name).collect();
         let lbs = env.cloud.list_all_load_balancers().await.unwrap();

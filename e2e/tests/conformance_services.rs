@@ -74,8 +74,7 @@ async fn the_external_ip_lifecycle() {
     assert!(finalizers(&now).contains(&FINALIZER.to_string()), "the finalizer comes before the cloud call");
     assert_eq!(lb::ingress_ip(&now), None, "<pending> while provisioning");
     let ip =
-        until(Duration::from_secs(30), "web's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "web").await?))
-            .await;
+        lb::wait_for_ip(&services, "web", Duration::from_secs(30)).await;
     let lb = cloud_lb(env, &web).await.unwrap();
     assert_eq!(lb.id, provisioning.id, "one load balancer, never a second");
     assert_eq!(lb.state, LoadBalancerState::Active);
@@ -159,7 +158,7 @@ async fn the_external_ip_lifecycle() {
 
     // 7. A LoadBalancer Service deleted: its load balancer goes, then the Service (the finalizer held it).
     let api = services.create(&PostParams::default(), &lb::service("api", 443, serde_json::json!({}))).await.unwrap();
-    until(Duration::from_secs(30), "api's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "api").await?)).await;
+    lb::wait_for_ip(&services, "api", Duration::from_secs(30)).await;
     services.delete("api", &DeleteParams::default()).await.unwrap();
     until(Duration::from_secs(30), "the api Service gone", async || {
         matches!(services.get_opt("api").await, Ok(None)).then_some(())
@@ -179,17 +178,15 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
         env.initialized_nodes("spec-node", 1).await;
         let ns = &env.namespace("lb-spec").await;
         let services = Api::<Service>::namespaced(env.client(), ns);
-        let ip_of = async |name: &str| {
-            until(Duration::from_secs(30), &format!("{name}'s EXTERNAL-IP"), async || {
-                lb::ingress_ip(&get(&services, name).await?)
-            })
-            .await
-        };
         // The spec's fields: source ranges, the requested IP, and no NodePorts (the service port is the backend).
         let spec = serde_json::json!({"loadBalancerSourceRanges": ["198.51.100.0/24", "203.0.113.7/32"],
             "loadBalancerIP": "203.0.113.201", "allocateLoadBalancerNodePorts": false});
         let edge = services.create(&PostParams::default(), &lb::service("edge", 443, spec)).await.unwrap();
-        assert_eq!(ip_of("edge").await, "203.0.113.201", "the requested IP is the EXTERNAL-IP");
+        assert_eq!(
+            lb::wait_for_ip(&services, "edge", Duration::from_secs(30)).await,
+            "203.0.113.201",
+            "the requested IP is the EXTERNAL-IP"
+        );
         let lb = cloud_lb(env, &edge).await.unwrap();
         assert_eq!(lb.source_ranges, ["198.51.100.0/24", "203.0.113.7/32"]);
         assert_eq!(lb.requested_ip.map(|i| i.to_string()).as_deref(), Some("203.0.113.201"));
@@ -208,7 +205,8 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
             .collect(),
         );
         let inside = services.create(&PostParams::default(), &inside).await.unwrap();
-        let vip: std::net::IpAddr = ip_of("inside").await.parse().unwrap();
+        let vip: std::net::IpAddr =
+            lb::wait_for_ip(&services, "inside", Duration::from_secs(30)).await.parse().unwrap();
         let lb = cloud_lb(env, &inside).await.unwrap();
         assert_eq!(lb.scheme, fakecloud_api::Scheme::Internal);
         let subnet: ipnet::IpNet = env.cloud.region().await.unwrap().internal_lb_subnet.parse().unwrap();
@@ -243,8 +241,7 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
         let ns = &env.namespace("lb-quota").await;
         let services = Api::<Service>::namespaced(env.client(), ns);
         services.create(&PostParams::default(), &lb::service("first", 80, serde_json::json!({}))).await.unwrap();
-        until(Duration::from_secs(30), "first's EXTERNAL-IP", async || lb::ingress_ip(&get(&services, "first").await?))
-            .await;
+        lb::wait_for_ip(&services, "first", Duration::from_secs(30)).await;
 
         // The quota is used up: the second stays <pending>, and the event says which quota.
         services.create(&PostParams::default(), &lb::service("second", 80, serde_json::json!({}))).await.unwrap();
@@ -257,10 +254,7 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
 
         // Raised: it heals on the next retry (5 s, then 10 s, ...), without a restart.
         env.cloud.set_quota(QuotaName::LoadBalancers, others + 10).await.unwrap();
-        until(Duration::from_secs(60), "second's EXTERNAL-IP", async || {
-            lb::ingress_ip(&get(&services, "second").await?)
-        })
-        .await;
+        lb::wait_for_ip(&services, "second", Duration::from_secs(60)).await;
     })
     .await;
 }
@@ -273,10 +267,7 @@ async fn a_new_leader_re_ensures_each_load_balancer_once() {
         let services = Api::<Service>::namespaced(env.client(), ns);
         for name in ["first", "second"] {
             services.create(&PostParams::default(), &lb::service(name, 80, serde_json::json!({}))).await.unwrap();
-            until(Duration::from_secs(30), &format!("{name}'s EXTERNAL-IP"), async || {
-                lb::ingress_ip(&get(&services, name).await?)
-            })
-            .await;
+            lb::wait_for_ip(&services, name, Duration::from_secs(30)).await;
         }
 
         // The leader killed: the next one re-ensures each load balancer once (one lookup per LoadBalancer Service
