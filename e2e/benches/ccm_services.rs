@@ -92,7 +92,7 @@ async fn services(n: usize, extra: &[&str]) {
     let ccm = cluster.ccm(CCM, extra);
     ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
     cluster.initialized_nodes("svc-bench-node", 3, Duration::from_secs(120)).await;
-    cluster.namespace("bench").await;
+    cluster.create_namespace("bench").await;
     let api = Api::<Service>::namespaced(cluster.client(), "bench");
     let create = api.clone();
     let wall = watch_until(api, n, |s| lb::ingress_ip(s).is_some(), async move {
@@ -116,7 +116,7 @@ async fn services(n: usize, extra: &[&str]) {
     drop(ccm);
 
     // The floor: per Service the finalizer and the ingress, two status patches.
-    cluster.namespace("floor").await;
+    cluster.create_namespace("floor").await;
     let floor_api = Api::<Service>::namespaced(cluster.client(), "floor");
     futures::stream::iter(0..n)
         .map(|i| {

@@ -27,7 +27,7 @@ use tokio::sync::Mutex;
 
 use crate::backend::{Backend, Existing};
 use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
-use crate::{Probe, initialized, until};
+use crate::{Probe, until};
 
 /// The tag on every machine the suite makes; its value names the case run.
 pub const CASE_TAG: &str = "fakecloud.io/e2e-case";
@@ -273,9 +273,7 @@ impl Env {
     /// A namespace of the case's own, named [`Env::name`]`(base)`; deleted after the case.
     pub async fn namespace(&self, base: &str) -> String {
         let name = self.name(base);
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
-        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
+        self.create_namespace(&name).await;
         self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).push(name.clone());
         name
     }
@@ -301,12 +299,7 @@ impl Env {
             let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
             instances.push(self.create_instance(req).await);
         }
-        for i in &instances {
-            until(Duration::from_secs(60), &format!("{} initialized", i.name), async || {
-                self.node(&i.name).await.filter(initialized)
-            })
-            .await;
-        }
+        self.wait_initialized(&instances, Duration::from_secs(60)).await;
         instances
     }
 

@@ -24,8 +24,8 @@ pub mod local;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{AuditEntry, AuditQuery, Client};
-use k8s_openapi::api::core::v1::{Event, Node};
+use fakecloud_api::{AuditEntry, AuditQuery, Client, Instance};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::Api;
 
 pub use env::{Env, Setup, Timing, case};
@@ -115,6 +115,21 @@ impl Probe {
     /// All Nodes (empty when the call fails).
     pub async fn node_list(&self) -> Vec<Node> {
         self.nodes().list(&Default::default()).await.map(|l| l.items).unwrap_or_default()
+    }
+
+    /// Create namespace `name`.
+    pub async fn create_namespace(&self, name: &str) {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
+        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
+    }
+
+    /// Wait until the Nodes of these machines are initialized by a CCM.
+    pub async fn wait_initialized(&self, instances: &[Instance], timeout: Duration) {
+        for i in instances {
+            until(timeout, &format!("{} initialized", i.name), async || self.node(&i.name).await.filter(initialized))
+                .await;
+        }
     }
 
     /// Core/v1 events about Node `name` (they live in `default`), as `kubectl get events` shows them.

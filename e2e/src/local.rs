@@ -24,10 +24,8 @@ use fakecloud_controlplane::{Binaries, ControlPlane, kubeconfig};
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::Api;
 
-use crate::{Probe, SERVICE_ACCOUNT, initialized, repo, until};
+use crate::{Probe, SERVICE_ACCOUNT, repo, until};
 
 /// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
 /// never faulted), and its calls are told apart in the audit log.
@@ -294,13 +292,6 @@ impl Cluster {
         Ccm { child, log, port }
     }
 
-    /// A namespace of its own for a test case.
-    pub async fn namespace(&self, name: &str) {
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("a namespace");
-        Api::<Namespace>::all(self.client()).create(&Default::default(), &ns).await.expect("the namespace is created");
-    }
-
     /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
     pub async fn initialized_nodes(&self, prefix: &str, count: usize, timeout: Duration) -> Vec<Instance> {
         let mut instances = Vec::new();
@@ -308,10 +299,7 @@ impl Cluster {
             let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
             instances.push(self.cloud.create_instance(&req, None).await.expect("an instance is created"));
         }
-        for i in &instances {
-            until(timeout, &format!("{} initialized", i.name), async || self.node(&i.name).await.filter(initialized))
-                .await;
-        }
+        self.wait_initialized(&instances, timeout).await;
         instances
     }
 }
