@@ -40,16 +40,23 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
-/// Poll `f` every 250 ms until it gives a value; panic after `timeout`.
-pub async fn until<T>(timeout: Duration, what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+/// Poll `f` every 250 ms until it gives a value; `None` once `timeout` has passed.
+pub async fn poll<T>(timeout: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = f().await {
-            return v;
+            return Some(v);
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        if start.elapsed() >= timeout {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Poll `f` every 250 ms until it gives a value; panic after `timeout`.
+pub async fn until<T>(timeout: Duration, what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    poll(timeout, f).await.unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
 }
 
 pub fn taint_keys(n: &Node) -> Vec<String> {
