@@ -146,7 +146,9 @@ enum Kind {
     Existing {
         cfg: Box<Existing>,
         baseline: Baseline,
-        _kubelets: SimulatedKubelets,
+        /// The suite's simulated kubelets; stopped before clean-up removes their Nodes (a running one would
+        /// register a deleted Node again while its machine still reads as running).
+        kubelets: std::sync::Mutex<Option<SimulatedKubelets>>,
         _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
     },
 }
@@ -252,7 +254,12 @@ impl Env {
             run,
             suffix,
             namespaces: Default::default(),
-            kind: Kind::Existing { cfg, baseline, _kubelets: kubelets, _one_at_a_time: one_at_a_time },
+            kind: Kind::Existing {
+                cfg,
+                baseline,
+                kubelets: std::sync::Mutex::new(Some(kubelets)),
+                _one_at_a_time: one_at_a_time,
+            },
         };
         let holder = env.wait_for_leader(None, Duration::from_secs(60)).await;
         if setup.kills_ccm && env.leader_pod(&holder).await.is_none() {
@@ -460,7 +467,8 @@ impl Env {
     /// On a shared cluster: put back what the case changed and remove what it made. (A local cluster goes
     /// away with the case.)
     async fn clean_up(&self) {
-        let Kind::Existing { baseline, .. } = &self.kind else { return };
+        let Kind::Existing { baseline, kubelets, .. } = &self.kind else { return };
+        drop(kubelets.lock().unwrap_or_else(|p| p.into_inner()).take());
         baseline.restore(&self.cloud).await;
         let namespaces = Api::<Namespace>::all(self.client());
         let mine = self.namespaces.lock().unwrap_or_else(|p| p.into_inner()).clone();
