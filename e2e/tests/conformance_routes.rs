@@ -17,7 +17,15 @@ const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 async fn routes_follow_nodes_and_the_route_quota() {
     case("routes", Setup::new(CCM), async |env| {
         let cloud = &env.cloud;
-        let others = cloud.list_routes("main").await.unwrap().items.len() as u32;
+        // The routes the cluster's own nodes have, once settled: a route per pod CIDR of every Node (on a
+        // fresh cluster some are still to be created; after an interrupted run some still to be deleted).
+        let others = until(env.timing.routes(), "the cluster's own routes settled", async || {
+            let cidrs: usize =
+                env.node_list().await.iter().filter_map(|n| n.spec.as_ref()?.pod_cidrs.as_ref()).map(Vec::len).sum();
+            let routes = cloud.list_routes("main").await.ok()?.items.len();
+            (routes == cidrs).then_some(routes as u32)
+        })
+        .await;
         cloud.set_quota(QuotaName::RoutesPerRouteTable, others + 2).await.unwrap();
         let mut instances = Vec::new();
         for (name, zone) in [("node-a", "local-1a"), ("node-b", "local-1b"), ("node-c", "local-1c")] {
