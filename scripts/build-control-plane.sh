@@ -32,8 +32,7 @@ module_version() {
 
 k8s_version=$(module_version k8s.io/kubernetes)
 etcd_version=$(module_version go.etcd.io/etcd/server/v3)
-[[ "$k8s_version" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "could not read a k8s.io/kubernetes release from $module_dir/go.mod (got '$k8s_version')"
-k8s_minor=${BASH_REMATCH[1]}
+[[ "$k8s_version" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "could not read a k8s.io/kubernetes release from $module_dir/go.mod (got '$k8s_version')"
 [[ -n "$etcd_version" ]] || die "could not read go.etcd.io/etcd/server/v3 from $module_dir/go.mod"
 
 cache_root=${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}
@@ -65,16 +64,11 @@ mkdir -p "$bin_dir"
 tmp_dir=$(mktemp -d "$bin_dir/.build.XXXXXX")
 trap 'rm -rf "$tmp_dir"' EXIT
 
-# Without these the binaries report v0.0.0-master; kube clients and our tests read the version.
-pkg_base=k8s.io/component-base/version
-pkg_client=k8s.io/client-go/pkg/version
-build_date=$(date -u +'%Y-%m-%dT%H:%M:%SZ')
-ldflags="-s -w"
-for pkg in "$pkg_base" "$pkg_client"; do
-	ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
-	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
-done
-ldflags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"
+# Without these the binaries report v0.0.0-master; kube clients and our tests read the version. The same
+# stamp as the kind node binaries (scripts/kind/build-node-binaries.sh), from one definition.
+# shellcheck source=scripts/kind/k8s-ldflags.sh
+source "$repo_root/scripts/kind/k8s-ldflags.sh"
+ldflags="$(k8s_version_ldflags "$k8s_version") -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"
 
 packages=()
 for name in "${missing[@]}"; do packages+=("./cmd/$name"); done
