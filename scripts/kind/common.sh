@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Shared by the kind-path scripts (sourced, not run): where things are cached and kept, and how they talk.
+#
+#   $cache_root/engine/<docker version>/bin   dockerd, docker-proxy, runc built from the Go module proxy
+#   $cache_root/engine/data                   the private engine's data-root (images survive between runs)
+#   $cache_root/engine/run                    its socket, pid file, exec-root and log (one engine per machine)
+#   $cache_root/kind/<k8s version>/bin        kind, kubelet, kubeadm, kube-proxy, kube-scheduler, crictl, coredns
+#   $cache_root/k8s/<k8s version>/bin         kube-apiserver, kube-controller-manager, etcd, kubectl (control plane)
+# shellcheck disable=SC2034 # the variables are for the scripts that source this file
+
+kind_repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cache_root=${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}
+k8s_module_dir="$kind_repo_root/controlplane/upstream"
+# The Kubernetes version of the kind nodes is the local control plane's: one source of truth, its go.mod.
+k8s_version=$(awk '($1 == "k8s.io/kubernetes") { print $2; exit } ($1 == "require" && $2 == "k8s.io/kubernetes") { print $3; exit }' "$k8s_module_dir/go.mod")
+kind_bin_dir="$cache_root/kind/$k8s_version/bin"
+engine_root="$cache_root/engine"
+engine_run_dir="$engine_root/run"
+engine_socket="$engine_run_dir/docker.sock"
+# The repository under which the kubeadm images are preloaded into the offline node image (no registry behind it).
+kind_image_repository=fakecloud.local
+kind_node_image="fakecloud/kind-node:$k8s_version"
+
+# Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+	PATH="/usr/local/go/bin:$PATH"
+fi
+
+kind_t0=${kind_t0:-$SECONDS}
+# Progress lines name the script and the seconds since it started.
+log() { printf '[%s %4ss] %s\n' "${kind_script:-kind}" "$((SECONDS - kind_t0))" "$*" >&2; }
+die() {
+	printf '[%s] error: %s\n' "${kind_script:-kind}" "$*" >&2
+	exit 1
+}
+
+# Runs a named step and logs how long it took.
+step() {
+	local what=$1 start=$SECONDS
+	shift
+	log "$what ..."
+	"$@"
+	log "$what: done in $((SECONDS - start))s"
+}
