@@ -25,7 +25,8 @@ if image_exists "$base_image"; then
 	exit 0
 fi
 
-if [[ "${FAKECLOUD_OFFLINE:-0}" != 1 ]]; then
+# The private engine of engine.sh is offline by design (its containers reach nothing outside): never pull there.
+if [[ "${FAKECLOUD_OFFLINE:-0}" != 1 && "${DOCKER_HOST:-}" != "unix://$engine_socket" ]]; then
 	log "pulling $base_image (at most ${pull_timeout}s; FAKECLOUD_OFFLINE=1 skips this)"
 	if timeout "$pull_timeout" docker pull -q "$base_image" >/dev/null 2>&1; then
 		log "pulled $base_image"
