@@ -2,11 +2,13 @@
 //! typed HTTP client that the CLI, the CCM, the scripts and the tests all use.
 
 pub mod client;
+pub mod cloud_config;
 pub mod codes;
 pub mod faults;
 pub mod types;
 
 pub use client::{ApiError, Client, ClientError, RetryPolicy};
+pub use cloud_config::{CloudConfig, CloudConfigError};
 pub use faults::*;
 pub use types::*;
 
@@ -30,8 +32,25 @@ pub fn credential(text: &str, key: &str) -> Option<String> {
     })
 }
 
+/// The instance ID in a Node's `spec.providerID` as the emulator writes it (`fakecloud://<zone>/<id>` →
+/// `<id>`); `None` for another cloud's or a malformed one.
+pub fn parse_provider_id(pid: &str) -> Option<&str> {
+    let rest = pid.strip_prefix("fakecloud://")?;
+    let (_zone, id) = rest.split_once('/')?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn provider_ids() {
+        use super::parse_provider_id;
+        assert_eq!(parse_provider_id("fakecloud://local-1a/i-0123"), Some("i-0123"));
+        assert_eq!(parse_provider_id("aws:///us-east-1a/i-0123"), None);
+        assert_eq!(parse_provider_id("fakecloud://local-1a/"), None);
+        assert_eq!(parse_provider_id("fakecloud://local-1a/a/b"), None);
+    }
+
     #[test]
     fn credentials_lines_are_read_with_or_without_export_and_quotes() {
         let text =

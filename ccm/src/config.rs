@@ -1,23 +1,17 @@
 //! Flags, with upstream's names and defaults where they apply (durations in Go's syntax: `15s`, `5m0s`,
 //! `1h30m`), and the `--cloud-config` file.
 //!
-//! The cloud config is YAML, unknown keys refused:
-//!
-//! ```yaml
-//! endpoint: http://127.0.0.1:8787      # the emulator's URL (required)
-//! token-file: /etc/fakecloud/token      # a file holding the API token ...
-//! # token: <value>                      # ... or the token itself: exactly one of the two
-//! region: local-1                       # optional: refuse to start against an emulator serving another region
-//! ```
+//! The cloud config's format and parser are in the api crate ([`fakecloud_api::cloud_config`]).
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser};
-use serde::Deserialize;
-
 use crate::controllers::ControllerName;
+use clap::{ArgAction, Parser};
+
+/// The `--cloud-config` file, parsed by the api crate (the VPC router reads the same file).
+pub use fakecloud_api::CloudConfig;
 
 /// What is wrong with the flags or the cloud config, worded as what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +174,8 @@ impl Args {
         let path = self.cloud_config.as_deref().ok_or_else(|| {
             flag("--cloud-config is required: a YAML file with the emulator's endpoint and token (see --help)")
         })?;
-        Ok(Settings { controllers, cloud: CloudConfig::load(path)? })
+        let cloud = CloudConfig::load(path).map_err(|e| ConfigError::CloudConfig { path: e.path, reason: e.reason })?;
+        Ok(Settings { controllers, cloud })
     }
 
     /// Upstream's `ValidateLeaderElectionConfiguration` and lock-type check.
@@ -241,45 +236,6 @@ impl Args {
         } else {
             self.concurrent_node_status_updates
         })
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct CloudConfig {
-    pub endpoint: String,
-    #[serde(default)]
-    pub token: Option<String>,
-    #[serde(default)]
-    pub token_file: Option<PathBuf>,
-    #[serde(default)]
-    pub region: Option<String>,
-}
-
-impl CloudConfig {
-    /// Read and check the file, and the token file it names.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let err = |reason: String| ConfigError::CloudConfig { path: path.to_path_buf(), reason };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
-        let mut cfg: Self = serde_saphyr::from_str(&text).map_err(|e| err(e.to_string()))?;
-        match (&cfg.token, &cfg.token_file) {
-            (Some(_), None) => {}
-            (None, Some(f)) => {
-                let token = std::fs::read_to_string(f)
-                    .map_err(|e| err(format!("token-file {}: cannot read it: {e}", f.display())))?;
-                cfg.token = Some(token.trim().to_string());
-            }
-            _ => return Err(err("give exactly one of token and token-file".into())),
-        }
-        if cfg.token.as_deref().is_some_and(str::is_empty) {
-            return Err(err("the token is empty".into()));
-        }
-        Ok(cfg)
-    }
-
-    /// The API token (read from `token-file` at load).
-    pub fn token(&self) -> &str {
-        self.token.as_deref().unwrap_or_default()
     }
 }
 
@@ -373,24 +329,5 @@ mod tests {
         assert!(args(&[]).configure_cloud_routes);
         assert!(!args(&["--configure-cloud-routes=false"]).configure_cloud_routes);
         assert_eq!(args(&[]).route_reconciliation_period, Duration::from_secs(10));
-    }
-
-    #[test]
-    fn cloud_config_needs_one_token() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("c.yaml");
-        let load = |text: &str| {
-            std::fs::write(&p, text).unwrap();
-            CloudConfig::load(&p)
-        };
-        assert!(load("endpoint: http://x\n").unwrap_err().to_string().contains("exactly one of token"));
-        assert!(load("endpoint: http://x\ntoken: t\nregoin: r\n").unwrap_err().to_string().contains("regoin"));
-        assert_eq!(load("endpoint: http://x\ntoken: t\n").unwrap().token(), "t");
-        let tf = dir.path().join("token");
-        std::fs::write(&tf, "secret\n").unwrap();
-        let cfg = load(&format!("endpoint: http://x\ntoken-file: {}\nregion: r\n", tf.display())).unwrap();
-        assert_eq!((cfg.token(), cfg.region.as_deref()), ("secret", Some("r")));
-        let missing = load("endpoint: http://x\ntoken-file: /nonexistent/token\n").unwrap_err().to_string();
-        assert!(missing.contains("token-file /nonexistent/token: cannot read it"), "{missing}");
     }
 }

@@ -191,12 +191,8 @@ fn changes(
     Ok((!unchanged).then_some(req))
 }
 
-/// `fakecloud://<zone>/<id>` → `<id>`.
-pub fn parse_provider_id(pid: &str) -> Option<&str> {
-    let rest = pid.strip_prefix("fakecloud://")?;
-    let (_zone, id) = rest.split_once('/')?;
-    (!id.is_empty() && !id.contains('/')).then_some(id)
-}
+/// `fakecloud://<zone>/<id>` → `<id>` (the api crate's, which the VPC router shares).
+pub use fakecloud_api::parse_provider_id;
 
 /// Map an API error to what a controller does about it.
 pub fn classify(e: ClientError) -> CloudError {
