@@ -1,12 +1,8 @@
-# The CCM image for the kind path. Build from the repository root:
-#   docker build -f docker/ccm.Dockerfile -t fakecloud/ccm:dev .
-FROM rust:1.95-bookworm AS build
-WORKDIR /src
-COPY . .
-RUN cargo build --locked --release --bin fakecloud-ccm
-
+# The CCM image for the kind path (`make kind-up`). The binary is built on the host (`cargo build --release`)
+# and staged into the build context by scripts/kind/images.sh, so the image builds the same with or without a
+# registry or crates.io in reach of the build. By hand, from a directory holding the binary:
+#   docker build -f docker/ccm.Dockerfile -t fakecloud/ccm:dev <dir with fakecloud-ccm>
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/fakecloud-ccm /usr/local/bin/fakecloud-ccm
+COPY fakecloud-ccm /usr/local/bin/fakecloud-ccm
 USER 65532:65532
 ENTRYPOINT ["fakecloud-ccm"]

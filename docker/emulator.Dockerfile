@@ -1,16 +1,15 @@
 # The emulator image for the kind path (`make kind-up`): the `fakecloud` binary on a slim Debian base.
-# Build from the repository root: docker build -f docker/emulator.Dockerfile -t fakecloud/emulator:dev .
-FROM rust:1.95-bookworm AS build
-WORKDIR /src
-COPY . .
-RUN cargo build --locked --release --bin fakecloud
-
+# The binary is built on the host (`cargo build --release`) and staged into the build context by
+# scripts/kind/images.sh, so the image builds the same with or without a registry or crates.io in reach of the
+# build: nothing here downloads anything. By hand, from a directory holding the binary:
+#   docker build -f docker/emulator.Dockerfile -t fakecloud/emulator:dev <dir with fakecloud>
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/fakecloud /usr/local/bin/fakecloud
+COPY fakecloud /usr/local/bin/fakecloud
 RUN useradd --system --home /var/lib/fakecloud --create-home fakecloud
 USER fakecloud
 WORKDIR /var/lib/fakecloud
+# The database lives here: `docker kill` + `docker start` (the e2e suite's emulator crash) restarts on it.
+VOLUME /var/lib/fakecloud
 EXPOSE 8787
 # Listen on all interfaces so the kind nodes (and the CCM pod) reach it over the kind network.
 ENTRYPOINT ["fakecloud", "serve", "--listen", "0.0.0.0:8787", "--db", "/var/lib/fakecloud/fakecloud.db"]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The project's own images for the kind path: fakecloud/emulator, fakecloud/ccm and fakecloud/vpc-router (tag
+# `dev`, or FAKECLOUD_IMAGE_TAG). The Rust binaries are built on the host (release profile, or
+# FAKECLOUD_IMAGE_PROFILE=dev for a quicker debug build) and staged into a small build context per image, so the
+# Dockerfiles in docker/ download nothing: they build the same offline (on the debootstrap base of
+# base-image.sh) and online. Needs DOCKER_HOST pointing at an engine (engine.sh env).
+set -euo pipefail
+kind_script=images
+# shellcheck source=scripts/kind/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+tag=${FAKECLOUD_IMAGE_TAG:-dev}
+profile=${FAKECLOUD_IMAGE_PROFILE:-release}
+case "$profile" in
+release) target_dir="$kind_repo_root/target/release" ;;
+dev) target_dir="$kind_repo_root/target/debug" ;;
+*) die "FAKECLOUD_IMAGE_PROFILE must be release or dev, not '$profile'" ;;
+esac
+# image name -> binary it carries
+declare -A binaries=([emulator]=fakecloud [ccm]=fakecloud-ccm [vpc-router]=fakecloud-vpc-router)
+stage_root="${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}/image-context"
+
+bash "$(dirname "${BASH_SOURCE[0]}")/base-image.sh"
+
+bins=()
+for name in "${!binaries[@]}"; do bins+=(--bin "${binaries[$name]}"); done
+step "building ${binaries[*]} ($profile profile)" \
+	cargo build --locked --quiet --profile "$profile" "${bins[@]}" --manifest-path "$kind_repo_root/Cargo.toml"
+
+for name in "${!binaries[@]}"; do
+	bin=${binaries[$name]}
+	context="$stage_root/$name"
+	rm -rf "$context"
+	mkdir -p "$context"
+	cp "$target_dir/$bin" "$context/$bin"
+	# --network none: nothing in these Dockerfiles may need a network, offline or not.
+	step "building image fakecloud/$name:$tag" \
+		docker build --quiet --network none -f "$kind_repo_root/docker/$name.Dockerfile" -t "fakecloud/$name:$tag" "$context" >/dev/null
+done
+rm -rf "$stage_root"
