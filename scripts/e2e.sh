@@ -3,8 +3,6 @@
 # table for CI systems. Installs cargo-nextest once if it is missing. Exits non-zero if a case failed.
 #
 # FAKECLOUD_E2E_BACKEND=local (the default): every case, each on its own local control plane, emulator and CCM.
-# FAKECLOUD_E2E_BACKEND=k3s: the conformance cases, each with a K3s container (testcontainers) as its control
-# plane; builds the suite with the cargo feature k3s and needs a Docker engine (it stops at once without one).
 # FAKECLOUD_E2E_BACKEND=existing: the conformance cases (tests/conformance_*.rs) against the cluster, emulator
 # and CCM the FAKECLOUD_E2E_* variables name (see e2e/src/backend.rs; `make e2e-kind` sets them for kind). The
 # tests of the fakecloud-ccm binary itself (tests/ccm_*.rs) need a local cluster and are left out there.
@@ -15,16 +13,9 @@ cargo=${CARGO:-cargo}
 
 case ${FAKECLOUD_E2E_BACKEND:-local} in
 local) profile=e2e filter=() ;;
-k3s)
-	if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
-		echo "the k3s backend runs K3s in a container and needs a running Docker engine; none answers here. Use the local backend: make e2e" >&2
-		exit 1
-	fi
-	profile=e2e filter=(--features k3s -E 'binary(/^conformance_/)')
-	;;
 existing) profile=e2e-existing filter=(-E 'binary(/^conformance_/)') ;;
 *)
-	echo "FAKECLOUD_E2E_BACKEND=$FAKECLOUD_E2E_BACKEND: use local (the default), k3s or existing" >&2
+	echo "FAKECLOUD_E2E_BACKEND=$FAKECLOUD_E2E_BACKEND: use local (the default) or existing" >&2
 	exit 2
 	;;
 esac

@@ -2,8 +2,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `FAKECLOUD_E2E_BACKEND` | `local`: every case starts its own control plane, emulator and CCM; `k3s`: the same with a K3s container (testcontainers; cargo feature `k3s`, a Docker engine) as the control plane; `existing`: the cluster below | `local` |
-//! | `FAKECLOUD_E2E_K3S_TAG` | the `rancher/k3s` image tag of the k3s backend | see [`crate::k3s`] |
+//! | `FAKECLOUD_E2E_BACKEND` | `local`: every case starts its own control plane, emulator and CCM; `existing`: the cluster below (kind: `make e2e-kind`) | `local` |
 //! | `FAKECLOUD_E2E_KUBECONFIG` | the cluster, as its admin | `KUBECONFIG` |
 //! | `FAKECLOUD_E2E_EMULATOR` | the emulator's URL, as the suite reaches it | `FAKECLOUD_ENDPOINT` |
 //! | `FAKECLOUD_ADMIN_TOKEN` | the emulator's admin token | from `FAKECLOUD_E2E_CREDENTIALS` |
@@ -30,7 +29,6 @@ use crate::env::Timing;
 #[derive(Debug, Clone)]
 pub enum Backend {
     Local,
-    K3s,
     Existing(Box<Existing>),
 }
 
@@ -63,9 +61,8 @@ impl Backend {
     pub fn from_env() -> Self {
         match var("FAKECLOUD_E2E_BACKEND").as_deref() {
             None | Some("local") => Self::Local,
-            Some("k3s") => Self::K3s,
             Some("existing") => Self::Existing(Box::new(Existing::from_env())),
-            Some(other) => panic!("FAKECLOUD_E2E_BACKEND={other:?}: use `local` (the default), `k3s` or `existing`"),
+            Some(other) => panic!("FAKECLOUD_E2E_BACKEND={other:?}: use `local` (the default) or `existing`"),
         }
     }
 }

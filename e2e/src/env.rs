@@ -21,13 +21,13 @@ use fakecloud_api::{Client, CreateInstanceRequest, Instance, InstanceState, List
 use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
 use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Taint};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use tokio::sync::Mutex;
 
 use crate::backend::{Backend, Existing};
 use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
-use crate::{Probe, poll, until};
+use crate::{Probe, condition, poll, until};
 
 /// The tag on every machine the suite makes; its value names the case run.
 pub const CASE_TAG: &str = "fakecloud.io/e2e-case";
@@ -79,17 +79,25 @@ pub struct Setup {
     replicas: usize,
     emulator: Option<&'static str>,
     kills_ccm: bool,
+    pods_on: usize,
 }
 
 impl Setup {
     /// `ccm`: the CCM binary the local backend runs (the test's `CARGO_BIN_EXE_e2e-fakecloud-ccm`).
     pub fn new(ccm: &'static str) -> Self {
-        Self { ccm, replicas: 1, emulator: None, kills_ccm: false }
+        Self { ccm, replicas: 1, emulator: None, kills_ccm: false, pods_on: 0 }
     }
 
     /// CCM replicas on the local backend (an existing deployment has its own; the shipped one has 2).
     pub fn replicas(mut self, n: usize) -> Self {
         self.replicas = n;
+        self
+    }
+
+    /// The case runs real pods (the data plane: the pod network, traffic) on `nodes` different nodes: the
+    /// cluster needs that many schedulable nodes with a real kubelet (simulated kubelets run no pods).
+    pub fn runs_pods_on(mut self, nodes: usize) -> Self {
+        self.pods_on = nodes;
         self
     }
 
@@ -185,17 +193,24 @@ fn kubelet_options(mut opts: kubelets::Options, run: &str) -> kubelets::Options 
 
 impl Env {
     async fn start(name: &str, setup: &Setup) -> Option<Self> {
+        if setup.pods_on > 0 && matches!(Backend::from_env(), Backend::Local) {
+            eprintln!(
+                "skipping {name}: it runs pods on {} nodes, and the local backend's kubelets are simulated \
+                 (they run no pods); run it on kind: make e2e-kind",
+                setup.pods_on
+            );
+            return None;
+        }
         let suffix = uuid_suffix();
         let run = format!("{name}-{suffix}");
         match Backend::from_env() {
-            Backend::Local => Self::start_local(name, run, suffix, setup, false).await,
-            Backend::K3s => Self::start_local(name, run, suffix, setup, true).await,
+            Backend::Local => Self::start_local(name, run, suffix, setup).await,
             Backend::Existing(cfg) => Self::start_existing(name, run, suffix, setup, cfg).await,
         }
     }
 
-    /// A cluster of the case's own, served by the upstream binaries or (`k3s`) by a K3s container.
-    async fn start_local(name: &str, run: String, suffix: String, setup: &Setup, k3s: bool) -> Option<Self> {
+    /// A cluster of the case's own, served by the upstream binaries.
+    async fn start_local(name: &str, run: String, suffix: String, setup: &Setup) -> Option<Self> {
         let rates = Rates::fast();
         let timing = Timing {
             node_grace: rates.node_monitor_grace_period,
@@ -205,11 +220,7 @@ impl Env {
         let rates = Rates { kubelets: kubelet_options(rates.kubelets, &run), ..rates };
         let options =
             ClusterOptions { rates, emulator_binary: setup.emulator.map(Into::into), ..ClusterOptions::default() };
-        let cluster = if k3s {
-            start_k3s(options).await
-        } else {
-            Cluster::start_with_options(&format!("e2e case {name}"), options).await?
-        };
+        let cluster = Cluster::start_with_options(&format!("e2e case {name}"), options).await?;
         let replicas = (0..setup.replicas.max(1)).map(|_| cluster.ccm(setup.ccm, &LOCAL_CCM_ARGS)).collect();
         let env = Self {
             probe: cluster.probe.clone().from_now(),
@@ -262,6 +273,15 @@ impl Env {
             },
         };
         let holder = env.wait_for_leader(None, Duration::from_secs(60)).await;
+        let pod_nodes = env.pod_nodes().await.len();
+        if pod_nodes < setup.pods_on {
+            eprintln!(
+                "skipping {name}: it runs pods on {} nodes, and this cluster has {pod_nodes} schedulable nodes \
+                 with a real kubelet",
+                setup.pods_on
+            );
+            return None;
+        }
         if setup.kills_ccm && env.leader_pod(&holder).await.is_none() {
             eprintln!("skipping {name}: it kills the CCM's leader, and the Lease holder {holder:?} is not a pod");
             return None;
@@ -308,6 +328,30 @@ impl Env {
         }
         self.wait_initialized(&instances, Duration::from_secs(60)).await;
         instances
+    }
+
+    /// The Nodes that run pods: a real kubelet (simulated ones report the runtime `simulated://`), Ready, and
+    /// with no NoSchedule taint (the control plane's, the suite's simulated machines').
+    pub async fn pod_nodes(&self) -> Vec<Node> {
+        let mut nodes: Vec<Node> = self
+            .node_list()
+            .await
+            .into_iter()
+            .filter(|n| {
+                let status = n.status.as_ref();
+                let runtime = status.and_then(|s| s.node_info.as_ref()).map(|i| i.container_runtime_version.as_str());
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute"));
+                runtime.is_some_and(|r| !r.starts_with("simulated://"))
+                    && !tainted
+                    && condition(n, "Ready").is_some_and(|c| c.0 == "True")
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        nodes
     }
 
     /// The case's machines, terminated ones too (the emulator keeps them listed for a while).
@@ -535,16 +579,6 @@ impl Baseline {
             let _ = cloud.set_quota(*name, *limit).await;
         }
     }
-}
-
-#[cfg(feature = "k3s")]
-async fn start_k3s(options: ClusterOptions) -> Cluster {
-    Cluster::start_k3s(options).await
-}
-
-#[cfg(not(feature = "k3s"))]
-async fn start_k3s(_: ClusterOptions) -> Cluster {
-    panic!("FAKECLOUD_E2E_BACKEND=k3s needs the suite built with the cargo feature `k3s` (make e2e does that for it)")
 }
 
 /// The suite's machines, terminated ones too: of one run, or (`None`) of any.

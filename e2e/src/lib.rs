@@ -5,8 +5,7 @@
 //!   resources, cleans up after it and, when it fails, prints the events, the CCM's log tail and its cloud
 //!   calls. The cases (`tests/conformance_*.rs`) judge the CCM only through the Kubernetes API and the
 //!   emulator's API and audit log, so they run unchanged against any deployment: the `local` backend (the
-//!   default) starts one per case, `k3s` the same around a K3s container (feature `k3s`), `existing` takes
-//!   one from the environment (a kind cluster from `make kind-up`, or `make up`'s); see [`backend`].
+//!   default) starts one per case, `existing` takes one from the environment (a kind cluster from `make kind-up`, or `make up`'s); see [`backend`].
 //! - [`local`]: the local cluster itself — the upstream control plane, an emulator, simulated kubelets, CCM
 //!   processes run as the deploy manifest's ServiceAccount — also used directly by the tests of the
 //!   `fakecloud-ccm` binary (`tests/ccm_*.rs`) and the benchmarks.
@@ -16,8 +15,6 @@
 
 pub mod backend;
 pub mod env;
-#[cfg(feature = "k3s")]
-pub mod k3s;
 pub mod lb;
 pub mod local;
 

@@ -89,47 +89,15 @@ impl Default for ClusterOptions {
     }
 }
 
-/// What serves the Kubernetes API: the upstream binaries on loopback, or (feature `k3s`) a K3s container.
-enum Apiserver {
-    Upstream(ControlPlane),
-    #[cfg(feature = "k3s")]
-    K3s(crate::k3s::K3sCluster),
-}
-
-impl Apiserver {
-    fn client(&self) -> kube::Client {
-        match self {
-            Self::Upstream(cp) => cp.client(),
-            #[cfg(feature = "k3s")]
-            Self::K3s(k) => k.client.clone(),
-        }
-    }
-
-    fn admin_kubeconfig(&self) -> &Path {
-        match self {
-            Self::Upstream(cp) => cp.admin_kubeconfig(),
-            #[cfg(feature = "k3s")]
-            Self::K3s(k) => &k.admin_kubeconfig,
-        }
-    }
-
-    fn server(&self) -> kubeconfig::Server<'_> {
-        match self {
-            Self::Upstream(cp) => kubeconfig::Server { url: cp.apiserver_url(), ca_pem: cp.ca_pem() },
-            #[cfg(feature = "k3s")]
-            Self::K3s(k) => kubeconfig::Server { url: &k.url, ca_pem: &k.ca_pem },
-        }
-    }
-
-    /// A kubeconfig in `dir` with a TokenRequest token of the manifest's ServiceAccount.
-    async fn service_account_kubeconfig(&self, dir: &Path) -> PathBuf {
-        let (namespace, name) = SERVICE_ACCOUNT;
-        let path = dir.join("ccm.kubeconfig");
-        kubeconfig::write_service_account(&self.client(), &self.server(), namespace, name, HOUR, &path)
-            .await
-            .expect("a TokenRequest token for the CCM's ServiceAccount");
-        path
-    }
+/// A kubeconfig in `dir` with a TokenRequest token of the manifest's ServiceAccount.
+async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
+    let (namespace, name) = SERVICE_ACCOUNT;
+    let path = dir.join("ccm.kubeconfig");
+    let server = kubeconfig::Server { url: cp.apiserver_url(), ca_pem: cp.ca_pem() };
+    kubeconfig::write_service_account(&cp.client(), &server, namespace, name, HOUR, &path)
+        .await
+        .expect("a TokenRequest token for the CCM's ServiceAccount");
+    path
 }
 
 /// How long the CCM's ServiceAccount token lasts: longer than any case.
@@ -137,7 +105,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 /// The cluster without a CCM; start CCMs with [`Cluster::ccm`]. Looks at itself through its [`Probe`].
 pub struct Cluster {
-    apiserver: Apiserver,
+    apiserver: ControlPlane,
     pub server: Emulator,
     pub probe: Probe,
     pub dir: tempfile::TempDir,
@@ -181,28 +149,12 @@ impl Cluster {
         }
         let cp = builder.start().await.expect("the control plane starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
-        Some(Self::assemble(Apiserver::Upstream(cp), dir, kubectl, options, one_at_a_time).await)
-    }
-
-    /// The same with a K3s container serving the Kubernetes API (its own node adopted as an instance). Panics,
-    /// saying so, where no Docker engine answers.
-    #[cfg(feature = "k3s")]
-    pub async fn start_k3s(options: ClusterOptions) -> Self {
-        let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let k3s = crate::k3s::K3sCluster::start(dir.path(), &options).await;
-        let kubectl = fakecloud_controlplane::Binaries::locate(None)
-            .ok()
-            .and_then(|b| b.kubectl())
-            .unwrap_or_else(|| "kubectl".into());
-        let cluster = Self::assemble(Apiserver::K3s(k3s), dir, kubectl, options, one_at_a_time).await;
-        fakecloud_emulator::cli::adopt::adopt(cluster.client(), &cluster.cloud).await.expect("the K3s node is adopted");
-        cluster
+        Some(Self::assemble(cp, dir, kubectl, options, one_at_a_time).await)
     }
 
     /// The emulator, the simulated kubelets and the CCM's credentials around an API server.
     async fn assemble(
-        apiserver: Apiserver,
+        apiserver: ControlPlane,
         dir: tempfile::TempDir,
         kubectl: PathBuf,
         options: ClusterOptions,
@@ -246,7 +198,7 @@ impl Cluster {
         };
         // The shipped RBAC, applied for real; the CCM gets a token of its ServiceAccount.
         cluster.kubectl_ok(&["apply", "-f", &repo().join("ccm/deploy/rbac.yaml").to_string_lossy()]);
-        cluster.sa_kubeconfig = cluster.apiserver.service_account_kubeconfig(cluster.dir.path()).await;
+        cluster.sa_kubeconfig = service_account_kubeconfig(&cluster.apiserver, cluster.dir.path()).await;
         cluster
     }
 

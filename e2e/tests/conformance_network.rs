@@ -1,0 +1,103 @@
+//! Conformance: the pod network is the cloud's routing. A pod on one node reaches a pod on another only while
+//! the cloud's route table has the route to the other node's pod CIDR — the route the CCM's route controller
+//! creates. With the route deleted and the route quota full ("route table limit"), traffic to that node's pods
+//! stops; raising the quota lets the CCM put the route back and traffic flows again, without a restart.
+//!
+//! Needs real pods on two nodes (kind: `make e2e-kind`, whose VPC router programs the cloud's routes onto the
+//! nodes); skipped where the kubelets are simulated.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use fakecloud_api::QuotaName;
+use fakecloud_e2e::{Setup, case, condition, until};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams, PostParams};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+/// An image every node has: `make kind-up` loads the emulator's into the kind nodes. Its `fakecloud serve` is
+/// the server and its bash (`/dev/tcp`) the client.
+const DEFAULT_IMAGE: &str = "fakecloud/emulator:dev";
+const PORT: u16 = 8080;
+
+fn pod(name: &str, node: &str, image: &str, command: &[&str]) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "fakecloud-e2e"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": command}],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_traffic_between_nodes_follows_the_cloud_route_table() {
+    case("pod-network", Setup::new(CCM).runs_pods_on(2), async |env| {
+        let image = std::env::var("FAKECLOUD_E2E_POD_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.into());
+        let nodes = env.pod_nodes().await;
+        let (server_node, client_node) = (&nodes[0], &nodes[1]);
+        let server_node_name = server_node.metadata.name.clone().unwrap();
+        let pod_cidr = server_node.spec.as_ref().and_then(|s| s.pod_cidr.clone()).expect("the node has a pod CIDR");
+        let ns = env.namespace("net").await;
+        let pods = Api::<Pod>::namespaced(env.client(), &ns);
+
+        let listen = format!("0.0.0.0:{PORT}");
+        let server = ["fakecloud", "serve", "--listen", &listen, "--db", ":memory:"];
+        pods.create(&PostParams::default(), &pod("server", &server_node_name, &image, &server)).await.unwrap();
+        let server_ip = until(Duration::from_secs(120), "the server pod running with an IP", async || {
+            let p = pods.get("server").await.ok()?;
+            let status = p.status?;
+            (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip?)
+        })
+        .await;
+        assert!(
+            pod_cidr.parse::<ipnet::IpNet>().unwrap().contains(&server_ip.parse::<std::net::IpAddr>().unwrap()),
+            "the server pod's IP {server_ip} is from its node's pod CIDR {pod_cidr}"
+        );
+        // One line a second: whether a TCP connection to the server got through.
+        let probe = format!(
+            "while true; do if timeout 2 bash -c 'echo > /dev/tcp/{server_ip}/{PORT}' 2>/dev/null; \
+             then echo reach; else echo unreachable; fi; sleep 1; done"
+        );
+        let client_node_name = client_node.metadata.name.clone().unwrap();
+        pods.create(&PostParams::default(), &pod("client", &client_node_name, &image, &["bash", "-c", &probe]))
+            .await
+            .unwrap();
+        // The last three answers agree on `want`.
+        let answers = async |want: &str| {
+            let params = LogParams { tail_lines: Some(3), ..Default::default() };
+            let log = pods.logs("client", &params).await.ok()?;
+            let lines: Vec<&str> = log.lines().collect();
+            (lines.len() == 3 && lines.iter().all(|l| *l == want)).then_some(())
+        };
+        let route_wait = env.timing.routes() + Duration::from_secs(30);
+        until(route_wait, &format!("{client_node_name} reaching a pod on {server_node_name}"), async || {
+            answers("reach").await
+        })
+        .await;
+
+        // The route to the server's node deleted, and no room for the CCM to create it again.
+        let cloud = &env.cloud;
+        let routes = cloud.list_routes("main").await.unwrap().items;
+        let route = routes.iter().find(|r| r.destination == pod_cidr).expect("the cloud has a route to the pod CIDR");
+        cloud.set_quota(QuotaName::RoutesPerRouteTable, routes.len() as u32 - 1).await.unwrap();
+        cloud.delete_route("main", &route.id).await.unwrap();
+        until(route_wait, "traffic to the node without a route stopping", async || answers("unreachable").await).await;
+        until(route_wait, "the node NetworkUnavailable (the CCM could not route it)", async || {
+            let n = env.node(&server_node_name).await?;
+            condition(&n, "NetworkUnavailable").filter(|c| c.0 == "True").map(|_| ())
+        })
+        .await;
+
+        // Room again: the CCM routes the node, and traffic flows.
+        cloud.set_quota(QuotaName::RoutesPerRouteTable, routes.len() as u32 + 10).await.unwrap();
+        until(route_wait, "traffic flowing again once the CCM re-created the route", async || answers("reach").await)
+            .await;
+        let again = cloud.list_routes("main").await.unwrap().items;
+        assert!(again.iter().any(|r| r.destination == pod_cidr), "the route is back in the cloud: {again:#?}");
+    })
+    .await;
+}
