@@ -1,45 +1,112 @@
 #!/usr/bin/env bash
-# The kind path: create a kind cluster whose nodes wait for an external CCM, run the emulator beside it on the
-# kind network, adopt the kind nodes as cloud instances, build and load the CCM image and deploy it from
-# ccm/deploy/. Needs a Docker (or Podman) engine; stops at once, saying so, where none answers.
+# `make kind-up`: the kind path, end to end, on this machine or a user's.
+#  1. a container engine: the user's Docker if one answers, else a private one built and started here
+#     (scripts/kind/engine.sh: its own socket and data-root, an egress guard before any container runs);
+#  2. the kind node image of the local control plane's Kubernetes version, built offline
+#     (scripts/kind/node-image.sh), and the project's images (scripts/kind/images.sh);
+#  3. a kind cluster (kind-config/cluster.yaml, or KIND_CONFIG) whose kubelets wait for an external CCM;
+#  4. the emulator container on the kind network at a fixed address, the kind nodes adopted as its instances;
+#  5. the VPC's routing (vpc-router/deploy/): every node's pod network from its podCIDR, the routes between
+#     nodes from the emulator's route table — so fakecloud-ccm's route controller is what connects them;
+#  6. fakecloud-ccm as its two-replica Deployment (ccm/deploy/), and a wait until every node is Ready and
+#     initialized (providerID, zone labels, no uninitialized taint) and CoreDNS runs.
+# On a failure or Ctrl-C it deletes what it created, stops an engine it started, and says what went wrong.
 set -euo pipefail
-
-repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+kind_script=kind-up
+# shellcheck source=scripts/kind/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
+repo_root=$kind_repo_root
+kind_dir="$repo_root/scripts/kind"
 kind_config=${KIND_CONFIG:-$repo_root/kind-config/cluster.yaml}
 cluster=${KIND_CLUSTER_NAME:-fakecloud}
 port=${FAKECLOUD_PORT:-8787}
 run_root=${FAKECLOUD_RUN_DIR:-$repo_root/.run}
-kind_version=${KIND_VERSION:-v0.31.0}
-
-log() { printf '[kind-up] %s\n' "$*" >&2; }
-die() { printf '[kind-up] error: %s\n' "$*" >&2; exit 1; }
+emulator=fakecloud-emulator
+kubeconfig="$run_root/kind.kubeconfig"
 
 [[ -f "$kind_config" ]] || die "no kind config at $kind_config"
-
-# 1. A container engine. Without one nothing below can work, so say so before doing anything.
-if ! command -v docker >/dev/null 2>&1; then
-	die "kind needs a Docker (or Podman) engine and there is no 'docker' command here. Install Docker, or use the local backend: 'make up' and 'make test'."
-fi
-if ! docker info >/dev/null 2>&1; then
-	die "kind needs a running Docker engine, and 'docker info' gets no answer (the docker client is installed but no engine runs). Start Docker, or use the local backend: 'make up' and 'make test'."
-fi
-
-# 2. kind itself, from the Go module proxy if it is missing.
-if ! command -v kind >/dev/null 2>&1; then
-	command -v go >/dev/null 2>&1 || die "kind is not installed and there is no Go toolchain to install it with ('go install sigs.k8s.io/kind@$kind_version')"
-	log "installing kind $kind_version with go install"
-	GOBIN="$repo_root/.run/bin" go install "sigs.k8s.io/kind@$kind_version"
-	export PATH="$repo_root/.run/bin:$PATH"
-fi
-
-log "creating kind cluster $cluster from $kind_config"
-kind create cluster --name "$cluster" --config "$kind_config"
-kubeconfig="$run_root/kind.kubeconfig"
 mkdir -p "$run_root"
-kind get kubeconfig --name "$cluster" >"$kubeconfig"
 
-log "building the emulator image (docker/emulator.Dockerfile)"
-docker build -q -f "$repo_root/docker/emulator.Dockerfile" -t fakecloud/emulator:dev "$repo_root" >/dev/null
+# --- refuse early: what is already there, the port, the disk ---------------------------------------------
+(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
+	die "port $port on 127.0.0.1 is taken (another emulator, or 'make up'?); free it or set FAKECLOUD_PORT"
+# --- 1. the engine ----------------------------------------------------------------------------------------
+started_engine=""
+if ! (command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1); then
+	started_engine=yes
+fi
+bash "$kind_dir/engine.sh" start
+eval "$(bash "$kind_dir/engine.sh" env)"
+
+# The node image (~1.6 GB) once, then ~2.7 GB per running node, plus the build caches on a first run.
+nodes=$(grep -cE '^\s*- role:' "$kind_config")
+need_gb=$((nodes * 3 + 2))
+[[ -n "$(docker image ls -q "$kind_node_image" 2>/dev/null)" ]] || need_gb=$((need_gb + 10))
+mkdir -p "$cache_root"
+avail_gb=$(df --output=avail -BG "$cache_root" | tail -1 | tr -dc 0-9)
+((avail_gb >= need_gb)) ||
+	die "about ${need_gb} GB of free disk are needed under $cache_root for $nodes kind nodes (and the image builds), and only ${avail_gb} GB are free"
+
+created=()
+cleanup() {
+	local rc=$?
+	((rc == 0)) && return
+	log "failed: removing what this run created (${created[*]:-nothing})"
+	for what in "${created[@]}"; do
+		case "$what" in
+		cluster) kind delete cluster --name "$cluster" >/dev/null 2>&1 || true ;;
+		emulator)
+			docker rm -f "$emulator" >/dev/null 2>&1 || true
+			docker volume rm "$emulator-data" >/dev/null 2>&1 || true
+			;;
+		esac
+	done
+	if [[ -n "$started_engine" ]]; then bash "$kind_dir/engine.sh" stop || true; fi
+	rm -f "$kubeconfig" "$run_root/kind.credentials"
+	log "logs of the engine, if it was ours: $engine_run_dir/dockerd.log"
+}
+trap cleanup EXIT
+
+if docker ps -a --format '{{.Names}}' | grep -qx "$emulator"; then
+	die "a container named $emulator exists (an earlier make kind-up?): 'make kind-down' first"
+fi
+
+# --- 2. binaries and images -------------------------------------------------------------------------------
+cp_bin=$(bash "$repo_root/scripts/build-control-plane.sh" | tail -n 1) # kubectl of the cluster's version
+bash "$kind_dir/build-node-binaries.sh"
+PATH="$kind_bin_dir:$cp_bin:$PATH"
+if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
+	die "a kind cluster named $cluster exists already (an earlier make kind-up?): use it, or 'make kind-down' first"
+fi
+node_image=${KIND_NODE_IMAGE:-$kind_node_image}
+if [[ "$node_image" == "$kind_node_image" ]]; then bash "$kind_dir/node-image.sh"; fi
+bash "$kind_dir/images.sh"
+
+# --- 3. the cluster ---------------------------------------------------------------------------------------
+# The config as given, plus what this node image and this host need, for every node.
+config="$run_root/kind-config.yaml"
+cp "$kind_config" "$config"
+grep -qE '^kubeadmConfigPatches:' "$config" &&
+	die "$kind_config has a top-level kubeadmConfigPatches; put them on the nodes (kind-up adds its own at the top level)"
+{
+	echo "kubeadmConfigPatches:"
+	if [[ "$node_image" == "$kind_node_image" ]]; then
+		# The kubeadm images are preloaded in our node image under this name; there is no registry behind it.
+		printf '  - |\n    kind: ClusterConfiguration\n    imageRepository: %s\n' "$kind_image_repository"
+	fi
+	if [[ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]]; then
+		# kubelet 1.35+ refuses cgroup v1 unless told otherwise; only where the host has nothing else.
+		log "this host has cgroup v1: the kubelets get failCgroupV1: false"
+		printf '  - |\n    kind: KubeletConfiguration\n    failCgroupV1: false\n'
+	fi
+} >>"$config"
+created+=(cluster)
+step "creating kind cluster $cluster ($nodes nodes, image $node_image)" \
+	kind create cluster --name "$cluster" --image "$node_image" --config "$config"
+kind get kubeconfig --name "$cluster" >"$kubeconfig"
+export KUBECONFIG=$kubeconfig
+
+# --- 4. the emulator beside the cluster -------------------------------------------------------------------
 token_user=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 (
@@ -48,49 +115,69 @@ token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 		"$port" "$token_user" "$token_admin" >"$run_root/kind.credentials"
 )
 # A fixed address on the kind network, near the top of its IPv4 range (away from the nodes, which docker
-# numbers from the bottom): the CCM pods reach the emulator there without DNS for container names, and a
-# `docker kill` + `docker start` (the e2e suite's emulator crash) brings it back at the same place.
+# numbers from the bottom): pods and nodes reach the emulator there without DNS for container names, and a
+# `docker kill` + `docker start` (the e2e suite's emulator crash) brings it back at the same place, on its volume.
 subnet=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')
 emulator_ip=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[-6])' "$subnet")
-log "running the emulator on the kind network at $emulator_ip (container fakecloud-emulator, host port $port)"
-docker run -d --name fakecloud-emulator --network kind --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
-	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev >/dev/null
+created+=(emulator)
+step "starting the emulator on the kind network at $emulator_ip (container $emulator, host port $port)" \
+	docker run -d --name "$emulator" --network kind --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
+	-v "$emulator-data:/var/lib/fakecloud" \
+	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev
 
-(cd "$repo_root" && cargo build --locked --quiet --bin fakecloud)
 export FAKECLOUD_ENDPOINT="http://127.0.0.1:$port"
 export FAKECLOUD_USER_TOKEN=$token_user FAKECLOUD_ADMIN_TOKEN=$token_admin
-for _ in $(seq 1 50); do "$repo_root/target/debug/fakecloud" quota get >/dev/null 2>&1 && break; sleep 0.2; done
-log "adopting the kind nodes as cloud instances"
-"$repo_root/target/debug/fakecloud" adopt --kubeconfig "$kubeconfig"
+cli="$repo_root/target/${FAKECLOUD_IMAGE_PROFILE:-release}/fakecloud"
+[[ "${FAKECLOUD_IMAGE_PROFILE:-release}" == dev ]] && cli="$repo_root/target/debug/fakecloud"
+for _ in $(seq 1 100); do "$cli" quota get >/dev/null 2>&1 && break; sleep 0.2; done
+"$cli" quota get >/dev/null || die "the emulator does not answer on $FAKECLOUD_ENDPOINT (docker logs $emulator)"
+step "adopting the kind nodes as cloud instances" "$cli" adopt --kubeconfig "$kubeconfig"
 
-log "building and loading the CCM image, deploying it (ccm/deploy/)"
-docker build -q -f "$repo_root/docker/ccm.Dockerfile" -t fakecloud/ccm:dev "$repo_root" >/dev/null
-kind load docker-image --name "$cluster" fakecloud/ccm:dev
-KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml"
-# The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied).
-KUBECONFIG=$kubeconfig kubectl -n kube-system create secret generic fakecloud-cloud-config \
-	--from-literal=cloud-config="$(printf 'endpoint: http://%s:8787\ntoken-file: /etc/fakecloud/token\n' "$emulator_ip")" \
-	--from-literal=token="$token_user" --dry-run=client -o yaml | KUBECONFIG=$kubeconfig kubectl apply -f -
-KUBECONFIG=$kubeconfig kubectl apply -f "$repo_root/ccm/deploy/deployment.yaml"
-log "waiting for the CCM's replicas, then for every node to be initialized (a providerID)"
-KUBECONFIG=$kubeconfig kubectl -n kube-system rollout status deployment/fakecloud-ccm --timeout=300s
-uninitialized() {
-	KUBECONFIG=$kubeconfig kubectl get nodes --no-headers -o custom-columns='N:.metadata.name,P:.spec.providerID' |
-		awk '$2 == "<none>" { print $1 }'
+# --- 5 and 6. the VPC's routing and the CCM ---------------------------------------------------------------
+# The emulator's image too: the e2e suite's pod-network case runs it as a server and a client pod.
+step "loading the images into the kind nodes" \
+	kind load docker-image --name "$cluster" fakecloud/ccm:dev fakecloud/vpc-router:dev fakecloud/emulator:dev
+# The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied): the user token, as a
+# customer of the cloud has it.
+cloud_config=$(printf 'endpoint: http://%s:8787\ntoken-file: /etc/fakecloud/token\n' "$emulator_ip")
+kubectl -n kube-system create secret generic fakecloud-cloud-config --from-literal=cloud-config="$cloud_config" \
+	--from-literal=token="$token_user" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# The VPC router is the cloud's fabric, not a customer: the admin token (never faulted, not the CCM's calls).
+kubectl -n kube-system create secret generic fakecloud-vpc-router-config --from-literal=cloud-config="$cloud_config" \
+	--from-literal=token="$token_admin" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f "$repo_root/vpc-router/deploy/vpc-router.yaml" >/dev/null
+kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml" -f "$repo_root/ccm/deploy/deployment.yaml" >/dev/null
+
+# Wait until CHECK prints nothing, up to SECONDS, saying every 15 s what is still awaited.
+wait_until_none() {
+	local what=$1 seconds=$2 check=$3 left start=$SECONDS
+	while left=$($check) && [[ -n "$left" ]]; do
+		((SECONDS - start < seconds)) || die "$what after ${seconds}s, still: $(tr '\n' ' ' <<<"$left")
+  kubectl --kubeconfig $kubeconfig -n kube-system get pods -o wide; docker logs $emulator"
+		(((SECONDS - start) % 15 == 0)) && log "waiting for $what: $(tr '\n' ' ' <<<"$left")"
+		sleep 1
+	done
 }
-for _ in $(seq 1 120); do
-	[[ -z "$(uninitialized)" ]] && break
-	sleep 1
-done
-[[ -z "$(uninitialized)" ]] || die "nodes not initialized by the CCM after 2 minutes: $(uninitialized | tr '\n' ' ')(kubectl -n kube-system logs deploy/fakecloud-ccm)"
+not_ready() { kubectl get nodes --no-headers | awk '$2 != "Ready" { print $1 }'; }
+uninitialized() {
+	kubectl get nodes --no-headers -o custom-columns='N:.metadata.name,P:.spec.providerID,T:.spec.taints[*].key' |
+		awk '$2 == "<none>" || $3 ~ /node.cloudprovider.kubernetes.io\/uninitialized/ { print $1 }'
+}
+dns_not_running() { kubectl -n kube-system get pods -l k8s-app=kube-dns --no-headers | awk '$3 != "Running" { print $1 }'; }
+step "waiting for every node to be initialized by fakecloud-ccm" wait_until_none "nodes initialized" 300 uninitialized
+step "waiting for every node to be Ready (the VPC router wrote its pod network)" wait_until_none "Ready nodes" 300 not_ready
+step "waiting for CoreDNS" wait_until_none "CoreDNS running" 300 dns_not_running
+kubectl -n kube-system rollout status deployment/fakecloud-ccm --timeout=300s >/dev/null
 
+trap - EXIT
 cat <<MSG
 
-kind cluster $cluster is up with the fakecloud emulator beside it.
+kind cluster $cluster is up ($((SECONDS - kind_t0)) s), with the fakecloud emulator beside it and fakecloud-ccm in it.
 
   export KUBECONFIG=$kubeconfig
   source $run_root/kind.credentials    # FAKECLOUD_ENDPOINT and the emulator's tokens, for the fakecloud CLI
+$(bash "$kind_dir/engine.sh" env | sed 's/^/  /')
 
 The conformance suite against it: make e2e-kind
-Stop: make kind-down
+Stop (cluster, emulator$([[ -n "$started_engine" ]] && echo ", private engine")): make kind-down
 MSG

@@ -30,6 +30,11 @@ sysctls() { sysctl -n net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv6.
 iface=$(ip -4 route show default | awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
 gateway=$(ip -4 route show default | awk '{ print $3; exit }')
 
+# These tests stop the engine: never under a running cluster.
+if bash "$engine" guard; then
+	running=$(DOCKER_HOST="unix://$engine_socket" docker ps -q | wc -l)
+	((running == 0)) || die "the private engine runs $running containers (a kind cluster?); these tests stop it: 'make kind-down' first"
+fi
 bash "$engine" stop >/dev/null 2>&1
 before_rules=$(ruleset) before_bridges=$(bridges) before_sysctls=$(sysctls)
 
