@@ -22,7 +22,8 @@ esac
 
 if ! "$cargo" nextest --version >/dev/null 2>&1; then
 	echo "==> installing cargo-nextest (once; a few minutes on 2 cores)"
-	"$cargo" install --locked cargo-nextest
+	# Without self-update, which is what pulls in a TLS stack (aws-lc) and most of the build time.
+	"$cargo" install --locked cargo-nextest --no-default-features --features default-no-update
 fi
 
 out=target/nextest/$profile
