@@ -4,6 +4,7 @@
 pub mod client;
 pub mod codes;
 pub mod faults;
+pub mod limits;
 pub mod types;
 
 pub use client::{ApiError, Client, ClientError, RetryPolicy};

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use fakecloud_api::codes;
+use fakecloud_api::limits::WINDOW_SECONDS_MAX;
 use ipnet::IpNet;
 
 use crate::error::{ApiError, Result};
@@ -82,12 +83,24 @@ pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
     Ok(net)
 }
 
+/// A number the API bounds (see `fakecloud_api::limits`): `min..=max`, else a 400 that names the field and the
+/// range. NaN is outside every range.
+pub fn in_range<T: PartialOrd + std::fmt::Display + Copy>(field: &str, v: T, min: T, max: T) -> Result<T> {
+    if v >= min && v <= max {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid(field, format!("must be between {min} and {max} (got {v})")))
+    }
+}
+
 /// When a window of `duration_seconds` from `now` ends (Unix ms): `None` for no end; at most a week.
 pub fn window_end(field: &str, duration_seconds: Option<f64>, now: i64) -> Result<Option<i64>> {
     match duration_seconds {
         None => Ok(None),
-        Some(d) if d.is_finite() && d > 0.0 && d <= 7.0 * 86400.0 => Ok(Some(now + (d * 1000.0) as i64)),
-        Some(d) => Err(ApiError::invalid(field, format!("must be above 0 and at most a week (got {d})"))),
+        Some(d) if d > 0.0 && d <= WINDOW_SECONDS_MAX => Ok(Some(now.saturating_add((d * 1000.0) as i64))),
+        Some(d) => {
+            Err(ApiError::invalid(field, format!("must be above 0 and at most {WINDOW_SECONDS_MAX} (a week; got {d})")))
+        }
     }
 }
 

@@ -180,7 +180,7 @@ impl FaultEngine {
     /// Eventual consistency: until `for_` has passed, reads of `id` see `previous` — its version from before the
     /// write — or, for a resource the write created (`None`), nothing at all.
     pub fn lag(&self, id: &str, previous: Option<serde_json::Value>, for_: Duration) {
-        let until = now_ms() + i64::try_from(for_.as_millis()).unwrap_or(i64::MAX);
+        let until = now_ms().saturating_add(crate::db::ms(for_));
         self.hidden.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), (until, previous));
     }
 

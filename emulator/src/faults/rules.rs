@@ -5,14 +5,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use fakecloud_api::limits::{FAULT_SECONDS_MAX, LATENCY_MAX_MS, WINDOW_SECONDS_MAX};
 use fakecloud_api::{FaultAction, FaultMatch, FaultRule, FaultTrigger};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{Call, Verdict};
-use crate::db::rfc3339;
+use crate::db::{ms, rfc3339};
 use crate::error::{ApiError, Result};
+use crate::validate;
 
 /// What is stored: the rule as given, plus its window resolved to absolute times.
 #[derive(Serialize, Deserialize)]
@@ -46,10 +48,7 @@ fn parse_time(field: &str, s: &str) -> Result<i64> {
 }
 
 fn seconds(field: &str, v: f64, max: f64) -> Result<Duration> {
-    if !v.is_finite() || v < 0.0 || v > max {
-        return Err(invalid(field, format!("must be between 0 and {max} seconds (got {v})")));
-    }
-    Ok(Duration::from_secs_f64(v))
+    Ok(Duration::from_secs_f64(validate::in_range(field, v, 0.0, max)?))
 }
 
 fn error_status(field: &str, status: u16) -> Result<StatusCode> {
@@ -62,6 +61,48 @@ fn error_status(field: &str, status: u16) -> Result<StatusCode> {
 fn error_code(field: &str, code: &str) -> Result<()> {
     if code.is_empty() || code.len() > 100 || !code.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
         return Err(invalid(field, format!("{code:?} must be 1-100 letters, digits, '.', '_' or '-'")));
+    }
+    Ok(())
+}
+
+/// Checked when a rule is built, so that a stored rule is checked again when it is restored.
+fn check_action(action: &FaultAction) -> Result<()> {
+    match action {
+        FaultAction::Error { status, code, headers, .. } => {
+            error_status("action.status", *status)?;
+            error_code("action.code", code)?;
+            for (k, v) in headers {
+                let ok = axum::http::HeaderName::try_from(k.as_str()).is_ok()
+                    && axum::http::HeaderValue::try_from(v.as_str()).is_ok();
+                if !ok {
+                    return Err(invalid(&format!("action.headers.{k}"), "is not a valid HTTP header"));
+                }
+            }
+        }
+        FaultAction::ApplyThenFail { status, code, .. } => {
+            error_status("action.status", *status)?;
+            error_code("action.code", code)?;
+        }
+        FaultAction::Latency { ms, jitter_ms } => {
+            validate::in_range("action.ms", *ms, 0, LATENCY_MAX_MS)?;
+            validate::in_range("action.jitter_ms", *jitter_ms, 0, LATENCY_MAX_MS)?;
+            if ms.saturating_add(*jitter_ms) > LATENCY_MAX_MS {
+                return Err(invalid(
+                    "action.jitter_ms",
+                    format!(
+                        "action.ms plus action.jitter_ms must be at most {LATENCY_MAX_MS} (got {ms} + {jitter_ms})"
+                    ),
+                ));
+            }
+        }
+        FaultAction::NoResponse { hang_seconds, .. } => {
+            if let Some(h) = hang_seconds {
+                seconds("action.hang_seconds", *h, FAULT_SECONDS_MAX)?;
+            }
+        }
+        FaultAction::EventualConsistency { seconds: s } => {
+            seconds("action.seconds", *s, FAULT_SECONDS_MAX)?;
+        }
     }
     Ok(())
 }
@@ -113,46 +154,14 @@ impl ActiveRule {
                 return Err(invalid(&format!("match.roles[{i}]"), format!("{r:?} is not user or admin")));
             }
         }
-        match &action {
-            FaultAction::Error { status, code, headers, .. } => {
-                error_status("action.status", *status)?;
-                error_code("action.code", code)?;
-                for (k, v) in headers {
-                    let ok = axum::http::HeaderName::try_from(k.as_str()).is_ok()
-                        && axum::http::HeaderValue::try_from(v.as_str()).is_ok();
-                    if !ok {
-                        return Err(invalid(&format!("action.headers.{k}"), "is not a valid HTTP header"));
-                    }
-                }
-            }
-            FaultAction::ApplyThenFail { status, code, .. } => {
-                error_status("action.status", *status)?;
-                error_code("action.code", code)?;
-            }
-            FaultAction::Latency { ms, jitter_ms } => {
-                if ms + jitter_ms > 600_000 {
-                    return Err(invalid("action.ms", "latency plus jitter must be at most 600000 ms"));
-                }
-            }
-            FaultAction::NoResponse { hang_seconds, .. } => {
-                if let Some(h) = hang_seconds {
-                    seconds("action.hang_seconds", *h, 3600.0)?;
-                }
-            }
-            FaultAction::EventualConsistency { seconds: s } => {
-                seconds("action.seconds", *s, 3600.0)?;
-            }
-        }
-        if let Some(p) = trigger.probability
-            && !(0.0..=1.0).contains(&p)
-        {
-            return Err(invalid("trigger.probability", format!("must be between 0 and 1 (got {p})")));
+        if let Some(p) = trigger.probability {
+            validate::in_range("trigger.probability", p, 0.0, 1.0)?;
         }
         let from_ms = trigger.from.as_deref().map(|s| parse_time("trigger.from", s)).transpose()?;
         let mut until_ms = trigger.until.as_deref().map(|s| parse_time("trigger.until", s)).transpose()?;
         if let Some(d) = trigger.duration_seconds {
-            let d = seconds("trigger.duration_seconds", d, 7.0 * 86400.0)?;
-            let end = from_ms.unwrap_or(now).max(now) + i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            let d = seconds("trigger.duration_seconds", d, WINDOW_SECONDS_MAX)?;
+            let end = from_ms.unwrap_or(now).max(now).saturating_add(ms(d));
             until_ms = Some(until_ms.map_or(end, |u| u.min(end)));
         }
         if let (Some(f), Some(u)) = (from_ms, until_ms)
@@ -164,6 +173,7 @@ impl ActiveRule {
     }
 
     fn build(id: String, stored: Stored, seed: u64) -> Result<Self> {
+        check_action(&stored.action)?;
         let globs = |v: &[String]| {
             v.iter()
                 .map(|o| glob::Pattern::new(o).map_err(|e| ApiError::internal(e.to_string())))
@@ -264,7 +274,7 @@ impl ActiveRule {
             }
             FaultAction::Latency { ms, jitter_ms } => {
                 let jitter = if *jitter_ms > 0 { rng.random_range(0..=*jitter_ms) } else { 0 };
-                Verdict::Delay { by: Duration::from_millis(ms + jitter), fault }
+                Verdict::Delay { by: Duration::from_millis(ms.saturating_add(jitter)), fault }
             }
             FaultAction::NoResponse { mode, hang_seconds } => {
                 Verdict::NoResponse { mode: *mode, hang: Duration::from_secs_f64(hang_seconds.unwrap_or(300.0)), fault }

@@ -26,6 +26,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use fakecloud_api::{NoResponseMode, REQUEST_ID_HEADER, codes};
 use serde::Serialize;
+use tower_http::catch_panic::CatchPanicLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
@@ -183,7 +184,17 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
 pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppState), ApiError> {
-    let (router, spec) = api_routes().split_for_parts();
+    assemble(api_routes(), db, cfg, tokens).await
+}
+
+/// The application around `api` (the tests add an operation that panics).
+async fn assemble(
+    api: OpenApiRouter<AppState>,
+    db: Db,
+    cfg: Config,
+    tokens: Tokens,
+) -> Result<(Router, AppState), ApiError> {
+    let (router, spec) = api.split_for_parts();
     let operations = Operations::from_spec(&spec);
     let seed = cfg.seed.unwrap_or_else(rand::random);
     tracing::info!(seed, "fault injection seed (pass --seed {seed} to repeat this run's random faults)");
@@ -206,9 +217,25 @@ pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppStat
         .route("/metrics", get(serve_metrics))
         .route("/openapi.json", get(serve_openapi))
         .fallback(|| async { ApiError::not_found(codes::NOT_FOUND, "no such API path; see /openapi.json") })
+        // Inside the gatekeeper, so a panicking call still gets its request ID and audit entry.
+        .layer(CatchPanicLayer::custom(on_panic))
         .layer(middleware::from_fn_with_state(state.clone(), gatekeeper))
         .with_state(state.clone());
     Ok((router, state))
+}
+
+/// A handler panicked: the caller gets the envelope like any other error, the log gets the panic.
+fn on_panic(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %what, "a handler panicked; answered 500");
+    ApiError::internal(
+        "the emulator failed on this call (a bug, logged with this request ID); it may or may not have been applied",
+    )
+    .into_response()
 }
 
 async fn serve_metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
@@ -476,5 +503,54 @@ async fn apply(
             resp.extensions_mut().insert(ErrorCode("NoResponse".into()));
             resp
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fakecloud_api::{AuditQuery, ErrorBody};
+    use utoipa_axum::routes;
+
+    use super::*;
+    use crate::config::DbLocation;
+
+    const USER: &str = "user-token-0123456789";
+    const ADMIN: &str = "admin-token-0123456789";
+
+    /// Stands for a bug in any handler.
+    #[utoipa::path(post, path = "/v1/panic", operation_id = "Panic", responses((status = 200)), security(("user" = [])))]
+    async fn panics() -> Response {
+        panic!("a bug in a handler")
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_the_envelope_and_is_audited() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
+        let api = api_routes().routes(routes!(panics));
+        let (router, _) = assemble(api, db, Config::default(), tokens).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+
+        let resp = reqwest::Client::new().post(format!("{url}/v1/panic")).bearer_auth(USER).send().await.unwrap();
+        assert_eq!(resp.status(), 500);
+        let header_id = resp.headers()[REQUEST_ID_HEADER].to_str().unwrap().to_string();
+        let body: ErrorBody = resp.json().await.unwrap();
+        assert_eq!(
+            (body.error.code.as_str(), body.error.request_id.as_str()),
+            (codes::INTERNAL_ERROR, header_id.as_str())
+        );
+
+        let admin = fakecloud_api::Client::new(&url, ADMIN).unwrap();
+        let audit = admin.audit(&AuditQuery { operation: Some("Panic".into()), ..Default::default() }).await.unwrap();
+        let entry = &audit.items[0];
+        assert_eq!(
+            (entry.status, entry.error_code.as_deref(), entry.request_id.as_str()),
+            (500, Some(codes::INTERNAL_ERROR), header_id.as_str())
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use std::net::IpAddr;
 
+use fakecloud_api::limits::NOTICE_SECONDS_MAX;
 use fakecloud_api::{
     CreateInstanceRequest, Instance, InstanceList, InstanceState, ListInstancesQuery, Market, QuotaName,
     ReclaimRequest, SPOT_TERMINATION_REASON, codes,
@@ -326,11 +327,12 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
 /// `terminated` after the terminate delay, with the reason `Server.SpotInstanceTermination`. Instances already
 /// interrupted are left as they are.
 pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<Instance>> {
-    let notice = match req.notice_seconds {
-        None => std::time::Duration::from_secs(120),
-        Some(s) if s.is_finite() && (0.0..=86400.0).contains(&s) => std::time::Duration::from_secs_f64(s),
-        Some(s) => return Err(ApiError::invalid("notice_seconds", format!("must be between 0 and 86400 (got {s})"))),
-    };
+    let notice = std::time::Duration::from_secs_f64(validate::in_range(
+        "notice_seconds",
+        req.notice_seconds.unwrap_or(120.0),
+        0.0,
+        NOTICE_SECONDS_MAX,
+    )?);
     if req.instance_ids.is_empty() && req.names.is_empty() && req.tag.is_none() {
         return Err(ApiError::invalid("instance_ids", "name the instances to reclaim: instance_ids, names or tag"));
     }
@@ -376,13 +378,13 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
             ));
         }
         if inst.interruption_at.is_none() && matches!(inst.state, InstanceState::Pending | InstanceState::Running) {
-            let at = now + ms(notice);
+            let at = now.saturating_add(ms(notice));
             sqlx::query(
                 "UPDATE instances SET interruption_at = ?1, state_reason = ?2, next_state = 'terminated', next_state_at = ?3 WHERE id = ?4",
             )
             .bind(at)
             .bind(SPOT_TERMINATION_REASON)
-            .bind(at + ms(cfg.timings.terminate_delay))
+            .bind(at.saturating_add(ms(cfg.timings.terminate_delay)))
             .bind(&inst.id)
             .execute(&mut *tx)
             .await?;

@@ -348,7 +348,7 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
         sqlx::query(
             "UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = ?1, updated_at = ?2 WHERE id = ?3",
         )
-        .bind(now + ms(cfg.timings.lb_delete_delay))
+        .bind(now.saturating_add(ms(cfg.timings.lb_delete_delay)))
         .bind(now)
         .bind(id)
         .execute(&mut *tx)
