@@ -552,12 +552,17 @@ pub struct AuditList {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotRequest {
-    /// Where the emulator writes the snapshot (a path on the emulator's machine; must not exist yet).
-    pub path: String,
+    /// The snapshot's file name in the emulator's snapshot directory (`fakecloud serve --snapshot-dir`, by
+    /// default the database's directory): 1–128 letters, digits, `.`, `_` or `-`, not starting with `.`, and
+    /// not an existing name. (`path`, its old name, is accepted too; so is a full path to a file directly in
+    /// the snapshot directory.)
+    #[serde(alias = "path")]
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotResponse {
+    /// Where the snapshot was written, on the emulator's machine.
     pub path: String,
     pub bytes: u64,
 }

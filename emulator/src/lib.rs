@@ -14,5 +14,6 @@ pub mod error;
 pub mod faults;
 pub mod http;
 pub mod server;
+pub mod snapshot;
 pub mod store;
 pub mod validate;

@@ -1,6 +1,8 @@
 //! Start the emulator: open the database, apply the schema, start the lifecycle ticker, serve HTTP.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -27,11 +29,15 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot prepare the database: {0}")]
     Seed(#[from] crate::error::ApiError),
+    #[error("cannot use {path} as the snapshot directory: {source}")]
+    SnapshotDir { path: String, source: std::io::Error },
 }
 
 impl Server {
     /// Open `db` and serve on `listen` (port 0 picks a free port; see `addr`).
-    pub async fn start(listen: &str, db: &DbLocation, cfg: Config, tokens: Tokens) -> Result<Self, StartError> {
+    pub async fn start(listen: &str, db: &DbLocation, mut cfg: Config, tokens: Tokens) -> Result<Self, StartError> {
+        let snapshots = cfg.snapshot_dir.take().unwrap_or_else(|| db.dir());
+        cfg.snapshot_dir = Some(snapshot_dir(&snapshots)?);
         let db = Db::open(db).await?;
         let mut tx = db.write().await.map_err(crate::error::ApiError::from)?;
         store::routes::ensure_main_table(&mut tx).await?;
@@ -74,4 +80,11 @@ impl Server {
     pub fn shutdown_handle(&self) -> tokio::sync::watch::Sender<bool> {
         self.shutdown.clone()
     }
+}
+
+/// Create the snapshot directory if it is missing (private to this user), and name it canonically.
+fn snapshot_dir(dir: &Path) -> Result<PathBuf, StartError> {
+    let err = |source| StartError::SnapshotDir { path: dir.display().to_string(), source };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+    std::fs::canonicalize(dir).map_err(err)
 }

@@ -137,3 +137,49 @@ async fn reset_empties_everything_and_restores_defaults() {
         .unwrap_err();
     assert_eq!(err.code(), Some(fakecloud_api::codes::INSTANCE_LIMIT_EXCEEDED));
 }
+
+/// A snapshot is a file name in the snapshot directory (beside the database by default): nothing else, never
+/// through a symlink, never over an existing file, and nothing left behind when it is refused.
+#[tokio::test]
+async fn snapshots_are_confined_to_the_snapshot_directory() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let emu = Emu::start().await;
+    let dir = emu.dir.path();
+    let outside = tempfile::tempdir().unwrap();
+    let escape = outside.path().join("escape.db");
+    for (name, rule) in [
+        (escape.to_str().unwrap(), "not a path"),
+        ("../escape.db", "not a path"),
+        ("sub/x.db", "not a path"),
+        ("..", "must not start with '.'"),
+        (".hidden.db", "must not start with '.'"),
+        ("a b.db", "letters, digits"),
+        ("nul\0.db", "letters, digits"),
+        ("", "must not be empty"),
+        (&"x".repeat(129), "at most 128"),
+    ] {
+        let err = emu.admin.snapshot(name).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(fakecloud_api::codes::INVALID_PARAMETER)), "{name:?}");
+        assert!(err.to_string().contains(rule), "{name:?}: {rule:?} not in {err}");
+    }
+    // A symlink in the directory is an existing name, even when it dangles: it is not followed.
+    std::os::unix::fs::symlink(&escape, dir.join("link.db")).unwrap();
+    std::fs::write(dir.join("taken.db"), b"keep me").unwrap();
+    for name in ["link.db", "taken.db"] {
+        let err = emu.admin.snapshot(name).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(409), Some(fakecloud_api::codes::SNAPSHOT_EXISTS)), "{name}");
+    }
+    assert!(!escape.exists(), "nothing was written outside the snapshot directory");
+    assert_eq!(std::fs::read(dir.join("taken.db")).unwrap(), b"keep me");
+
+    let done = emu.admin.snapshot("snap-1.db").await.unwrap();
+    assert_eq!(done.path, dir.join("snap-1.db").to_str().unwrap());
+    let meta = std::fs::metadata(dir.join("snap-1.db")).unwrap();
+    assert_eq!((meta.len(), meta.permissions().mode() & 0o777), (done.bytes, 0o600));
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.retain(|n| !n.starts_with("fc.db"));
+    names.sort();
+    assert_eq!(names, ["link.db", "snap-1.db", "taken.db"], "no temporary or empty files are left");
+}

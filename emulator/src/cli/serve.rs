@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Where tokens are read from, or generated into when missing (default: beside the database).
     #[arg(long)]
     pub credentials_file: Option<PathBuf>,
+    /// The only directory `POST /v1/admin/snapshot` writes to (created if missing; default: the database's).
+    #[arg(long, env = "FAKECLOUD_SNAPSHOT_DIR")]
+    pub snapshot_dir: Option<PathBuf>,
     /// Seed for fault injection's random draws, so a run repeats exactly (default: random, logged at start).
     #[arg(long, env = "FAKECLOUD_SEED")]
     pub seed: Option<u64>,
@@ -101,6 +104,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         },
         audit_max_entries: args.audit_max_entries.max(1),
         seed: args.seed,
+        snapshot_dir: args.snapshot_dir,
     };
     let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
