@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::{ADMIN, Emu, USER};
 use fakecloud_api::{
-    Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery, Listener,
-    Protocol, QuotaName,
+    AuditQuery, Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery,
+    Listener, Protocol, QuotaName,
 };
 
 #[tokio::test]
@@ -51,14 +51,20 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
     let (mut child, url, log) = common::spawn_emulator(&db).await;
     let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(5)).unwrap();
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    // Refused creates (a name in use) are answered changes too; their audit entry is written before the answer.
+    let refused = Arc::new(Mutex::new(Vec::<String>::new()));
     let writers: Vec<_> = (0..8)
         .map(|w| {
-            let (c, acked) = (client.clone(), acked.clone());
+            let (c, acked, refused) = (client.clone(), acked.clone(), refused.clone());
             tokio::spawn(async move {
                 for n in 0.. {
-                    let req = CreateInstanceRequest { name: format!("w{w}-n{n}"), ..Default::default() };
+                    let name = if n % 10 == 9 { format!("w{w}-n{}", n - 1) } else { format!("w{w}-n{n}") };
+                    let req = CreateInstanceRequest { name, ..Default::default() };
                     match c.create_instance(&req, None).await {
                         Ok(i) => acked.lock().unwrap().push(i.id),
+                        Err(fakecloud_api::ClientError::Api(e)) if e.status == 409 => {
+                            refused.lock().unwrap().push(e.request_id)
+                        }
                         Err(_) => return,
                     }
                 }
@@ -91,6 +97,36 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
         lost.len(),
         acked.len(),
         &lost[..lost.len().min(5)]
+    );
+    // Every answered create has its audit entry too: a create's is written in its own transaction, a refused
+    // one's before it is answered.
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let (mut created, mut refusals) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    let mut query = AuditQuery { operation: Some("CreateInstance".into()), limit: Some(10_000), ..Default::default() };
+    loop {
+        let page = admin.audit(&query).await.unwrap().items;
+        let Some(last) = page.last() else { break };
+        query.after = Some(last.seq);
+        for e in page {
+            match e.status {
+                201 => created.extend(e.resource_id),
+                409 => _ = refusals.insert(e.request_id),
+                _ => {}
+            }
+        }
+    }
+    let refused = refused.lock().unwrap().clone();
+    let unaudited: Vec<&String> = acked.iter().filter(|id| !created.contains(*id)).collect();
+    let unaudited_refusals: Vec<&String> = refused.iter().filter(|id| !refusals.contains(*id)).collect();
+    assert!(
+        unaudited.is_empty() && unaudited_refusals.is_empty() && !refused.is_empty(),
+        "{} of {} acknowledged creates and {} of {} refused ones have no audit entry: {:?} {:?}",
+        unaudited.len(),
+        acked.len(),
+        unaudited_refusals.len(),
+        refused.len(),
+        &unaudited[..unaudited.len().min(5)],
+        &unaudited_refusals[..unaudited_refusals.len().min(5)]
     );
 }
 

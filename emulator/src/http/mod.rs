@@ -35,9 +35,9 @@ use self::auth::{Role, Tokens};
 use self::metrics::Metrics;
 use crate::config::Config;
 use crate::db::{Db, now_ms};
-use crate::error::{ApiError, ErrorCode, REQUEST_ID};
+use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
-use crate::store::audit::{AuditSink, Record};
+use crate::store::audit::{AuditSink, CallContext, Record};
 
 /// Everything a handler needs.
 #[derive(Clone, Debug)]
@@ -108,6 +108,8 @@ struct Operations(HashMap<(Method, String), Operation>);
 struct Operation {
     name: String,
     role: Role,
+    /// The status of success: 201 for a create, else 200.
+    success: u16,
 }
 
 impl Operations {
@@ -126,7 +128,8 @@ impl Operations {
                 let security = serde_json::to_string(&op.security).unwrap_or_default();
                 let role = if security.contains("\"user\"") { Role::User } else { Role::Admin };
                 let name = op.operation_id.clone().unwrap_or_else(|| path.clone());
-                map.insert((method, path.clone()), Operation { name, role });
+                let success = if op.responses.responses.contains_key("201") { 201 } else { 200 };
+                map.insert((method, path.clone()), Operation { name, role, success });
             }
         }
         Self(map)
@@ -266,13 +269,31 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         .and_then(|p| p.iter().last().map(|(_, v)| v.to_string()));
     let req = Request::from_parts(parts, body);
     let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let entry = Record {
+        time_ms: 0,
+        request_id: request_id.clone(),
+        role: role.map_or("anonymous", Role::as_str),
+        operation: op.as_ref().map_or_else(|| "Unknown".to_string(), |o| o.name.clone()),
+        method: method.to_string(),
+        path,
+        resource_id: None,
+        status: 0,
+        error_code: None,
+        latency_us: 0,
+        fault: None,
+    };
+    // A change is audited in its own transaction, as if it succeeds (see store::audit).
+    let mutating = !matches!(method, Method::GET | Method::HEAD);
+    let change =
+        op.as_ref().filter(|_| mutating).map(|o| (Record { status: o.success, ..entry.clone() }, st.audit.clone()));
+    let ctx = CallContext::new(request_id.clone(), change);
 
     let mut fault = None;
-    let mut resp = REQUEST_ID
-        .scope(request_id.clone(), async {
+    let mut resp = ctx
+        .scope(async {
             match (&op, role) {
                 (None, _) if route.is_none() => next.run(req).await,
-                (None, _) => ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {path}"))
+                (None, _) => ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {}", entry.path))
                     .into_response(),
                 (Some(_), None) => {
                     let mut r = ApiError::new(
@@ -315,23 +336,25 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
-    let operation = op.map(|o| o.name).unwrap_or_else(|| "Unknown".to_string());
     let status = resp.status().as_u16();
     let elapsed = started.elapsed();
-    st.metrics.observe(&operation, status, elapsed.as_secs_f64());
-    st.audit.record(Record {
+    st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
+    let record = Record {
         time_ms: now_ms(),
-        request_id,
-        role: role.map_or("anonymous", Role::as_str),
-        operation,
-        method: method.to_string(),
-        path,
         resource_id: resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id),
         status,
         error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
         latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
         fault: fault.clone(),
-    });
+        ..entry
+    };
+    match ctx.written() {
+        // Written with the change, and the answer is the one it was written as.
+        Some((_, w)) if (w.status, &w.resource_id, &w.fault) == (status, &record.resource_id, &record.fault) => {}
+        Some((seq, _)) => st.audit.amend(seq, &record).await,
+        None if mutating => st.audit.record_now(record).await,
+        None => st.audit.record(record),
+    }
     if let Some(f) = fault {
         st.metrics.fault_injected(&f);
     }

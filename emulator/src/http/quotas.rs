@@ -53,7 +53,7 @@ async fn set_quota(
     ApiJson(req): ApiJson<SetQuotaRequest>,
 ) -> Result<Response> {
     let quota = parse_name(&name)?;
-    quotas::set(st.db.writer(), quota, req.limit).await?;
+    quotas::set(&st.db, quota, req.limit).await?;
     tracing::info!(%quota, limit = req.limit, "quota set");
     Ok(reply(StatusCode::OK, &name, quotas::get(st.db.writer(), quota, now_ms()).await?))
 }

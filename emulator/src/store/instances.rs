@@ -10,7 +10,7 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
-use super::{begin, idempotency, ipam, lifecycle, quotas};
+use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Timings};
 use crate::db::{Db, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
@@ -191,7 +191,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         return Err(e.into());
     }
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     let row = Row {
         seq: 0,
         id,
@@ -319,7 +319,7 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
         ipam::release(&mut tx, id).await?;
     }
     let inst = fetch(&mut *tx, cfg, id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, id).await?;
     Ok(inst)
 }
 
@@ -391,6 +391,6 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
         }
         reclaimed.push(fetch(&mut *tx, cfg, &inst.id, now).await?);
     }
-    tx.commit().await?;
+    audit::commit(tx, "").await?;
     Ok(reclaimed)
 }

@@ -10,7 +10,7 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
-use super::{begin, idempotency, ipam, lifecycle, quotas};
+use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Pool};
 use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique};
@@ -288,7 +288,7 @@ pub async fn create(
     .await
     .map_err(conflict_on_unique(codes::LOAD_BALANCER_ALREADY_EXISTS, || format!("load balancer name {:?} is in use", req.name)))?;
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;
     Ok((lb, false))
 }
@@ -331,7 +331,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     .execute(&mut *tx)
     .await?;
     let lb = fetch(&mut *tx, id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, id).await?;
     Ok(lb)
 }
 
@@ -360,7 +360,7 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
     lb.address = None;
     lb.dns_name = None;
     lb.updated_at = rfc3339(now);
-    tx.commit().await?;
+    audit::commit(tx, id).await?;
     Ok(lb)
 }
 

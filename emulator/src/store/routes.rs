@@ -4,7 +4,7 @@ use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Rout
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
-use super::{begin, idempotency, quotas};
+use super::{audit, begin, idempotency, quotas};
 use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique};
 use crate::validate;
@@ -81,7 +81,7 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
         .bind(&id)
         .fetch_one(&mut *tx)
         .await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     Ok(row.into())
 }
 
@@ -102,7 +102,7 @@ pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
         ));
     }
     sqlx::query("DELETE FROM route_tables WHERE id = ?1").bind(&table_id).execute(&mut *tx).await?;
-    tx.commit().await?;
+    audit::commit(tx, &table_id).await?;
     Ok(row.into())
 }
 
@@ -209,7 +209,7 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
         .await
         .map_err(conflict_on_unique(codes::ROUTE_ALREADY_EXISTS, || format!("route table {table_id} already has a route to {}", req.destination)))?;
     idempotency::record(&mut tx, &op_key, key, &request_json, &id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     let route = RouteRow {
         id,
         route_table_id: table_id,
@@ -233,6 +233,6 @@ pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
         ));
     }
     sqlx::query("DELETE FROM routes WHERE id = ?1").bind(route_id).execute(&mut *tx).await?;
-    tx.commit().await?;
+    audit::commit(tx, route_id).await?;
     Ok(route)
 }
