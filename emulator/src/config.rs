@@ -18,6 +18,8 @@ pub struct Config {
     pub seed: Option<u64>,
     /// Where snapshots are written; `None` is the database's directory.
     pub snapshot_dir: Option<PathBuf>,
+    /// Timeouts and the cap of client connections.
+    pub connections: crate::listener::Limits,
 }
 
 #[derive(Debug, Clone)]
@@ -195,6 +197,7 @@ impl Default for Config {
             audit_max_entries: 100_000,
             seed: None,
             snapshot_dir: None,
+            connections: crate::listener::Limits::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod db;
 pub mod error;
 pub mod faults;
 pub mod http;
+pub mod listener;
 pub mod server;
 pub mod snapshot;
 pub mod store;

@@ -46,15 +46,10 @@ impl Server {
             TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
+        let limits = cfg.connections.clone();
         let (router, state) = http::app(db, cfg, tokens).await?;
-        let (shutdown, mut rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await
-        });
+        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::listener::serve(listener, router, limits, rx));
         Ok(Self { addr, state, shutdown, task, ticker })
     }
 

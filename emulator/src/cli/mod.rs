@@ -64,7 +64,7 @@ pub enum Format {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the emulator.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create, list, inspect, stop, start and terminate instances.
     #[command(subcommand)]
     Instance(InstanceCmd),
@@ -337,7 +337,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let out = Output::new(cli.conn.output);
     let conn = &cli.conn;
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Instance(cmd) => {
             let client = conn.client(false)?;
             match cmd {
