@@ -217,7 +217,8 @@ pub struct Route {
     pub id: String,
     pub route_table_id: String,
     pub name: String,
-    /// Exactly as it was created: CCMs compare it textually.
+    /// The network in canonical form (IPv6 lowercase and compressed, as Go and Kubernetes print it), so CCMs
+    /// can compare it with a node's pod CIDR as text.
     pub destination: String,
     pub target_instance: String,
     pub state: RouteState,
@@ -228,7 +229,8 @@ pub struct Route {
 #[serde(deny_unknown_fields)]
 pub struct CreateRouteRequest {
     pub name: String,
-    /// A network in CIDR form (host bits zero), IPv4 or IPv6.
+    /// A network in CIDR form (host bits zero, no leading zeros in IPv4 octets), IPv4 or IPv6. A table has one
+    /// route per network: `fd00:0::/64` and `FD00::/64` are `fd00::/64`.
     pub destination: String,
     /// Instance ID the traffic goes to.
     pub target_instance: String,

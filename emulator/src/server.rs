@@ -41,6 +41,7 @@ impl Server {
         let db = Db::open(db).await?;
         let mut tx = db.write().await.map_err(crate::error::ApiError::from)?;
         store::routes::ensure_main_table(&mut tx).await?;
+        store::routes::canonicalize_destinations(&mut tx).await?;
         tx.commit().await.map_err(crate::error::ApiError::from)?;
         let listener =
             TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;

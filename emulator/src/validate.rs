@@ -1,6 +1,7 @@
 //! Input checks shared by the resources. Each error names the field and says what a valid value looks like.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use fakecloud_api::codes;
 use fakecloud_api::limits::WINDOW_SECONDS_MAX;
@@ -66,14 +67,29 @@ pub fn tag_key(field: &str, k: &str) -> Result<()> {
     Ok(())
 }
 
-/// A network in CIDR form. With `strict`, host bits must be zero (a route destination); the text is kept as given.
+/// A network in CIDR form. With `strict`, host bits must be zero (a route destination). IPv4 octets with
+/// leading zeros are refused: some parsers read `010` as octal 8, others as decimal 10.
 pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
-    let net: IpNet = value.parse().map_err(|_| {
+    let bad = |why: &str| {
         ApiError::bad_request(
             codes::INVALID_CIDR,
-            format!("{field}: {value:?} is not a CIDR such as 10.244.1.0/24 or fd00::/64"),
+            format!("{field}: {value:?} is not a CIDR such as 10.244.1.0/24 or fd00::/64{why}"),
         )
+    };
+    let (addr, prefix) = value.split_once('/').ok_or_else(|| bad(""))?;
+    // std's parser, unlike ipnet's, refuses leading zeros (in IPv4 and in IPv4 embedded in IPv6).
+    let addr: IpAddr = addr.parse().map_err(|_| {
+        let zero_led =
+            |octet: &str| octet.len() > 1 && octet.starts_with('0') && octet.bytes().all(|b| b.is_ascii_digit());
+        let dotted = addr.rsplit(':').next().unwrap_or(addr);
+        bad(if dotted.contains('.') && dotted.split('.').any(zero_led) {
+            " (IPv4 octets must not have leading zeros)"
+        } else {
+            ""
+        })
     })?;
+    let prefix: u8 = prefix.parse().map_err(|_| bad(""))?;
+    let net = IpNet::new(addr, prefix).map_err(|_| bad(""))?;
     if strict && net.trunc() != net {
         return Err(ApiError::bad_request(
             codes::INVALID_CIDR,
@@ -153,6 +169,10 @@ mod tests {
         assert!(err.message.contains("did you mean 10.244.1.0/24"), "{}", err.message);
         assert_eq!(cidr("destination", "10.0.0.0/33", true).unwrap_err().code, codes::INVALID_CIDR);
         assert!(cidr("source_ranges[0]", "10.1.2.3/8", false).is_ok());
+        for zeros in ["010.0.0.0/8", "10.0.0.00/32", "::ffff:10.0.0.01/128"] {
+            assert!(cidr("destination", zeros, false).unwrap_err().message.contains("leading zeros"), "{zeros}");
+        }
+        assert_eq!(cidr("destination", "FD00:0::/64", true).unwrap().to_string(), "fd00::/64");
     }
 
     #[test]
