@@ -134,3 +134,40 @@ async fn quota_values_are_validated() {
     assert_eq!(s, 400);
     assert!(b["error"]["message"].as_str().unwrap().starts_with("limit:"), "{b}");
 }
+
+/// A body is exactly one JSON object: not an array (which serde would read as a struct's fields in order), not
+/// a scalar, and nothing after the object. Checked in the one JSON extractor, so every operation with a body
+/// gets it.
+#[tokio::test]
+async fn bodies_are_exactly_one_json_object() {
+    let emu = Emu::start().await;
+    let node = emu.instance("node-1").await;
+    let route = format!(r#"{{"name":"r","destination":"10.244.0.0/24","target_instance":"{}"}}"#, node.id);
+    let bodies: &[(Method, &str, &str)] = &[
+        (Method::POST, "/v1/instances", r#"{"name":"node-2"}"#),
+        (Method::POST, "/v1/route-tables", r#"{"name":"pods"}"#),
+        (Method::POST, "/v1/route-tables/main/routes", &route),
+        (Method::PUT, "/v1/quotas/instances", r#"{"limit":5}"#),
+        (Method::PUT, "/v1/rate-limits/x", r#"{"capacity":5,"refill_per_second":1}"#),
+    ];
+    for (method, path, good) in bodies {
+        for (body, code, needle) in [
+            ("[7]".to_string(), codes::INVALID_PARAMETER, "body: must be a JSON object"),
+            (r#"["x"]"#.to_string(), codes::INVALID_PARAMETER, "got an array"),
+            ("7".to_string(), codes::INVALID_PARAMETER, "got a number"),
+            ("null".to_string(), codes::INVALID_PARAMETER, "got null"),
+            (format!("{good} garbage"), codes::INVALID_JSON, "trailing"),
+            (format!("{good}{good}"), codes::INVALID_JSON, "trailing"),
+            (format!("{good},"), codes::INVALID_JSON, "trailing"),
+        ] {
+            let (status, reply) = emu.raw(method.clone(), path, Some(ADMIN), Some((JSON, &body))).await;
+            let err = &reply["error"];
+            assert_eq!((status, err["code"].as_str().unwrap_or("")), (400, code), "{method} {path} {body}: {reply}");
+            assert!(err["message"].as_str().unwrap().contains(needle), "{method} {path} {body}: {reply}");
+        }
+        let (status, reply) = emu.raw(method.clone(), path, Some(ADMIN), Some((JSON, &format!(" {good} \n")))).await;
+        assert!(status < 300, "{method} {path}: whitespace around the object is fine: {reply}");
+    }
+    // Nothing was created by the refused bodies.
+    assert_eq!(emu.user.list_route_tables().await.unwrap().items.len(), 2, "main and pods");
+}

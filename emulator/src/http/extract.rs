@@ -34,9 +34,26 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// A request body: exactly one JSON object. serde alone would read a struct from an array (its fields in
+/// order: `["x"]` as `{"name":"x"}`) and would stop after the first value, ignoring whatever follows.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let not_an_object = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b'-' | b'0'..=b'9') => Some("a number"),
+        Some(b't' | b'f') => Some("a boolean"),
+        Some(b'n') => Some("null"),
+        // An object, nothing at all, or not JSON: serde says which.
+        _ => None,
+    };
+    if let Some(kind) = not_an_object {
+        return Err(ApiError::bad_request(
+            codes::INVALID_PARAMETER,
+            format!("body: must be a JSON object, got {kind}"),
+        ));
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         match inner.classify() {
@@ -46,7 +63,11 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
             _ => ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {inner}")),
         }
-    })
+    })?;
+    de.end().map_err(|e| {
+        ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {e} (the body must be one JSON object)"))
+    })?;
+    Ok(value)
 }
 
 /// A query string, with the same error envelope.
