@@ -19,3 +19,21 @@ pub const WINDOW_SECONDS_MAX: f64 = 7.0 * 86400.0;
 pub const NOTICE_SECONDS_MAX: f64 = 86400.0;
 /// Random spot reclamations per minute.
 pub const SPOT_RATE_PER_MINUTE_MAX: f64 = 600.0;
+
+/// `page_size` of list calls.
+pub const PAGE_SIZE_MIN: u32 = 1;
+pub const PAGE_SIZE_MAX: u32 = 1000;
+pub const PAGE_SIZE_DEFAULT: u32 = 100;
+/// `limit` of audit reads.
+pub const AUDIT_LIMIT_MIN: u32 = 1;
+pub const AUDIT_LIMIT_MAX: u32 = 10_000;
+pub const AUDIT_LIMIT_DEFAULT: u32 = 1000;
+/// Ports: 0 is not a port.
+pub const PORT_MIN: u16 = 1;
+/// A health check's interval, in seconds.
+pub const HEALTH_INTERVAL_MIN: u32 = 1;
+pub const HEALTH_INTERVAL_MAX: u32 = 300;
+/// Tags on an instance.
+pub const TAGS_MAX: usize = 50;
+/// A load balancer needs at least this many listeners.
+pub const LISTENERS_MIN: usize = 1;

@@ -9,10 +9,10 @@ use fakecloud_api::codes;
 
 use crate::db::Db;
 use crate::error::{ApiError, Result};
+use crate::validate::SNAPSHOT_NAME;
 
 /// The field a snapshot's name arrives in.
 const FIELD: &str = "name";
-pub const NAME_MAX: usize = 128;
 
 /// The file `requested` names in `dir`, if it is an acceptable snapshot name. For compatibility a full path is
 /// accepted when it names a file directly in `dir` (which must be canonical).
@@ -31,21 +31,18 @@ pub fn target(dir: &Path, requested: &str) -> Result<PathBuf> {
             ));
         }
     };
+    let max = SNAPSHOT_NAME.max_chars;
     let problem = if name.is_empty() {
-        Some("must not be empty".to_string())
+        "must not be empty".to_string()
     } else if name.starts_with('.') {
-        Some("must not start with '.'".to_string())
-    } else if name.len() > NAME_MAX {
-        Some(format!("must be at most {NAME_MAX} characters (got {})", name.len()))
-    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-        Some(format!("{name:?} may contain only letters, digits, '.', '_' and '-'"))
+        "must not start with '.'".to_string()
+    } else if name.chars().count() > max {
+        format!("must be at most {max} characters (got {})", name.chars().count())
     } else {
-        None
+        // The rule itself, as the OpenAPI document states it; the cases above only say more precisely why.
+        return SNAPSHOT_NAME.check(FIELD, name).map(|()| dir.join(name));
     };
-    match problem {
-        Some(p) => Err(ApiError::invalid(FIELD, p)),
-        None => Ok(dir.join(name)),
-    }
+    Err(ApiError::invalid(FIELD, problem))
 }
 
 fn exists(target: &Path) -> ApiError {

@@ -292,7 +292,7 @@ impl FaultEngine {
 
     pub async fn set_limit(&self, id: &str, spec: SetRateLimitRequest) -> Result<RateLimit> {
         let _edit = self.edit.lock().await;
-        crate::validate::simple_name("id", id)?;
+        crate::validate::NAME.check("id", id)?;
         let limit = ActiveLimit::new(id, spec, &self.operations)?;
         self.persist("rate_limit", id, 0, &limit.stored()).await?;
         let mut limits = self.limits.write().await;

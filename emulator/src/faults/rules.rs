@@ -58,19 +58,12 @@ fn error_status(field: &str, status: u16) -> Result<StatusCode> {
         .ok_or_else(|| invalid(field, format!("must be an HTTP error status, 400-599 (got {status})")))
 }
 
-fn error_code(field: &str, code: &str) -> Result<()> {
-    if code.is_empty() || code.len() > 100 || !code.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-        return Err(invalid(field, format!("{code:?} must be 1-100 letters, digits, '.', '_' or '-'")));
-    }
-    Ok(())
-}
-
 /// Checked when a rule is built, so that a stored rule is checked again when it is restored.
 fn check_action(action: &FaultAction) -> Result<()> {
     match action {
         FaultAction::Error { status, code, headers, .. } => {
             error_status("action.status", *status)?;
-            error_code("action.code", code)?;
+            validate::FAULT_CODE.check("action.code", code)?;
             for (k, v) in headers {
                 let ok = axum::http::HeaderName::try_from(k.as_str()).is_ok()
                     && axum::http::HeaderValue::try_from(v.as_str()).is_ok();
@@ -81,7 +74,7 @@ fn check_action(action: &FaultAction) -> Result<()> {
         }
         FaultAction::ApplyThenFail { status, code, .. } => {
             error_status("action.status", *status)?;
-            error_code("action.code", code)?;
+            validate::FAULT_CODE.check("action.code", code)?;
         }
         FaultAction::Latency { ms, jitter_ms } => {
             validate::in_range("action.ms", *ms, 0, LATENCY_MAX_MS)?;
@@ -122,7 +115,7 @@ impl ActiveRule {
         seed: u64,
         now: i64,
     ) -> Result<Self> {
-        crate::validate::simple_name("id", &id)?;
+        validate::NAME.check("id", &id)?;
         for (i, op) in matcher.operations.iter().enumerate() {
             let field = format!("match.operations[{i}]");
             let pat =
@@ -139,7 +132,7 @@ impl ActiveRule {
                 .map_err(|e| invalid(&format!("match.names[{i}]"), format!("{n:?} is not a valid glob: {e}")))?;
         }
         for (i, t) in matcher.tags.iter().enumerate() {
-            crate::validate::tag_key(&format!("match.tags[{i}]"), t.split_once('=').map_or(t.as_str(), |(k, _)| k))?;
+            validate::TAG_FILTER.check(&format!("match.tags[{i}]"), t)?;
         }
         for (i, m) in matcher.methods.iter().enumerate() {
             if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&m.as_str()) {

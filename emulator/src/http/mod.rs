@@ -11,6 +11,7 @@ mod instances;
 mod load_balancers;
 pub mod metrics;
 mod network;
+mod openapi;
 mod quotas;
 
 use std::collections::HashMap;
@@ -18,13 +19,13 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, RawPathParams, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use fakecloud_api::{NoResponseMode, REQUEST_ID_HEADER, codes};
+use fakecloud_api::{NoResponseMode, REPLAYED_HEADER, REQUEST_ID_HEADER, codes};
 use serde::Serialize;
 use tower_http::catch_panic::CatchPanicLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -38,6 +39,9 @@ use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
 use crate::store::audit::{AuditSink, CallContext, Record};
+
+/// The largest request body read, in bytes.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// Everything a handler needs.
 #[derive(Clone, Debug)]
@@ -79,7 +83,9 @@ impl Deref for AppState {
     info(
         title = "fakecloud",
         description = "A local cloud emulator: instances, networks and route tables, load balancers, quotas and an audit log. \
-                       Every call needs `Authorization: Bearer <token>`; admin calls need the admin token."
+                       Every call needs `Authorization: Bearer <token>`; admin calls need the admin token. Every error \
+                       has the body `ErrorBody`; a method a path does not have is answered as \
+                       `components.responses.MethodNotAllowed` (405, with `Allow`)."
     ),
     modifiers(&BearerTokens),
     components(schemas(fakecloud_api::ErrorBody))
@@ -164,7 +170,7 @@ pub fn reply<T: Serialize>(status: StatusCode, id: &str, body: T) -> Response {
 pub fn created<T: Serialize>(id: &str, body: T, replayed: bool) -> Response {
     let mut resp = reply(if replayed { StatusCode::OK } else { StatusCode::CREATED }, id, body);
     if replayed {
-        resp.headers_mut().insert("Idempotent-Replayed", HeaderValue::from_static("true"));
+        resp.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     resp
 }
@@ -178,11 +184,6 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(audit::router())
         .merge(admin::router())
         .merge(faults::router())
-}
-
-/// The OpenAPI document, as served at `/openapi.json`.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().split_for_parts().1
 }
 
 /// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
@@ -204,6 +205,8 @@ async fn assemble(
     let faults = Arc::new(FaultEngine::load(db.clone(), seed, operations.names()).await?);
     let background = vec![faults.spawn_spot_ticker(cfg.clone())];
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
+    let openapi =
+        serde_json::to_string_pretty(&openapi::document(&spec, &cfg, &operations.names())).unwrap_or_default();
     let state = AppState(Arc::new(Inner {
         db,
         cfg,
@@ -213,13 +216,14 @@ async fn assemble(
         faults,
         background,
         operations,
-        openapi: spec.to_pretty_json().unwrap_or_default(),
+        openapi,
     }));
     let router = router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(serve_metrics))
         .route("/openapi.json", get(serve_openapi))
         .fallback(|| async { ApiError::not_found(codes::NOT_FOUND, "no such API path; see /openapi.json") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // Inside the gatekeeper, so a panicking call still gets its request ID and audit entry.
         .layer(CatchPanicLayer::custom(on_panic))
         .layer(middleware::from_fn_with_state(state.clone(), gatekeeper))
@@ -394,7 +398,7 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option
         return (None, req);
     }
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         return (None, Request::from_parts(parts, axum::body::Body::empty()));
     };
     let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();

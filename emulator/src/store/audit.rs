@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fakecloud_api::limits::{AUDIT_LIMIT_DEFAULT, AUDIT_LIMIT_MAX, AUDIT_LIMIT_MIN};
 use fakecloud_api::{AuditEntry, AuditQuery};
 use tokio::sync::Notify;
 
@@ -306,11 +307,12 @@ struct Row {
 }
 
 pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
-    let limit = match q.limit {
-        None => 1000,
-        Some(n @ 1..=10_000) => i64::from(n),
-        Some(n) => return Err(ApiError::invalid("limit", format!("must be between 1 and 10000 (got {n})"))),
-    };
+    let limit = i64::from(crate::validate::in_range(
+        "limit",
+        q.limit.unwrap_or(AUDIT_LIMIT_DEFAULT),
+        AUDIT_LIMIT_MIN,
+        AUDIT_LIMIT_MAX,
+    )?);
     let since = match &q.since {
         None => None,
         Some(s) => Some(

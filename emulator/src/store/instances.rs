@@ -98,7 +98,7 @@ pub async fn get(db: &Db, cfg: &Config, id: &str) -> Result<Instance> {
 /// Returns the instance and whether it was an idempotent replay.
 pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Option<&str>) -> Result<(Instance, bool)> {
     let topo = &cfg.topology;
-    validate::dns_subdomain("name", &req.name)?;
+    validate::INSTANCE_NAME.check("name", &req.name)?;
     let zone = match &req.zone {
         Some(z) => z.clone(),
         None => topo.zones[0].0.clone(),
@@ -239,7 +239,7 @@ pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<Insta
             Some((k, v)) => (k, Some(v)),
             None => (tag.as_str(), None),
         };
-        validate::tag_key("tag", k)?;
+        validate::TAG_FILTER.check("tag", tag)?;
         let path = format!("$.\"{k}\"");
         match v {
             Some(v) => {
@@ -351,9 +351,8 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
         targets.push(row.into_api(&cfg.topology.region)?);
     }
     if let Some(tag) = &req.tag {
-        let (k, v) =
-            tag.split_once('=').ok_or_else(|| ApiError::invalid("tag", format!("{tag:?} is not key=value")))?;
-        validate::tag_key("tag", k)?;
+        validate::TAG_PAIR.check("tag", tag)?;
+        let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
         let q = format!("{SELECT} WHERE market = 'spot' AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
         let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
             .bind(now)

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
+use fakecloud_api::limits::{HEALTH_INTERVAL_MAX, HEALTH_INTERVAL_MIN, LISTENERS_MIN};
 use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, ListLoadBalancersQuery, Listener, LoadBalancer,
     LoadBalancerList, LoadBalancerState, QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
@@ -109,8 +110,8 @@ fn json<T: serde::Serialize>(v: &T) -> Result<String> {
 }
 
 fn check_listeners(listeners: &[Listener]) -> Result<()> {
-    if listeners.is_empty() {
-        return Err(ApiError::invalid("listeners", "at least one listener is needed"));
+    if listeners.len() < LISTENERS_MIN {
+        return Err(ApiError::invalid("listeners", format!("at least {LISTENERS_MIN} listener is needed")));
     }
     let mut seen = HashSet::new();
     for (i, l) in listeners.iter().enumerate() {
@@ -128,9 +129,7 @@ fn check_listeners(listeners: &[Listener]) -> Result<()> {
 
 fn check_health(hc: &HealthCheck) -> Result<()> {
     validate::port("health_check.port", hc.port)?;
-    if !(1..=300).contains(&hc.interval_seconds) {
-        return Err(ApiError::invalid("health_check.interval_seconds", "must be between 1 and 300"));
-    }
+    validate::in_range("health_check.interval_seconds", hc.interval_seconds, HEALTH_INTERVAL_MIN, HEALTH_INTERVAL_MAX)?;
     match (hc.protocol, &hc.path) {
         (HealthCheckProtocol::Http, Some(p)) if p.starts_with('/') => Ok(()),
         (HealthCheckProtocol::Http, _) => {
@@ -204,7 +203,7 @@ pub async fn create(
     req: &CreateLoadBalancerRequest,
     key: Option<&str>,
 ) -> Result<(LoadBalancer, bool)> {
-    validate::simple_name("name", &req.name)?;
+    validate::NAME.check("name", &req.name)?;
     check_listeners(&req.listeners)?;
     check_source_ranges(&req.source_ranges)?;
     if let Some(hc) = &req.health_check {

@@ -86,7 +86,7 @@ pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
 }
 
 pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<RouteTable> {
-    validate::simple_name("name", &req.name)?;
+    validate::NAME.check("name", &req.name)?;
     let (mut tx, now) = begin(db).await?;
     let id = new_id("rtb");
     sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES (?1, ?2, 0, ?3)")
@@ -180,9 +180,7 @@ async fn fetch<'e>(exec: impl SqliteExecutor<'e>, id: &str, now: i64) -> Result<
 
 /// Returns the route and whether it was an idempotent replay.
 pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<&str>) -> Result<(Route, bool)> {
-    if req.name.is_empty() || req.name.len() > 255 {
-        return Err(ApiError::invalid("name", "must be 1-255 characters"));
-    }
+    validate::ROUTE_NAME.check("name", &req.name)?;
     // Stored canonically, so the unique index sees one network however it is written.
     let destination = validate::cidr("destination", &req.destination, true)?.to_string();
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
