@@ -1,8 +1,9 @@
 //! Extractors whose rejections use the API's error envelope and name the offending field.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
-use axum::http::{HeaderMap, header, request::Parts};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::{HeaderMap, StatusCode, header, request::Parts};
 use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, codes};
 use serde::de::DeserializeOwned;
 
@@ -22,16 +23,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             });
         if !is_json {
             return Err(ApiError::new(
-                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 codes::UNSUPPORTED_MEDIA_TYPE,
                 "send the body as JSON with Content-Type: application/json",
             ));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            ApiError::new(e.status(), codes::INVALID_JSON, format!("cannot read the request body: {}", e.body_text()))
-        })?;
+        let bytes = Bytes::from_request(req, state).await.map_err(body_rejection)?;
         parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// A body that could not be read: over the size limit (413), or cut off.
+pub fn body_rejection(e: BytesRejection) -> ApiError {
+    let status = e.status();
+    let code = if status == StatusCode::PAYLOAD_TOO_LARGE { codes::PAYLOAD_TOO_LARGE } else { codes::INVALID_JSON };
+    let limit = super::MAX_BODY_BYTES;
+    let detail =
+        if code == codes::PAYLOAD_TOO_LARGE { format!("the body is over {limit} bytes") } else { e.body_text() };
+    ApiError::new(status, code, format!("cannot read the request body: {detail}"))
 }
 
 /// A request body: exactly one JSON object. serde alone would read a struct from an array (its fields in
@@ -68,6 +77,20 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {e} (the body must be one JSON object)"))
     })?;
     Ok(value)
+}
+
+/// Path parameters, with the same error envelope (a percent-encoded ID that is not UTF-8, say).
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::bad_request(codes::INVALID_PARAMETER, format!("path: {}", e.body_text()))),
+        }
+    }
 }
 
 /// A query string, with the same error envelope.

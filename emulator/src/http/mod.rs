@@ -19,7 +19,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, RawPathParams, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -141,8 +141,25 @@ impl Operations {
         Self(map)
     }
 
+    /// The operation `method` calls on `route`; HEAD calls a GET operation, without the body.
     fn get(&self, method: &Method, route: &str) -> Option<&Operation> {
+        let method = if method == Method::HEAD { &Method::GET } else { method };
         self.0.get(&(method.clone(), route.to_string()))
+    }
+
+    /// The methods `route` has, for `Allow` (`None`: not an API route).
+    fn allow(&self, route: &str) -> Option<String> {
+        let has = |m: &Method| self.0.contains_key(&(m.clone(), route.to_string()));
+        let mut methods = Vec::new();
+        for m in [Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            if has(&m) {
+                methods.push(m.to_string());
+                if m == Method::GET {
+                    methods.push(Method::HEAD.to_string());
+                }
+            }
+        }
+        (!methods.is_empty()).then(|| methods.join(", "))
     }
 
     /// Every operation name, sorted.
@@ -261,8 +278,9 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     let path = req.uri().path().to_string();
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
     let op = route.as_deref().and_then(|r| st.operations.get(&method, r)).cloned();
-    // Health, metrics and the spec are open to all and not audited.
-    if route.is_some() && op.is_none() && !path.starts_with("/v1") {
+    let mutating = !matches!(method, Method::GET | Method::HEAD);
+    // Health, metrics and the spec are open to all and not audited; other methods on them get the 405 below.
+    if route.is_some() && op.is_none() && !path.starts_with("/v1") && !mutating {
         return next.run(req).await;
     }
     let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
@@ -287,7 +305,6 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         fault: None,
     };
     // A change is audited in its own transaction, as if it succeeds (see store::audit).
-    let mutating = !matches!(method, Method::GET | Method::HEAD);
     let change =
         op.as_ref().filter(|_| mutating).map(|o| (Record { status: o.success, ..entry.clone() }, st.audit.clone()));
     let ctx = CallContext::new(request_id.clone(), change);
@@ -297,8 +314,16 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         .scope(async {
             match (&op, role) {
                 (None, _) if route.is_none() => next.run(req).await,
-                (None, _) => ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {}", entry.path))
-                    .into_response(),
+                (None, _) => {
+                    // The open endpoints (health, metrics, the spec) are GET only.
+                    let allow = route.as_deref().and_then(|r| st.operations.allow(r)).unwrap_or_else(|| "GET, HEAD".into());
+                    let message = format!("{method} is not allowed on {}; it allows {allow}", entry.path);
+                    let mut r = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, message).into_response();
+                    if let Ok(v) = HeaderValue::from_str(&allow) {
+                        r.headers_mut().insert(header::ALLOW, v);
+                    }
+                    r
+                }
                 (Some(_), None) => {
                     let mut r = ApiError::new(
                         StatusCode::UNAUTHORIZED,
@@ -316,13 +341,18 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                     let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
                     let admin_only = op.role == Role::Admin;
                     let (subject, req) = if !admin_only && st.faults().wants_subject().await {
-                        describe(&st, path_id.as_deref(), req).await
+                        match describe(&st, path_id.as_deref(), req).await {
+                            Ok(described) => described,
+                            Err(e) => return e.into_response(),
+                        }
                     } else {
                         (None, req)
                     };
+                    // Faults see a HEAD as the GET it is.
+                    let call_method = if method == Method::HEAD { Method::GET } else { method.clone() };
                     let call = Call {
                         operation: &op.name,
-                        method: &method,
+                        method: &call_method,
                         resource_id: path_id.as_deref(),
                         role,
                         admin_only,
@@ -331,7 +361,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                     };
                     let verdict = st.faults().judge(&call).await;
                     let resp = apply(verdict, req, next, &st, path_id.as_deref(), &mut fault).await;
-                    if method == Method::GET { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await } else { resp }
+                    if mutating { resp } else { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await }
                 }
             }
         })
@@ -367,7 +397,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
 
 /// What a call is about, for faults that match on zone, name or tag: the instance or load balancer named in
 /// the path, or what a create's JSON body asks for (the body is read and put back).
-async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option<Subject>, Request) {
+async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> Result<(Option<Subject>, Request), ApiError> {
     let db = st.db.reader();
     if let Some(id) = path_id {
         let row: Option<(String, Option<String>, Option<String>)> = if id.starts_with("i-") {
@@ -392,15 +422,15 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option
             zone,
             tags: tags.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
         });
-        return (subject, req);
+        return Ok((subject, req));
     }
     if req.method() != Method::POST {
-        return (None, req);
+        return Ok((None, req));
     }
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return (None, Request::from_parts(parts, axum::body::Body::empty()));
-    };
+    let bytes = axum::body::Bytes::from_request(Request::from_parts(parts.clone(), body), &())
+        .await
+        .map_err(extract::body_rejection)?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let text = |k: &str| value.get(k).and_then(|v| v.as_str()).map(str::to_string);
     let subject = Subject {
@@ -408,7 +438,7 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option
         zone: text("zone"),
         tags: value.get("tags").and_then(|t| serde_json::from_value(t.clone()).ok()).unwrap_or_default(),
     };
-    (Some(subject), Request::from_parts(parts, axum::body::Body::from(bytes)))
+    Ok((Some(subject), Request::from_parts(parts, axum::body::Body::from(bytes))))
 }
 
 /// The API representation of an instance or load balancer, for eventual consistency's "previous version".
