@@ -89,3 +89,54 @@ async fn a_thousand_idle_connections_do_not_lock_other_clients_out() {
     })
     .await;
 }
+
+/// A call refused before its body was read (401, 403), whose body arrives after the answer: the answer says
+/// `Connection: close`, or else the connection must still serve the next request — a pooling client would send
+/// it there.
+#[tokio::test]
+async fn a_refusal_before_the_body_leaves_the_connection_usable_or_says_close() {
+    let emu = common::Emu::start().await;
+    let addr = emu.url().trim_start_matches("http://").to_string();
+    // Whether the answer says close depends on a race inside hyper: try each case a number of times.
+    let cases = ["", "Authorization: Bearer user-token-0123456789abcdef\r\n"];
+    for auth in cases.iter().cycle().take(40) {
+        let mut conn = TcpStream::connect(&addr).await.unwrap();
+        let body = r#"{"limit":5}"#;
+        let head = format!(
+            "PUT /v1/quotas/instances HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut conn).await;
+        assert!(answer.starts_with("HTTP/1.1 401") || answer.starts_with("HTTP/1.1 403"), "{answer}");
+        // The body, late, then the next request on the same connection.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let says_close = answer.to_ascii_lowercase().contains("\r\nconnection: close\r\n");
+        let _ = conn.write_all(body.as_bytes()).await;
+        let _ = conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let next = read_answer(&mut conn).await;
+        assert!(says_close || next.starts_with("HTTP/1.1 200"), "no Connection: close, and then {next:?}");
+    }
+    // A body that was read keeps the connection open.
+    let mut conn = TcpStream::connect(&addr).await.unwrap();
+    let put = "PUT /v1/quotas/instances HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token-0123456789abcdef\r\n\
+               Content-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"limit\":5}";
+    for _ in 0..2 {
+        conn.write_all(put.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut conn).await;
+        assert!(answer.starts_with("HTTP/1.1 200") && !answer.contains("connection: close"), "{answer}");
+    }
+}
+
+/// What the server sends until it pauses (one answer; ours are small) or closes.
+async fn read_answer(conn: &mut TcpStream) -> String {
+    let mut buf = vec![0u8; 8192];
+    let mut got = Vec::new();
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(500), conn.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}

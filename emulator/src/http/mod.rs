@@ -17,6 +17,7 @@ mod quotas;
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request, State};
@@ -285,6 +286,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     }
     let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
     let (mut parts, body) = req.into_parts();
+    let (body, body_read) = ReadToEnd::watch(&parts.headers, body);
     let path_id = RawPathParams::from_request_parts(&mut parts, &())
         .await
         .ok()
@@ -370,6 +372,11 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
+    // Answered before its body was read (refused, say): the rest of the body may still be on its way, and a
+    // client that pooled the connection would send its next request after it. Say the connection is done.
+    if body_read.is_some_and(|read| !read.load(Ordering::Acquire)) {
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     let status = resp.status().as_u16();
     let elapsed = started.elapsed();
     st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
@@ -393,6 +400,50 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         st.metrics.fault_injected(&f);
     }
     resp
+}
+
+/// A request body that notes when it has been read to its end.
+struct ReadToEnd {
+    inner: axum::body::Body,
+    done: Arc<AtomicBool>,
+}
+
+impl ReadToEnd {
+    /// `body`, and a flag that turns true once it has been read, if the headers say there is one.
+    fn watch(headers: &axum::http::HeaderMap, body: axum::body::Body) -> (axum::body::Body, Option<Arc<AtomicBool>>) {
+        let length =
+            headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let declared = length.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING);
+        if !declared {
+            return (body, None);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        (axum::body::Body::new(Self { inner: body, done: done.clone() }), Some(done))
+    }
+}
+
+impl hyper::body::Body for ReadToEnd {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(frame, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.done.store(true, Ordering::Release);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// What a call is about, for faults that match on zone, name or tag: the instance or load balancer named in
