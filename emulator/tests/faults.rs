@@ -608,3 +608,29 @@ async fn rates_and_durations_out_of_range_are_refused_not_panics() {
     emu.admin.add_fault(&latency(0, 600_000)).await.unwrap();
     assert!(emu.admin.list_rate_limits().await.unwrap().items.len() == 1);
 }
+
+/// IDs are never handed out twice, not after a delete and not after a restart: a client holding an old ID
+/// must never stop or delete something else with it.
+#[tokio::test]
+async fn outage_and_rule_ids_are_never_reused() {
+    let mut emu = Emu::start().await;
+    let outage = || StartOutageRequest { scope: OutageScope::Api, service: None, zone: None, duration_seconds: None };
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..2 {
+        for _ in 0..2 {
+            let o = emu.admin.start_outage(&outage()).await.unwrap();
+            let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "X"), FaultTrigger::default())).await.unwrap();
+            assert!(seen.insert(o.id.clone()) && seen.insert(r.id.clone()), "reused {} or {}", o.id, r.id);
+        }
+        // Stop the newest (the one a count-based ID would hand out again), then everything.
+        let newest_outage = emu.admin.list_outages().await.unwrap().items.pop().unwrap().id;
+        emu.admin.stop_outage(&newest_outage).await.unwrap();
+        let newest_rule = emu.admin.list_faults().await.unwrap().items.pop().unwrap().id;
+        emu.admin.delete_fault(&newest_rule).await.unwrap();
+        let o = emu.admin.start_outage(&outage()).await.unwrap();
+        let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "X"), FaultTrigger::default())).await.unwrap();
+        assert!(seen.insert(o.id.clone()) && seen.insert(r.id.clone()), "round {round}: reused {} or {}", o.id, r.id);
+        emu.admin.clear_faults().await.unwrap();
+        emu.restart().await;
+    }
+}

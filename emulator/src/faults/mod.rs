@@ -219,6 +219,27 @@ impl FaultEngine {
         Ok(())
     }
 
+    /// A new `<prefix>-<n>` ID for a fault of `kind`. The numbers come from a counter kept in the database, so
+    /// an ID is never handed out twice — not after its fault is deleted, not after a restart — and a client
+    /// holding an old ID cannot stop something else with it. (A database from before the counter starts it
+    /// after the faults it has; names in use, such as a rule named by its creator, are skipped.)
+    async fn new_id(&self, kind: &str, prefix: &str, in_use: impl Fn(&str) -> bool) -> Result<String> {
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "INSERT INTO counters (key, n) VALUES (?1, (SELECT COUNT(*) FROM faults WHERE kind = ?2) + 1) \
+                 ON CONFLICT(key) DO UPDATE SET n = n + 1 RETURNING n",
+            )
+            .bind(format!("{kind}_ids"))
+            .bind(kind)
+            .fetch_one(self.db.writer())
+            .await?;
+            let id = format!("{prefix}-{n}");
+            if !in_use(&id) {
+                return Ok(id);
+            }
+        }
+    }
+
     async fn forget(&self, kind: &str, id: &str) -> Result<()> {
         sqlx::query("DELETE FROM faults WHERE kind = ?1 AND id = ?2")
             .bind(kind)
@@ -235,16 +256,7 @@ impl FaultEngine {
         let mut rules = self.rules.write().await;
         let id = match &req.id {
             Some(id) => id.clone(),
-            None => {
-                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM faults WHERE kind = 'rule'")
-                    .fetch_one(self.db.reader())
-                    .await?;
-                let mut k = n + 1;
-                while rules.iter().any(|r| r.id == format!("fault-{k}")) {
-                    k += 1;
-                }
-                format!("fault-{k}")
-            }
+            None => self.new_id("rule", "fault", |id| rules.iter().any(|r| r.id == id)).await?,
         };
         if rules.iter().any(|r| r.id == id) {
             return Err(ApiError::conflict(
@@ -359,14 +371,9 @@ impl FaultEngine {
 
     pub async fn start_outage(&self, req: StartOutageRequest, zones: &[&str]) -> Result<Outage> {
         let _edit = self.edit.lock().await;
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM faults WHERE kind = 'outage'").fetch_one(self.db.reader()).await?;
         let mut outages = self.outages.write().await;
-        let mut k = n + 1;
-        while outages.iter().any(|o| o.id == format!("outage-{k}")) {
-            k += 1;
-        }
-        let outage = ActiveOutage::new(format!("outage-{k}"), req, zones, now_ms())?;
+        let id = self.new_id("outage", "outage", |id| outages.iter().any(|o| o.id == id)).await?;
+        let outage = ActiveOutage::new(id, req, zones, now_ms())?;
         self.persist("outage", &outage.id, 0, &outage.stored()).await?;
         tracing::warn!(outage = %outage.id, "outage started");
         let api = outage.to_api();
