@@ -236,3 +236,26 @@ async fn every_answer_is_the_envelope_and_head_is_served() {
         .unwrap();
     assert_eq!((audit.items[0].method.as_str(), audit.items[0].status), ("HEAD", 200));
 }
+
+/// The auth scheme is case-insensitive and may be followed by more than one space (RFC 7235).
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let emu = Emu::start().await;
+    for value in [format!("bearer {USER}"), format!("BEARER {USER}"), format!("Bearer   {USER}")] {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/v1/instances", emu.url()))
+            .header("authorization", &value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{value}");
+    }
+    for value in [format!("Basic {USER}"), format!("Bearer{USER}"), USER.to_string()] {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/v1/instances", emu.url()))
+            .header("authorization", &value)
+            .send()
+            .await;
+        assert_eq!(resp.unwrap().status().as_u16(), 401, "{value}");
+    }
+}
