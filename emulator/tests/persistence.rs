@@ -219,3 +219,17 @@ async fn snapshots_are_confined_to_the_snapshot_directory() {
     names.sort();
     assert_eq!(names, ["link.db", "snap-1.db", "taken.db"], "no temporary or empty files are left");
 }
+
+/// The database (and its WAL and shared-memory files) is created readable by its owner only: it holds the
+/// audit log and everything a test did.
+#[tokio::test]
+async fn the_database_is_created_private() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let emu = Emu::start().await;
+    emu.instance("node-1").await;
+    for file in ["fc.db", "fc.db-wal", "fc.db-shm"] {
+        let mode = std::fs::metadata(emu.dir.path().join(file)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
+    }
+}
