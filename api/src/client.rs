@@ -386,9 +386,10 @@ impl Client {
         self.send::<(), _>(Method::POST, "/v1/admin/reset", None, None).await
     }
 
-    /// Admin only: write a consistent copy of the database to `path` on the emulator's machine.
-    pub async fn snapshot(&self, path: &str) -> Result<SnapshotResponse> {
-        self.send(Method::POST, "/v1/admin/snapshot", Some(&SnapshotRequest { path: path.to_string() }), None).await
+    /// Admin only: write a consistent copy of the database to the file `name` in the emulator's snapshot
+    /// directory.
+    pub async fn snapshot(&self, name: &str) -> Result<SnapshotResponse> {
+        self.send(Method::POST, "/v1/admin/snapshot", Some(&SnapshotRequest { name: name.to_string() }), None).await
     }
 
     // ------------------------------------------------------------------------------------------ faults (admin)

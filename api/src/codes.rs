@@ -19,8 +19,9 @@ pub const ROUTE_NOT_FOUND: &str = "RouteNotFound";
 pub const LOAD_BALANCER_NOT_FOUND: &str = "LoadBalancerNotFound";
 pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
 pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
-// 405 / 415
+// 405 / 413 / 415
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
+pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";
 pub const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
 // 409
 pub const INSTANCE_NAME_IN_USE: &str = "InstanceNameInUse";

@@ -5,6 +5,7 @@ pub mod client;
 pub mod cloud_config;
 pub mod codes;
 pub mod faults;
+pub mod limits;
 pub mod types;
 
 pub use client::{ApiError, Client, ClientError, RetryPolicy};
@@ -14,6 +15,8 @@ pub use types::*;
 
 /// Header carrying a create call's client token: a retry with the same key returns the original resource.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+/// Header set on the answer to a create that an `Idempotency-Key` replayed.
+pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 /// Header with the request's ID, also found in error bodies and the audit log.
 pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
 /// Environment variables shared by the CLI, scripts and tests.

@@ -217,7 +217,8 @@ pub struct Route {
     pub id: String,
     pub route_table_id: String,
     pub name: String,
-    /// Exactly as it was created: CCMs compare it textually.
+    /// The network in canonical form (IPv6 lowercase and compressed, as Go and Kubernetes print it), so CCMs
+    /// can compare it with a node's pod CIDR as text.
     pub destination: String,
     pub target_instance: String,
     pub state: RouteState,
@@ -228,7 +229,8 @@ pub struct Route {
 #[serde(deny_unknown_fields)]
 pub struct CreateRouteRequest {
     pub name: String,
-    /// A network in CIDR form (host bits zero), IPv4 or IPv6.
+    /// A network in CIDR form (host bits zero, no leading zeros in IPv4 octets), IPv4 or IPv6. A table has one
+    /// route per network: `fd00:0::/64` and `FD00::/64` are `fd00::/64`.
     pub destination: String,
     /// Instance ID the traffic goes to.
     pub target_instance: String,
@@ -552,12 +554,17 @@ pub struct AuditList {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotRequest {
-    /// Where the emulator writes the snapshot (a path on the emulator's machine; must not exist yet).
-    pub path: String,
+    /// The snapshot's file name in the emulator's snapshot directory (`fakecloud serve --snapshot-dir`, by
+    /// default the database's directory): 1–128 letters, digits, `.`, `_` or `-`, not starting with `.`, and
+    /// not an existing name. (`path`, its old name, is accepted too; so is a full path to a file directly in
+    /// the snapshot directory.)
+    #[serde(alias = "path")]
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotResponse {
+    /// Where the snapshot was written, on the emulator's machine.
     pub path: String,
     pub bytes: u64,
 }

@@ -3,6 +3,9 @@
 //!
 //! Sequential: one client, one call at a time (p50/p99). Concurrent: 32 in-flight calls from one process
 //! (requests per second). Walk: 10,000 instances, 1,000 per page.
+//!
+//! `-- --creates` runs only the create rows (write throughput). `FAKECLOUD_BENCH_BIN` runs another build of the
+//! binary instead of this one (e.g. a saved copy of the previous commit's, to compare the two back to back).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Stdio;
@@ -48,6 +51,14 @@ fn lb(n: usize) -> CreateLoadBalancerRequest {
     }
 }
 
+fn print_table(rows: &[(&str, Stats)]) {
+    println!("| operation | p50 ms | p99 ms | req/s |");
+    println!("|---|---:|---:|---:|");
+    for (name, s) in rows {
+        println!("| {name} | {:.3} | {:.3} | {:.0} |", s.p50_ms, s.p99_ms, s.rps);
+    }
+}
+
 /// Run `op(i)` for i in `range`, `concurrency` at a time; returns per-call latencies and the wall time.
 async fn run<F, Fut>(range: std::ops::Range<usize>, concurrency: usize, op: F) -> (Vec<Duration>, Duration)
 where
@@ -73,9 +84,11 @@ where
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let creates_only = std::env::args().any(|a| a == "--creates");
     let (seq_n, conc_n) = if quick { (300, 2000) } else { (2000, 20000) };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+    let bin = std::env::var("FAKECLOUD_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_fakecloud").to_string());
+    let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--lb-provision-delay", "0s", "--db"])
         .arg(dir.path().join("bench.db"))
         .env("FAKECLOUD_USER_TOKEN", TOKEN)
@@ -122,22 +135,24 @@ async fn main() {
     .await;
     rows.push(("create-instance (32 in flight)", summarize(s, w)));
 
-    let (s, w) = run(0..seq_n, 1, |_| {
-        let (c, t) = (c.clone(), target.clone());
-        async move {
-            c.get_instance(&t).await.unwrap();
-        }
-    })
-    .await;
-    rows.push(("get-instance", summarize(s, w)));
-    let (s, w) = run(0..conc_n, conc, |_| {
-        let (c, t) = (c.clone(), target.clone());
-        async move {
-            c.get_instance(&t).await.unwrap();
-        }
-    })
-    .await;
-    rows.push(("get-instance (32 in flight)", summarize(s, w)));
+    if !creates_only {
+        let (s, w) = run(0..seq_n, 1, |_| {
+            let (c, t) = (c.clone(), target.clone());
+            async move {
+                c.get_instance(&t).await.unwrap();
+            }
+        })
+        .await;
+        rows.push(("get-instance", summarize(s, w)));
+        let (s, w) = run(0..conc_n, conc, |_| {
+            let (c, t) = (c.clone(), target.clone());
+            async move {
+                c.get_instance(&t).await.unwrap();
+            }
+        })
+        .await;
+        rows.push(("get-instance (32 in flight)", summarize(s, w)));
+    }
 
     let (s, w) = run(0..seq_n, 1, |i| {
         let (c, t) = (c.clone(), target.clone());
@@ -174,6 +189,11 @@ async fn main() {
     .await;
     rows.push(("create-lb (32 in flight)", summarize(s, w)));
 
+    if creates_only {
+        print_table(&rows);
+        let _ = child.start_kill();
+        return;
+    }
     // Walk 10,000 instances, 1,000 per page (top up first if the quick run made fewer).
     let have = seq_n + conc_n + 1;
     if have < 10_000 {
@@ -234,11 +254,7 @@ async fn main() {
     let loss = 100.0 * (1.0 - with.rps / rows.last().map(|r| r.1.rps).unwrap_or(with.rps));
     rows.push(("get-instance (32 in flight), 100 fault rules", with));
 
-    println!("| operation | p50 ms | p99 ms | req/s |");
-    println!("|---|---:|---:|---:|");
-    for (name, s) in &rows {
-        println!("| {name} | {:.3} | {:.3} | {:.0} |", s.p50_ms, s.p99_ms, s.rps);
-    }
+    print_table(&rows);
     println!("\nwalk of {walked} instances: {:.1} ms total", walk_wall.as_secs_f64() * 1000.0);
     println!("fault engine with 100 rules: {loss:.1} % fewer requests per second than with none");
     let _ = child.start_kill();

@@ -16,6 +16,10 @@ pub struct Config {
     pub audit_max_entries: u64,
     /// Seed for fault injection's random draws; `None` picks one (and logs it).
     pub seed: Option<u64>,
+    /// Where snapshots are written; `None` is the database's directory.
+    pub snapshot_dir: Option<PathBuf>,
+    /// Timeouts and the cap of client connections.
+    pub connections: crate::listener::Limits,
 }
 
 #[derive(Debug, Clone)]
@@ -187,7 +191,14 @@ impl Default for Topology {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { topology: Topology::default(), timings: Timings::default(), audit_max_entries: 100_000, seed: None }
+        Self {
+            topology: Topology::default(),
+            timings: Timings::default(),
+            audit_max_entries: 100_000,
+            seed: None,
+            snapshot_dir: None,
+            connections: crate::listener::Limits::default(),
+        }
     }
 }
 
@@ -201,6 +212,14 @@ pub enum DbLocation {
 impl DbLocation {
     pub fn parse(s: &str) -> Self {
         if s == ":memory:" { Self::Memory } else { Self::File(PathBuf::from(s)) }
+    }
+
+    /// The directory the database file is in (the working directory for `:memory:`).
+    pub fn dir(&self) -> PathBuf {
+        match self {
+            Self::File(p) => p.parent().filter(|d| !d.as_os_str().is_empty()).map_or_else(|| ".".into(), Into::into),
+            Self::Memory => ".".into(),
+        }
     }
 }
 

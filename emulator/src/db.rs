@@ -25,6 +25,12 @@ pub enum OpenError {
         #[source]
         source: sqlx::Error,
     },
+    #[error("cannot create database {path}: {source}")]
+    Create {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot apply the schema to {path}: {source}")]
     Migrate {
         path: String,
@@ -41,6 +47,8 @@ impl Db {
                 (SqliteConnectOptions::from_str("sqlite::memory:").expect("static URL"), ":memory:".to_string(), 0)
             }
             DbLocation::File(path) => {
+                create_private(path)
+                    .map_err(|source| OpenError::Create { path: path.display().to_string(), source })?;
                 (SqliteConnectOptions::new().filename(path).create_if_missing(true), path.display().to_string(), 4)
             }
         };
@@ -93,6 +101,16 @@ impl Db {
     pub async fn close(&self) {
         self.reader.close().await;
         self.writer.close().await;
+    }
+}
+
+/// Create the database file, if it is missing, readable by its owner only: it holds the audit log and all the
+/// state. SQLite gives the WAL and shared-memory files the database file's mode.
+fn create_private(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other.map(drop),
     }
 }
 

@@ -6,11 +6,6 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::{ErrorBody, ErrorDetail, QuotaName, codes};
 
-tokio::task_local! {
-    /// The current request's ID, so an error body can carry it wherever the error was made.
-    pub static REQUEST_ID: String;
-}
-
 /// The error code of a response, for the audit log and metrics.
 #[derive(Debug, Clone)]
 pub struct ErrorCode(pub String);
@@ -86,7 +81,8 @@ impl From<sqlx::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let request_id = REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default();
+        // The call's ID, wherever the error was made.
+        let request_id = crate::store::audit::request_id();
         let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
         let mut resp = (self.status, axum::Json(body)).into_response();
         for (k, v) in &self.headers {

@@ -13,6 +13,8 @@ pub mod db;
 pub mod error;
 pub mod faults;
 pub mod http;
+pub mod listener;
 pub mod server;
+pub mod snapshot;
 pub mod store;
 pub mod validate;

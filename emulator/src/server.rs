@@ -1,6 +1,8 @@
 //! Start the emulator: open the database, apply the schema, start the lifecycle ticker, serve HTTP.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -27,28 +29,28 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("cannot prepare the database: {0}")]
     Seed(#[from] crate::error::ApiError),
+    #[error("cannot use {path} as the snapshot directory: {source}")]
+    SnapshotDir { path: String, source: std::io::Error },
 }
 
 impl Server {
     /// Open `db` and serve on `listen` (port 0 picks a free port; see `addr`).
-    pub async fn start(listen: &str, db: &DbLocation, cfg: Config, tokens: Tokens) -> Result<Self, StartError> {
+    pub async fn start(listen: &str, db: &DbLocation, mut cfg: Config, tokens: Tokens) -> Result<Self, StartError> {
+        let snapshots = cfg.snapshot_dir.take().unwrap_or_else(|| db.dir());
+        cfg.snapshot_dir = Some(snapshot_dir(&snapshots)?);
         let db = Db::open(db).await?;
         let mut tx = db.write().await.map_err(crate::error::ApiError::from)?;
         store::routes::ensure_main_table(&mut tx).await?;
+        store::routes::canonicalize_destinations(&mut tx).await?;
         tx.commit().await.map_err(crate::error::ApiError::from)?;
         let listener =
             TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
+        let limits = cfg.connections.clone();
         let (router, state) = http::app(db, cfg, tokens).await?;
-        let (shutdown, mut rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await
-        });
+        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::listener::serve(listener, router, limits, rx));
         Ok(Self { addr, state, shutdown, task, ticker })
     }
 
@@ -74,4 +76,11 @@ impl Server {
     pub fn shutdown_handle(&self) -> tokio::sync::watch::Sender<bool> {
         self.shutdown.clone()
     }
+}
+
+/// Create the snapshot directory if it is missing (private to this user), and name it canonically.
+fn snapshot_dir(dir: &Path) -> Result<PathBuf, StartError> {
+    let err = |source| StartError::SnapshotDir { path: dir.display().to_string(), source };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+    std::fs::canonicalize(dir).map_err(err)
 }

@@ -1,78 +1,144 @@
 //! Input checks shared by the resources. Each error names the field and says what a valid value looks like.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use fakecloud_api::codes;
+use fakecloud_api::limits::{PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX, PAGE_SIZE_MIN, PORT_MIN, TAGS_MAX, WINDOW_SECONDS_MAX};
 use ipnet::IpNet;
+use regex::Regex;
 
 use crate::error::{ApiError, Result};
 
-/// A lowercase RFC 1123 subdomain (what Kubernetes accepts as a node name), at most 253 characters.
-pub fn dns_subdomain(field: &str, value: &str) -> Result<()> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            field,
-            format!(
-                "{value:?} is not a valid name: use lowercase letters, digits, '-' and '.', start and end with a letter or digit, at most 253 characters"
-            ),
-        ))
+/// A text field's rule, stated once: checked here, and written into the OpenAPI document (`http::openapi`)
+/// from the same pattern and lengths, so the document cannot promise what the checks refuse.
+#[derive(Debug)]
+pub struct Text {
+    /// Anchored, in the syntax JSON Schema (ECMA-262) and the `regex` crate share.
+    pub pattern: Option<&'static str>,
+    /// In characters (Unicode scalar values), as JSON Schema counts.
+    pub min_chars: usize,
+    pub max_chars: usize,
+    /// What a valid value looks like, after the value in an error message.
+    says: &'static str,
+    compiled: OnceLock<Option<Regex>>,
+}
+
+impl Text {
+    const fn new(pattern: Option<&'static str>, min_chars: usize, max_chars: usize, says: &'static str) -> Self {
+        Self { pattern, min_chars, max_chars, says, compiled: OnceLock::new() }
+    }
+
+    pub fn matches(&self, value: &str) -> bool {
+        let n = value.chars().count();
+        let pattern_ok = match self.pattern {
+            None => true,
+            // A pattern that does not compile matches nothing (a unit test compiles every one).
+            Some(p) => self.compiled.get_or_init(|| Regex::new(p).ok()).as_ref().is_some_and(|r| r.is_match(value)),
+        };
+        (self.min_chars..=self.max_chars).contains(&n) && pattern_ok
+    }
+
+    pub fn check(&self, field: &str, value: &str) -> Result<()> {
+        if self.matches(value) { Ok(()) } else { Err(ApiError::invalid(field, format!("{value:?} {}", self.says))) }
+    }
+
+    /// The rule as JSON Schema keywords.
+    pub fn schema(&self) -> serde_json::Value {
+        let mut s = serde_json::json!({"minLength": self.min_chars, "maxLength": self.max_chars});
+        if let Some(p) = self.pattern {
+            s["pattern"] = p.into();
+        }
+        s
     }
 }
 
-/// Letters, digits and `-`, 1–255 characters: a load balancer or route-table name.
-pub fn simple_name(field: &str, value: &str) -> Result<()> {
-    if value.is_empty()
-        || value.len() > 255
-        || !value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-    {
-        return Err(ApiError::invalid(field, format!("{value:?} must be 1-255 letters, digits, '-', '_' or '.'")));
-    }
-    Ok(())
-}
+/// An instance name: a lowercase RFC 1123 subdomain (what Kubernetes accepts as a node name).
+pub static INSTANCE_NAME: Text = Text::new(
+    Some(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"),
+    1,
+    253,
+    "is not a valid name: use lowercase letters, digits, '-' and '.', labels of at most 63 that start and end with \
+     a letter or digit, at most 253 characters",
+);
+/// A load balancer's, route table's, fault rule's or rate limit's name.
+pub static NAME: Text = Text::new(Some(r"^[A-Za-z0-9._-]+$"), 1, 255, "must be 1-255 letters, digits, '-', '_' or '.'");
+/// A route's name: free text.
+pub static ROUTE_NAME: Text = Text::new(None, 1, 255, "must be 1-255 characters");
+/// Tag keys look like Kubernetes label keys; values are free text.
+pub static TAG_KEY: Text = Text::new(
+    Some(r"^[A-Za-z0-9._/:-]+$"),
+    1,
+    128,
+    "is not a tag key: 1-128 letters, digits, '-', '_', '.', '/' or ':'",
+);
+pub static TAG_VALUE: Text = Text::new(None, 0, 256, "is too long for a tag value: at most 256 characters");
+/// The error code a fault rule answers with.
+pub static FAULT_CODE: Text =
+    Text::new(Some(r"^[A-Za-z0-9._-]+$"), 1, 100, "must be 1-100 letters, digits, '.', '_' or '-'");
+/// A tag to match: `key=value`, or `key` for "has the tag".
+pub static TAG_FILTER: Text = Text::new(
+    Some(r"^[A-Za-z0-9._/:-]{1,128}(=[\s\S]{0,256})?$"),
+    1,
+    385,
+    "is not key=value or key (keys: 1-128 letters, digits, '-', '_', '.', '/' or ':'; values: at most 256 characters)",
+);
+/// A tag given as `key=value`.
+pub static TAG_PAIR: Text = Text::new(
+    Some(r"^[A-Za-z0-9._/:-]{1,128}=[\s\S]{0,256}$"),
+    2,
+    385,
+    "is not key=value (keys: 1-128 letters, digits, '-', '_', '.', '/' or ':'; values: at most 256 characters)",
+);
+/// `Idempotency-Key`.
+pub static IDEMPOTENCY_KEY: Text =
+    Text::new(Some(r"^[!-~]+$"), 1, 255, "must be 1-255 printable ASCII characters without spaces");
+/// A page token is the position after which the next page starts.
+pub static PAGE_TOKEN: Text = Text::new(Some(r"^[0-9]+$"), 1, 18, "is not a page token this API returned");
+/// A snapshot's file name.
+pub static SNAPSHOT_NAME: Text = Text::new(
+    Some(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"),
+    1,
+    128,
+    "may contain only letters, digits, '.', '_' and '-', not start with '.', and be at most 128 characters",
+);
 
-/// Tag keys look like Kubernetes label keys; values are free text up to 256 characters.
+/// Tags: at most [`TAGS_MAX`], keys and values as [`TAG_KEY`] and [`TAG_VALUE`] say.
 pub fn tags(tags: &BTreeMap<String, String>) -> Result<()> {
-    if tags.len() > 50 {
-        return Err(ApiError::invalid("tags", format!("at most 50 tags (got {})", tags.len())));
+    if tags.len() > TAGS_MAX {
+        return Err(ApiError::invalid("tags", format!("at most {TAGS_MAX} tags (got {})", tags.len())));
     }
     for (k, v) in tags {
-        tag_key("tags", k)?;
-        if v.len() > 256 {
-            return Err(ApiError::invalid(&format!("tags.{k}"), "values are at most 256 characters"));
-        }
+        TAG_KEY.check("tags", k)?;
+        TAG_VALUE.check(&format!("tags.{k}"), v)?;
     }
     Ok(())
 }
 
-pub fn tag_key(field: &str, k: &str) -> Result<()> {
-    if k.is_empty() || k.len() > 128 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:".contains(&b)) {
-        return Err(ApiError::invalid(
-            field,
-            format!("tag key {k:?} must be 1-128 letters, digits, '-', '_', '.', '/' or ':'"),
-        ));
-    }
-    Ok(())
-}
-
-/// A network in CIDR form. With `strict`, host bits must be zero (a route destination); the text is kept as given.
+/// A network in CIDR form. With `strict`, host bits must be zero (a route destination). IPv4 octets with
+/// leading zeros are refused: some parsers read `010` as octal 8, others as decimal 10.
 pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
-    let net: IpNet = value.parse().map_err(|_| {
+    let bad = |why: &str| {
         ApiError::bad_request(
             codes::INVALID_CIDR,
-            format!("{field}: {value:?} is not a CIDR such as 10.244.1.0/24 or fd00::/64"),
+            format!("{field}: {value:?} is not a CIDR such as 10.244.1.0/24 or fd00::/64{why}"),
         )
+    };
+    let (addr, prefix) = value.split_once('/').ok_or_else(|| bad(""))?;
+    // std's parser, unlike ipnet's, refuses leading zeros (in IPv4 and in IPv4 embedded in IPv6).
+    let addr: IpAddr = addr.parse().map_err(|_| {
+        let zero_led =
+            |octet: &str| octet.len() > 1 && octet.starts_with('0') && octet.bytes().all(|b| b.is_ascii_digit());
+        let dotted = addr.rsplit(':').next().unwrap_or(addr);
+        bad(if dotted.contains('.') && dotted.split('.').any(zero_led) {
+            " (IPv4 octets must not have leading zeros)"
+        } else {
+            ""
+        })
     })?;
+    let prefix: u8 = prefix.parse().map_err(|_| bad(""))?;
+    let net = IpNet::new(addr, prefix).map_err(|_| bad(""))?;
     if strict && net.trunc() != net {
         return Err(ApiError::bad_request(
             codes::INVALID_CIDR,
@@ -82,36 +148,41 @@ pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
     Ok(net)
 }
 
+/// A number the API bounds (see `fakecloud_api::limits`): `min..=max`, else a 400 that names the field and the
+/// range. NaN is outside every range.
+pub fn in_range<T: PartialOrd + std::fmt::Display + Copy>(field: &str, v: T, min: T, max: T) -> Result<T> {
+    if v >= min && v <= max {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid(field, format!("must be between {min} and {max} (got {v})")))
+    }
+}
+
 /// When a window of `duration_seconds` from `now` ends (Unix ms): `None` for no end; at most a week.
 pub fn window_end(field: &str, duration_seconds: Option<f64>, now: i64) -> Result<Option<i64>> {
     match duration_seconds {
         None => Ok(None),
-        Some(d) if d.is_finite() && d > 0.0 && d <= 7.0 * 86400.0 => Ok(Some(now + (d * 1000.0) as i64)),
-        Some(d) => Err(ApiError::invalid(field, format!("must be above 0 and at most a week (got {d})"))),
+        Some(d) if d > 0.0 && d <= WINDOW_SECONDS_MAX => Ok(Some(now.saturating_add((d * 1000.0) as i64))),
+        Some(d) => {
+            Err(ApiError::invalid(field, format!("must be above 0 and at most {WINDOW_SECONDS_MAX} (a week; got {d})")))
+        }
     }
 }
 
 pub fn port(field: &str, p: u16) -> Result<()> {
-    if p == 0 {
-        return Err(ApiError::invalid(field, "must be between 1 and 65535"));
-    }
-    Ok(())
+    in_range(field, p, PORT_MIN, u16::MAX).map(|_| ())
 }
 
-/// `page_size` for list calls: 1–1000, default 100.
+/// `page_size` for list calls.
 pub fn page_size(v: Option<u32>) -> Result<i64> {
-    match v {
-        None => Ok(100),
-        Some(n @ 1..=1000) => Ok(i64::from(n)),
-        Some(n) => Err(ApiError::invalid("page_size", format!("must be between 1 and 1000 (got {n})"))),
-    }
+    Ok(i64::from(in_range("page_size", v.unwrap_or(PAGE_SIZE_DEFAULT), PAGE_SIZE_MIN, PAGE_SIZE_MAX)?))
 }
 
 /// A page token is the position after which the next page starts.
 pub fn page_token(v: Option<&str>) -> Result<i64> {
     match v {
         None => Ok(0),
-        Some(t) => t.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+        Some(t) => t.parse::<i64>().ok().filter(|_| PAGE_TOKEN.matches(t)).ok_or_else(|| {
             ApiError::bad_request(codes::INVALID_PAGE_TOKEN, format!("page_token {t:?} is not one this API returned"))
         }),
     }
@@ -123,13 +194,36 @@ mod tests {
 
     #[test]
     fn names_follow_rfc1123() {
-        for ok in ["node-1", "a", "worker.zone-a", "x1"] {
-            assert!(dns_subdomain("name", ok).is_ok(), "{ok}");
+        for ok in ["node-1", "a", "worker.zone-a", "x1", &"x".repeat(63)] {
+            assert!(INSTANCE_NAME.check("name", ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Node", "-a", "a-", "a..b", "a_b", &"x".repeat(64)] {
-            let err = dns_subdomain("name", bad).unwrap_err();
+        for bad in ["", "Node", "-a", "a-", "a..b", "a_b", &"x".repeat(64), &["x"; 128].join(".")] {
+            let err = INSTANCE_NAME.check("name", bad).unwrap_err();
             assert!(err.message.starts_with("name:"), "{}", err.message);
         }
+    }
+
+    #[test]
+    fn every_pattern_compiles() {
+        for rule in [
+            &INSTANCE_NAME,
+            &NAME,
+            &ROUTE_NAME,
+            &TAG_KEY,
+            &TAG_VALUE,
+            &TAG_FILTER,
+            &TAG_PAIR,
+            &FAULT_CODE,
+            &IDEMPOTENCY_KEY,
+            &PAGE_TOKEN,
+            &SNAPSHOT_NAME,
+        ] {
+            if let Some(p) = rule.pattern {
+                assert!(Regex::new(p).is_ok(), "{p}");
+            }
+        }
+        assert!(ROUTE_NAME.matches("é") && !ROUTE_NAME.matches(&"é".repeat(256)), "lengths count characters");
+        assert!(TAG_VALUE.matches(""));
     }
 
     #[test]
@@ -140,6 +234,10 @@ mod tests {
         assert!(err.message.contains("did you mean 10.244.1.0/24"), "{}", err.message);
         assert_eq!(cidr("destination", "10.0.0.0/33", true).unwrap_err().code, codes::INVALID_CIDR);
         assert!(cidr("source_ranges[0]", "10.1.2.3/8", false).is_ok());
+        for zeros in ["010.0.0.0/8", "10.0.0.00/32", "::ffff:10.0.0.01/128"] {
+            assert!(cidr("destination", zeros, false).unwrap_err().message.contains("leading zeros"), "{zeros}");
+        }
+        assert_eq!(cidr("destination", "FD00:0::/64", true).unwrap().to_string(), "fd00::/64");
     }
 
     #[test]

@@ -125,3 +125,79 @@ async fn the_openapi_document_lists_every_operation_with_its_role() {
     assert_eq!(spec["paths"]["/v1/quotas/{name}"]["put"]["security"][0]["admin"], serde_json::json!([]));
     assert!(spec["components"]["schemas"]["CreateInstanceRequest"].is_object());
 }
+
+/// The document states every status an operation can answer (auth, the JSON extractor's, IDs in the path,
+/// idempotent replays, faults) and the bounds the checks enforce, from the constants that enforce them.
+#[tokio::test]
+async fn the_openapi_document_states_responses_and_bounds_as_enforced() {
+    use fakecloud_api::limits::*;
+    use fakecloud_emulator::validate;
+
+    let emu = Emu::start().await;
+    let (_, spec) = emu.raw(reqwest::Method::GET, "/openapi.json", None, None).await;
+    let mut ops = 0;
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            ops += 1;
+            let responses = op["responses"].as_object().unwrap();
+            let has = |s: &str| responses.contains_key(s);
+            let name = format!("{method} {path}");
+            assert!(has("401") && has("503") && has("default"), "{name}: {:?}", responses.keys());
+            if op["security"][0].get("admin").is_some() {
+                assert!(has("403"), "{name}");
+            }
+            if path.contains('{') {
+                assert!(has("404"), "{name}");
+            }
+            if op.get("requestBody").is_some() {
+                assert!(has("400") && has("413") && has("415"), "{name}");
+            }
+            for (status, r) in responses {
+                assert!(r["description"].is_string(), "{name} {status} has no description");
+                assert!(r["headers"]["X-Request-Id"].is_object(), "{name} {status}");
+            }
+        }
+    }
+    assert!(ops > 30, "{ops} operations");
+    let create_route = &spec["paths"]["/v1/route-tables/{id}/routes"]["post"]["responses"];
+    for status in ["200", "201", "404", "409", "422"] {
+        assert!(create_route[status].is_object(), "CreateRoute documents {status}");
+    }
+    assert!(create_route["200"]["headers"]["Idempotent-Replayed"].is_object(), "the replay's 200");
+    assert!(spec["components"]["responses"]["MethodNotAllowed"]["headers"]["Allow"].is_object());
+
+    let schemas = &spec["components"]["schemas"];
+    let param = |path: &str, name: &str| {
+        spec["paths"][path]["get"]["parameters"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()
+            ["schema"]
+            .clone()
+    };
+    for path in ["/v1/instances", "/v1/load-balancers"] {
+        let page_size = param(path, "page_size");
+        assert_eq!((page_size["minimum"].as_u64(), page_size["maximum"].as_u64()), (Some(1), Some(1000)));
+        assert_eq!(page_size["maximum"].as_u64(), Some(u64::from(PAGE_SIZE_MAX)));
+    }
+    let limit = param("/v1/audit", "limit");
+    assert_eq!((limit["minimum"].as_u64(), limit["maximum"].as_u64()), (Some(1), Some(u64::from(AUDIT_LIMIT_MAX))));
+    assert_eq!(schemas["CreateLoadBalancerRequest"]["properties"]["listeners"]["minItems"], 1);
+    for quota in [&schemas["SetQuotaRequest"]["properties"]["limit"], &schemas["Quota"]["properties"]["limit"]] {
+        assert_eq!((quota["maximum"].as_u64(), quota["format"].as_str()), (Some(4_294_967_295), Some("int64")));
+    }
+    let name_pattern = |schema: &str| schemas[schema]["properties"]["name"]["pattern"].as_str().map(str::to_string);
+    assert_eq!(name_pattern("CreateInstanceRequest").as_deref(), validate::INSTANCE_NAME.pattern);
+    assert_eq!(name_pattern("CreateRouteTableRequest").as_deref(), validate::NAME.pattern);
+    assert_eq!(name_pattern("CreateLoadBalancerRequest").as_deref(), validate::NAME.pattern);
+    let refill = &schemas["SetRateLimitRequest"]["properties"]["refill_per_second"];
+    assert_eq!(refill["minimum"].as_f64(), Some(REFILL_PER_SECOND_MIN));
+    let latency = schemas["FaultAction"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["properties"]["type"]["enum"][0] == "latency")
+        .unwrap();
+    assert_eq!(latency["properties"]["ms"]["maximum"].as_u64(), Some(LATENCY_MAX_MS));
+    assert_eq!(
+        schemas["CreateInstanceRequest"]["properties"]["zone"]["enum"],
+        serde_json::json!(["local-1a", "local-1b", "local-1c", null])
+    );
+}

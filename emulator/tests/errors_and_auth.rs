@@ -134,3 +134,128 @@ async fn quota_values_are_validated() {
     assert_eq!(s, 400);
     assert!(b["error"]["message"].as_str().unwrap().starts_with("limit:"), "{b}");
 }
+
+/// A body is exactly one JSON object: not an array (which serde would read as a struct's fields in order), not
+/// a scalar, and nothing after the object. Checked in the one JSON extractor, so every operation with a body
+/// gets it.
+#[tokio::test]
+async fn bodies_are_exactly_one_json_object() {
+    let emu = Emu::start().await;
+    let node = emu.instance("node-1").await;
+    let route = format!(r#"{{"name":"r","destination":"10.244.0.0/24","target_instance":"{}"}}"#, node.id);
+    let bodies: &[(Method, &str, &str)] = &[
+        (Method::POST, "/v1/instances", r#"{"name":"node-2"}"#),
+        (Method::POST, "/v1/route-tables", r#"{"name":"pods"}"#),
+        (Method::POST, "/v1/route-tables/main/routes", &route),
+        (Method::PUT, "/v1/quotas/instances", r#"{"limit":5}"#),
+        (Method::PUT, "/v1/rate-limits/x", r#"{"capacity":5,"refill_per_second":1}"#),
+    ];
+    for (method, path, good) in bodies {
+        for (body, code, needle) in [
+            ("[7]".to_string(), codes::INVALID_PARAMETER, "body: must be a JSON object"),
+            (r#"["x"]"#.to_string(), codes::INVALID_PARAMETER, "got an array"),
+            ("7".to_string(), codes::INVALID_PARAMETER, "got a number"),
+            ("null".to_string(), codes::INVALID_PARAMETER, "got null"),
+            (format!("{good} garbage"), codes::INVALID_JSON, "trailing"),
+            (format!("{good}{good}"), codes::INVALID_JSON, "trailing"),
+            (format!("{good},"), codes::INVALID_JSON, "trailing"),
+        ] {
+            let (status, reply) = emu.raw(method.clone(), path, Some(ADMIN), Some((JSON, &body))).await;
+            let err = &reply["error"];
+            assert_eq!((status, err["code"].as_str().unwrap_or("")), (400, code), "{method} {path} {body}: {reply}");
+            assert!(err["message"].as_str().unwrap().contains(needle), "{method} {path} {body}: {reply}");
+        }
+        let (status, reply) = emu.raw(method.clone(), path, Some(ADMIN), Some((JSON, &format!(" {good} \n")))).await;
+        assert!(status < 300, "{method} {path}: whitespace around the object is fine: {reply}");
+    }
+    // Nothing was created by the refused bodies.
+    assert_eq!(emu.user.list_route_tables().await.unwrap().items.len(), 2, "main and pods");
+}
+
+/// What used to escape the envelope: a path ID that is not UTF-8, a method the ops endpoints do not have, a
+/// body over the limit (and HEAD, which was refused instead of served).
+#[tokio::test]
+async fn every_answer_is_the_envelope_and_head_is_served() {
+    let emu = Emu::start().await;
+    let http = reqwest::Client::new();
+    let call = |method: Method, path: &str| {
+        http.request(method, format!("{}{path}", emu.url())).bearer_auth(USER).header("content-type", JSON)
+    };
+    let envelope = |resp: reqwest::Response| async move {
+        let allow = resp.headers().get("allow").map(|v| v.to_str().unwrap().to_string());
+        let status = resp.status().as_u16();
+        let body: serde_json::Value = resp.json().await.expect("a JSON body");
+        let code = body["error"]["code"].as_str().expect("the envelope").to_string();
+        assert_eq!(body["error"]["request_id"].as_str().map(str::len), Some(32), "{body}");
+        (status, code, allow)
+    };
+
+    let (status, code, _) = envelope(call(Method::GET, "/v1/instances/%FF%FE").send().await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (400, codes::INVALID_PARAMETER));
+    for path in ["/healthz", "/metrics", "/openapi.json"] {
+        for method in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
+            let (status, code, allow) = envelope(call(method.clone(), path).send().await.unwrap()).await;
+            assert_eq!(
+                (status, code.as_str(), allow.as_deref()),
+                (405, codes::METHOD_NOT_ALLOWED, Some("GET, HEAD")),
+                "{method} {path}"
+            );
+        }
+    }
+    let (status, _, allow) = envelope(call(Method::DELETE, "/v1/instances").send().await.unwrap()).await;
+    assert_eq!((status, allow.as_deref()), (405, Some("GET, HEAD, POST")));
+    let big = format!(r#"{{"name":"{}"}}"#, "x".repeat(3 * 1024 * 1024));
+    let (status, code, _) = envelope(call(Method::POST, "/v1/instances").body(big.clone()).send().await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (413, codes::PAYLOAD_TOO_LARGE));
+    // Also when a fault rule that matches on zones has the gatekeeper read the body first.
+    let by_zone = fakecloud_api::FaultMatch { zones: vec!["local-1c".into()], ..Default::default() };
+    let action = fakecloud_api::FaultAction::Latency { ms: 1, jitter_ms: 0 };
+    let rule = fakecloud_api::CreateFaultRuleRequest {
+        id: None,
+        matcher: by_zone,
+        action,
+        trigger: Default::default(),
+        position: None,
+    };
+    emu.admin.add_fault(&rule).await.unwrap();
+    let (status, code, _) = envelope(call(Method::POST, "/v1/instances").body(big).send().await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (413, codes::PAYLOAD_TOO_LARGE));
+    emu.admin.clear_faults().await.unwrap();
+
+    for (path, want) in
+        [("/v1/instances", 200), ("/v1/instances/i-missing", 404), ("/healthz", 200), ("/v1/region", 200)]
+    {
+        let resp = call(Method::HEAD, path).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), want, "HEAD {path}");
+        assert!(resp.bytes().await.unwrap().is_empty(), "HEAD {path} has no body");
+    }
+    let audit = emu
+        .admin
+        .audit(&fakecloud_api::AuditQuery { operation: Some("GetRegion".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!((audit.items[0].method.as_str(), audit.items[0].status), ("HEAD", 200));
+}
+
+/// The auth scheme is case-insensitive and may be followed by more than one space (RFC 7235).
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let emu = Emu::start().await;
+    for value in [format!("bearer {USER}"), format!("BEARER {USER}"), format!("Bearer   {USER}")] {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/v1/instances", emu.url()))
+            .header("authorization", &value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{value}");
+    }
+    for value in [format!("Basic {USER}"), format!("Bearer{USER}"), USER.to_string()] {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/v1/instances", emu.url()))
+            .header("authorization", &value)
+            .send()
+            .await;
+        assert_eq!(resp.unwrap().status().as_u16(), 401, "{value}");
+    }
+}

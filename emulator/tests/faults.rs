@@ -570,3 +570,67 @@ async fn changed_resources_read_as_before_until_the_lag_is_over() {
     })
     .await;
 }
+
+/// Rates and durations that would overflow the arithmetic behind them (a refill time beyond governor's
+/// nanosecond clock, a latency plus jitter past u64) are a 400 naming the field and its range, not a panic.
+#[tokio::test]
+async fn rates_and_durations_out_of_range_are_refused_not_panics() {
+    let emu = Emu::start().await;
+    let limit = |capacity: u32, refill: f64| SetRateLimitRequest { capacity, ..bucket(RateLimitScope::All, 1, refill) };
+    let latency = |ms: u64, jitter_ms: u64| rule(&[], FaultAction::Latency { ms, jitter_ms }, FaultTrigger::default());
+    for (req, field, range) in [
+        (limit(1, 1e-11), "refill_per_second", "between 0.001 and 1000000"),
+        (limit(1_000_000, 1e-9), "refill_per_second", "between 0.001 and 1000000"),
+        (limit(1, 1e12), "refill_per_second", "between 0.001 and 1000000"),
+        (limit(4_000_000_000, 1.0), "capacity", "between 1 and 1000000"),
+    ] {
+        let err = emu.admin.set_rate_limit("absurd", &req).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{err}");
+        assert!(err.to_string().contains(field) && err.to_string().contains(range), "{field} {range}: {err}");
+    }
+    for (req, field, max) in [
+        (latency(u64::MAX, 0), "action.ms", "600000"),
+        (latency(1, u64::MAX), "action.jitter_ms", "600000"),
+        (latency(u64::MAX, u64::MAX), "action.ms", "600000"),
+        (latency(600_000, 1), "action.jitter_ms", "600000"),
+        (
+            rule(&[], FaultAction::EventualConsistency { seconds: 1e300 }, FaultTrigger::default()),
+            "action.seconds",
+            "3600",
+        ),
+    ] {
+        let err = emu.admin.add_fault(&req).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{err}");
+        assert!(err.to_string().contains(field) && err.to_string().contains(max), "{field} {max}: {err}");
+    }
+    // The limits themselves are accepted, and the emulator is still serving.
+    emu.admin.set_rate_limit("slow", &limit(1_000_000, 0.001)).await.unwrap();
+    emu.admin.add_fault(&latency(0, 600_000)).await.unwrap();
+    assert!(emu.admin.list_rate_limits().await.unwrap().items.len() == 1);
+}
+
+/// IDs are never handed out twice, not after a delete and not after a restart: a client holding an old ID
+/// must never stop or delete something else with it.
+#[tokio::test]
+async fn outage_and_rule_ids_are_never_reused() {
+    let mut emu = Emu::start().await;
+    let outage = || StartOutageRequest { scope: OutageScope::Api, service: None, zone: None, duration_seconds: None };
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..2 {
+        for _ in 0..2 {
+            let o = emu.admin.start_outage(&outage()).await.unwrap();
+            let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "X"), FaultTrigger::default())).await.unwrap();
+            assert!(seen.insert(o.id.clone()) && seen.insert(r.id.clone()), "reused {} or {}", o.id, r.id);
+        }
+        // Stop the newest (the one a count-based ID would hand out again), then everything.
+        let newest_outage = emu.admin.list_outages().await.unwrap().items.pop().unwrap().id;
+        emu.admin.stop_outage(&newest_outage).await.unwrap();
+        let newest_rule = emu.admin.list_faults().await.unwrap().items.pop().unwrap().id;
+        emu.admin.delete_fault(&newest_rule).await.unwrap();
+        let o = emu.admin.start_outage(&outage()).await.unwrap();
+        let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "X"), FaultTrigger::default())).await.unwrap();
+        assert!(seen.insert(o.id.clone()) && seen.insert(r.id.clone()), "round {round}: reused {} or {}", o.id, r.id);
+        emu.admin.clear_faults().await.unwrap();
+        emu.restart().await;
+    }
+}

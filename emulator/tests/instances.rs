@@ -222,3 +222,40 @@ async fn region_describes_zones_and_types() {
         .unwrap_err();
     assert!(err.to_string().contains("instance_type") && err.to_string().contains("fc.small"), "{err}");
 }
+
+/// An adopted machine's address must be one it can be reached at: not unspecified, broadcast, loopback,
+/// multicast or link-local (in either family).
+#[tokio::test]
+async fn unusable_private_ips_are_refused() {
+    let emu = Emu::start().await;
+    for ip in [
+        "0.0.0.0",
+        "255.255.255.255",
+        "127.0.0.1",
+        "127.12.0.9",
+        "224.0.0.1",
+        "239.255.255.250",
+        "169.254.169.254",
+        "::",
+        "::1",
+        "ff02::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+    ] {
+        let req = CreateInstanceRequest {
+            name: "adopted".into(),
+            private_ip: Some(ip.parse().unwrap()),
+            ..Default::default()
+        };
+        let err = emu.user.create_instance(&req, None).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_ADDRESS)), "{ip}: {err}");
+        assert!(err.to_string().contains("private_ip"), "{ip}: {err}");
+    }
+    // An ordinary address outside the VPC (a kind node's) is still adopted.
+    let req = CreateInstanceRequest {
+        name: "kind-node".into(),
+        private_ip: Some("172.18.0.2".parse().unwrap()),
+        ..Default::default()
+    };
+    emu.user.create_instance(&req, None).await.unwrap();
+}

@@ -105,3 +105,46 @@ async fn route_tables_can_be_added_and_removed_when_empty() {
     emu.user.delete_route_table(&t.id).await.unwrap();
     assert_eq!(emu.user.delete_route_table("main").await.unwrap_err().code(), Some(codes::DEPENDENCY_VIOLATION));
 }
+
+/// A table has one route per network, however the network is written: destinations are stored canonically,
+/// and a second route to a network names the one it has. IPv4 octets with leading zeros (octal to some
+/// parsers, decimal to others) are refused rather than guessed at.
+#[tokio::test]
+async fn one_route_per_network_whatever_its_spelling() {
+    let emu = Emu::start().await;
+    let node = emu.instance("node-1").await;
+    let first = emu.user.create_route("main", &route("FD00:0::/64", &node.id), None).await.unwrap();
+    assert_eq!(first.destination, "fd00::/64");
+    for same in ["fd00::/64", "fd00:0::/64", "FD00::/64", "fd00:0000:0000::/64"] {
+        let err = emu.user.create_route("main", &route(same, &node.id), None).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(409), Some(codes::ROUTE_ALREADY_EXISTS)), "{same}: {err}");
+        assert!(err.to_string().contains(&first.id), "{same}: the existing route is not named in {err}");
+    }
+    let v4 = emu.user.create_route("main", &route("10.244.1.0/24", &node.id), None).await.unwrap();
+    for zeros in ["10.244.01.0/24", "010.244.1.0/24", "10.244.1.00/24"] {
+        let err = emu.user.create_route("main", &route(zeros, &node.id), None).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_CIDR)), "{zeros}: {err}");
+        assert!(err.to_string().contains("leading zero"), "{zeros}: {err}");
+    }
+    let listed: Vec<String> = emu.user.list_routes("main").await.unwrap().items.into_iter().map(|r| r.id).collect();
+    assert_eq!(listed, [first.id, v4.id]);
+}
+
+/// Routes stored as written, by an emulator from before destinations were kept canonical, are rewritten at
+/// start, so the one-route-per-network rule holds for them too.
+#[tokio::test]
+async fn destinations_stored_as_written_are_made_canonical_at_start() {
+    let mut emu = Emu::start().await;
+    let node = emu.instance("node-1").await;
+    let old = emu.user.create_route("main", &route("fd00::/64", &node.id), None).await.unwrap();
+    if let Some(s) = emu.server.take() {
+        s.shutdown().await;
+    }
+    let db = sqlx::SqlitePool::connect(&format!("sqlite:{}", emu.db_path().display())).await.unwrap();
+    sqlx::query("UPDATE routes SET destination = 'FD00:0::/64'").execute(&db).await.unwrap();
+    db.close().await;
+    emu.restart().await;
+    assert_eq!(emu.user.list_routes("main").await.unwrap().items[0].destination, "fd00::/64");
+    let err = emu.user.create_route("main", &route("fd00::/64", &node.id), None).await.unwrap_err();
+    assert!(err.to_string().contains(&old.id), "{err}");
+}

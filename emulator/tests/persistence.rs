@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::{ADMIN, Emu, USER};
 use fakecloud_api::{
-    Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery, Listener,
-    Protocol, QuotaName,
+    AuditQuery, Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery,
+    Listener, Protocol, QuotaName,
 };
 
 #[tokio::test]
@@ -51,14 +51,20 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
     let (mut child, url, log) = common::spawn_emulator(&db).await;
     let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(5)).unwrap();
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    // Refused creates (a name in use) are answered changes too; their audit entry is written before the answer.
+    let refused = Arc::new(Mutex::new(Vec::<String>::new()));
     let writers: Vec<_> = (0..8)
         .map(|w| {
-            let (c, acked) = (client.clone(), acked.clone());
+            let (c, acked, refused) = (client.clone(), acked.clone(), refused.clone());
             tokio::spawn(async move {
                 for n in 0.. {
-                    let req = CreateInstanceRequest { name: format!("w{w}-n{n}"), ..Default::default() };
+                    let name = if n % 10 == 9 { format!("w{w}-n{}", n - 1) } else { format!("w{w}-n{n}") };
+                    let req = CreateInstanceRequest { name, ..Default::default() };
                     match c.create_instance(&req, None).await {
                         Ok(i) => acked.lock().unwrap().push(i.id),
+                        Err(fakecloud_api::ClientError::Api(e)) if e.status == 409 => {
+                            refused.lock().unwrap().push(e.request_id)
+                        }
                         Err(_) => return,
                     }
                 }
@@ -91,6 +97,36 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
         lost.len(),
         acked.len(),
         &lost[..lost.len().min(5)]
+    );
+    // Every answered create has its audit entry too: a create's is written in its own transaction, a refused
+    // one's before it is answered.
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let (mut created, mut refusals) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    let mut query = AuditQuery { operation: Some("CreateInstance".into()), limit: Some(10_000), ..Default::default() };
+    loop {
+        let page = admin.audit(&query).await.unwrap().items;
+        let Some(last) = page.last() else { break };
+        query.after = Some(last.seq);
+        for e in page {
+            match e.status {
+                201 => created.extend(e.resource_id),
+                409 => _ = refusals.insert(e.request_id),
+                _ => {}
+            }
+        }
+    }
+    let refused = refused.lock().unwrap().clone();
+    let unaudited: Vec<&String> = acked.iter().filter(|id| !created.contains(*id)).collect();
+    let unaudited_refusals: Vec<&String> = refused.iter().filter(|id| !refusals.contains(*id)).collect();
+    assert!(
+        unaudited.is_empty() && unaudited_refusals.is_empty() && !refused.is_empty(),
+        "{} of {} acknowledged creates and {} of {} refused ones have no audit entry: {:?} {:?}",
+        unaudited.len(),
+        acked.len(),
+        unaudited_refusals.len(),
+        refused.len(),
+        &unaudited[..unaudited.len().min(5)],
+        &unaudited_refusals[..unaudited_refusals.len().min(5)]
     );
 }
 
@@ -136,4 +172,64 @@ async fn reset_empties_everything_and_restores_defaults() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(fakecloud_api::codes::INSTANCE_LIMIT_EXCEEDED));
+}
+
+/// A snapshot is a file name in the snapshot directory (beside the database by default): nothing else, never
+/// through a symlink, never over an existing file, and nothing left behind when it is refused.
+#[tokio::test]
+async fn snapshots_are_confined_to_the_snapshot_directory() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let emu = Emu::start().await;
+    let dir = emu.dir.path();
+    let outside = tempfile::tempdir().unwrap();
+    let escape = outside.path().join("escape.db");
+    for (name, rule) in [
+        (escape.to_str().unwrap(), "not a path"),
+        ("../escape.db", "not a path"),
+        ("sub/x.db", "not a path"),
+        ("..", "must not start with '.'"),
+        (".hidden.db", "must not start with '.'"),
+        ("a b.db", "letters, digits"),
+        ("nul\0.db", "letters, digits"),
+        ("", "must not be empty"),
+        (&"x".repeat(129), "at most 128"),
+    ] {
+        let err = emu.admin.snapshot(name).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(fakecloud_api::codes::INVALID_PARAMETER)), "{name:?}");
+        assert!(err.to_string().contains(rule), "{name:?}: {rule:?} not in {err}");
+    }
+    // A symlink in the directory is an existing name, even when it dangles: it is not followed.
+    std::os::unix::fs::symlink(&escape, dir.join("link.db")).unwrap();
+    std::fs::write(dir.join("taken.db"), b"keep me").unwrap();
+    for name in ["link.db", "taken.db"] {
+        let err = emu.admin.snapshot(name).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(409), Some(fakecloud_api::codes::SNAPSHOT_EXISTS)), "{name}");
+    }
+    assert!(!escape.exists(), "nothing was written outside the snapshot directory");
+    assert_eq!(std::fs::read(dir.join("taken.db")).unwrap(), b"keep me");
+
+    let done = emu.admin.snapshot("snap-1.db").await.unwrap();
+    assert_eq!(done.path, dir.join("snap-1.db").to_str().unwrap());
+    let meta = std::fs::metadata(dir.join("snap-1.db")).unwrap();
+    assert_eq!((meta.len(), meta.permissions().mode() & 0o777), (done.bytes, 0o600));
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.retain(|n| !n.starts_with("fc.db"));
+    names.sort();
+    assert_eq!(names, ["link.db", "snap-1.db", "taken.db"], "no temporary or empty files are left");
+}
+
+/// The database (and its WAL and shared-memory files) is created readable by its owner only: it holds the
+/// audit log and everything a test did.
+#[tokio::test]
+async fn the_database_is_created_private() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let emu = Emu::start().await;
+    emu.instance("node-1").await;
+    for file in ["fc.db", "fc.db-wal", "fc.db-shm"] {
+        let mode = std::fs::metadata(emu.dir.path().join(file)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
+    }
 }

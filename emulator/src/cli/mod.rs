@@ -64,7 +64,7 @@ pub enum Format {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the emulator.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create, list, inspect, stop, start and terminate instances.
     #[command(subcommand)]
     Instance(InstanceCmd),
@@ -105,10 +105,12 @@ pub enum Command {
     /// Run timed fault-injection steps from a YAML file (admin); see `fakecloud scenario run --help`.
     #[command(subcommand)]
     Scenario(ScenarioCmd),
-    /// Write a consistent copy of the database to PATH on the emulator's machine (admin).
+    /// Write a consistent copy of the database to the file NAME in the emulator's snapshot directory (admin).
     Snapshot {
-        /// Must not exist yet. Start from it with `fakecloud serve --db PATH`.
-        path: String,
+        /// A new file name (letters, digits, '.', '_', '-'; no path): the file is written to the directory of
+        /// `fakecloud serve --snapshot-dir` (default: beside its database). Start from it with
+        /// `fakecloud serve --db <the path printed>`.
+        name: String,
     },
 }
 
@@ -335,7 +337,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let out = Output::new(cli.conn.output);
     let conn = &cli.conn;
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Instance(cmd) => {
             let client = conn.client(false)?;
             match cmd {
@@ -416,6 +418,6 @@ pub async fn run(cli: Cli) -> Result<()> {
             scenario::run(&conn.client(true)?, &plan, keep, time_scale).await
         }
         Command::Reset => out.value(&conn.client(true)?.reset().await?),
-        Command::Snapshot { path } => out.value(&serde_json::to_value(conn.client(true)?.snapshot(&path).await?)?),
+        Command::Snapshot { name } => out.value(&serde_json::to_value(conn.client(true)?.snapshot(&name).await?)?),
     }
 }

@@ -10,6 +10,7 @@ use ipnet::Ipv4Net;
 
 use crate::config::{Config, DbLocation, Timings, Topology};
 use crate::credentials::{self, Source};
+use crate::listener;
 use crate::server::Server;
 
 #[derive(Debug, Args)]
@@ -62,9 +63,22 @@ pub struct ServeArgs {
     /// Where tokens are read from, or generated into when missing (default: beside the database).
     #[arg(long)]
     pub credentials_file: Option<PathBuf>,
+    /// The only directory `POST /v1/admin/snapshot` writes to (created if missing; default: the database's).
+    #[arg(long, env = "FAKECLOUD_SNAPSHOT_DIR")]
+    pub snapshot_dir: Option<PathBuf>,
     /// Seed for fault injection's random draws, so a run repeats exactly (default: random, logged at start).
     #[arg(long, env = "FAKECLOUD_SEED")]
     pub seed: Option<u64>,
+    /// Time a request's head may take to arrive, from its first byte.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+    /// Time a keep-alive connection may wait for its next request before it is closed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub idle_timeout: Duration,
+    /// Client connections open at once; at the cap idle ones are closed to make room, busy ones make new ones
+    /// wait (default: the open-file limit, raised to its hard limit, less 128).
+    #[arg(long)]
+    pub max_connections: Option<u32>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -87,6 +101,7 @@ pub fn init_logging(format: LogFormat) {
 
 pub async fn run(args: ServeArgs) -> Result<()> {
     init_logging(args.log_format);
+    listener::raise_fd_limit();
     let topology =
         Topology::new(&args.region, &args.zones, args.vpc_cidr, args.public_pool).map_err(anyhow::Error::msg)?;
     let cfg = Config {
@@ -101,6 +116,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         },
         audit_max_entries: args.audit_max_entries.max(1),
         seed: args.seed,
+        snapshot_dir: args.snapshot_dir,
+        connections: listener::Limits {
+            header_read_timeout: args.header_read_timeout,
+            idle_timeout: args.idle_timeout,
+            max_connections: args.max_connections.unwrap_or_else(listener::default_max_connections),
+        },
     };
     let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
@@ -110,7 +131,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file)?;
     let server = Server::start(&args.listen, &db, cfg, tokens).await?;
     let url = server.url();
-    tracing::info!(%url, db = %args.db, region = %args.region, "fakecloud listening");
+    let limits = &server.state.cfg.connections;
+    tracing::info!(
+        %url, db = %args.db, region = %args.region, max_connections = limits.max_connections,
+        header_read_timeout = ?limits.header_read_timeout, idle_timeout = ?limits.idle_timeout, "fakecloud listening"
+    );
     match &source {
         Source::Given => eprintln!("fakecloud: serving {url} with the tokens from --user-token/--admin-token"),
         Source::File(f) | Source::Generated(f) => eprintln!(

@@ -180,7 +180,7 @@ impl FaultEngine {
     /// Eventual consistency: until `for_` has passed, reads of `id` see `previous` — its version from before the
     /// write — or, for a resource the write created (`None`), nothing at all.
     pub fn lag(&self, id: &str, previous: Option<serde_json::Value>, for_: Duration) {
-        let until = now_ms() + i64::try_from(for_.as_millis()).unwrap_or(i64::MAX);
+        let until = now_ms().saturating_add(crate::db::ms(for_));
         self.hidden.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), (until, previous));
     }
 
@@ -219,6 +219,27 @@ impl FaultEngine {
         Ok(())
     }
 
+    /// A new `<prefix>-<n>` ID for a fault of `kind`. The numbers come from a counter kept in the database, so
+    /// an ID is never handed out twice — not after its fault is deleted, not after a restart — and a client
+    /// holding an old ID cannot stop something else with it. (A database from before the counter starts it
+    /// after the faults it has; names in use, such as a rule named by its creator, are skipped.)
+    async fn new_id(&self, kind: &str, prefix: &str, in_use: impl Fn(&str) -> bool) -> Result<String> {
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "INSERT INTO counters (key, n) VALUES (?1, (SELECT COUNT(*) FROM faults WHERE kind = ?2) + 1) \
+                 ON CONFLICT(key) DO UPDATE SET n = n + 1 RETURNING n",
+            )
+            .bind(format!("{kind}_ids"))
+            .bind(kind)
+            .fetch_one(self.db.writer())
+            .await?;
+            let id = format!("{prefix}-{n}");
+            if !in_use(&id) {
+                return Ok(id);
+            }
+        }
+    }
+
     async fn forget(&self, kind: &str, id: &str) -> Result<()> {
         sqlx::query("DELETE FROM faults WHERE kind = ?1 AND id = ?2")
             .bind(kind)
@@ -235,16 +256,7 @@ impl FaultEngine {
         let mut rules = self.rules.write().await;
         let id = match &req.id {
             Some(id) => id.clone(),
-            None => {
-                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM faults WHERE kind = 'rule'")
-                    .fetch_one(self.db.reader())
-                    .await?;
-                let mut k = n + 1;
-                while rules.iter().any(|r| r.id == format!("fault-{k}")) {
-                    k += 1;
-                }
-                format!("fault-{k}")
-            }
+            None => self.new_id("rule", "fault", |id| rules.iter().any(|r| r.id == id)).await?,
         };
         if rules.iter().any(|r| r.id == id) {
             return Err(ApiError::conflict(
@@ -292,7 +304,7 @@ impl FaultEngine {
 
     pub async fn set_limit(&self, id: &str, spec: SetRateLimitRequest) -> Result<RateLimit> {
         let _edit = self.edit.lock().await;
-        crate::validate::simple_name("id", id)?;
+        crate::validate::NAME.check("id", id)?;
         let limit = ActiveLimit::new(id, spec, &self.operations)?;
         self.persist("rate_limit", id, 0, &limit.stored()).await?;
         let mut limits = self.limits.write().await;
@@ -359,14 +371,9 @@ impl FaultEngine {
 
     pub async fn start_outage(&self, req: StartOutageRequest, zones: &[&str]) -> Result<Outage> {
         let _edit = self.edit.lock().await;
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM faults WHERE kind = 'outage'").fetch_one(self.db.reader()).await?;
         let mut outages = self.outages.write().await;
-        let mut k = n + 1;
-        while outages.iter().any(|o| o.id == format!("outage-{k}")) {
-            k += 1;
-        }
-        let outage = ActiveOutage::new(format!("outage-{k}"), req, zones, now_ms())?;
+        let id = self.new_id("outage", "outage", |id| outages.iter().any(|o| o.id == id)).await?;
+        let outage = ActiveOutage::new(id, req, zones, now_ms())?;
         self.persist("outage", &outage.id, 0, &outage.stored()).await?;
         tracing::warn!(outage = %outage.id, "outage started");
         let api = outage.to_api();

@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
+use fakecloud_api::limits::{
+    RATE_LIMIT_CAPACITY_MAX, RATE_LIMIT_CAPACITY_MIN, REFILL_PER_SECOND_MAX, REFILL_PER_SECOND_MIN,
+};
 use fakecloud_api::{RateLimit, RateLimitScope, SetRateLimitRequest, codes};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -14,6 +17,7 @@ use governor::{Quota, RateLimiter};
 
 use super::{Call, Verdict};
 use crate::error::{ApiError, Result};
+use crate::validate;
 
 type Limiter = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
 
@@ -26,22 +30,6 @@ pub struct ActiveLimit {
 
 impl ActiveLimit {
     pub fn new(id: &str, spec: SetRateLimitRequest, operations: &[String]) -> Result<Self> {
-        if !(1..=1_000_000).contains(&spec.capacity) {
-            return Err(ApiError::invalid(
-                "capacity",
-                format!("must be between 1 and 1000000 (got {})", spec.capacity),
-            ));
-        }
-        if !spec.refill_per_second.is_finite() || spec.refill_per_second <= 0.0 || spec.refill_per_second > 1_000_000.0
-        {
-            return Err(ApiError::invalid(
-                "refill_per_second",
-                format!("must be above 0 and at most 1000000 (got {})", spec.refill_per_second),
-            ));
-        }
-        if spec.status != 429 && spec.status != 503 {
-            return Err(ApiError::invalid("status", format!("must be 429 or 503 (got {})", spec.status)));
-        }
         match (spec.scope, &spec.operation) {
             (RateLimitScope::Operation, None) => {
                 return Err(ApiError::invalid("operation", "scope operation needs the operation's name"));
@@ -59,11 +47,21 @@ impl ActiveLimit {
         Self::build(id, spec)
     }
 
+    /// Checked here rather than in `new` so that a stored limit is checked again when it is restored: governor
+    /// panics on a bucket whose refill time overflows its nanosecond clock.
     fn build(id: &str, spec: SetRateLimitRequest) -> Result<Self> {
-        let period = Duration::from_secs_f64(1.0 / spec.refill_per_second);
-        let capacity =
-            NonZeroU32::new(spec.capacity).ok_or_else(|| ApiError::invalid("capacity", "must be at least 1"))?;
-        let quota = Quota::with_period(period)
+        let capacity = validate::in_range("capacity", spec.capacity, RATE_LIMIT_CAPACITY_MIN, RATE_LIMIT_CAPACITY_MAX)?;
+        let rate = validate::in_range(
+            "refill_per_second",
+            spec.refill_per_second,
+            REFILL_PER_SECOND_MIN,
+            REFILL_PER_SECOND_MAX,
+        )?;
+        if spec.status != 429 && spec.status != 503 {
+            return Err(ApiError::invalid("status", format!("must be 429 or 503 (got {})", spec.status)));
+        }
+        let capacity = NonZeroU32::new(capacity).ok_or_else(|| ApiError::invalid("capacity", "must be at least 1"))?;
+        let quota = Quota::with_period(Duration::from_secs_f64(1.0 / rate))
             .ok_or_else(|| ApiError::invalid("refill_per_second", "is too large"))?
             .allow_burst(capacity);
         Ok(Self {

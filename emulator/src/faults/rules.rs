@@ -5,14 +5,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use fakecloud_api::limits::{FAULT_SECONDS_MAX, LATENCY_MAX_MS, WINDOW_SECONDS_MAX};
 use fakecloud_api::{FaultAction, FaultMatch, FaultRule, FaultTrigger};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{Call, Verdict};
-use crate::db::rfc3339;
+use crate::db::{ms, rfc3339};
 use crate::error::{ApiError, Result};
+use crate::validate;
 
 /// What is stored: the rule as given, plus its window resolved to absolute times.
 #[derive(Serialize, Deserialize)]
@@ -46,10 +48,7 @@ fn parse_time(field: &str, s: &str) -> Result<i64> {
 }
 
 fn seconds(field: &str, v: f64, max: f64) -> Result<Duration> {
-    if !v.is_finite() || v < 0.0 || v > max {
-        return Err(invalid(field, format!("must be between 0 and {max} seconds (got {v})")));
-    }
-    Ok(Duration::from_secs_f64(v))
+    Ok(Duration::from_secs_f64(validate::in_range(field, v, 0.0, max)?))
 }
 
 fn error_status(field: &str, status: u16) -> Result<StatusCode> {
@@ -59,9 +58,44 @@ fn error_status(field: &str, status: u16) -> Result<StatusCode> {
         .ok_or_else(|| invalid(field, format!("must be an HTTP error status, 400-599 (got {status})")))
 }
 
-fn error_code(field: &str, code: &str) -> Result<()> {
-    if code.is_empty() || code.len() > 100 || !code.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-        return Err(invalid(field, format!("{code:?} must be 1-100 letters, digits, '.', '_' or '-'")));
+/// Checked when a rule is built, so that a stored rule is checked again when it is restored.
+fn check_action(action: &FaultAction) -> Result<()> {
+    match action {
+        FaultAction::Error { status, code, headers, .. } => {
+            error_status("action.status", *status)?;
+            validate::FAULT_CODE.check("action.code", code)?;
+            for (k, v) in headers {
+                let ok = axum::http::HeaderName::try_from(k.as_str()).is_ok()
+                    && axum::http::HeaderValue::try_from(v.as_str()).is_ok();
+                if !ok {
+                    return Err(invalid(&format!("action.headers.{k}"), "is not a valid HTTP header"));
+                }
+            }
+        }
+        FaultAction::ApplyThenFail { status, code, .. } => {
+            error_status("action.status", *status)?;
+            validate::FAULT_CODE.check("action.code", code)?;
+        }
+        FaultAction::Latency { ms, jitter_ms } => {
+            validate::in_range("action.ms", *ms, 0, LATENCY_MAX_MS)?;
+            validate::in_range("action.jitter_ms", *jitter_ms, 0, LATENCY_MAX_MS)?;
+            if ms.saturating_add(*jitter_ms) > LATENCY_MAX_MS {
+                return Err(invalid(
+                    "action.jitter_ms",
+                    format!(
+                        "action.ms plus action.jitter_ms must be at most {LATENCY_MAX_MS} (got {ms} + {jitter_ms})"
+                    ),
+                ));
+            }
+        }
+        FaultAction::NoResponse { hang_seconds, .. } => {
+            if let Some(h) = hang_seconds {
+                seconds("action.hang_seconds", *h, FAULT_SECONDS_MAX)?;
+            }
+        }
+        FaultAction::EventualConsistency { seconds: s } => {
+            seconds("action.seconds", *s, FAULT_SECONDS_MAX)?;
+        }
     }
     Ok(())
 }
@@ -81,7 +115,7 @@ impl ActiveRule {
         seed: u64,
         now: i64,
     ) -> Result<Self> {
-        crate::validate::simple_name("id", &id)?;
+        validate::NAME.check("id", &id)?;
         for (i, op) in matcher.operations.iter().enumerate() {
             let field = format!("match.operations[{i}]");
             let pat =
@@ -98,7 +132,7 @@ impl ActiveRule {
                 .map_err(|e| invalid(&format!("match.names[{i}]"), format!("{n:?} is not a valid glob: {e}")))?;
         }
         for (i, t) in matcher.tags.iter().enumerate() {
-            crate::validate::tag_key(&format!("match.tags[{i}]"), t.split_once('=').map_or(t.as_str(), |(k, _)| k))?;
+            validate::TAG_FILTER.check(&format!("match.tags[{i}]"), t)?;
         }
         for (i, m) in matcher.methods.iter().enumerate() {
             if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&m.as_str()) {
@@ -113,46 +147,14 @@ impl ActiveRule {
                 return Err(invalid(&format!("match.roles[{i}]"), format!("{r:?} is not user or admin")));
             }
         }
-        match &action {
-            FaultAction::Error { status, code, headers, .. } => {
-                error_status("action.status", *status)?;
-                error_code("action.code", code)?;
-                for (k, v) in headers {
-                    let ok = axum::http::HeaderName::try_from(k.as_str()).is_ok()
-                        && axum::http::HeaderValue::try_from(v.as_str()).is_ok();
-                    if !ok {
-                        return Err(invalid(&format!("action.headers.{k}"), "is not a valid HTTP header"));
-                    }
-                }
-            }
-            FaultAction::ApplyThenFail { status, code, .. } => {
-                error_status("action.status", *status)?;
-                error_code("action.code", code)?;
-            }
-            FaultAction::Latency { ms, jitter_ms } => {
-                if ms + jitter_ms > 600_000 {
-                    return Err(invalid("action.ms", "latency plus jitter must be at most 600000 ms"));
-                }
-            }
-            FaultAction::NoResponse { hang_seconds, .. } => {
-                if let Some(h) = hang_seconds {
-                    seconds("action.hang_seconds", *h, 3600.0)?;
-                }
-            }
-            FaultAction::EventualConsistency { seconds: s } => {
-                seconds("action.seconds", *s, 3600.0)?;
-            }
-        }
-        if let Some(p) = trigger.probability
-            && !(0.0..=1.0).contains(&p)
-        {
-            return Err(invalid("trigger.probability", format!("must be between 0 and 1 (got {p})")));
+        if let Some(p) = trigger.probability {
+            validate::in_range("trigger.probability", p, 0.0, 1.0)?;
         }
         let from_ms = trigger.from.as_deref().map(|s| parse_time("trigger.from", s)).transpose()?;
         let mut until_ms = trigger.until.as_deref().map(|s| parse_time("trigger.until", s)).transpose()?;
         if let Some(d) = trigger.duration_seconds {
-            let d = seconds("trigger.duration_seconds", d, 7.0 * 86400.0)?;
-            let end = from_ms.unwrap_or(now).max(now) + i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            let d = seconds("trigger.duration_seconds", d, WINDOW_SECONDS_MAX)?;
+            let end = from_ms.unwrap_or(now).max(now).saturating_add(ms(d));
             until_ms = Some(until_ms.map_or(end, |u| u.min(end)));
         }
         if let (Some(f), Some(u)) = (from_ms, until_ms)
@@ -164,6 +166,7 @@ impl ActiveRule {
     }
 
     fn build(id: String, stored: Stored, seed: u64) -> Result<Self> {
+        check_action(&stored.action)?;
         let globs = |v: &[String]| {
             v.iter()
                 .map(|o| glob::Pattern::new(o).map_err(|e| ApiError::internal(e.to_string())))
@@ -264,7 +267,7 @@ impl ActiveRule {
             }
             FaultAction::Latency { ms, jitter_ms } => {
                 let jitter = if *jitter_ms > 0 { rng.random_range(0..=*jitter_ms) } else { 0 };
-                Verdict::Delay { by: Duration::from_millis(ms + jitter), fault }
+                Verdict::Delay { by: Duration::from_millis(ms.saturating_add(jitter)), fault }
             }
             FaultAction::NoResponse { mode, hang_seconds } => {
                 Verdict::NoResponse { mode: *mode, hang: Duration::from_secs_f64(hang_seconds.unwrap_or(300.0)), fault }

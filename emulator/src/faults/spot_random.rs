@@ -5,14 +5,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use fakecloud_api::limits::{NOTICE_SECONDS_MAX, SPOT_RATE_PER_MINUTE_MAX};
 use fakecloud_api::{ReclaimRequest, SpotRandom, SpotRandomRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::Config;
 use crate::db::{Db, now_ms, rfc3339};
-use crate::error::{ApiError, Result};
+use crate::error::Result;
 use crate::store::instances;
+use crate::validate;
 
 pub struct ActiveSpotRandom {
     rate_per_minute: f64,
@@ -24,20 +26,10 @@ pub struct ActiveSpotRandom {
 
 impl ActiveSpotRandom {
     pub fn new(req: &SpotRandomRequest, seed: u64, now: i64) -> Result<Self> {
-        if !req.rate_per_minute.is_finite() || !(0.0..=600.0).contains(&req.rate_per_minute) {
-            return Err(ApiError::invalid(
-                "rate_per_minute",
-                format!("must be between 0 and 600 (got {})", req.rate_per_minute),
-            ));
-        }
-        let notice = match req.notice_seconds {
-            None => 120.0,
-            Some(n) if n.is_finite() && (0.0..=86400.0).contains(&n) => n,
-            Some(n) => {
-                return Err(ApiError::invalid("notice_seconds", format!("must be between 0 and 86400 (got {n})")));
-            }
-        };
-        let until_ms = crate::validate::window_end("duration_seconds", req.duration_seconds, now)?;
+        validate::in_range("rate_per_minute", req.rate_per_minute, 0.0, SPOT_RATE_PER_MINUTE_MAX)?;
+        let notice =
+            validate::in_range("notice_seconds", req.notice_seconds.unwrap_or(120.0), 0.0, NOTICE_SECONDS_MAX)?;
+        let until_ms = validate::window_end("duration_seconds", req.duration_seconds, now)?;
         Ok(Self {
             rate_per_minute: req.rate_per_minute,
             notice: Duration::from_secs_f64(notice),

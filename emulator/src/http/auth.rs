@@ -29,9 +29,14 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
-    /// The role a `Authorization` header value grants, if any.
+    /// The role a `Authorization` header value grants, if any. The scheme is case-insensitive and followed by
+    /// one or more spaces (RFC 7235).
     pub fn role_of(&self, authorization: Option<&str>) -> Option<Role> {
-        let token = authorization?.strip_prefix("Bearer ")?.trim();
+        let (scheme, token) = authorization?.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let token = token.trim();
         if constant_time_eq(token.as_bytes(), self.admin.as_bytes()) {
             Some(Role::Admin)
         } else if constant_time_eq(token.as_bytes(), self.user.as_bytes()) {
@@ -57,6 +62,9 @@ mod tests {
         assert_eq!(t.role_of(Some("Bearer a-tok")), Some(Role::Admin));
         assert_eq!(t.role_of(Some("Bearer nope")), None);
         assert_eq!(t.role_of(Some("u-tok")), None);
+        assert_eq!(t.role_of(Some("bearer u-tok")), Some(Role::User));
+        assert_eq!(t.role_of(Some("BEARER  a-tok")), Some(Role::Admin));
+        assert_eq!(t.role_of(Some("Basic u-tok")), None);
         assert_eq!(t.role_of(None), None);
         assert_eq!(format!("{t:?}"), "Tokens(<redacted>)");
     }

@@ -1,8 +1,9 @@
 //! Extractors whose rejections use the API's error envelope and name the offending field.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
-use axum::http::{HeaderMap, header, request::Parts};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::{HeaderMap, StatusCode, header, request::Parts};
 use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, codes};
 use serde::de::DeserializeOwned;
 
@@ -22,21 +23,46 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             });
         if !is_json {
             return Err(ApiError::new(
-                axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 codes::UNSUPPORTED_MEDIA_TYPE,
                 "send the body as JSON with Content-Type: application/json",
             ));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            ApiError::new(e.status(), codes::INVALID_JSON, format!("cannot read the request body: {}", e.body_text()))
-        })?;
+        let bytes = Bytes::from_request(req, state).await.map_err(body_rejection)?;
         parse_json(&bytes).map(ApiJson)
     }
 }
 
+/// A body that could not be read: over the size limit (413), or cut off.
+pub fn body_rejection(e: BytesRejection) -> ApiError {
+    let status = e.status();
+    let code = if status == StatusCode::PAYLOAD_TOO_LARGE { codes::PAYLOAD_TOO_LARGE } else { codes::INVALID_JSON };
+    let limit = super::MAX_BODY_BYTES;
+    let detail =
+        if code == codes::PAYLOAD_TOO_LARGE { format!("the body is over {limit} bytes") } else { e.body_text() };
+    ApiError::new(status, code, format!("cannot read the request body: {detail}"))
+}
+
+/// A request body: exactly one JSON object. serde alone would read a struct from an array (its fields in
+/// order: `["x"]` as `{"name":"x"}`) and would stop after the first value, ignoring whatever follows.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let not_an_object = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b'-' | b'0'..=b'9') => Some("a number"),
+        Some(b't' | b'f') => Some("a boolean"),
+        Some(b'n') => Some("null"),
+        // An object, nothing at all, or not JSON: serde says which.
+        _ => None,
+    };
+    if let Some(kind) = not_an_object {
+        return Err(ApiError::bad_request(
+            codes::INVALID_PARAMETER,
+            format!("body: must be a JSON object, got {kind}"),
+        ));
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         match inner.classify() {
@@ -46,7 +72,25 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
             _ => ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {inner}")),
         }
-    })
+    })?;
+    de.end().map_err(|e| {
+        ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {e} (the body must be one JSON object)"))
+    })?;
+    Ok(value)
+}
+
+/// Path parameters, with the same error envelope (a percent-encoded ID that is not UTF-8, say).
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::bad_request(codes::INVALID_PARAMETER, format!("path: {}", e.body_text()))),
+        }
+    }
 }
 
 /// A query string, with the same error envelope.

@@ -1,6 +1,6 @@
 //! Fault injection API (admin): `/v1/faults`, `/v1/rate-limits`, `/v1/outages`, `/v1/spot/reclaim`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{
@@ -9,7 +9,7 @@ use fakecloud_api::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::ApiJson;
+use super::extract::{ApiJson, ApiPath};
 use super::{AppState, created, reply};
 use crate::error::Result;
 use crate::store::instances;
@@ -65,7 +65,7 @@ async fn clear_faults(State(st): State<AppState>) -> Result<Response> {
 
 #[utoipa::path(delete, path = "/v1/faults/{id}", operation_id = "DeleteFault", tag = "faults", params(("id" = String, Path)),
     responses((status = 200, body = FaultRule), (status = 404, body = ErrorBody)), security(("admin" = [])))]
-async fn delete_fault(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn delete_fault(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, st.faults().delete_rule(&id).await?))
 }
 
@@ -81,7 +81,7 @@ async fn list_rate_limits(State(st): State<AppState>) -> Response {
     security(("admin" = [])))]
 async fn set_rate_limit(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<SetRateLimitRequest>,
 ) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, st.faults().set_limit(&id, req).await?))
@@ -89,7 +89,7 @@ async fn set_rate_limit(
 
 #[utoipa::path(delete, path = "/v1/rate-limits/{id}", operation_id = "DeleteRateLimit", tag = "faults", params(("id" = String, Path)),
     responses((status = 200, body = RateLimit), (status = 404, body = ErrorBody)), security(("admin" = [])))]
-async fn delete_rate_limit(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn delete_rate_limit(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, st.faults().delete_limit(&id).await?))
 }
 
@@ -110,7 +110,7 @@ async fn list_outages(State(st): State<AppState>) -> Response {
 
 #[utoipa::path(delete, path = "/v1/outages/{id}", operation_id = "StopOutage", tag = "faults", params(("id" = String, Path)),
     responses((status = 200, body = Outage), (status = 404, body = ErrorBody)), security(("admin" = [])))]
-async fn stop_outage(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn stop_outage(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, st.faults().stop_outage(&id).await?))
 }
 

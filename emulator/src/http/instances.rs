@@ -1,6 +1,6 @@
 //! `/v1/region` and `/v1/instances`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fakecloud_api::{
@@ -9,7 +9,7 @@ use fakecloud_api::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::{ApiJson, ApiQuery, idempotency_key};
+use super::extract::{ApiJson, ApiPath, ApiQuery, idempotency_key};
 use super::{AppState, created, reply};
 use crate::error::Result;
 use crate::store::instances::{self, Action};
@@ -75,7 +75,7 @@ fn unreachable_in(dark: &[String], i: &mut Instance) {
 #[utoipa::path(get, path = "/v1/instances/{id}", operation_id = "GetInstance", tag = "instances",
     params(("id" = String, Path)), responses((status = 200, body = Instance), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
-async fn get_instance(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn get_instance(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     let mut inst = instances::get(&st.db, &st.cfg, &id).await?;
     unreachable_in(&st.faults().dark_zones().await, &mut inst);
     Ok(reply(StatusCode::OK, &id, inst))
@@ -85,7 +85,7 @@ async fn get_instance(State(st): State<AppState>, Path(id): Path<String>) -> Res
 #[utoipa::path(post, path = "/v1/instances/{id}/stop", operation_id = "StopInstance", tag = "instances",
     params(("id" = String, Path)), responses((status = 200, body = Instance), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("user" = [])))]
-async fn stop_instance(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn stop_instance(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, instances::transition(&st.db, &st.cfg, &id, Action::Stop).await?))
 }
 
@@ -93,7 +93,7 @@ async fn stop_instance(State(st): State<AppState>, Path(id): Path<String>) -> Re
 #[utoipa::path(post, path = "/v1/instances/{id}/start", operation_id = "StartInstance", tag = "instances",
     params(("id" = String, Path)), responses((status = 200, body = Instance), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("user" = [])))]
-async fn start_instance(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn start_instance(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, instances::transition(&st.db, &st.cfg, &id, Action::Start).await?))
 }
 
@@ -101,6 +101,6 @@ async fn start_instance(State(st): State<AppState>, Path(id): Path<String>) -> R
 #[utoipa::path(post, path = "/v1/instances/{id}/terminate", operation_id = "TerminateInstance", tag = "instances",
     params(("id" = String, Path)), responses((status = 200, body = Instance), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
-async fn terminate_instance(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn terminate_instance(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, instances::transition(&st.db, &st.cfg, &id, Action::Terminate).await?))
 }

@@ -1,6 +1,6 @@
 //! `/v1/load-balancers`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fakecloud_api::{
@@ -9,7 +9,7 @@ use fakecloud_api::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::{ApiJson, ApiQuery, idempotency_key};
+use super::extract::{ApiJson, ApiPath, ApiQuery, idempotency_key};
 use super::{AppState, created, reply};
 use crate::error::Result;
 use crate::store::load_balancers;
@@ -51,7 +51,7 @@ async fn list_load_balancers(
 #[utoipa::path(get, path = "/v1/load-balancers/{id}", operation_id = "GetLoadBalancer", tag = "load-balancers",
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
-async fn get_load_balancer(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn get_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, load_balancers::get(&st.db, &id).await?))
 }
 
@@ -62,7 +62,7 @@ async fn get_load_balancer(State(st): State<AppState>, Path(id): Path<String>) -
     security(("user" = [])))]
 async fn update_load_balancer(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<UpdateLoadBalancerRequest>,
 ) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, load_balancers::update(&st.db, &id, &req).await?))
@@ -72,6 +72,6 @@ async fn update_load_balancer(
 #[utoipa::path(delete, path = "/v1/load-balancers/{id}", operation_id = "DeleteLoadBalancer", tag = "load-balancers",
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
-async fn delete_load_balancer(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn delete_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, load_balancers::delete(&st.db, &st.cfg, &id).await?))
 }

@@ -11,21 +11,24 @@ mod instances;
 mod load_balancers;
 pub mod metrics;
 mod network;
+mod openapi;
 mod quotas;
 
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use fakecloud_api::{NoResponseMode, REQUEST_ID_HEADER, codes};
+use fakecloud_api::{NoResponseMode, REPLAYED_HEADER, REQUEST_ID_HEADER, codes};
 use serde::Serialize;
+use tower_http::catch_panic::CatchPanicLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
@@ -34,9 +37,12 @@ use self::auth::{Role, Tokens};
 use self::metrics::Metrics;
 use crate::config::Config;
 use crate::db::{Db, now_ms};
-use crate::error::{ApiError, ErrorCode, REQUEST_ID};
+use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
-use crate::store::audit::{AuditSink, Record};
+use crate::store::audit::{AuditSink, CallContext, Record};
+
+/// The largest request body read, in bytes.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// Everything a handler needs.
 #[derive(Clone, Debug)]
@@ -78,7 +84,9 @@ impl Deref for AppState {
     info(
         title = "fakecloud",
         description = "A local cloud emulator: instances, networks and route tables, load balancers, quotas and an audit log. \
-                       Every call needs `Authorization: Bearer <token>`; admin calls need the admin token."
+                       Every call needs `Authorization: Bearer <token>`; admin calls need the admin token. Every error \
+                       has the body `ErrorBody`; a method a path does not have is answered as \
+                       `components.responses.MethodNotAllowed` (405, with `Allow`)."
     ),
     modifiers(&BearerTokens),
     components(schemas(fakecloud_api::ErrorBody))
@@ -107,6 +115,8 @@ struct Operations(HashMap<(Method, String), Operation>);
 struct Operation {
     name: String,
     role: Role,
+    /// The status of success: 201 for a create, else 200.
+    success: u16,
 }
 
 impl Operations {
@@ -125,14 +135,32 @@ impl Operations {
                 let security = serde_json::to_string(&op.security).unwrap_or_default();
                 let role = if security.contains("\"user\"") { Role::User } else { Role::Admin };
                 let name = op.operation_id.clone().unwrap_or_else(|| path.clone());
-                map.insert((method, path.clone()), Operation { name, role });
+                let success = if op.responses.responses.contains_key("201") { 201 } else { 200 };
+                map.insert((method, path.clone()), Operation { name, role, success });
             }
         }
         Self(map)
     }
 
+    /// The operation `method` calls on `route`; HEAD calls a GET operation, without the body.
     fn get(&self, method: &Method, route: &str) -> Option<&Operation> {
+        let method = if method == Method::HEAD { &Method::GET } else { method };
         self.0.get(&(method.clone(), route.to_string()))
+    }
+
+    /// The methods `route` has, for `Allow` (`None`: not an API route).
+    fn allow(&self, route: &str) -> Option<String> {
+        let has = |m: &Method| self.0.contains_key(&(m.clone(), route.to_string()));
+        let mut methods = Vec::new();
+        for m in [Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            if has(&m) {
+                methods.push(m.to_string());
+                if m == Method::GET {
+                    methods.push(Method::HEAD.to_string());
+                }
+            }
+        }
+        (!methods.is_empty()).then(|| methods.join(", "))
     }
 
     /// Every operation name, sorted.
@@ -160,7 +188,7 @@ pub fn reply<T: Serialize>(status: StatusCode, id: &str, body: T) -> Response {
 pub fn created<T: Serialize>(id: &str, body: T, replayed: bool) -> Response {
     let mut resp = reply(if replayed { StatusCode::OK } else { StatusCode::CREATED }, id, body);
     if replayed {
-        resp.headers_mut().insert("Idempotent-Replayed", HeaderValue::from_static("true"));
+        resp.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     resp
 }
@@ -176,20 +204,27 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(faults::router())
 }
 
-/// The OpenAPI document, as served at `/openapi.json`.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().split_for_parts().1
-}
-
 /// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
 pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppState), ApiError> {
-    let (router, spec) = api_routes().split_for_parts();
+    assemble(api_routes(), db, cfg, tokens).await
+}
+
+/// The application around `api` (the tests add an operation that panics).
+async fn assemble(
+    api: OpenApiRouter<AppState>,
+    db: Db,
+    cfg: Config,
+    tokens: Tokens,
+) -> Result<(Router, AppState), ApiError> {
+    let (router, spec) = api.split_for_parts();
     let operations = Operations::from_spec(&spec);
     let seed = cfg.seed.unwrap_or_else(rand::random);
     tracing::info!(seed, "fault injection seed (pass --seed {seed} to repeat this run's random faults)");
     let faults = Arc::new(FaultEngine::load(db.clone(), seed, operations.names()).await?);
     let background = vec![faults.spawn_spot_ticker(cfg.clone())];
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
+    let openapi =
+        serde_json::to_string_pretty(&openapi::document(&spec, &cfg, &operations.names())).unwrap_or_default();
     let state = AppState(Arc::new(Inner {
         db,
         cfg,
@@ -199,16 +234,33 @@ pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppStat
         faults,
         background,
         operations,
-        openapi: spec.to_pretty_json().unwrap_or_default(),
+        openapi,
     }));
     let router = router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(serve_metrics))
         .route("/openapi.json", get(serve_openapi))
         .fallback(|| async { ApiError::not_found(codes::NOT_FOUND, "no such API path; see /openapi.json") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Inside the gatekeeper, so a panicking call still gets its request ID and audit entry.
+        .layer(CatchPanicLayer::custom(on_panic))
         .layer(middleware::from_fn_with_state(state.clone(), gatekeeper))
         .with_state(state.clone());
     Ok((router, state))
+}
+
+/// A handler panicked: the caller gets the envelope like any other error, the log gets the panic.
+fn on_panic(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %what, "a handler panicked; answered 500");
+    ApiError::internal(
+        "the emulator failed on this call (a bug, logged with this request ID); it may or may not have been applied",
+    )
+    .into_response()
 }
 
 async fn serve_metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
@@ -227,26 +279,53 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     let path = req.uri().path().to_string();
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
     let op = route.as_deref().and_then(|r| st.operations.get(&method, r)).cloned();
-    // Health, metrics and the spec are open to all and not audited.
-    if route.is_some() && op.is_none() && !path.starts_with("/v1") {
+    let mutating = !matches!(method, Method::GET | Method::HEAD);
+    // Health, metrics and the spec are open to all and not audited; other methods on them get the 405 below.
+    if route.is_some() && op.is_none() && !path.starts_with("/v1") && !mutating {
         return next.run(req).await;
     }
     let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
     let (mut parts, body) = req.into_parts();
+    let (body, body_read) = ReadToEnd::watch(&parts.headers, body);
     let path_id = RawPathParams::from_request_parts(&mut parts, &())
         .await
         .ok()
         .and_then(|p| p.iter().last().map(|(_, v)| v.to_string()));
     let req = Request::from_parts(parts, body);
     let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let entry = Record {
+        time_ms: 0,
+        request_id: request_id.clone(),
+        role: role.map_or("anonymous", Role::as_str),
+        operation: op.as_ref().map_or_else(|| "Unknown".to_string(), |o| o.name.clone()),
+        method: method.to_string(),
+        path,
+        resource_id: None,
+        status: 0,
+        error_code: None,
+        latency_us: 0,
+        fault: None,
+    };
+    // A change is audited in its own transaction, as if it succeeds (see store::audit).
+    let change =
+        op.as_ref().filter(|_| mutating).map(|o| (Record { status: o.success, ..entry.clone() }, st.audit.clone()));
+    let ctx = CallContext::new(request_id.clone(), change);
 
     let mut fault = None;
-    let mut resp = REQUEST_ID
-        .scope(request_id.clone(), async {
+    let mut resp = ctx
+        .scope(async {
             match (&op, role) {
                 (None, _) if route.is_none() => next.run(req).await,
-                (None, _) => ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {path}"))
-                    .into_response(),
+                (None, _) => {
+                    // The open endpoints (health, metrics, the spec) are GET only.
+                    let allow = route.as_deref().and_then(|r| st.operations.allow(r)).unwrap_or_else(|| "GET, HEAD".into());
+                    let message = format!("{method} is not allowed on {}; it allows {allow}", entry.path);
+                    let mut r = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, message).into_response();
+                    if let Ok(v) = HeaderValue::from_str(&allow) {
+                        r.headers_mut().insert(header::ALLOW, v);
+                    }
+                    r
+                }
                 (Some(_), None) => {
                     let mut r = ApiError::new(
                         StatusCode::UNAUTHORIZED,
@@ -264,13 +343,18 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                     let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
                     let admin_only = op.role == Role::Admin;
                     let (subject, req) = if !admin_only && st.faults().wants_subject().await {
-                        describe(&st, path_id.as_deref(), req).await
+                        match describe(&st, path_id.as_deref(), req).await {
+                            Ok(described) => described,
+                            Err(e) => return e.into_response(),
+                        }
                     } else {
                         (None, req)
                     };
+                    // Faults see a HEAD as the GET it is.
+                    let call_method = if method == Method::HEAD { Method::GET } else { method.clone() };
                     let call = Call {
                         operation: &op.name,
-                        method: &method,
+                        method: &call_method,
                         resource_id: path_id.as_deref(),
                         role,
                         admin_only,
@@ -279,7 +363,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                     };
                     let verdict = st.faults().judge(&call).await;
                     let resp = apply(verdict, req, next, &st, path_id.as_deref(), &mut fault).await;
-                    if method == Method::GET { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await } else { resp }
+                    if mutating { resp } else { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await }
                 }
             }
         })
@@ -288,32 +372,83 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
-    let operation = op.map(|o| o.name).unwrap_or_else(|| "Unknown".to_string());
+    // Answered before its body was read (refused, say): the rest of the body may still be on its way, and a
+    // client that pooled the connection would send its next request after it. Say the connection is done.
+    if body_read.is_some_and(|read| !read.load(Ordering::Acquire)) {
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     let status = resp.status().as_u16();
     let elapsed = started.elapsed();
-    st.metrics.observe(&operation, status, elapsed.as_secs_f64());
-    st.audit.record(Record {
+    st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
+    let record = Record {
         time_ms: now_ms(),
-        request_id,
-        role: role.map_or("anonymous", Role::as_str),
-        operation,
-        method: method.to_string(),
-        path,
         resource_id: resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id),
         status,
         error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
         latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
         fault: fault.clone(),
-    });
+        ..entry
+    };
+    match ctx.written() {
+        // Written with the change, and the answer is the one it was written as.
+        Some((_, w)) if (w.status, &w.resource_id, &w.fault) == (status, &record.resource_id, &record.fault) => {}
+        Some((seq, _)) => st.audit.amend(seq, &record).await,
+        None if mutating => st.audit.record_now(record).await,
+        None => st.audit.record(record),
+    }
     if let Some(f) = fault {
         st.metrics.fault_injected(&f);
     }
     resp
 }
 
+/// A request body that notes when it has been read to its end.
+struct ReadToEnd {
+    inner: axum::body::Body,
+    done: Arc<AtomicBool>,
+}
+
+impl ReadToEnd {
+    /// `body`, and a flag that turns true once it has been read, if the headers say there is one.
+    fn watch(headers: &axum::http::HeaderMap, body: axum::body::Body) -> (axum::body::Body, Option<Arc<AtomicBool>>) {
+        let length =
+            headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let declared = length.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING);
+        if !declared {
+            return (body, None);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        (axum::body::Body::new(Self { inner: body, done: done.clone() }), Some(done))
+    }
+}
+
+impl hyper::body::Body for ReadToEnd {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(frame, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.done.store(true, Ordering::Release);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// What a call is about, for faults that match on zone, name or tag: the instance or load balancer named in
 /// the path, or what a create's JSON body asks for (the body is read and put back).
-async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option<Subject>, Request) {
+async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> Result<(Option<Subject>, Request), ApiError> {
     let db = st.db.reader();
     if let Some(id) = path_id {
         let row: Option<(String, Option<String>, Option<String>)> = if id.starts_with("i-") {
@@ -338,15 +473,15 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option
             zone,
             tags: tags.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
         });
-        return (subject, req);
+        return Ok((subject, req));
     }
     if req.method() != Method::POST {
-        return (None, req);
+        return Ok((None, req));
     }
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
-        return (None, Request::from_parts(parts, axum::body::Body::empty()));
-    };
+    let bytes = axum::body::Bytes::from_request(Request::from_parts(parts.clone(), body), &())
+        .await
+        .map_err(extract::body_rejection)?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let text = |k: &str| value.get(k).and_then(|v| v.as_str()).map(str::to_string);
     let subject = Subject {
@@ -354,7 +489,7 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> (Option
         zone: text("zone"),
         tags: value.get("tags").and_then(|t| serde_json::from_value(t.clone()).ok()).unwrap_or_default(),
     };
-    (Some(subject), Request::from_parts(parts, axum::body::Body::from(bytes)))
+    Ok((Some(subject), Request::from_parts(parts, axum::body::Body::from(bytes))))
 }
 
 /// The API representation of an instance or load balancer, for eventual consistency's "previous version".
@@ -476,5 +611,54 @@ async fn apply(
             resp.extensions_mut().insert(ErrorCode("NoResponse".into()));
             resp
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fakecloud_api::{AuditQuery, ErrorBody};
+    use utoipa_axum::routes;
+
+    use super::*;
+    use crate::config::DbLocation;
+
+    const USER: &str = "user-token-0123456789";
+    const ADMIN: &str = "admin-token-0123456789";
+
+    /// Stands for a bug in any handler.
+    #[utoipa::path(post, path = "/v1/panic", operation_id = "Panic", responses((status = 200)), security(("user" = [])))]
+    async fn panics() -> Response {
+        panic!("a bug in a handler")
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_the_envelope_and_is_audited() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
+        let api = api_routes().routes(routes!(panics));
+        let (router, _) = assemble(api, db, Config::default(), tokens).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+
+        let resp = reqwest::Client::new().post(format!("{url}/v1/panic")).bearer_auth(USER).send().await.unwrap();
+        assert_eq!(resp.status(), 500);
+        let header_id = resp.headers()[REQUEST_ID_HEADER].to_str().unwrap().to_string();
+        let body: ErrorBody = resp.json().await.unwrap();
+        assert_eq!(
+            (body.error.code.as_str(), body.error.request_id.as_str()),
+            (codes::INTERNAL_ERROR, header_id.as_str())
+        );
+
+        let admin = fakecloud_api::Client::new(&url, ADMIN).unwrap();
+        let audit = admin.audit(&AuditQuery { operation: Some("Panic".into()), ..Default::default() }).await.unwrap();
+        let entry = &audit.items[0];
+        assert_eq!(
+            (entry.status, entry.error_code.as_deref(), entry.request_id.as_str()),
+            (500, Some(codes::INTERNAL_ERROR), header_id.as_str())
+        );
     }
 }

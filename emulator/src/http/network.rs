@@ -1,6 +1,6 @@
 //! `/v1/route-tables` and their routes.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fakecloud_api::{
@@ -8,7 +8,7 @@ use fakecloud_api::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::{ApiJson, idempotency_key};
+use super::extract::{ApiJson, ApiPath, idempotency_key};
 use super::{AppState, created, reply};
 use crate::error::Result;
 use crate::store::routes;
@@ -44,7 +44,7 @@ async fn create_route_table(
     params(("id" = String, Path, description = "Route table ID, or `main`")),
     responses((status = 200, body = RouteTable), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("user" = [])))]
-async fn delete_route_table(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn delete_route_table(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     let table = routes::delete_table(&st.db, &id).await?;
     Ok(reply(StatusCode::OK, &table.id.clone(), table))
 }
@@ -52,7 +52,7 @@ async fn delete_route_table(State(st): State<AppState>, Path(id): Path<String>) 
 #[utoipa::path(get, path = "/v1/route-tables/{id}/routes", operation_id = "ListRoutes", tag = "network",
     params(("id" = String, Path, description = "Route table ID, or `main`")),
     responses((status = 200, body = RouteList), (status = 404, body = ErrorBody)), security(("user" = [])))]
-async fn list_routes(State(st): State<AppState>, Path(id): Path<String>) -> Result<Response> {
+async fn list_routes(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, RouteList { items: routes::list(&st.db, &id).await? }))
 }
 
@@ -65,7 +65,7 @@ async fn list_routes(State(st): State<AppState>, Path(id): Path<String>) -> Resu
     security(("user" = [])))]
 async fn create_route(
     State(st): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateRouteRequest>,
 ) -> Result<Response> {
@@ -77,6 +77,9 @@ async fn create_route(
 #[utoipa::path(delete, path = "/v1/route-tables/{id}/routes/{route_id}", operation_id = "DeleteRoute", tag = "network",
     params(("id" = String, Path, description = "Route table ID, or `main`"), ("route_id" = String, Path)),
     responses((status = 200, body = Route), (status = 404, body = ErrorBody)), security(("user" = [])))]
-async fn delete_route(State(st): State<AppState>, Path((id, route_id)): Path<(String, String)>) -> Result<Response> {
+async fn delete_route(
+    State(st): State<AppState>,
+    ApiPath((id, route_id)): ApiPath<(String, String)>,
+) -> Result<Response> {
     Ok(reply(StatusCode::OK, &route_id.clone(), routes::delete(&st.db, &id, &route_id).await?))
 }

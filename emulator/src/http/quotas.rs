@@ -1,12 +1,12 @@
 //! `/v1/quotas`: anyone may read them; only an admin may change them.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{ErrorBody, Quota, QuotaList, QuotaName, SetQuotaRequest, codes};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::ApiJson;
+use super::extract::{ApiJson, ApiPath};
 use super::{AppState, reply};
 use crate::db::now_ms;
 use crate::error::{ApiError, Result};
@@ -37,7 +37,7 @@ async fn list_quotas(State(st): State<AppState>) -> Result<Response> {
 #[utoipa::path(get, path = "/v1/quotas/{name}", operation_id = "GetQuota", tag = "quotas",
     params(("name" = String, Path, description = "e.g. `routes-per-route-table`")),
     responses((status = 200, body = Quota), (status = 404, body = ErrorBody)), security(("user" = [])))]
-async fn get_quota(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response> {
+async fn get_quota(State(st): State<AppState>, ApiPath(name): ApiPath<String>) -> Result<Response> {
     let q = quotas::get(st.db.reader(), parse_name(&name)?, now_ms()).await?;
     Ok(reply(StatusCode::OK, &name, q))
 }
@@ -49,11 +49,11 @@ async fn get_quota(State(st): State<AppState>, Path(name): Path<String>) -> Resu
     security(("admin" = [])))]
 async fn set_quota(
     State(st): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(req): ApiJson<SetQuotaRequest>,
 ) -> Result<Response> {
     let quota = parse_name(&name)?;
-    quotas::set(st.db.writer(), quota, req.limit).await?;
+    quotas::set(&st.db, quota, req.limit).await?;
     tracing::info!(%quota, limit = req.limit, "quota set");
     Ok(reply(StatusCode::OK, &name, quotas::get(st.db.writer(), quota, now_ms()).await?))
 }

@@ -1,16 +1,30 @@
-//! The audit log: every API call, written in batches by one task so that recording never slows a request down,
-//! and bounded to the newest N entries. A read first waits until everything recorded so far is written.
+//! The audit log: every API call, bounded to the newest N entries. Where an entry is written depends on what
+//! the call did, so that no answered change can be lost in a crash:
+//!
+//! - a call that changes state writes its entry in the transaction that makes the change ([`commit`]): both
+//!   survive a `kill -9` together, or neither does;
+//! - any other call that is not a read (one refused, or one whose change is not a transaction) has its entry
+//!   written before it is answered ([`AuditSink::record_now`]);
+//! - reads are recorded in batches a few milliseconds later ([`AuditSink::record`]), so recording never slows
+//!   them down; those recorded in the last moments before a crash can be lost.
+//!
+//! Pending entries are only ever taken by whoever holds the writer connection, and each writer first writes
+//! everything pending, so the log's order is the order calls were answered in, and a read of the log (after
+//! [`AuditSink::flush`]) includes every call made before it.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use fakecloud_api::limits::{AUDIT_LIMIT_DEFAULT, AUDIT_LIMIT_MAX, AUDIT_LIMIT_MIN};
 use fakecloud_api::{AuditEntry, AuditQuery};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::Notify;
 
-use crate::db::{Db, rfc3339};
+use crate::db::{Db, Tx, now_ms, rfc3339};
 use crate::error::{ApiError, Result};
 
 /// One call, as the HTTP layer saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub time_ms: i64,
     pub request_id: String,
@@ -25,114 +39,255 @@ pub struct Record {
     pub fault: Option<String>,
 }
 
-enum Msg {
-    Record(Record),
-    Flush(oneshot::Sender<()>),
+tokio::task_local! {
+    /// The call being answered, for the code that answers it: its request ID, and the entry a change writes.
+    static CALL: Arc<CallContext>;
 }
 
-#[derive(Debug, Clone)]
-pub struct AuditSink {
-    tx: mpsc::UnboundedSender<Msg>,
+/// What a call's handlers need to know about it while it runs.
+#[derive(Debug)]
+pub struct CallContext {
+    request_id: String,
+    /// For a call that may change state: its entry as it will read if the change is made, until it is written.
+    entry: Option<Mutex<Entry>>,
 }
 
-impl std::fmt::Debug for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("audit message")
+#[derive(Debug)]
+struct Entry {
+    record: Record,
+    started: Instant,
+    sink: AuditSink,
+    written: Option<i64>,
+}
+
+impl CallContext {
+    /// `change`: the entry to write, with the status of success, if the call commits a change.
+    pub fn new(request_id: String, change: Option<(Record, AuditSink)>) -> Arc<Self> {
+        let entry =
+            change.map(|(record, sink)| Mutex::new(Entry { record, started: Instant::now(), sink, written: None }));
+        Arc::new(Self { request_id, entry })
+    }
+
+    /// Run `f` as this call.
+    pub async fn scope<F: std::future::Future>(self: &Arc<Self>, f: F) -> F::Output {
+        CALL.scope(self.clone(), f).await
+    }
+
+    /// The entry written in the call's transaction, if there was one: its sequence number and how it read.
+    pub fn written(&self) -> Option<(i64, Record)> {
+        let entry = self.entry.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        entry.written.map(|seq| (seq, entry.record.clone()))
     }
 }
 
-const BATCH: usize = 512;
-const GATHER: Duration = Duration::from_millis(5);
+/// The request ID of the call being answered (empty outside a call).
+pub fn request_id() -> String {
+    CALL.try_with(|c| c.request_id.clone()).unwrap_or_default()
+}
 
-impl AuditSink {
-    pub fn spawn(db: Db, max_entries: u64) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(BATCH);
-            let mut waiters = Vec::new();
-            let mut written_since_trim = 0u64;
-            while let Some(first) = rx.recv().await {
-                let mut next = Some(first);
-                // Drain what is queued (up to a batch) into one transaction.
-                while let Some(msg) = next.take() {
-                    match msg {
-                        Msg::Record(r) => batch.push(r),
-                        Msg::Flush(w) => waiters.push(w),
-                    }
-                    if batch.len() < BATCH {
-                        next = match rx.try_recv() {
-                            Ok(m) => Some(m),
-                            // Nothing queued: wait briefly for more, so a steady trickle of calls shares one
-                            // transaction instead of taking the writer once per call. A flush ends the wait.
-                            Err(_) if waiters.is_empty() => {
-                                tokio::time::timeout(GATHER, rx.recv()).await.ok().flatten()
-                            }
-                            Err(_) => None,
-                        };
-                    }
-                }
-                if !batch.is_empty() {
-                    written_since_trim += batch.len() as u64;
-                    let trim = written_since_trim >= max_entries.div_ceil(10).max(1);
-                    if let Err(e) = write(&db, &batch, trim.then_some(max_entries)).await {
-                        tracing::error!(error = %e, lost = batch.len(), "cannot write audit entries");
-                    }
-                    if trim {
-                        written_since_trim = 0;
-                    }
-                    batch.clear();
-                }
-                for w in waiters.drain(..) {
-                    let _ = w.send(());
-                }
-            }
-        });
-        Self { tx }
+/// Commit a transaction that changes state about `resource_id` (`""`: none in particular), writing the current
+/// call's audit entry in it (and, first, every entry still pending, to keep the log in order).
+pub async fn commit(mut tx: Tx, resource_id: &str) -> Result<()> {
+    let claimed = CALL.try_with(|c| c.claim(resource_id)).ok().flatten();
+    let Some((record, sink)) = claimed else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    let earlier = sink.take_pending();
+    let written = async {
+        insert_all(&mut tx, &earlier).await?;
+        let seq = insert(&mut tx, &record).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(seq)
     }
-
-    pub fn record(&self, r: Record) {
-        // The receiver only goes away at shutdown; a record lost then is of no consequence.
-        let _ = self.tx.send(Msg::Record(r));
-    }
-
-    /// Wait until everything recorded before this call is in the database.
-    pub async fn flush(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Flush(tx)).is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+    .await;
+    match written {
+        Ok(seq) => {
+            // Only now: were the commit to fail, the call's entry would still have to be written.
+            let _ = CALL.try_with(|c| c.mark_written(seq));
+            sink.note_written(earlier.len() + 1);
+            Ok(())
+        }
+        Err(e) => {
+            sink.requeue(earlier);
+            Err(e.into())
         }
     }
 }
 
-async fn write(db: &Db, batch: &[Record], keep: Option<u64>) -> Result<()> {
-    let mut tx = db.write().await?;
-    for r in batch {
-        sqlx::query(
-            "INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+impl CallContext {
+    /// The call's entry, completed, if it is still to be written.
+    fn claim(&self, resource_id: &str) -> Option<(Record, AuditSink)> {
+        let mut entry = self.entry.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        if entry.written.is_some() {
+            return None;
+        }
+        let elapsed = entry.started.elapsed();
+        let record = &mut entry.record;
+        record.time_ms = now_ms();
+        record.resource_id = (!resource_id.is_empty()).then(|| resource_id.to_string());
+        record.latency_us = i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX);
+        Some((entry.record.clone(), entry.sink.clone()))
+    }
+
+    fn mark_written(&self, seq: i64) {
+        if let Some(entry) = &self.entry {
+            entry.lock().unwrap_or_else(|p| p.into_inner()).written = Some(seq);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AuditSink(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    db: Db,
+    pending: Mutex<Vec<Record>>,
+    wake: Notify,
+    max_entries: u64,
+    /// Entries written since the log was last trimmed to `max_entries`.
+    since_trim: AtomicU64,
+}
+
+/// How long the batch writer waits for more reads to share a transaction with.
+const GATHER: Duration = Duration::from_millis(5);
+
+impl AuditSink {
+    pub fn spawn(db: Db, max_entries: u64) -> Self {
+        let sink = Self(Arc::new(Shared {
+            db,
+            pending: Mutex::default(),
+            wake: Notify::new(),
+            max_entries,
+            since_trim: AtomicU64::new(0),
+        }));
+        let writer = sink.clone();
+        tokio::spawn(async move {
+            loop {
+                writer.0.wake.notified().await;
+                // A steady trickle of reads shares one transaction instead of taking the writer once per call.
+                tokio::time::sleep(GATHER).await;
+                if let Err(e) = writer.write_pending().await {
+                    tracing::error!(error = %e, "cannot write audit entries; will retry");
+                }
+            }
+        });
+        sink
+    }
+
+    /// Record a read: written with the next batch.
+    pub fn record(&self, r: Record) {
+        self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        self.0.wake.notify_one();
+    }
+
+    /// Record a call and return once its entry (and every one before it) is in the database.
+    pub async fn record_now(&self, r: Record) {
+        self.0.pending.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        self.flush().await;
+    }
+
+    /// Rewrite the entry `seq`, written in its call's transaction, as the call was finally answered (a fault
+    /// changed the answer after the change was made).
+    pub async fn amend(&self, seq: i64, r: &Record) {
+        let updated = sqlx::query(
+            "UPDATE audit_log SET status = ?1, error_code = ?2, fault = ?3, resource_id = ?4, latency_us = ?5 WHERE seq = ?6",
         )
-        .bind(r.time_ms)
-        .bind(&r.request_id)
-        .bind(r.role)
-        .bind(&r.operation)
-        .bind(&r.method)
-        .bind(&r.path)
-        .bind(&r.resource_id)
         .bind(i64::from(r.status))
         .bind(&r.error_code)
-        .bind(r.latency_us)
         .bind(&r.fault)
-        .execute(&mut *tx)
-        .await?;
+        .bind(&r.resource_id)
+        .bind(r.latency_us)
+        .bind(seq)
+        .execute(self.0.db.writer())
+        .await;
+        if let Err(e) = updated {
+            tracing::error!(error = %e, seq, "cannot amend an audit entry");
+        }
     }
-    if let Some(keep) = keep {
-        sqlx::query("DELETE FROM audit_log WHERE seq <= (SELECT MAX(seq) FROM audit_log) - ?1")
-            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
-            .execute(&mut *tx)
-            .await?;
+
+    /// Wait until everything recorded before this call is in the database.
+    pub async fn flush(&self) {
+        if let Err(e) = self.write_pending().await {
+            tracing::error!(error = %e, "cannot write audit entries");
+        }
     }
-    tx.commit().await?;
+
+    /// Write what is pending, in one transaction on the writer. Always takes the writer, even with nothing
+    /// pending: whoever took the pending entries before holds it until they are committed.
+    async fn write_pending(&self) -> Result<()> {
+        let mut tx = self.0.db.write().await?;
+        let batch = self.take_pending();
+        let written = async {
+            insert_all(&mut tx, &batch).await?;
+            let threshold = self.0.max_entries.div_ceil(10).max(1);
+            let since = self.0.since_trim.fetch_add(batch.len() as u64, Ordering::SeqCst) + batch.len() as u64;
+            if since >= threshold {
+                sqlx::query("DELETE FROM audit_log WHERE seq <= (SELECT MAX(seq) FROM audit_log) - ?1")
+                    .bind(i64::try_from(self.0.max_entries).unwrap_or(i64::MAX))
+                    .execute(&mut *tx)
+                    .await?;
+                self.0.since_trim.store(0, Ordering::SeqCst);
+            }
+            tx.commit().await
+        }
+        .await;
+        if let Err(e) = written {
+            self.requeue(batch);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn take_pending(&self) -> Vec<Record> {
+        std::mem::take(&mut *self.0.pending.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Put entries whose transaction failed back in front of those recorded since.
+    fn requeue(&self, mut batch: Vec<Record>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut pending = self.0.pending.lock().unwrap_or_else(|p| p.into_inner());
+        batch.append(&mut pending);
+        *pending = batch;
+    }
+
+    /// Count entries written outside a batch, waking the batch writer when the log is due for trimming.
+    fn note_written(&self, n: usize) {
+        let since = self.0.since_trim.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
+        if since >= self.0.max_entries.div_ceil(10).max(1) {
+            self.0.wake.notify_one();
+        }
+    }
+}
+
+async fn insert_all(tx: &mut Tx, batch: &[Record]) -> Result<(), sqlx::Error> {
+    for r in batch {
+        insert(tx, r).await?;
+    }
     Ok(())
+}
+
+async fn insert(tx: &mut Tx, r: &Record) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq",
+    )
+    .bind(r.time_ms)
+    .bind(&r.request_id)
+    .bind(r.role)
+    .bind(&r.operation)
+    .bind(&r.method)
+    .bind(&r.path)
+    .bind(&r.resource_id)
+    .bind(i64::from(r.status))
+    .bind(&r.error_code)
+    .bind(r.latency_us)
+    .bind(&r.fault)
+    .fetch_one(&mut **tx)
+    .await
 }
 
 #[derive(sqlx::FromRow)]
@@ -152,11 +307,12 @@ struct Row {
 }
 
 pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
-    let limit = match q.limit {
-        None => 1000,
-        Some(n @ 1..=10_000) => i64::from(n),
-        Some(n) => return Err(ApiError::invalid("limit", format!("must be between 1 and 10000 (got {n})"))),
-    };
+    let limit = i64::from(crate::validate::in_range(
+        "limit",
+        q.limit.unwrap_or(AUDIT_LIMIT_DEFAULT),
+        AUDIT_LIMIT_MIN,
+        AUDIT_LIMIT_MAX,
+    )?);
     let since = match &q.since {
         None => None,
         Some(s) => Some(

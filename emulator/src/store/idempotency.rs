@@ -53,10 +53,7 @@ pub async fn record(
     Ok(())
 }
 
-/// Validate the header value: printable ASCII, 1–255 characters.
+/// Validate the header value.
 pub fn validate_key(key: &str) -> Result<()> {
-    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiError::invalid("Idempotency-Key", "must be 1-255 printable ASCII characters without spaces"));
-    }
-    Ok(())
+    crate::validate::IDEMPOTENCY_KEY.check("Idempotency-Key", key)
 }

@@ -2,6 +2,7 @@
 
 use std::net::IpAddr;
 
+use fakecloud_api::limits::NOTICE_SECONDS_MAX;
 use fakecloud_api::{
     CreateInstanceRequest, Instance, InstanceList, InstanceState, ListInstancesQuery, Market, QuotaName,
     ReclaimRequest, SPOT_TERMINATION_REASON, codes,
@@ -9,7 +10,7 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
-use super::{begin, idempotency, ipam, lifecycle, quotas};
+use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Timings};
 use crate::db::{Db, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
@@ -97,7 +98,7 @@ pub async fn get(db: &Db, cfg: &Config, id: &str) -> Result<Instance> {
 /// Returns the instance and whether it was an idempotent replay.
 pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Option<&str>) -> Result<(Instance, bool)> {
     let topo = &cfg.topology;
-    validate::dns_subdomain("name", &req.name)?;
+    validate::INSTANCE_NAME.check("name", &req.name)?;
     let zone = match &req.zone {
         Some(z) => z.clone(),
         None => topo.zones[0].0.clone(),
@@ -140,6 +141,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
     let ip: IpAddr = match req.private_ip {
         None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
         Some(ip) => {
+            unicast("private_ip", ip)?;
             let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
             if in_vpc && !matches!(ip, IpAddr::V4(v4) if pool.net.contains(&v4)) {
                 return Err(ApiError::bad_request(
@@ -190,7 +192,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         return Err(e.into());
     }
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     let row = Row {
         seq: 0,
         id,
@@ -207,6 +209,31 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         interruption_at: None,
     };
     Ok((row.into_api(&topo.region)?, false))
+}
+
+/// A machine's own address is one it can be reached at: not the unspecified or broadcast address, loopback,
+/// multicast or link-local (IPv4-mapped IPv6 addresses count as their IPv4 address).
+fn unicast(field: &str, ip: IpAddr) -> Result<()> {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let kind = match ip {
+        _ if ip.is_unspecified() => Some("the unspecified address"),
+        _ if ip.is_loopback() => Some("a loopback address"),
+        _ if ip.is_multicast() => Some("a multicast address"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("a link-local address"),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("a link-local address"),
+        _ => None,
+    };
+    match kind {
+        Some(kind) => Err(ApiError::bad_request(
+            codes::INVALID_ADDRESS,
+            format!("{field}: {ip} is {kind}; a machine's address must be one it can be reached at"),
+        )),
+        None => Ok(()),
+    }
 }
 
 pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<InstanceList> {
@@ -238,7 +265,7 @@ pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<Insta
             Some((k, v)) => (k, Some(v)),
             None => (tag.as_str(), None),
         };
-        validate::tag_key("tag", k)?;
+        validate::TAG_FILTER.check("tag", tag)?;
         let path = format!("$.\"{k}\"");
         match v {
             Some(v) => {
@@ -318,7 +345,7 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
         ipam::release(&mut tx, id).await?;
     }
     let inst = fetch(&mut *tx, cfg, id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, id).await?;
     Ok(inst)
 }
 
@@ -326,11 +353,12 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
 /// `terminated` after the terminate delay, with the reason `Server.SpotInstanceTermination`. Instances already
 /// interrupted are left as they are.
 pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<Instance>> {
-    let notice = match req.notice_seconds {
-        None => std::time::Duration::from_secs(120),
-        Some(s) if s.is_finite() && (0.0..=86400.0).contains(&s) => std::time::Duration::from_secs_f64(s),
-        Some(s) => return Err(ApiError::invalid("notice_seconds", format!("must be between 0 and 86400 (got {s})"))),
-    };
+    let notice = std::time::Duration::from_secs_f64(validate::in_range(
+        "notice_seconds",
+        req.notice_seconds.unwrap_or(120.0),
+        0.0,
+        NOTICE_SECONDS_MAX,
+    )?);
     if req.instance_ids.is_empty() && req.names.is_empty() && req.tag.is_none() {
         return Err(ApiError::invalid("instance_ids", "name the instances to reclaim: instance_ids, names or tag"));
     }
@@ -349,9 +377,8 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
         targets.push(row.into_api(&cfg.topology.region)?);
     }
     if let Some(tag) = &req.tag {
-        let (k, v) =
-            tag.split_once('=').ok_or_else(|| ApiError::invalid("tag", format!("{tag:?} is not key=value")))?;
-        validate::tag_key("tag", k)?;
+        validate::TAG_PAIR.check("tag", tag)?;
+        let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
         let q = format!("{SELECT} WHERE market = 'spot' AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
         let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
             .bind(now)
@@ -376,19 +403,19 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
             ));
         }
         if inst.interruption_at.is_none() && matches!(inst.state, InstanceState::Pending | InstanceState::Running) {
-            let at = now + ms(notice);
+            let at = now.saturating_add(ms(notice));
             sqlx::query(
                 "UPDATE instances SET interruption_at = ?1, state_reason = ?2, next_state = 'terminated', next_state_at = ?3 WHERE id = ?4",
             )
             .bind(at)
             .bind(SPOT_TERMINATION_REASON)
-            .bind(at + ms(cfg.timings.terminate_delay))
+            .bind(at.saturating_add(ms(cfg.timings.terminate_delay)))
             .bind(&inst.id)
             .execute(&mut *tx)
             .await?;
         }
         reclaimed.push(fetch(&mut *tx, cfg, &inst.id, now).await?);
     }
-    tx.commit().await?;
+    audit::commit(tx, "").await?;
     Ok(reclaimed)
 }

@@ -54,7 +54,7 @@ pub fn schedule<'s>(
     next: &'s str,
     delay: Duration,
 ) -> (&'s str, Option<&'s str>, Option<i64>) {
-    if delay.is_zero() { (next, None, None) } else { (through, Some(next), Some(now + ms(delay))) }
+    if delay.is_zero() { (next, None, None) } else { (through, Some(next), Some(now.saturating_add(ms(delay)))) }
 }
 
 /// One pass of the background ticker.
@@ -63,7 +63,7 @@ pub async fn tick(db: &Db, retention: Duration) -> Result<()> {
     let mut tx = db.write().await?;
     apply_due(&mut tx, now).await?;
     sqlx::query("DELETE FROM instances WHERE state = 'terminated' AND state_changed_at < ?1")
-        .bind(now - ms(retention))
+        .bind(now.saturating_sub(ms(retention)))
         .execute(&mut *tx)
         .await?;
     // Client tokens are kept a day, as cloud APIs keep theirs.

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
+use fakecloud_api::limits::{HEALTH_INTERVAL_MAX, HEALTH_INTERVAL_MIN, LISTENERS_MIN};
 use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, ListLoadBalancersQuery, Listener, LoadBalancer,
     LoadBalancerList, LoadBalancerState, QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
@@ -10,7 +11,7 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
-use super::{begin, idempotency, ipam, lifecycle, quotas};
+use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Pool};
 use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique};
@@ -109,8 +110,8 @@ fn json<T: serde::Serialize>(v: &T) -> Result<String> {
 }
 
 fn check_listeners(listeners: &[Listener]) -> Result<()> {
-    if listeners.is_empty() {
-        return Err(ApiError::invalid("listeners", "at least one listener is needed"));
+    if listeners.len() < LISTENERS_MIN {
+        return Err(ApiError::invalid("listeners", format!("at least {LISTENERS_MIN} listener is needed")));
     }
     let mut seen = HashSet::new();
     for (i, l) in listeners.iter().enumerate() {
@@ -128,9 +129,7 @@ fn check_listeners(listeners: &[Listener]) -> Result<()> {
 
 fn check_health(hc: &HealthCheck) -> Result<()> {
     validate::port("health_check.port", hc.port)?;
-    if !(1..=300).contains(&hc.interval_seconds) {
-        return Err(ApiError::invalid("health_check.interval_seconds", "must be between 1 and 300"));
-    }
+    validate::in_range("health_check.interval_seconds", hc.interval_seconds, HEALTH_INTERVAL_MIN, HEALTH_INTERVAL_MAX)?;
     match (hc.protocol, &hc.path) {
         (HealthCheckProtocol::Http, Some(p)) if p.starts_with('/') => Ok(()),
         (HealthCheckProtocol::Http, _) => {
@@ -204,7 +203,7 @@ pub async fn create(
     req: &CreateLoadBalancerRequest,
     key: Option<&str>,
 ) -> Result<(LoadBalancer, bool)> {
-    validate::simple_name("name", &req.name)?;
+    validate::NAME.check("name", &req.name)?;
     check_listeners(&req.listeners)?;
     check_source_ranges(&req.source_ranges)?;
     if let Some(hc) = &req.health_check {
@@ -288,7 +287,7 @@ pub async fn create(
     .await
     .map_err(conflict_on_unique(codes::LOAD_BALANCER_ALREADY_EXISTS, || format!("load balancer name {:?} is in use", req.name)))?;
     idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;
     Ok((lb, false))
 }
@@ -331,7 +330,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     .execute(&mut *tx)
     .await?;
     let lb = fetch(&mut *tx, id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, id).await?;
     Ok(lb)
 }
 
@@ -348,7 +347,7 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
         sqlx::query(
             "UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = ?1, updated_at = ?2 WHERE id = ?3",
         )
-        .bind(now + ms(cfg.timings.lb_delete_delay))
+        .bind(now.saturating_add(ms(cfg.timings.lb_delete_delay)))
         .bind(now)
         .bind(id)
         .execute(&mut *tx)
@@ -360,7 +359,7 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
     lb.address = None;
     lb.dns_name = None;
     lb.updated_at = rfc3339(now);
-    tx.commit().await?;
+    audit::commit(tx, id).await?;
     Ok(lb)
 }
 

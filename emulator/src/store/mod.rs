@@ -38,6 +38,6 @@ pub async fn reset(db: &Db) -> Result<()> {
         sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}"))).execute(&mut *tx).await?;
     }
     routes::ensure_main_table(&mut tx).await?;
-    tx.commit().await?;
+    audit::commit(tx, "").await?;
     Ok(())
 }

@@ -56,15 +56,16 @@ pub async fn check_usage(
     Ok(())
 }
 
-pub async fn set<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName, limit: u32) -> Result<()> {
+pub async fn set(db: &crate::db::Db, name: QuotaName, limit: u32) -> Result<()> {
+    let mut tx = db.write().await?;
     sqlx::query(
         "INSERT INTO quotas (name, limit_value) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET limit_value = ?2",
     )
     .bind(name.as_str())
     .bind(i64::from(limit))
-    .execute(exec)
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    super::audit::commit(tx, name.as_str()).await
 }
 
 /// Current region-wide usage of `name`; `None` for per-resource quotas.

@@ -4,9 +4,9 @@ use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Rout
 use sqlx::SqliteExecutor;
 
 use super::quotas::Usage;
-use super::{begin, idempotency, quotas};
+use super::{audit, begin, idempotency, quotas};
 use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
-use crate::error::{ApiError, Result, conflict_on_unique};
+use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateRoute";
@@ -18,6 +18,27 @@ pub async fn ensure_main_table(tx: &mut Tx) -> Result<()> {
         .bind(now_ms())
         .execute(&mut **tx)
         .await?;
+    Ok(())
+}
+
+/// Rewrite destinations stored before they were kept canonical (`FD00:0::/64` as `fd00::/64`), so the unique
+/// index compares networks. Two routes that turn out to be one network are both kept, with a warning.
+pub async fn canonicalize_destinations(tx: &mut Tx) -> Result<()> {
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, destination FROM routes").fetch_all(&mut **tx).await?;
+    for (id, stored) in rows {
+        let Some(canonical) = stored.parse::<ipnet::IpNet>().ok().map(|n| n.to_string()).filter(|c| *c != stored)
+        else {
+            continue;
+        };
+        let updated = sqlx::query("UPDATE OR IGNORE routes SET destination = ?1 WHERE id = ?2")
+            .bind(&canonical)
+            .bind(&id)
+            .execute(&mut **tx)
+            .await?;
+        if updated.rows_affected() == 0 {
+            tracing::warn!(route = %id, destination = %stored, "another route in its table has the same network");
+        }
+    }
     Ok(())
 }
 
@@ -65,7 +86,7 @@ pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
 }
 
 pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<RouteTable> {
-    validate::simple_name("name", &req.name)?;
+    validate::NAME.check("name", &req.name)?;
     let (mut tx, now) = begin(db).await?;
     let id = new_id("rtb");
     sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES (?1, ?2, 0, ?3)")
@@ -81,7 +102,7 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
         .bind(&id)
         .fetch_one(&mut *tx)
         .await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     Ok(row.into())
 }
 
@@ -102,7 +123,7 @@ pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
         ));
     }
     sqlx::query("DELETE FROM route_tables WHERE id = ?1").bind(&table_id).execute(&mut *tx).await?;
-    tx.commit().await?;
+    audit::commit(tx, &table_id).await?;
     Ok(row.into())
 }
 
@@ -159,10 +180,9 @@ async fn fetch<'e>(exec: impl SqliteExecutor<'e>, id: &str, now: i64) -> Result<
 
 /// Returns the route and whether it was an idempotent replay.
 pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<&str>) -> Result<(Route, bool)> {
-    if req.name.is_empty() || req.name.len() > 255 {
-        return Err(ApiError::invalid("name", "must be 1-255 characters"));
-    }
-    validate::cidr("destination", &req.destination, true)?;
+    validate::ROUTE_NAME.check("name", &req.name)?;
+    // Stored canonically, so the unique index sees one network however it is written.
+    let destination = validate::cidr("destination", &req.destination, true)?.to_string();
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
     let (mut tx, now) = begin(db).await?;
     let table_id = resolve(&mut *tx, table).await?;
@@ -198,23 +218,41 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
     )
     .await?;
     let id = new_id("r");
-    sqlx::query("INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+    let inserted = sqlx::query("INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
         .bind(&id)
         .bind(&table_id)
         .bind(&req.name)
-        .bind(&req.destination)
+        .bind(&destination)
         .bind(&req.target_instance)
         .bind(now)
         .execute(&mut *tx)
-        .await
-        .map_err(conflict_on_unique(codes::ROUTE_ALREADY_EXISTS, || format!("route table {table_id} already has a route to {}", req.destination)))?;
+        .await;
+    if let Err(e) = inserted {
+        // The unique index is the check; find the holder only to name it.
+        if is_unique_violation(&e) {
+            let holder: Option<(String, String)> =
+                sqlx::query_as("SELECT id, name FROM routes WHERE route_table_id = ?1 AND destination = ?2")
+                    .bind(&table_id)
+                    .bind(&destination)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let (id, name) = holder.unwrap_or_default();
+            return Err(ApiError::conflict(
+                codes::ROUTE_ALREADY_EXISTS,
+                format!(
+                    "route table {table_id} already has a route to {destination}: {id} ({name:?}); delete it first"
+                ),
+            ));
+        }
+        return Err(e.into());
+    }
     idempotency::record(&mut tx, &op_key, key, &request_json, &id, now).await?;
-    tx.commit().await?;
+    audit::commit(tx, &id).await?;
     let route = RouteRow {
         id,
         route_table_id: table_id,
         name: req.name.clone(),
-        destination: req.destination.clone(),
+        destination,
         target_instance: req.target_instance.clone(),
         target_live: true,
         created_at: now,
@@ -233,6 +271,6 @@ pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
         ));
     }
     sqlx::query("DELETE FROM routes WHERE id = ?1").bind(route_id).execute(&mut *tx).await?;
-    tx.commit().await?;
+    audit::commit(tx, route_id).await?;
     Ok(route)
 }

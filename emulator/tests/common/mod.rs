@@ -130,8 +130,27 @@ pub async fn wait_state(c: &Client, id: &str, state: InstanceState) -> Instance 
 
 /// Start the real binary on `db`, returning it and its URL (read from its first line of output).
 pub async fn spawn_emulator(db: &std::path::Path) -> (Child, String, Arc<Mutex<String>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fakecloud"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--db"])
+    spawn_emulator_with(db, &[], None).await
+}
+
+/// [`spawn_emulator`] with more flags, and with its open-file limit (soft and hard) set to `fd_limit`.
+pub async fn spawn_emulator_with(
+    db: &std::path::Path,
+    flags: &[&str],
+    fd_limit: Option<u32>,
+) -> (Child, String, Arc<Mutex<String>>) {
+    let mut command = match fd_limit {
+        Some(n) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), env!("CARGO_BIN_EXE_fakecloud")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_fakecloud")),
+    };
+    let mut child = command
+        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s"])
+        .args(flags)
+        .arg("--db")
         .arg(db)
         .env("FAKECLOUD_USER_TOKEN", USER)
         .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)

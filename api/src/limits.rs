@@ -1,0 +1,39 @@
+//! The bounds the API enforces on numbers. The emulator validates against these constants and the OpenAPI
+//! document is generated from them, so the two cannot disagree.
+
+/// A rate limit's bucket size.
+pub const RATE_LIMIT_CAPACITY_MIN: u32 = 1;
+pub const RATE_LIMIT_CAPACITY_MAX: u32 = 1_000_000;
+/// Tokens a rate limit adds per second. The floor keeps a full bucket's refill time (capacity / rate) within
+/// what a nanosecond clock can count: 1,000,000 tokens at 0.001/s take 31 years, not 584.
+pub const REFILL_PER_SECOND_MIN: f64 = 0.001;
+pub const REFILL_PER_SECOND_MAX: f64 = 1_000_000.0;
+
+/// A latency fault's delay and jitter, each and together.
+pub const LATENCY_MAX_MS: u64 = 600_000;
+/// How long a `hang` fault holds a call, and how long eventual consistency lasts.
+pub const FAULT_SECONDS_MAX: f64 = 3600.0;
+/// How long a fault rule, outage or random spot reclamation may be set to last: a week.
+pub const WINDOW_SECONDS_MAX: f64 = 7.0 * 86400.0;
+/// A spot interruption notice: at most a day.
+pub const NOTICE_SECONDS_MAX: f64 = 86400.0;
+/// Random spot reclamations per minute.
+pub const SPOT_RATE_PER_MINUTE_MAX: f64 = 600.0;
+
+/// `page_size` of list calls.
+pub const PAGE_SIZE_MIN: u32 = 1;
+pub const PAGE_SIZE_MAX: u32 = 1000;
+pub const PAGE_SIZE_DEFAULT: u32 = 100;
+/// `limit` of audit reads.
+pub const AUDIT_LIMIT_MIN: u32 = 1;
+pub const AUDIT_LIMIT_MAX: u32 = 10_000;
+pub const AUDIT_LIMIT_DEFAULT: u32 = 1000;
+/// Ports: 0 is not a port.
+pub const PORT_MIN: u16 = 1;
+/// A health check's interval, in seconds.
+pub const HEALTH_INTERVAL_MIN: u32 = 1;
+pub const HEALTH_INTERVAL_MAX: u32 = 300;
+/// Tags on an instance.
+pub const TAGS_MAX: usize = 50;
+/// A load balancer needs at least this many listeners.
+pub const LISTENERS_MIN: usize = 1;

@@ -1,0 +1,269 @@
+//! Serving HTTP/1 connections with the limits a server on a shared machine needs: a request's head must arrive
+//! within the header-read timeout of its first byte, a keep-alive connection may sit idle only for the idle
+//! timeout, and at most `max_connections` are open at once. At that cap, idle keep-alive connections are closed
+//! to make room for new ones; when every connection is busy, new ones wait in the listen backlog.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tower::ServiceExt;
+
+/// File descriptors kept back from connections: the database, its WAL, the listener, logs.
+const RESERVED_FDS: u64 = 128;
+
+/// The connection limits (`fakecloud serve --header-read-timeout`, `--idle-timeout`, `--max-connections`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
+/// Raise this process's open-file limit to its hard limit, as servers do: the soft default (often 1024) is
+/// far below what a machine allows.
+pub fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+    }
+}
+
+/// A connection cap that leaves room below the open-file limit for everything else the process opens.
+pub fn default_max_connections() -> u32 {
+    let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |(s, _)| s);
+    u32::try_from(soft.saturating_sub(RESERVED_FDS).max(16)).unwrap_or(u32::MAX)
+}
+
+/// Serve `router` on `listener` until `shutdown` turns true, then let open calls finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let max = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(usize::try_from(max).unwrap_or(Semaphore::MAX_PERMITS)));
+    // Wakes every idle connection to close, when the cap is reached.
+    let make_room = Arc::new(Notify::new());
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was accepted: keep serving.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopping(&mut shutdown) => break,
+        };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(
+                        max_connections = max,
+                        "connection limit reached: closing idle keep-alive connections to make room; new connections \
+                         wait while all are busy (raise it with --max-connections)"
+                    );
+                    last_warning = Some(Instant::now());
+                }
+                match make_room_for_one(&slots, &make_room, &mut shutdown).await {
+                    Some(slot) => slot,
+                    None => break,
+                }
+            }
+        };
+        let (router, limits, make_room, shutdown) =
+            (router.clone(), limits.clone(), make_room.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            connection(stream, router, &limits, &make_room, shutdown).await;
+            drop(slot);
+        });
+    }
+    // Every connection gives its slot back when it ends.
+    let _all = slots.acquire_many(max).await;
+    Ok(())
+}
+
+/// Close idle connections until a slot is free (asking again now and then: a connection only hears the call
+/// once it waits idle, and the newest may not have yet). `None` when shutting down.
+async fn make_room_for_one(
+    slots: &Arc<Semaphore>,
+    make_room: &Notify,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    loop {
+        make_room.notify_waiters();
+        tokio::select! {
+            slot = slots.clone().acquire_owned() => return slot.ok(),
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            _ = stopping(shutdown) => return None,
+        }
+    }
+}
+
+/// Resolves once `shutdown` is true (the watch's guard is not held: it may not cross an await).
+async fn stopping(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Where a connection is between requests, and since when.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Waiting for a request to start (a new connection, or keep-alive after a response).
+    Idle,
+    /// A request's head has started arriving.
+    Head,
+    /// A call is being handled.
+    Busy,
+}
+
+#[derive(Debug)]
+struct Activity {
+    now: Mutex<(Phase, Instant)>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn get(&self) -> (Phase, Instant) {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, phase: Phase) {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner()) = (phase, Instant::now());
+        self.changed.notify_one();
+    }
+
+    fn bytes_arrived(&self) {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        if now.0 == Phase::Idle {
+            *now = (Phase::Head, Instant::now());
+            self.changed.notify_one();
+        }
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    router: Router,
+    limits: &Limits,
+    make_room: &Notify,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let activity = Arc::new(Activity { now: Mutex::new((Phase::Idle, Instant::now())), changed: Notify::new() });
+    let io = TokioIo::new(Watched { stream, activity: activity.clone() });
+    let calls = activity.clone();
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let (router, calls) = (router.clone(), calls.clone());
+        calls.set(Phase::Busy);
+        async move {
+            let resp = router.oneshot(req.map(axum::body::Body::new)).await;
+            calls.set(Phase::Idle);
+            resp
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new().header_read_timeout(None).serve_connection(io, service);
+    tokio::pin!(conn);
+    loop {
+        let (phase, since) = activity.get();
+        // checked_add: a timeout too long for the clock is no timeout.
+        let deadline = match phase {
+            Phase::Idle => since.checked_add(limits.idle_timeout),
+            Phase::Head => since.checked_add(limits.header_read_timeout),
+            Phase::Busy => None,
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            tracing::debug!(?phase, "closing a connection: timed out waiting for a request");
+            return;
+        }
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+                return;
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or(since).into()), if deadline.is_some() => {}
+            _ = activity.changed.notified() => {}
+            _ = make_room.notified(), if phase == Phase::Idle => {
+                tracing::debug!("closing an idle connection to make room for a new one");
+                return;
+            }
+            _ = stopping(&mut shutdown) => {
+                conn.as_mut().graceful_shutdown();
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended during shutdown");
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// A connection's socket, telling its [`Activity`] when bytes arrive.
+struct Watched {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.bytes_arrived();
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
