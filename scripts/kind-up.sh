@@ -127,8 +127,7 @@ step "starting the emulator on the kind network at $emulator_ip (container $emul
 
 export FAKECLOUD_ENDPOINT="http://127.0.0.1:$port"
 export FAKECLOUD_USER_TOKEN=$token_user FAKECLOUD_ADMIN_TOKEN=$token_admin
-cli="$repo_root/target/${FAKECLOUD_IMAGE_PROFILE:-release}/fakecloud"
-[[ "${FAKECLOUD_IMAGE_PROFILE:-release}" == dev ]] && cli="$repo_root/target/debug/fakecloud"
+cli="$image_target_dir/fakecloud" # built by images.sh
 for _ in $(seq 1 100); do "$cli" quota get >/dev/null 2>&1 && break; sleep 0.2; done
 "$cli" quota get >/dev/null || die "the emulator does not answer on $FAKECLOUD_ENDPOINT (docker logs $emulator)"
 step "adopting the kind nodes as cloud instances" "$cli" adopt --kubeconfig "$kubeconfig"

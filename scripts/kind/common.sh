@@ -21,6 +21,18 @@ engine_socket="$engine_run_dir/docker.sock"
 kind_image_repository=fakecloud.local
 kind_node_image="fakecloud/kind-node:$k8s_version"
 
+# The cargo profile of the binaries in the project's images (images.sh) and of the CLI kind-up runs, and where
+# cargo puts them: release, or FAKECLOUD_IMAGE_PROFILE=dev for a quicker debug build.
+image_profile=${FAKECLOUD_IMAGE_PROFILE:-release}
+case "$image_profile" in
+release) image_target_dir="$kind_repo_root/target/release" ;;
+dev) image_target_dir="$kind_repo_root/target/debug" ;;
+*)
+	printf 'error: FAKECLOUD_IMAGE_PROFILE must be release or dev, not %s\n' "'$image_profile'" >&2
+	exit 1
+	;;
+esac
+
 # Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
 	PATH="/usr/local/go/bin:$PATH"

@@ -10,12 +10,6 @@ kind_script=images
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 tag=${FAKECLOUD_IMAGE_TAG:-dev}
-profile=${FAKECLOUD_IMAGE_PROFILE:-release}
-case "$profile" in
-release) target_dir="$kind_repo_root/target/release" ;;
-dev) target_dir="$kind_repo_root/target/debug" ;;
-*) die "FAKECLOUD_IMAGE_PROFILE must be release or dev, not '$profile'" ;;
-esac
 # image name -> binary it carries
 declare -A binaries=([emulator]=fakecloud [ccm]=fakecloud-ccm [vpc-router]=fakecloud-vpc-router)
 stage_root="${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}/image-context"
@@ -24,15 +18,15 @@ bash "$(dirname "${BASH_SOURCE[0]}")/base-image.sh"
 
 bins=()
 for name in "${!binaries[@]}"; do bins+=(--bin "${binaries[$name]}"); done
-step "building ${binaries[*]} ($profile profile)" \
-	cargo build --locked --quiet --profile "$profile" "${bins[@]}" --manifest-path "$kind_repo_root/Cargo.toml"
+step "building ${binaries[*]} ($image_profile profile)" \
+	cargo build --locked --quiet --profile "$image_profile" "${bins[@]}" --manifest-path "$kind_repo_root/Cargo.toml"
 
 for name in "${!binaries[@]}"; do
 	bin=${binaries[$name]}
 	context="$stage_root/$name"
 	rm -rf "$context"
 	mkdir -p "$context"
-	cp "$target_dir/$bin" "$context/$bin"
+	cp "$image_target_dir/$bin" "$context/$bin"
 	# --network none: nothing in these Dockerfiles may need a network, offline or not.
 	step "building image fakecloud/$name:$tag" \
 		docker build --quiet --network none -f "$kind_repo_root/docker/$name.Dockerfile" -t "fakecloud/$name:$tag" "$context" >/dev/null
