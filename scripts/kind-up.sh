@@ -145,7 +145,12 @@ kubectl -n kube-system create secret generic fakecloud-cloud-config --from-liter
 kubectl -n kube-system create secret generic fakecloud-vpc-router-config --from-literal=cloud-config="$cloud_config" \
 	--from-literal=token="$token_admin" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl apply -f "$repo_root/vpc-router/deploy/vpc-router.yaml" >/dev/null
-kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml" -f "$repo_root/ccm/deploy/deployment.yaml" >/dev/null
+# The CCM manages routes inside the cluster's pod range: the kind config's podSubnet (both families on a
+# dual-stack cluster), kind's own default when it names none.
+pod_subnet=$(awk '$1 == "podSubnet:" { print $2; exit }' "$kind_config" | tr -d '"')
+pod_subnet=${pod_subnet:-10.244.0.0/16}
+kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml" >/dev/null
+sed "s|--cluster-cidr=.*|--cluster-cidr=$pod_subnet|" "$repo_root/ccm/deploy/deployment.yaml" | kubectl apply -f - >/dev/null
 
 # Wait until CHECK prints nothing, up to SECONDS, saying every 15 s what is still awaited.
 wait_until_none() {

@@ -1,7 +1,7 @@
 //! Request and response bodies. Every request type denies unknown fields, so a typo is a 400, not a silent no-op.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -124,6 +124,12 @@ pub struct CreateInstanceRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub private_ip: Option<IpAddr>,
+    /// A fixed IPv6 address beside an IPv4 `private_ip`, to adopt a dual-stack machine (such as a node of a
+    /// dual-stack kind cluster). The cloud allocates no IPv6 addresses of its own; any unicast address not in use
+    /// is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub ipv6_address: Option<Ipv6Addr>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -137,6 +143,10 @@ pub struct Instance {
     pub state: InstanceState,
     #[schema(value_type = String)]
     pub private_ip: IpAddr,
+    /// The instance's IPv6 address on a dual-stack machine; absent on single-stack ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub ipv6_address: Option<Ipv6Addr>,
     /// `fakecloud://<zone>/<instance-id>`, the value a CCM writes to `spec.providerID`.
     pub provider_id: String,
     pub tags: BTreeMap<String, String>,
@@ -150,6 +160,18 @@ pub struct Instance {
     /// A spot interruption notice: when the instance will be interrupted (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption_at: Option<String>,
+}
+
+impl Instance {
+    /// The instance's addresses: the private IP, then the IPv6 address of a dual-stack machine.
+    pub fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        std::iter::once(self.private_ip).chain(self.ipv6_address.map(IpAddr::V6))
+    }
+
+    /// The instance's address of the family of `like` (IPv4 or IPv6), if it has one.
+    pub fn address_like(&self, like: IpAddr) -> Option<IpAddr> {
+        self.addresses().find(|a| a.is_ipv4() == like.is_ipv4())
+    }
 }
 
 /// Filters for `GET /v1/instances`.

@@ -1,15 +1,17 @@
 //! Conformance: the pod network is the cloud's routing. A pod on one node reaches a pod on another only while
 //! the cloud's route table has the route to the other node's pod CIDR — the route the CCM's route controller
 //! creates. With the route deleted and the route quota full ("route table limit"), traffic to that node's pods
-//! stops; raising the quota lets the CCM put the route back and traffic flows again, without a restart.
+//! stops; raising the quota lets the CCM put the route back and traffic flows again, without a restart. On a
+//! dual-stack cluster every family is checked: one route per pod CIDR, one probe per pod IP.
 //!
 //! Needs real pods on two nodes (kind: `make e2e-kind`, whose VPC router programs the cloud's routes onto the
 //! nodes); skipped where the kubelets are simulated.
 #![allow(clippy::unwrap_used)]
 
+use std::net::IpAddr;
 use std::time::Duration;
 
-use fakecloud_api::QuotaName;
+use fakecloud_api::{QuotaName, Route};
 use fakecloud_e2e::{Setup, case, condition, until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
@@ -40,34 +42,49 @@ async fn pod_traffic_between_nodes_follows_the_cloud_route_table() {
         let nodes = env.pod_nodes().await;
         let (server_node, client_node) = (&nodes[0], &nodes[1]);
         let server_node_name = server_node.metadata.name.clone().unwrap();
-        let pod_cidr = server_node.spec.as_ref().and_then(|s| s.pod_cidr.clone()).expect("the node has a pod CIDR");
+        let pod_cidrs: Vec<ipnet::IpNet> = server_node
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidrs.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert!(!pod_cidrs.is_empty(), "{server_node_name} has pod CIDRs");
         let ns = env.namespace("net").await;
         let pods = Api::<Pod>::namespaced(env.client(), &ns);
 
-        let listen = format!("0.0.0.0:{PORT}");
+        // On a dual-stack node `[::]` takes both families (Linux maps IPv4 onto an IPv6 socket).
+        let any = if pod_cidrs.iter().any(|c| matches!(c, ipnet::IpNet::V6(_))) { "[::]" } else { "0.0.0.0" };
+        let listen = format!("{any}:{PORT}");
         let server = ["fakecloud", "serve", "--listen", &listen, "--db", ":memory:"];
         pods.create(&PostParams::default(), &pod("server", &server_node_name, &image, &server)).await.unwrap();
-        let server_ip = until(Duration::from_secs(120), "the server pod running with an IP", async || {
-            let p = pods.get("server").await.ok()?;
-            let status = p.status?;
-            (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip?)
+        let server_ips = until(Duration::from_secs(120), "the server pod running with its IPs", async || {
+            let status = pods.get("server").await.ok()?.status?;
+            let ips: Vec<IpAddr> = status.pod_ips?.iter().filter_map(|p| p.ip.parse().ok()).collect();
+            (status.phase.as_deref() == Some("Running") && ips.len() == pod_cidrs.len()).then_some(ips)
         })
         .await;
-        assert!(
-            pod_cidr.parse::<ipnet::IpNet>().unwrap().contains(&server_ip.parse::<std::net::IpAddr>().unwrap()),
-            "the server pod's IP {server_ip} is from its node's pod CIDR {pod_cidr}"
-        );
-        // One line a second: whether a TCP connection to the server got through.
+        for ip in &server_ips {
+            assert!(
+                pod_cidrs.iter().any(|c| c.contains(ip)),
+                "the server pod's IP {ip} is from one of its node's pod CIDRs {pod_cidrs:?}"
+            );
+        }
+        // One line a second, a word per server IP: whether a TCP connection to it got through.
+        let targets = server_ips.iter().map(|ip| format!("'{ip}'")).collect::<Vec<_>>().join(" ");
         let probe = format!(
-            "while true; do if timeout 2 bash -c 'echo > /dev/tcp/{server_ip}/{PORT}' 2>/dev/null; \
-             then echo reach; else echo unreachable; fi; sleep 1; done"
+            "while true; do out=; for ip in {targets}; do \
+             if timeout 2 bash -c \"echo > /dev/tcp/$ip/{PORT}\" 2>/dev/null; then out=\"$out reach\"; \
+             else out=\"$out unreachable\"; fi; done; echo $out; sleep 1; done"
         );
         let client_node_name = client_node.metadata.name.clone().unwrap();
         pods.create(&PostParams::default(), &pod("client", &client_node_name, &image, &["bash", "-c", &probe]))
             .await
             .unwrap();
-        // The last three answers agree on `want`.
+        // The last three answers agree on `want` for every server IP.
         let answers = async |want: &str| {
+            let want = vec![want; server_ips.len()].join(" ");
             let params = LogParams { tail_lines: Some(3), ..Default::default() };
             let log = pods.logs("client", &params).await.ok()?;
             let lines: Vec<&str> = log.lines().collect();
@@ -79,12 +96,16 @@ async fn pod_traffic_between_nodes_follows_the_cloud_route_table() {
         })
         .await;
 
-        // The route to the server's node deleted, and no room for the CCM to create it again.
+        // The routes to the server's node deleted (one per family), and no room for the CCM to create them again.
         let cloud = &env.cloud;
+        let to_server = |r: &&Route| r.destination.parse::<ipnet::IpNet>().is_ok_and(|d| pod_cidrs.contains(&d));
         let routes = cloud.list_routes("main").await.unwrap().items;
-        let route = routes.iter().find(|r| r.destination == pod_cidr).expect("the cloud has a route to the pod CIDR");
-        cloud.set_quota(QuotaName::RoutesPerRouteTable, routes.len() as u32 - 1).await.unwrap();
-        cloud.delete_route("main", &route.id).await.unwrap();
+        let server_routes: Vec<&Route> = routes.iter().filter(to_server).collect();
+        assert_eq!(server_routes.len(), pod_cidrs.len(), "the cloud has a route per pod CIDR: {routes:#?}");
+        cloud.set_quota(QuotaName::RoutesPerRouteTable, (routes.len() - server_routes.len()) as u32).await.unwrap();
+        for route in server_routes {
+            cloud.delete_route("main", &route.id).await.unwrap();
+        }
         until(route_wait, "traffic to the node without a route stopping", async || answers("unreachable").await).await;
         until(route_wait, "the node NetworkUnavailable (the CCM could not route it)", async || {
             let n = env.node(&server_node_name).await?;
@@ -97,7 +118,7 @@ async fn pod_traffic_between_nodes_follows_the_cloud_route_table() {
         until(route_wait, "traffic flowing again once the CCM re-created the route", async || answers("reach").await)
             .await;
         let again = cloud.list_routes("main").await.unwrap().items;
-        assert!(again.iter().any(|r| r.destination == pod_cidr), "the route is back in the cloud: {again:#?}");
+        assert_eq!(again.iter().filter(to_server).count(), pod_cidrs.len(), "the routes are back: {again:#?}");
     })
     .await;
 }

@@ -124,6 +124,51 @@ async fn fixed_private_ips_adopt_machines() {
 }
 
 #[tokio::test]
+async fn dual_stack_machines_are_adopted_with_both_addresses() {
+    let emu = Emu::start().await;
+    let v6 = |s: &str| Some(s.parse::<std::net::Ipv6Addr>().unwrap());
+    let dual = CreateInstanceRequest {
+        private_ip: Some("172.18.0.3".parse().unwrap()),
+        ipv6_address: v6("fc00:f853:ccd:e793::3"),
+        ..req("kind-worker")
+    };
+    let a = emu.user.create_instance(&dual, None).await.unwrap();
+    assert_eq!(a.ipv6_address, v6("fc00:f853:ccd:e793::3"));
+    let got = emu.user.get_instance(&a.id).await.unwrap();
+    let addrs: Vec<String> = got.addresses().map(|a| a.to_string()).collect();
+    assert_eq!(addrs, ["172.18.0.3", "fc00:f853:ccd:e793::3"]);
+    // One machine per address, of either family; written in another form, it is the same address.
+    let same_v6 = CreateInstanceRequest {
+        private_ip: Some("172.18.0.4".parse().unwrap()),
+        ipv6_address: v6("fc00:f853:0ccd:e793:0::3"),
+        ..req("kind-worker2")
+    };
+    let err = emu.user.create_instance(&same_v6, None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(409), Some(codes::ADDRESS_IN_USE)), "{err}");
+    // An IPv6 address goes beside an IPv4 private IP, and must be one a machine is reached at.
+    for (private_ip, ipv6_address, why) in [
+        ("fc00::9", "fc00::10", "is IPv6 already"),
+        ("172.18.0.5", "::1", "loopback"),
+        ("172.18.0.5", "fe80::1", "link-local"),
+        ("172.18.0.5", "::ffff:172.18.0.6", "IPv4-mapped"),
+    ] {
+        let bad = CreateInstanceRequest {
+            private_ip: Some(private_ip.parse().unwrap()),
+            ipv6_address: v6(ipv6_address),
+            ..req("bad")
+        };
+        let err = emu.user.create_instance(&bad, None).await.unwrap_err();
+        assert_eq!(err.status(), Some(400), "{ipv6_address}: {err}");
+        assert!(err.to_string().contains("ipv6_address") && err.to_string().contains(why), "{err}");
+    }
+    // Terminated, the machine gives its IPv6 address back too.
+    emu.user.terminate_instance(&a.id).await.unwrap();
+    wait_state(&emu.user, &a.id, InstanceState::Terminated).await;
+    let again = CreateInstanceRequest { ipv6_address: v6("fc00:f853:ccd:e793::3"), ..same_v6 };
+    assert_eq!(emu.user.create_instance(&again, None).await.unwrap().ipv6_address, v6("fc00:f853:ccd:e793::3"));
+}
+
+#[tokio::test]
 async fn terminated_instances_give_their_address_back() {
     let emu = Emu::start().await;
     let pinned = CreateInstanceRequest { private_ip: Some("10.0.0.50".parse().unwrap()), ..req("a") };

@@ -152,7 +152,7 @@ pub fn self_instance(node: &NodeInfo, instances: &HashMap<String, Instance>) -> 
     let mut candidates: Vec<&Instance> = instances
         .values()
         .filter(|i| !matches!(i.state, InstanceState::Terminated | InstanceState::ShuttingDown))
-        .filter(|i| node.internal_ips.contains(&i.private_ip))
+        .filter(|i| i.addresses().any(|a| node.internal_ips.contains(&a)))
         .collect();
     candidates.sort_by(|a, b| (a.name != node.name, &a.id).cmp(&(b.name != node.name, &b.id)));
     candidates.first().map(|i| i.id.clone())
@@ -182,6 +182,7 @@ mod tests {
             market: Market::OnDemand,
             state,
             private_ip: ip.parse().unwrap(),
+            ipv6_address: None,
             provider_id: format!("fakecloud://local-1a/{id}"),
             tags: Default::default(),
             created_at: String::new(),

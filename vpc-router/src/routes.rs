@@ -63,7 +63,8 @@ pub enum SkipReason {
     Blackhole { target: String },
     /// The target is not among the cloud's instances.
     UnknownTarget { target: String },
-    /// The target's private IP is of the other family, so there is nothing to route through.
+    /// The target has no address of the destination's family (a single-stack instance), so there is
+    /// nothing to route through.
     NoAddressOfFamily { target: String, address: IpAddr },
     /// The destination overlaps this node's own pod CIDR. Routing it away would cut this node's own
     /// pods off.
@@ -133,11 +134,11 @@ pub fn desired(routes: &[Route], instances: &HashMap<String, Instance>, me: &str
             out.skipped.push(skip(SkipReason::UnknownTarget { target: r.target_instance.clone() }));
             continue;
         };
-        if target.private_ip.is_ipv4() != matches!(destination, IpNet::V4(_)) {
+        let Some(gateway) = target.address_like(destination.addr()) else {
             let reason = SkipReason::NoAddressOfFamily { target: target.id.clone(), address: target.private_ip };
             out.skipped.push(skip(reason));
             continue;
-        }
+        };
         if let Some(own) = own_pod_cidrs.iter().find(|o| o.contains(&destination) || destination.contains(*o)) {
             out.skipped.push(skip(SkipReason::OverlapsOwnPodCidr { own: *own }));
             continue;
@@ -147,12 +148,7 @@ pub fn desired(routes: &[Route], instances: &HashMap<String, Instance>, me: &str
             continue;
         }
         seen.insert(destination, r.id.clone());
-        out.routes.push(WantedRoute {
-            destination,
-            gateway: target.private_ip,
-            route_id: r.id.clone(),
-            node: target.name.clone(),
-        });
+        out.routes.push(WantedRoute { destination, gateway, route_id: r.id.clone(), node: target.name.clone() });
     }
     out
 }
@@ -229,6 +225,7 @@ mod tests {
             market: Market::OnDemand,
             state: InstanceState::Running,
             private_ip: ip(addr),
+            ipv6_address: None,
             provider_id: format!("fakecloud://local-1a/{id}"),
             tags: Default::default(),
             created_at: String::new(),
@@ -283,6 +280,24 @@ mod tests {
             [
                 wanted("10.244.1.0/24", "172.18.0.3", "r-2", "kind-worker"),
                 wanted("10.244.2.0/24", "172.18.0.4", "r-3", "kind-worker2")
+            ]
+        );
+        assert!(d.skipped.is_empty());
+    }
+
+    #[test]
+    fn a_dual_stack_instance_takes_each_familys_routes_via_its_address_of_that_family() {
+        let mut dual = instance("i-d", "kind-worker3", "172.18.0.6");
+        dual.ipv6_address = Some("fc00:f853:ccd:e793::6".parse().unwrap());
+        let mut all = instances();
+        all.insert(dual.id.clone(), dual);
+        let routes = [route("r-1", "10.244.3.0/24", "i-d"), route("r-2", "fd00:10:244:3::/64", "i-d")];
+        let d = desired(&routes, &all, "i-me", &[net("10.244.0.0/24"), net("fd00:10:244::/64")]);
+        assert_eq!(
+            d.routes,
+            [
+                wanted("10.244.3.0/24", "172.18.0.6", "r-1", "kind-worker3"),
+                wanted("fd00:10:244:3::/64", "fc00:f853:ccd:e793::6", "r-2", "kind-worker3")
             ]
         );
         assert!(d.skipped.is_empty());

@@ -341,15 +341,16 @@ impl Cloud for FakeCloud {
 
     async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, CloudError> {
         let i = self.lookup(node).await?;
+        // A dual-stack machine has an InternalIP of each family, as a dual-stack cloud reports it.
+        let mut addresses: Vec<NodeAddress> =
+            i.addresses().map(|a| NodeAddress { type_: "InternalIP".into(), address: a.to_string() }).collect();
+        addresses.push(NodeAddress { type_: "Hostname".into(), address: i.name });
         Ok(InstanceMetadata {
             provider_id: i.provider_id,
             instance_type: i.instance_type,
             zone: i.zone,
             region: i.region,
-            addresses: vec![
-                NodeAddress { type_: "InternalIP".into(), address: i.private_ip.to_string() },
-                NodeAddress { type_: "Hostname".into(), address: i.name },
-            ],
+            addresses,
         })
     }
 }

@@ -82,7 +82,8 @@ pub fn node(
         metadata: ObjectMeta {
             name: Some(inst.name.clone()),
             labels: Some(labels),
-            annotations: Some([(PROVIDED_NODE_IP.to_string(), inst.private_ip.to_string())].into()),
+            // As a dual-stack kubelet's `--node-ip=<v4>,<v6>`: one address of each family.
+            annotations: Some([(PROVIDED_NODE_IP.to_string(), ips(inst).join(","))].into()),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -136,11 +137,13 @@ pub fn node(
     }
 }
 
+fn ips(inst: &Instance) -> Vec<String> {
+    inst.addresses().map(|a| a.to_string()).collect()
+}
+
 fn addresses(inst: &Instance) -> Vec<NodeAddress> {
-    vec![
-        NodeAddress { type_: "InternalIP".into(), address: inst.private_ip.to_string() },
-        NodeAddress { type_: "Hostname".into(), address: inst.name.clone() },
-    ]
+    let internal = ips(inst).into_iter().map(|address| NodeAddress { type_: "InternalIP".into(), address });
+    internal.chain(std::iter::once(NodeAddress { type_: "Hostname".into(), address: inst.name.clone() })).collect()
 }
 
 /// Whether `node` shows every condition as a healthy kubelet reports it. When it does not (the controller

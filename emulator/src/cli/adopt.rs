@@ -5,7 +5,7 @@
 //! otherwise link the launcher's dependencies, and that crate's tests already depend on this one.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -109,7 +109,7 @@ pub async fn adopt(kube: kube::Client, cloud: &Client) -> Result<BTreeMap<String
             out.insert(name, Outcome::AlreadyAnInstance);
             continue;
         }
-        let Some(ip) = node_ip(node) else {
+        let Some((ip, ipv6_address)) = node_ips(node) else {
             out.insert(name, Outcome::NoAddress);
             continue;
         };
@@ -119,6 +119,7 @@ pub async fn adopt(kube: kube::Client, cloud: &Client) -> Result<BTreeMap<String
             name: name.clone(),
             zone: Some(zone.clone()),
             private_ip: Some(ip),
+            ipv6_address,
             tags: [(ADOPTED_TAG.to_string(), "true".to_string())].into(),
             ..Default::default()
         };
@@ -126,7 +127,10 @@ pub async fn adopt(kube: kube::Client, cloud: &Client) -> Result<BTreeMap<String
         let outcome = match cloud.create_instance(&req, Some(&key)).await {
             // A replay of an earlier adoption whose instance is gone since.
             Ok(inst) if inst.state == InstanceState::Terminated => Outcome::InstanceGone { instance_id: inst.id },
-            Ok(inst) => Outcome::Adopted { instance_id: inst.id, ip: ip.to_string(), zone },
+            Ok(inst) => {
+                let ip = inst.addresses().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+                Outcome::Adopted { instance_id: inst.id, ip, zone }
+            }
             Err(e @ fakecloud_api::ClientError::Api(_)) => Outcome::Failed(e.to_string()),
             // Not the emulator refusing one Node but the emulator unreachable: stop.
             Err(e) => return Err(e).with_context(|| format!("adopting node {name}")),
@@ -136,10 +140,11 @@ pub async fn adopt(kube: kube::Client, cloud: &Client) -> Result<BTreeMap<String
     Ok(out)
 }
 
-/// The address to adopt a Node with: its InternalIPs (set by the kubelet or a CCM), else the address its
-/// kubelet was given (`provided-node-ip`, comma-separated on dual-stack); the first IPv4 one, else the first
-/// IPv6 one. Strings that are not addresses are ignored.
-fn node_ip(node: &Node) -> Option<IpAddr> {
+/// The addresses to adopt a Node with, from its InternalIPs (set by the kubelet or a CCM), else from the
+/// address its kubelet was given (`provided-node-ip`, comma-separated on dual-stack): the private IP is the
+/// first IPv4 one, else the first IPv6 one; a dual-stack Node's first IPv6 one goes beside an IPv4 private IP.
+/// Strings that are not addresses are ignored.
+fn node_ips(node: &Node) -> Option<(IpAddr, Option<Ipv6Addr>)> {
     let from_status: Vec<IpAddr> = node
         .status
         .as_ref()
@@ -155,12 +160,27 @@ fn node_ip(node: &Node) -> Option<IpAddr> {
     } else {
         from_status
     };
-    candidates.iter().find(|ip| ip.is_ipv4()).or(candidates.first()).copied()
+    let first_v6 = candidates.iter().find_map(|ip| match ip {
+        IpAddr::V6(v6) => Some(*v6),
+        IpAddr::V4(_) => None,
+    });
+    match candidates.iter().find(|ip| ip.is_ipv4()) {
+        Some(v4) => Some((*v4, first_v6)),
+        None => first_v6.map(|v6| (IpAddr::V6(v6), None)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("an IP")
+    }
+
+    fn v6(s: &str) -> Ipv6Addr {
+        s.parse().expect("an IPv6 address")
+    }
 
     fn node(json: serde_json::Value) -> Node {
         serde_json::from_value(json).expect("a Node")
@@ -173,18 +193,18 @@ mod tests {
             {"type": "InternalIP", "address": "fc00:f853:ccd:e793::3"},
             {"type": "InternalIP", "address": "172.18.0.3"},
         ]}}));
-        assert_eq!(node_ip(&dual), Some("172.18.0.3".parse().expect("ip")));
-        let v6 = node(serde_json::json!({"metadata": {"name": "w"}, "status": {"addresses": [
+        assert_eq!(node_ips(&dual), Some((ip("172.18.0.3"), Some(v6("fc00:f853:ccd:e793::3")))));
+        let v6_only = node(serde_json::json!({"metadata": {"name": "w"}, "status": {"addresses": [
             {"type": "InternalIP", "address": "fc00::3"},
         ]}}));
-        assert_eq!(node_ip(&v6), Some("fc00::3".parse().expect("ip")));
+        assert_eq!(node_ips(&v6_only), Some((ip("fc00::3"), None)));
         let annotated = node(serde_json::json!({"metadata": {"name": "w", "annotations": {
             PROVIDED_NODE_IP: "fc00::4, 172.18.0.4"}}}));
-        assert_eq!(node_ip(&annotated), Some("172.18.0.4".parse().expect("ip")));
+        assert_eq!(node_ips(&annotated), Some((ip("172.18.0.4"), Some(v6("fc00::4")))));
         let garbage = node(serde_json::json!({"metadata": {"name": "w"}, "status": {"addresses": [
             {"type": "InternalIP", "address": "not-an-ip"},
             {"type": "ExternalIP", "address": "1.2.3.4"},
         ]}}));
-        assert_eq!(node_ip(&garbage), None);
+        assert_eq!(node_ips(&garbage), None);
     }
 }

@@ -172,6 +172,9 @@ pub enum InstanceCmd {
         /// A fixed private IP (to adopt an existing machine).
         #[arg(long)]
         private_ip: Option<std::net::IpAddr>,
+        /// A fixed IPv6 address beside an IPv4 private IP (to adopt a dual-stack machine).
+        #[arg(long)]
+        ipv6_address: Option<std::net::Ipv6Addr>,
         /// Client token: running the same command again returns the same instance.
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -341,7 +344,16 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Instance(cmd) => {
             let client = conn.client(false)?;
             match cmd {
-                InstanceCmd::Create { name, zone, instance_type, spot, tags, private_ip, idempotency_key } => {
+                InstanceCmd::Create {
+                    name,
+                    zone,
+                    instance_type,
+                    spot,
+                    tags,
+                    private_ip,
+                    ipv6_address,
+                    idempotency_key,
+                } => {
                     let req = CreateInstanceRequest {
                         name,
                         zone,
@@ -349,6 +361,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                         market: if spot { Market::Spot } else { Market::OnDemand },
                         tags: tags.into_iter().collect::<BTreeMap<_, _>>(),
                         private_ip,
+                        ipv6_address,
                     };
                     out.instances(&[client.create_instance(&req, idempotency_key.as_deref()).await?])
                 }

@@ -45,7 +45,7 @@ impl Output {
                         i.instance_type.clone(),
                         i.market.as_str().into(),
                         i.state.to_string(),
-                        i.private_ip.to_string(),
+                        i.addresses().map(|a| a.to_string()).collect::<Vec<_>>().join(","),
                     ]
                 }),
             )

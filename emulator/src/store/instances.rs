@@ -35,8 +35,8 @@ const SELECT: &str = concat!(
     "SELECT seq, id, name, zone, instance_type, market, ",
     state_at!(),
     " AS state, (CASE WHEN next_state_at <= ?1 THEN next_state_at WHEN interruption_at <= ?1 AND next_state_at IS NOT NULL \
-     THEN interruption_at ELSE state_changed_at END) AS state_changed_at, private_ip, tags, created_at, state_reason, \
-     interruption_at FROM instances"
+     THEN interruption_at ELSE state_changed_at END) AS state_changed_at, private_ip, ipv6_address, tags, created_at, \
+     state_reason, interruption_at FROM instances"
 );
 
 #[derive(sqlx::FromRow)]
@@ -50,6 +50,7 @@ struct Row {
     state: String,
     state_changed_at: i64,
     private_ip: String,
+    ipv6_address: Option<String>,
     tags: String,
     created_at: i64,
     state_reason: Option<String>,
@@ -64,6 +65,10 @@ impl Row {
             state: InstanceState::parse(&self.state).ok_or_else(|| corrupt("state"))?,
             market: if self.market == "spot" { Market::Spot } else { Market::OnDemand },
             private_ip: self.private_ip.parse().map_err(|_| corrupt("private_ip"))?,
+            ipv6_address: match &self.ipv6_address {
+                Some(a) => Some(a.parse().map_err(|_| corrupt("ipv6_address"))?),
+                None => None,
+            },
             tags: serde_json::from_str(&self.tags).map_err(|_| corrupt("tags"))?,
             created_at: rfc3339(self.created_at),
             state_changed_at: rfc3339(self.state_changed_at),
@@ -153,11 +158,25 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
             ip
         }
     };
+    if let Some(v6) = req.ipv6_address {
+        if ip.is_ipv6() {
+            return Err(ApiError::invalid(
+                "ipv6_address",
+                format!("private_ip {ip} is IPv6 already; ipv6_address is the IPv6 address beside an IPv4 private_ip"),
+            ));
+        }
+        if v6.to_ipv4_mapped().is_some() {
+            return Err(ApiError::invalid("ipv6_address", format!("{v6} is an IPv4-mapped address, not an IPv6 one")));
+        }
+        unicast("ipv6_address", IpAddr::V6(v6))?;
+        ipam::lease_fixed(&mut tx, None, IpAddr::V6(v6), &id).await?;
+    }
+    let ipv6_address = req.ipv6_address.map(|a| a.to_string());
     let (state, next_state, next_at) = lifecycle::schedule(now, "pending", "running", cfg.timings.boot_delay);
     let tags = serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?;
     let inserted = sqlx::query(
-        "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, tags, created_at, state_changed_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)",
+        "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, ipv6_address, tags, created_at, state_changed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)",
     )
     .bind(&id)
     .bind(&req.name)
@@ -168,6 +187,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
     .bind(next_state)
     .bind(next_at)
     .bind(ip.to_string())
+    .bind(&ipv6_address)
     .bind(&tags)
     .bind(now)
     .execute(&mut *tx)
@@ -203,6 +223,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         state: state.to_string(),
         state_changed_at: now,
         private_ip: ip.to_string(),
+        ipv6_address,
         tags,
         created_at: now,
         state_reason: None,
