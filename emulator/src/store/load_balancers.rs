@@ -84,6 +84,8 @@ impl Row {
             updated_at: rfc3339(self.updated_at),
             id: self.id,
             name: self.name,
+            listener_status: Vec::new(),
+            backend_health: Vec::new(),
         }))
     }
 }
