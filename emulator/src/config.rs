@@ -20,6 +20,8 @@ pub struct Config {
     pub snapshot_dir: Option<PathBuf>,
     /// Timeouts and the cap of client connections.
     pub connections: crate::listener::Limits,
+    /// Accept a loopback `private_ip` for an adopted instance (backends that are processes on this host).
+    pub loopback_instances: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -198,6 +200,7 @@ impl Default for Config {
             seed: None,
             snapshot_dir: None,
             connections: crate::listener::Limits::default(),
+            loopback_instances: false,
         }
     }
 }

@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// wait (default: the open-file limit, raised to its hard limit, less 128).
     #[arg(long)]
     pub max_connections: Option<u32>,
+    /// Accept a loopback `private_ip` (127.0.0.0/8, ::1) for an adopted instance: backends that are processes
+    /// on this host, for the data plane on one machine.
+    #[arg(long, env = "FAKECLOUD_LOOPBACK_INSTANCES", default_value_t = false)]
+    pub loopback_instances: bool,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -122,6 +126,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             idle_timeout: args.idle_timeout,
             max_connections: args.max_connections.unwrap_or_else(listener::default_max_connections),
         },
+        loopback_instances: args.loopback_instances,
     };
     let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
