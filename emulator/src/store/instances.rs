@@ -423,3 +423,20 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
     audit::commit(tx, "").await?;
     Ok(reclaimed)
 }
+
+/// Every instance's private IP and state now, by ID: where the data plane finds a backend.
+pub async fn addresses(db: &Db) -> Result<std::collections::HashMap<String, (IpAddr, InstanceState)>> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as(concat!("SELECT id, private_ip, ", state_at!(), " FROM instances"))
+            .bind(now_ms())
+            .fetch_all(db.reader())
+            .await?;
+    let mut out = std::collections::HashMap::new();
+    for (id, ip, state) in rows {
+        let corrupt = || ApiError::internal(format!("stored instance {id} has an invalid private_ip or state"));
+        let ip: IpAddr = ip.parse().map_err(|_| corrupt())?;
+        let state = InstanceState::parse(&state).ok_or_else(corrupt)?;
+        out.insert(id, (ip, state));
+    }
+    Ok(out)
+}
