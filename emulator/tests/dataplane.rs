@@ -265,6 +265,18 @@ async fn health_checks_take_a_failing_backend_out_and_say_why() {
     let b1 = got.backend_health.iter().find(|h| h.instance == i1).unwrap();
     assert_eq!((b1.state, b1.last_error.as_deref()), (BackendState::Healthy, None));
 
+    // The CLI shows it too.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(["lb", "get", &lb.id])
+        .env("FAKECLOUD_ENDPOINT", c.endpoint())
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1/2 healthy") && text.contains("unhealthy") && text.contains("connect"), "{text}");
+
     let metrics = reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap();
     let gauge =
         |backend: &str| format!("fakecloud_lb_backend_healthy{{load_balancer=\"{}\",backend=\"{backend}\"}}", lb.id);
