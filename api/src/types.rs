@@ -369,6 +369,58 @@ pub struct LoadBalancer {
     pub dns_name: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// Each listener's state in the data plane; only when the emulator serves load balancers
+    /// (`fakecloud serve --serve-load-balancers`) and the load balancer is active.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listener_status: Vec<ListenerStatus>,
+    /// Each backend's health as the data plane's checks see it; only when the emulator serves load balancers
+    /// and the load balancer is active.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_health: Vec<BackendHealth>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListenerState {
+    /// Accepting connections on the load balancer's address and the listener's port.
+    Listening,
+    /// The address and port could not be bound (see `reason`); retried while the listener exists.
+    Failed,
+    /// Not served by the data plane (UDP, for now).
+    Unsupported,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct ListenerStatus {
+    pub protocol: Protocol,
+    pub port: u16,
+    pub state: ListenerState,
+    /// Why the listener is not listening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendState {
+    /// Gets new connections.
+    Healthy,
+    /// Gets no new connections: its checks fail, or the instance is missing or not running.
+    Unhealthy,
+    /// Not checked yet; gets no new connections.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct BackendHealth {
+    /// The backend's instance ID.
+    pub instance: String,
+    pub state: BackendState,
+    /// When the backend entered this state (RFC 3339).
+    pub since: String,
+    /// The last failed check's error (cleared when the backend turns healthy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]

@@ -20,6 +20,10 @@ pub struct Config {
     pub snapshot_dir: Option<PathBuf>,
     /// Timeouts and the cap of client connections.
     pub connections: crate::listener::Limits,
+    /// Serve every active load balancer's listeners (the data plane); off by default.
+    pub serve_load_balancers: bool,
+    /// Accept a loopback `private_ip` for an adopted instance (backends that are processes on this host).
+    pub loopback_instances: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -198,6 +202,8 @@ impl Default for Config {
             seed: None,
             snapshot_dir: None,
             connections: crate::listener::Limits::default(),
+            serve_load_balancers: false,
+            loopback_instances: false,
         }
     }
 }

@@ -4,11 +4,13 @@
 //! - [`config`]: what the cloud looks like (region, zones, pools) and how fast it moves.
 //! - [`store`]: the SQL, one module per resource; quotas and idempotency are enforced there.
 //! - [`http`]: handlers per resource, auth, audit and metrics.
+//! - [`dataplane`]: the load balancers' listeners, proxy and health checks (`serve --serve-load-balancers`).
 //! - [`server`]: start it all (used by `fakecloud serve` and by tests).
 
 pub mod cli;
 pub mod config;
 pub mod credentials;
+pub mod dataplane;
 pub mod db;
 pub mod error;
 pub mod faults;

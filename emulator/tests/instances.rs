@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Emu, wait_state};
 use fakecloud_api::{CreateInstanceRequest, InstanceState, ListInstancesQuery, Market, codes};
-use fakecloud_emulator::config::Timings;
+use fakecloud_emulator::config::{Config, Timings};
 
 fn req(name: &str) -> CreateInstanceRequest {
     CreateInstanceRequest { name: name.into(), ..Default::default() }
@@ -303,4 +303,23 @@ async fn unusable_private_ips_are_refused() {
         ..Default::default()
     };
     emu.user.create_instance(&req, None).await.unwrap();
+}
+
+/// `serve --loopback-instances`: loopback addresses are accepted (backends that are processes on the emulator's
+/// host); everything else that cannot be a machine's address is still refused.
+#[tokio::test]
+async fn loopback_private_ips_are_accepted_only_when_the_emulator_allows_them() {
+    let cfg = Config { timings: Timings::instant(), loopback_instances: true, ..Config::default() };
+    let emu = Emu::with_config(cfg).await;
+    let adopt = |name: &str, ip: &str| CreateInstanceRequest {
+        name: name.into(),
+        private_ip: Some(ip.parse().unwrap()),
+        ..Default::default()
+    };
+    let local = emu.user.create_instance(&adopt("local", "127.78.0.1"), None).await.unwrap();
+    assert_eq!(local.private_ip.to_string(), "127.78.0.1");
+    let err = emu.user.create_instance(&adopt("again", "127.78.0.1"), None).await.unwrap_err();
+    assert_eq!(err.status(), Some(409), "{err}");
+    let err = emu.user.create_instance(&adopt("multicast", "224.0.0.1"), None).await.unwrap_err();
+    assert_eq!(err.code(), Some(codes::INVALID_ADDRESS), "{err}");
 }

@@ -237,7 +237,8 @@ pub enum RouteCmd {
 pub enum LbCmd {
     /// List load balancers (all pages).
     List,
-    /// Show one load balancer.
+    /// Show one load balancer; with the data plane on, also its backends' health and any listener that is not
+    /// listening, with why.
     Get { id: String },
     /// Delete a load balancer.
     Delete { id: String },
@@ -392,7 +393,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let client = conn.client(false)?;
             match cmd {
                 LbCmd::List => out.load_balancers(&client.list_all_load_balancers().await?),
-                LbCmd::Get { id } => out.load_balancers(&[client.get_load_balancer(&id).await?]),
+                LbCmd::Get { id } => out.load_balancer(&client.get_load_balancer(&id).await?),
                 LbCmd::Delete { id } => out.load_balancers(&[client.delete_load_balancer(&id).await?]),
             }
         }

@@ -3,7 +3,8 @@
 use anyhow::Result;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, FaultAction, FaultRule, Instance, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
+    AuditEntry, BackendState, FaultAction, FaultRule, Instance, ListenerState, LoadBalancer, Outage, Quota, RateLimit,
+    Region, Route,
 };
 use serde::Serialize;
 
@@ -18,6 +19,44 @@ fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String
         t.add_row(row);
     }
     t.to_string()
+}
+
+/// Load balancers, one a row. With the data plane on, BACKENDS counts the healthy ones and a listener that is
+/// not listening is marked.
+fn load_balancer_table(items: &[LoadBalancer]) -> String {
+    table(
+        &["ID", "NAME", "SCHEME", "STATE", "ADDRESS", "LISTENERS", "BACKENDS"],
+        items.iter().map(|lb| {
+            let listeners: Vec<String> = lb
+                .listeners
+                .iter()
+                .map(|l| {
+                    let state = lb.listener_status.iter().find(|s| (s.protocol, s.port) == (l.protocol, l.port));
+                    let mark = match state.map(|s| s.state) {
+                        Some(ListenerState::Failed) => " (failed)",
+                        Some(ListenerState::Unsupported) => " (not served)",
+                        Some(ListenerState::Listening) | None => "",
+                    };
+                    format!("{}{mark}", format!("{:?}/{}→{}", l.protocol, l.port, l.backend_port).to_uppercase())
+                })
+                .collect();
+            let backends = if lb.backend_health.is_empty() {
+                lb.backends.len().to_string()
+            } else {
+                let healthy = lb.backend_health.iter().filter(|h| h.state == BackendState::Healthy).count();
+                format!("{healthy}/{} healthy", lb.backends.len())
+            };
+            vec![
+                lb.id.clone(),
+                lb.name.clone(),
+                lb.scheme.as_str().into(),
+                lb.state.as_str().into(),
+                lb.address.map(|a| a.to_string()).unwrap_or_else(|| "<pending>".into()),
+                listeners.join(","),
+                backends,
+            ]
+        }),
+    )
 }
 
 impl Output {
@@ -84,26 +123,46 @@ impl Output {
     }
 
     pub fn load_balancers(&self, items: &[LoadBalancer]) -> Result<()> {
-        self.print(items, || {
-            table(
-                &["ID", "NAME", "SCHEME", "STATE", "ADDRESS", "LISTENERS", "BACKENDS"],
-                items.iter().map(|lb| {
-                    let listeners: Vec<String> = lb
-                        .listeners
-                        .iter()
-                        .map(|l| format!("{:?}/{}→{}", l.protocol, l.port, l.backend_port).to_uppercase())
-                        .collect();
+        self.print(items, || load_balancer_table(items))
+    }
+
+    /// One load balancer; with the data plane on, also its backends' health and its listeners that are not
+    /// listening, with why.
+    pub fn load_balancer(&self, lb: &LoadBalancer) -> Result<()> {
+        // JSON as a list of one, as `lb list` and the other commands print.
+        self.print(std::slice::from_ref(lb), || {
+            let mut out = load_balancer_table(std::slice::from_ref(lb));
+            let not_listening: Vec<Vec<String>> = lb
+                .listener_status
+                .iter()
+                .filter(|l| l.state != ListenerState::Listening)
+                .map(|l| {
                     vec![
-                        lb.id.clone(),
-                        lb.name.clone(),
-                        lb.scheme.as_str().into(),
-                        lb.state.as_str().into(),
-                        lb.address.map(|a| a.to_string()).unwrap_or_else(|| "<pending>".into()),
-                        listeners.join(","),
-                        lb.backends.len().to_string(),
+                        format!("{:?}/{}", l.protocol, l.port).to_uppercase(),
+                        format!("{:?}", l.state).to_lowercase(),
+                        l.reason.clone().unwrap_or_default(),
                     ]
-                }),
-            )
+                })
+                .collect();
+            if !not_listening.is_empty() {
+                out.push_str("\n\n");
+                out.push_str(&table(&["LISTENER", "STATE", "REASON"], not_listening));
+            }
+            if !lb.backend_health.is_empty() {
+                out.push_str("\n\n");
+                out.push_str(&table(
+                    &["BACKEND", "HEALTH", "SINCE", "LAST ERROR"],
+                    lb.backend_health.iter().map(|h| {
+                        vec![
+                            h.instance.clone(),
+                            format!("{:?}", h.state).to_lowercase(),
+                            h.since.clone(),
+                            h.last_error.clone().unwrap_or_default(),
+                        ]
+                    }),
+                ));
+            }
+            out
         })
     }
 

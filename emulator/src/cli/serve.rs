@@ -79,6 +79,17 @@ pub struct ServeArgs {
     /// wait (default: the open-file limit, raised to its hard limit, less 128).
     #[arg(long)]
     pub max_connections: Option<u32>,
+    /// Serve the load balancers' data plane: accept TCP on every listener of every active load balancer (its
+    /// address and port) and forward each connection to a healthy backend's private IP and backend port,
+    /// round-robin, with the health check and source ranges applied. The addresses must be ones this host can
+    /// bind, e.g. `--public-pool 127.77.0.0/24` (all of 127.0.0.0/8 is on loopback); a listener whose address
+    /// or port cannot be bound is shown failed on the load balancer. UDP listeners are not served yet.
+    #[arg(long, env = "FAKECLOUD_SERVE_LOAD_BALANCERS", default_value_t = false)]
+    pub serve_load_balancers: bool,
+    /// Accept a loopback `private_ip` (127.0.0.0/8, ::1) for an adopted instance: backends that are processes
+    /// on this host, for the data plane on one machine.
+    #[arg(long, env = "FAKECLOUD_LOOPBACK_INSTANCES", default_value_t = false)]
+    pub loopback_instances: bool,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -122,6 +133,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             idle_timeout: args.idle_timeout,
             max_connections: args.max_connections.unwrap_or_else(listener::default_max_connections),
         },
+        serve_load_balancers: args.serve_load_balancers,
+        loopback_instances: args.loopback_instances,
     };
     let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
@@ -134,7 +147,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let limits = &server.state.cfg.connections;
     tracing::info!(
         %url, db = %args.db, region = %args.region, max_connections = limits.max_connections,
-        header_read_timeout = ?limits.header_read_timeout, idle_timeout = ?limits.idle_timeout, "fakecloud listening"
+        header_read_timeout = ?limits.header_read_timeout, idle_timeout = ?limits.idle_timeout,
+        serve_load_balancers = args.serve_load_balancers, "fakecloud listening"
     );
     match &source {
         Source::Given => eprintln!("fakecloud: serving {url} with the tokens from --user-token/--admin-token"),

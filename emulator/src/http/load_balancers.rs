@@ -45,14 +45,23 @@ async fn list_load_balancers(
     State(st): State<AppState>,
     ApiQuery(q): ApiQuery<ListLoadBalancersQuery>,
 ) -> Result<Response> {
-    Ok(reply(StatusCode::OK, "", load_balancers::list(&st.db, &q).await?))
+    let mut list = load_balancers::list(&st.db, &q).await?;
+    if let Some(dataplane) = &st.dataplane {
+        list.items.iter_mut().for_each(|lb| dataplane.annotate(lb));
+    }
+    Ok(reply(StatusCode::OK, "", list))
 }
 
+/// Get a load balancer; with the data plane on, with its listeners' states and its backends' health.
 #[utoipa::path(get, path = "/v1/load-balancers/{id}", operation_id = "GetLoadBalancer", tag = "load-balancers",
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
 async fn get_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, load_balancers::get(&st.db, &id).await?))
+    let mut lb = load_balancers::get(&st.db, &id).await?;
+    if let Some(dataplane) = &st.dataplane {
+        dataplane.annotate(&mut lb);
+    }
+    Ok(reply(StatusCode::OK, &id, lb))
 }
 
 /// Change listeners, backends, source ranges or the health check; fields left out stay as they are.

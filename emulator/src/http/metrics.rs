@@ -33,8 +33,33 @@ pub struct FaultLabels {
     pub fault: String,
 }
 
+/// A load balancer listener's connections, by what became of them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionLabels {
+    pub load_balancer: String,
+    pub port: u16,
+    /// `accepted` (forwarded to a backend), `refused_source` (outside the source ranges), `refused_no_backend`
+    /// (no healthy backend), `backend_failed` (no healthy backend could be connected to).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    pub load_balancer: String,
+    pub backend: String,
+}
+
+/// What the load balancer data plane reports; cheap to clone (the families are shared).
+#[derive(Clone, Debug, Default)]
+pub struct DataPlaneMetrics {
+    pub connections: Family<ConnectionLabels, Counter>,
+    /// 1 healthy, 0 unhealthy or unknown.
+    pub backend_healthy: Family<BackendLabels, Gauge>,
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub dataplane: DataPlaneMetrics,
     faults: Family<FaultLabels, Counter>,
     requests: Family<CallLabels, Counter>,
     latency: Family<OperationLabels, Histogram>,
@@ -64,7 +89,18 @@ impl Default for Metrics {
             "Calls shaped by a fault rule, rate limit or outage, by its name",
             faults.clone(),
         );
-        Self { registry, faults, requests, latency, resources }
+        let dataplane = DataPlaneMetrics::default();
+        registry.register(
+            "lb_connections",
+            "Connections to load balancer listeners, by load balancer, port and outcome",
+            dataplane.connections.clone(),
+        );
+        registry.register(
+            "lb_backend_healthy",
+            "Whether a load balancer backend gets traffic (1) or not (0), by load balancer and instance",
+            dataplane.backend_healthy.clone(),
+        );
+        Self { registry, dataplane, faults, requests, latency, resources }
     }
 }
 

@@ -36,6 +36,7 @@ use utoipa_axum::router::OpenApiRouter;
 use self::auth::{Role, Tokens};
 use self::metrics::Metrics;
 use crate::config::Config;
+use crate::dataplane::DataPlane;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
@@ -56,7 +57,10 @@ pub struct Inner {
     pub metrics: Metrics,
     pub audit: AuditSink,
     faults: Arc<FaultEngine>,
-    /// Tasks that live as long as the app (random spot reclamation); stopped by `stop_background`.
+    /// The load balancer data plane, when the emulator serves it (`serve --serve-load-balancers`).
+    pub dataplane: Option<DataPlane>,
+    /// Tasks that live as long as the app (random spot reclamation, the data plane); stopped by
+    /// `stop_background`.
     background: Vec<tokio::task::JoinHandle<()>>,
     operations: Operations,
     openapi: String,
@@ -221,7 +225,13 @@ async fn assemble(
     let seed = cfg.seed.unwrap_or_else(rand::random);
     tracing::info!(seed, "fault injection seed (pass --seed {seed} to repeat this run's random faults)");
     let faults = Arc::new(FaultEngine::load(db.clone(), seed, operations.names()).await?);
-    let background = vec![faults.spawn_spot_ticker(cfg.clone())];
+    let mut background = vec![faults.spawn_spot_ticker(cfg.clone())];
+    let metrics = Metrics::default();
+    let dataplane = cfg.serve_load_balancers.then(|| {
+        let (dataplane, supervisor) = DataPlane::spawn(db.clone(), metrics.dataplane.clone());
+        background.push(supervisor);
+        dataplane
+    });
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
     let openapi =
         serde_json::to_string_pretty(&openapi::document(&spec, &cfg, &operations.names())).unwrap_or_default();
@@ -229,9 +239,10 @@ async fn assemble(
         db,
         cfg,
         tokens,
-        metrics: Metrics::default(),
+        metrics,
         audit,
         faults,
+        dataplane,
         background,
         operations,
         openapi,
@@ -378,6 +389,13 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     let status = resp.status().as_u16();
+    // Whatever changed (a load balancer, an instance behind one, a reset), the data plane follows it now.
+    if mutating
+        && resp.status().is_success()
+        && let Some(dataplane) = &st.dataplane
+    {
+        dataplane.poke();
+    }
     let elapsed = started.elapsed();
     st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
     let record = Record {

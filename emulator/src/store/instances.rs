@@ -146,7 +146,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
     let ip: IpAddr = match req.private_ip {
         None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
         Some(ip) => {
-            unicast("private_ip", ip)?;
+            unicast("private_ip", ip, cfg.loopback_instances)?;
             let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
             if in_vpc && !matches!(ip, IpAddr::V4(v4) if pool.net.contains(&v4)) {
                 return Err(ApiError::bad_request(
@@ -233,15 +233,19 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
 }
 
 /// A machine's own address is one it can be reached at: not the unspecified or broadcast address, loopback,
-/// multicast or link-local (IPv4-mapped IPv6 addresses count as their IPv4 address).
-fn unicast(field: &str, ip: IpAddr) -> Result<()> {
+/// multicast or link-local (IPv4-mapped IPv6 addresses count as their IPv4 address). With `loopback_ok`
+/// (`serve --loopback-instances`), loopback is accepted: the instances are processes on the emulator's host,
+/// as load balancer backends are in a data plane on one machine.
+fn unicast(field: &str, ip: IpAddr, loopback_ok: bool) -> Result<()> {
     let ip = match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     };
     let kind = match ip {
         _ if ip.is_unspecified() => Some("the unspecified address"),
-        _ if ip.is_loopback() => Some("a loopback address"),
+        _ if ip.is_loopback() && !loopback_ok => {
+            Some("a loopback address (accepted only with `fakecloud serve --loopback-instances`)")
+        }
         _ if ip.is_multicast() => Some("a multicast address"),
         IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
         IpAddr::V4(v4) if v4.is_link_local() => Some("a link-local address"),
@@ -439,4 +443,21 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
     }
     audit::commit(tx, "").await?;
     Ok(reclaimed)
+}
+
+/// Every instance's private IP and state now, by ID: where the data plane finds a backend.
+pub async fn addresses(db: &Db) -> Result<std::collections::HashMap<String, (IpAddr, InstanceState)>> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as(concat!("SELECT id, private_ip, ", state_at!(), " FROM instances"))
+            .bind(now_ms())
+            .fetch_all(db.reader())
+            .await?;
+    let mut out = std::collections::HashMap::new();
+    for (id, ip, state) in rows {
+        let corrupt = || ApiError::internal(format!("stored instance {id} has an invalid private_ip or state"));
+        let ip: IpAddr = ip.parse().map_err(|_| corrupt())?;
+        let state = InstanceState::parse(&state).ok_or_else(corrupt)?;
+        out.insert(id, (ip, state));
+    }
+    Ok(out)
 }

@@ -84,6 +84,8 @@ impl Row {
             updated_at: rfc3339(self.updated_at),
             id: self.id,
             name: self.name,
+            listener_status: Vec::new(),
+            backend_health: Vec::new(),
         }))
     }
 }
@@ -396,4 +398,21 @@ pub async fn list(db: &Db, q: &ListLoadBalancersQuery) -> Result<LoadBalancerLis
         }
     }
     Ok(LoadBalancerList { items, next_page_token: if more { last_seq.map(|s| s.to_string()) } else { None } })
+}
+
+/// Every active load balancer, oldest first: what the data plane serves.
+pub async fn active(db: &Db) -> Result<Vec<LoadBalancer>> {
+    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY seq")))
+        .bind(now_ms())
+        .fetch_all(db.reader())
+        .await?;
+    let mut items = Vec::new();
+    for row in rows {
+        if let Some(lb) = row.into_api()?
+            && lb.state == LoadBalancerState::Active
+        {
+            items.push(lb);
+        }
+    }
+    Ok(items)
 }

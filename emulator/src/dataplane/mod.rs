@@ -1,0 +1,253 @@
+//! The load balancer data plane (`fakecloud serve --serve-load-balancers`): every TCP listener of every active
+//! load balancer accepts on the load balancer's address and forwards to its healthy backends.
+//!
+//! It follows the database. The supervisor reads the active load balancers and the instances' addresses
+//! after every successful change through the API (the gatekeeper pokes it) and every [`RESYNC`] besides (timed
+//! transitions, such as provisioning to active, happen without a call), and makes the running listeners match:
+//! new listeners are bound, gone ones closed, and the ones that stay get their route (backend port, source
+//! ranges) and their load balancer's healthy backends swapped in place through watch channels — their sockets
+//! and established connections are untouched. Health checks run per load balancer (see [`health`]).
+//!
+//! UDP listeners are not served yet; they show `unsupported`.
+
+mod health;
+mod proxy;
+mod status;
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fakecloud_api::{InstanceState, ListenerState, LoadBalancer, Protocol};
+use ipnet::IpNet;
+use tokio::sync::{Notify, watch};
+
+use self::health::Healthy;
+use self::proxy::Route;
+pub use self::status::Status;
+use crate::db::Db;
+use crate::error::Result;
+use crate::http::metrics::{BackendLabels, DataPlaneMetrics};
+use crate::store;
+
+/// How often the supervisor reads the database when nothing pokes it.
+pub const RESYNC: Duration = Duration::from_millis(500);
+
+/// The handle the API holds: poke after a change, read the status.
+#[derive(Debug, Clone)]
+pub struct DataPlane {
+    wake: Arc<Notify>,
+    status: Status,
+}
+
+impl DataPlane {
+    /// Start the supervisor; it runs until the returned task is aborted, which closes every listener.
+    pub fn spawn(db: Db, metrics: DataPlaneMetrics) -> (Self, tokio::task::JoinHandle<()>) {
+        let wake = Arc::new(Notify::new());
+        let status = Status::default();
+        let supervisor = Supervisor { db, metrics, status: status.clone(), served: HashMap::new() };
+        let task = tokio::spawn(supervisor.run(wake.clone()));
+        (Self { wake, status }, task)
+    }
+
+    /// The database changed: follow it now rather than at the next resync.
+    pub fn poke(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Add the listeners' states and the backends' health to `lb`.
+    pub fn annotate(&self, lb: &mut LoadBalancer) {
+        self.status.annotate(lb);
+    }
+}
+
+/// Aborts its task when dropped, so what the supervisor drops stops.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Supervisor {
+    db: Db,
+    metrics: DataPlaneMetrics,
+    status: Status,
+    /// By load balancer ID.
+    served: HashMap<String, Served>,
+}
+
+/// One active load balancer in the data plane.
+struct Served {
+    address: IpAddr,
+    spec: watch::Sender<health::Spec>,
+    healthy: watch::Receiver<Healthy>,
+    _checker: AbortOnDrop,
+    listeners: HashMap<(Protocol, u16), Slot>,
+}
+
+enum Slot {
+    Listening(proxy::Listener),
+    /// Not bound, for this reason; binding is tried again at every resync.
+    Failed(String),
+    Unsupported,
+}
+
+impl Supervisor {
+    async fn run(mut self, wake: Arc<Notify>) {
+        loop {
+            if let Err(e) = self.reconcile().await {
+                tracing::warn!(error = %e, "data plane: cannot read the load balancers; serving what it served");
+            }
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep(RESYNC) => {}
+            }
+        }
+    }
+
+    /// Make the running listeners and checkers match the database.
+    async fn reconcile(&mut self) -> Result<()> {
+        let lbs = store::load_balancers::active(&self.db).await?;
+        let instances = store::instances::addresses(&self.db).await?;
+        let mut seen = HashSet::new();
+        for lb in lbs {
+            let Some(address) = lb.address else { continue };
+            seen.insert(lb.id.clone());
+            let spec = health::Spec {
+                backends: lb
+                    .backends
+                    .iter()
+                    .map(|id| health::Backend {
+                        instance: id.clone(),
+                        addr: match instances.get(id) {
+                            Some((ip, InstanceState::Running)) => Ok(*ip),
+                            Some((_, state)) => Err(format!("instance {id} is {state}")),
+                            None => Err(format!("instance {id} does not exist")),
+                        },
+                    })
+                    .collect(),
+                check: lb.health_check.clone(),
+            };
+            let served = match self.served.remove(&lb.id) {
+                // An address is the load balancer's for its life; a different one is a different load balancer.
+                Some(s) if s.address == address => s,
+                old => {
+                    if let Some(old) = old {
+                        self.stop(&lb.id, old);
+                    }
+                    self.start(&lb.id, address, spec.clone())
+                }
+            };
+            served.spec.send_if_modified(|current| {
+                let changed = *current != spec;
+                if changed {
+                    *current = spec;
+                }
+                changed
+            });
+            let served = self.served.entry(lb.id.clone()).or_insert(served);
+            sync_listeners(&lb, served, &self.status, &self.metrics).await;
+        }
+        let gone: Vec<String> = self.served.keys().filter(|id| !seen.contains(*id)).cloned().collect();
+        for id in gone {
+            if let Some(old) = self.served.remove(&id) {
+                self.stop(&id, old);
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&self, lb: &str, address: IpAddr, spec: health::Spec) -> Served {
+        tracing::info!(%lb, %address, "data plane: serving load balancer");
+        let (spec_tx, spec_rx) = watch::channel(spec);
+        let (healthy_tx, healthy_rx) = watch::channel(Healthy::default());
+        let checker =
+            tokio::spawn(health::run(lb.to_string(), spec_rx, healthy_tx, self.status.clone(), self.metrics.clone()));
+        Served {
+            address,
+            spec: spec_tx,
+            healthy: healthy_rx,
+            _checker: AbortOnDrop(checker),
+            listeners: HashMap::new(),
+        }
+    }
+
+    /// Close `served`'s listeners (and their connections) and forget its status and gauges.
+    fn stop(&self, lb: &str, served: Served) {
+        tracing::info!(%lb, address = %served.address, "data plane: no longer serving load balancer");
+        let backends: Vec<String> = served.spec.borrow().backends.iter().map(|b| b.instance.clone()).collect();
+        // Stopped first, so its checker cannot set a gauge again after it is removed.
+        drop(served);
+        for backend in backends {
+            self.metrics.backend_healthy.remove(&BackendLabels { load_balancer: lb.to_string(), backend });
+        }
+        self.status.remove(lb);
+    }
+}
+
+/// Bind `lb`'s new listeners (and retry failed ones), close the ones it no longer has, and swap the route of
+/// the ones that stay.
+async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, status: &Status, metrics: &DataPlaneMetrics) {
+    let source_ranges: Vec<IpNet> = lb
+        .source_ranges
+        .iter()
+        .filter_map(|r| {
+            let net = r.parse().ok();
+            if net.is_none() {
+                tracing::warn!(lb = %lb.id, range = %r, "stored source range does not parse; ignored");
+            }
+            net
+        })
+        .collect();
+    let wanted: HashMap<(Protocol, u16), u16> =
+        lb.listeners.iter().map(|l| ((l.protocol, l.port), l.backend_port)).collect();
+    served.listeners.retain(|(protocol, port), _| {
+        let kept = wanted.contains_key(&(*protocol, *port));
+        if !kept {
+            tracing::info!(lb = %lb.id, ?protocol, port, "data plane: listener removed");
+            status.remove_listener(&lb.id, *protocol, *port);
+        }
+        kept
+    });
+    for (&(protocol, port), &backend_port) in &wanted {
+        if protocol == Protocol::Udp {
+            if !matches!(served.listeners.get(&(protocol, port)), Some(Slot::Unsupported)) {
+                status.set_listener(
+                    &lb.id,
+                    protocol,
+                    port,
+                    ListenerState::Unsupported,
+                    Some("the data plane does not serve UDP yet".into()),
+                );
+                served.listeners.insert((protocol, port), Slot::Unsupported);
+            }
+            continue;
+        }
+        let route = Route { backend_port, source_ranges: source_ranges.clone() };
+        if let Some(Slot::Listening(l)) = served.listeners.get(&(protocol, port)) {
+            l.update(route);
+            continue;
+        }
+        let addr = SocketAddr::new(served.address, port);
+        match proxy::Listener::start(&lb.id, addr, route, served.healthy.clone(), metrics.clone()).await {
+            Ok(l) => {
+                tracing::info!(lb = %lb.id, %addr, "data plane: listening");
+                status.set_listener(&lb.id, protocol, port, ListenerState::Listening, None);
+                served.listeners.insert((protocol, port), Slot::Listening(l));
+            }
+            Err(e) => {
+                let reason = format!("cannot listen on {addr}: {e}");
+                let again = matches!(served.listeners.get(&(protocol, port)), Some(Slot::Failed(r)) if *r == reason);
+                if !again {
+                    tracing::warn!(lb = %lb.id, %addr, error = %e, "data plane: listener failed; retrying at each resync");
+                    status.set_listener(&lb.id, protocol, port, ListenerState::Failed, Some(reason.clone()));
+                }
+                served.listeners.insert((protocol, port), Slot::Failed(reason));
+            }
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! The load balancer data plane over real TCP on loopback: the real emulator binary with
+//! `--serve-load-balancers` and a loopback public pool, instances whose private IPs are loopback addresses
+//! where small backend servers listen, and clients that connect to the VIPs. Each test has its own /24s of
+//! 127.0.0.0/8 (VIPs in 127.77.N.0/24, backends on 127.78.N.x, clients from 127.79.N.x), so they run in
+//! parallel without meeting.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use common::{USER, eventually, spawn_emulator_with};
+use fakecloud_api::{
+    BackendState, Client, CreateInstanceRequest, CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener,
+    ListenerState, LoadBalancer, Protocol, Scheme, UpdateLoadBalancerRequest,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+
+/// Long enough for the data plane to follow a change (it promises a second) on a busy machine.
+const FOLLOW: Duration = Duration::from_secs(5);
+const IO: Duration = Duration::from_secs(3);
+
+/// A backend: greets each connection with its name and a newline, then echoes lines; and answers HTTP 200 on
+/// its health port.
+struct Backend {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Backend {
+    async fn start(name: &'static str, ip: IpAddr, port: u16, health_port: u16) -> Self {
+        let traffic = TcpListener::bind((ip, port)).await.unwrap();
+        let health = TcpListener::bind((ip, health_port)).await.unwrap();
+        let greet = tokio::spawn(async move {
+            while let Ok((mut s, _)) = traffic.accept().await {
+                tokio::spawn(async move {
+                    if s.write_all(format!("{name}\n").as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let (r, mut w) = s.split();
+                    let mut lines = BufReader::new(r).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        if w.write_all(format!("{name}:{line}\n").as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let ok = tokio::spawn(async move {
+            while let Ok((mut s, _)) = health.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+                });
+            }
+        });
+        Self { tasks: vec![greet, ok] }
+    }
+
+    /// Close both listening sockets (connections already open stay).
+    fn stop(&self) {
+        self.tasks.iter().for_each(JoinHandle::abort);
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Two free ports on `ip`: the backends' traffic and health ports (bound by the backends right after).
+async fn free_ports(ip: IpAddr) -> (u16, u16) {
+    let a = TcpListener::bind((ip, 0)).await.unwrap();
+    let b = TcpListener::bind((ip, 0)).await.unwrap();
+    (a.local_addr().unwrap().port(), b.local_addr().unwrap().port())
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Connect from `from` (a loopback source address) to `to` and read the greeting: the backend that answered,
+/// or `None` if the connection was refused or closed at once.
+async fn hello_from(from: Option<IpAddr>, to: SocketAddr) -> Option<(String, TcpStream)> {
+    let socket = TcpSocket::new_v4().unwrap();
+    if let Some(from) = from {
+        socket.bind(SocketAddr::new(from, 0)).unwrap();
+    }
+    let mut stream = tokio::time::timeout(IO, socket.connect(to)).await.ok()?.ok()?;
+    let mut line = String::new();
+    let mut reader = BufReader::new(&mut stream);
+    let n = tokio::time::timeout(IO, reader.read_line(&mut line)).await.ok()?.ok()?;
+    (n > 0).then(|| (line.trim_end().to_string(), stream))
+}
+
+async fn hello(to: SocketAddr) -> Option<String> {
+    hello_from(None, to).await.map(|(name, _)| name)
+}
+
+/// Send a line on an established connection and read the echo.
+async fn echo(stream: &mut TcpStream, text: &str) -> Option<String> {
+    stream.write_all(format!("{text}\n").as_bytes()).await.ok()?;
+    let mut line = String::new();
+    let n = tokio::time::timeout(IO, BufReader::new(stream).read_line(&mut line)).await.ok()?.ok()?;
+    (n > 0).then(|| line.trim_end().to_string())
+}
+
+/// The emulator serving load balancers from the pool `127.77.{net}.0/24`.
+async fn emulator(db: &std::path::Path, net: u8) -> (Child, Client, std::sync::Arc<std::sync::Mutex<String>>) {
+    let pool = format!("127.77.{net}.0/24");
+    let flags = [
+        "--serve-load-balancers",
+        "--loopback-instances",
+        "--public-pool",
+        &pool,
+        "--lb-provision-delay",
+        "0s",
+        "--lb-delete-delay",
+        "0s",
+    ];
+    let (child, url, log) = spawn_emulator_with(db, &flags, None).await;
+    (child, Client::new(&url, USER).unwrap(), log)
+}
+
+async fn instance(c: &Client, name: &str, private_ip: IpAddr) -> String {
+    let req = CreateInstanceRequest { name: name.into(), private_ip: Some(private_ip), ..Default::default() };
+    c.create_instance(&req, None).await.unwrap().id
+}
+
+fn tcp(port: u16, backend_port: u16) -> Listener {
+    Listener { protocol: Protocol::Tcp, port, backend_port }
+}
+
+async fn create_lb(c: &Client, req: CreateLoadBalancerRequest) -> LoadBalancer {
+    let lb = c.create_load_balancer(&req, None).await.unwrap();
+    eventually(FOLLOW, "the load balancer to be active", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        lb.address.is_some().then_some(lb)
+    })
+    .await
+}
+
+/// Wait until `to` is answered by one of `names`.
+async fn answers(to: SocketAddr, names: &[&str]) {
+    eventually(FOLLOW, &format!("{to} to answer from {names:?}"), || async {
+        hello(to).await.filter(|n| names.contains(&n.as_str())).map(drop)
+    })
+    .await;
+}
+
+/// Wait until `to` is refused or closed at once.
+async fn refuses(to: SocketAddr) {
+    eventually(FOLLOW, &format!("{to} to refuse"), || async { hello(to).await.is_none().then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn traffic_spreads_and_follows_updates_without_dropping_unchanged_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 1).await;
+    let (b1_ip, b2_ip) = (ip("127.78.1.1"), ip("127.78.1.2"));
+    let (port, health_port) = free_ports(b1_ip).await;
+    let _b1 = Backend::start("b1", b1_ip, port, health_port).await;
+    let _b2 = Backend::start("b2", b2_ip, port, health_port).await;
+    let i1 = instance(&c, "node-1", b1_ip).await;
+    let i2 = instance(&c, "node-2", b2_ip).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![tcp(18001, port)],
+            backends: vec![i1, i2],
+            ..Default::default()
+        },
+    )
+    .await;
+    let vip = lb.address.unwrap();
+    let p1 = SocketAddr::new(vip, 18001);
+    answers(p1, &["b1", "b2"]).await;
+
+    // Round-robin: consecutive connections alternate between the two backends.
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(hello(p1).await.expect("an answer"));
+    }
+    assert_eq!(seen.iter().filter(|n| *n == "b1").count(), 3, "{seen:?}");
+    assert_eq!(seen.iter().filter(|n| *n == "b2").count(), 3, "{seen:?}");
+
+    let got = c.get_load_balancer(&lb.id).await.unwrap();
+    assert_eq!(got.listener_status.len(), 1);
+    assert_eq!((got.listener_status[0].port, got.listener_status[0].state), (18001, ListenerState::Listening));
+    assert!(got.backend_health.iter().all(|h| h.state == BackendState::Healthy), "{:?}", got.backend_health);
+
+    // An established connection on the listener that stays survives adding a listener...
+    let (first, mut kept) = hello_from(None, p1).await.unwrap();
+    let update =
+        UpdateLoadBalancerRequest { listeners: Some(vec![tcp(18001, port), tcp(18002, port)]), ..Default::default() };
+    c.update_load_balancer(&lb.id, &update).await.unwrap();
+    let p2 = SocketAddr::new(vip, 18002);
+    answers(p2, &["b1", "b2"]).await;
+    assert_eq!(echo(&mut kept, "still there").await.as_deref(), Some(format!("{first}:still there").as_str()));
+
+    // ...and removing the other port stops only that port.
+    let update = UpdateLoadBalancerRequest { listeners: Some(vec![tcp(18002, port)]), ..Default::default() };
+    c.update_load_balancer(&lb.id, &update).await.unwrap();
+    refuses(p1).await;
+    assert_eq!(echo(&mut kept, "gone").await, None, "a removed listener closes its connections");
+    assert!(hello(p2).await.is_some());
+
+    // Deleted: nothing answers.
+    c.delete_load_balancer(&lb.id).await.unwrap();
+    refuses(p2).await;
+}
+
+#[tokio::test]
+async fn health_checks_take_a_failing_backend_out_and_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 2).await;
+    let (b1_ip, b2_ip) = (ip("127.78.2.1"), ip("127.78.2.2"));
+    let (port, health_port) = free_ports(b1_ip).await;
+    let _b1 = Backend::start("b1", b1_ip, port, health_port).await;
+    let b2 = Backend::start("b2", b2_ip, port, health_port).await;
+    let i1 = instance(&c, "node-1", b1_ip).await;
+    let i2 = instance(&c, "node-2", b2_ip).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![tcp(18001, port)],
+            backends: vec![i1.clone(), i2.clone()],
+            health_check: Some(HealthCheck {
+                protocol: HealthCheckProtocol::Http,
+                port: health_port,
+                path: Some("/healthz".into()),
+                interval_seconds: 1,
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    answers(to, &["b2"]).await;
+    answers(to, &["b1"]).await;
+
+    b2.stop();
+    // Two failed checks a second apart, and a little slack.
+    let started = std::time::Instant::now();
+    let health = eventually(Duration::from_secs(6), "b2 to be unhealthy", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        let h = lb.backend_health.iter().find(|h| h.instance == i2)?.clone();
+        (h.state == BackendState::Unhealthy).then_some(h)
+    })
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(900), "one failed check must not be enough");
+    assert!(health.last_error.as_deref().is_some_and(|e| e.contains("connect")), "{health:?}");
+    for _ in 0..6 {
+        assert_eq!(hello(to).await.as_deref(), Some("b1"));
+    }
+    let got = c.get_load_balancer(&lb.id).await.unwrap();
+    let b1 = got.backend_health.iter().find(|h| h.instance == i1).unwrap();
+    assert_eq!((b1.state, b1.last_error.as_deref()), (BackendState::Healthy, None));
+
+    // The CLI shows it too.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(["lb", "get", &lb.id])
+        .env("FAKECLOUD_ENDPOINT", c.endpoint())
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1/2 healthy") && text.contains("unhealthy") && text.contains("connect"), "{text}");
+
+    let metrics = reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap();
+    let gauge =
+        |backend: &str| format!("fakecloud_lb_backend_healthy{{load_balancer=\"{}\",backend=\"{backend}\"}}", lb.id);
+    assert!(metrics.contains(&format!("{} 0", gauge(&i2))), "{metrics}");
+    assert!(metrics.contains(&format!("{} 1", gauge(&i1))), "{metrics}");
+
+    // A backend whose instance is not running is unhealthy at once, and none healthy refuses every connection.
+    c.terminate_instance(&i1).await.unwrap();
+    refuses(to).await;
+    let metrics = reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("outcome=\"refused_no_backend\""), "{metrics}");
+}
+
+#[tokio::test]
+async fn source_ranges_refuse_clients_outside_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 3).await;
+    let b_ip = ip("127.78.3.1");
+    let (port, health_port) = free_ports(b_ip).await;
+    let _b = Backend::start("b1", b_ip, port, health_port).await;
+    let i = instance(&c, "node-1", b_ip).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![tcp(18001, port)],
+            backends: vec![i],
+            source_ranges: vec!["127.79.3.0/25".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    let inside = Some(ip("127.79.3.10"));
+    let outside = Some(ip("127.79.3.200"));
+    eventually(FOLLOW, "a client inside the range to get an answer", || async {
+        hello_from(inside, to).await.map(drop)
+    })
+    .await;
+    assert!(hello_from(outside, to).await.is_none(), "a client outside the source ranges got an answer");
+
+    // Widening the ranges lets it in, on the same listener.
+    let update = UpdateLoadBalancerRequest { source_ranges: Some(vec!["127.79.3.0/24".into()]), ..Default::default() };
+    c.update_load_balancer(&lb.id, &update).await.unwrap();
+    eventually(FOLLOW, "the outside client to be let in", || async { hello_from(outside, to).await.map(drop) }).await;
+    let metrics = reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("outcome=\"refused_source\""), "{metrics}");
+}
+
+#[tokio::test]
+async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fc.db");
+    let (mut emu, c, _log) = emulator(&db, 4).await;
+    let b_ip = ip("127.78.4.1");
+    let (port, health_port) = free_ports(b_ip).await;
+    let _b = Backend::start("b1", b_ip, port, health_port).await;
+    let i = instance(&c, "node-1", b_ip).await;
+
+    // Someone else holds one of the ports on the VIP.
+    let vip = ip("127.77.4.9");
+    let squatter = TcpListener::bind((vip, 18002)).await.unwrap();
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![tcp(18001, port), tcp(18002, port)],
+            backends: vec![i.clone()],
+            requested_ip: Some(vip),
+            ..Default::default()
+        },
+    )
+    .await;
+    // An internal load balancer's address (in the VPC) is not on this host.
+    let internal = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "internal".into(),
+            scheme: Scheme::Internal,
+            listeners: vec![tcp(18001, port)],
+            backends: vec![i],
+            ..Default::default()
+        },
+    )
+    .await;
+    answers(SocketAddr::new(vip, 18001), &["b1"]).await;
+    let statuses = eventually(FOLLOW, "both load balancers' listener states", || async {
+        let a = c.get_load_balancer(&lb.id).await.unwrap().listener_status;
+        let b = c.get_load_balancer(&internal.id).await.unwrap().listener_status;
+        (a.len() == 2 && b.len() == 1).then_some((a, b))
+    })
+    .await;
+    assert_eq!(statuses.0[0].state, ListenerState::Listening);
+    assert_eq!(statuses.0[1].state, ListenerState::Failed);
+    assert!(statuses.0[1].reason.as_deref().is_some_and(|r| r.contains("in use")), "{:?}", statuses.0[1]);
+    assert_eq!(statuses.1[0].state, ListenerState::Failed);
+    assert!(statuses.1[0].reason.as_deref().is_some_and(|r| r.contains("assign")), "{:?}", statuses.1[0]);
+
+    // The port freed, the listener binds at the next resync.
+    drop(squatter);
+    answers(SocketAddr::new(vip, 18002), &["b1"]).await;
+
+    // A restart on the same database serves every listener again.
+    emu.kill().await.unwrap();
+    refuses(SocketAddr::new(vip, 18001)).await;
+    let (_emu, c, _log) = emulator(&db, 4).await;
+    answers(SocketAddr::new(vip, 18001), &["b1"]).await;
+    answers(SocketAddr::new(vip, 18002), &["b1"]).await;
+    let got = c.get_load_balancer(&lb.id).await.unwrap();
+    assert!(got.listener_status.iter().all(|l| l.state == ListenerState::Listening), "{:?}", got.listener_status);
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_listener_status_and_backend_health() {
+    let emu = common::Emu::start().await;
+    let (_, spec) = emu.raw(reqwest::Method::GET, "/openapi.json", None, None).await;
+    let schemas = &spec["components"]["schemas"];
+    let lb = &schemas["LoadBalancer"];
+    for field in ["listener_status", "backend_health"] {
+        assert!(lb["properties"][field].is_object(), "LoadBalancer.{field} missing: {lb}");
+        assert!(!lb["required"].as_array().unwrap().iter().any(|r| r == field), "{field} must be optional");
+    }
+    assert_eq!(schemas["BackendState"]["enum"], serde_json::json!(["healthy", "unhealthy", "unknown"]));
+    assert_eq!(schemas["ListenerState"]["enum"], serde_json::json!(["listening", "failed", "unsupported"]));
+    assert!(schemas["BackendHealth"]["properties"]["last_error"].is_object());
+}
