@@ -168,7 +168,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         if v6.to_ipv4_mapped().is_some() {
             return Err(ApiError::invalid("ipv6_address", format!("{v6} is an IPv4-mapped address, not an IPv6 one")));
         }
-        unicast("ipv6_address", IpAddr::V6(v6))?;
+        unicast("ipv6_address", IpAddr::V6(v6), cfg.loopback_instances)?;
         ipam::lease_fixed(&mut tx, None, IpAddr::V6(v6), &id).await?;
     }
     let ipv6_address = req.ipv6_address.map(|a| a.to_string());
