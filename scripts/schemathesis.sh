@@ -92,8 +92,17 @@ run_pass() {
 
 started=$SECONDS
 rc=0
+# The emulator must outlive each pass: gone means it crashed (or the run was interrupted).
+still_serving() {
+	kill -0 "$pid" 2>/dev/null && return 0
+	echo "the emulator is no longer running:" >&2
+	tail -20 "$work/serve.log" >&2
+	exit 1
+}
 run_pass resources --exclude-tag faults "$@" || rc=$?
+still_serving
 run_pass faults --include-tag faults "$@" || rc=$?
+still_serving
 elapsed=$((SECONDS - started))
 
 if grep -q 'panicked' "$work/serve.log"; then
