@@ -29,8 +29,9 @@ kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker e
 kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine)
 	@bash scripts/kind-down.sh
 
-test: deps control-plane ## Run the whole test suite
+test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
+	@bash scripts/schemathesis.sh
 
 e2e: deps control-plane ## The e2e suite, one case at a time, JUnit XML + summary (FAKECLOUD_E2E_BACKEND=existing: elsewhere)
 	@bash scripts/e2e.sh

@@ -17,6 +17,9 @@ pub const FAULT_SECONDS_MAX: f64 = 3600.0;
 pub const WINDOW_SECONDS_MAX: f64 = 7.0 * 86400.0;
 /// A spot interruption notice: at most a day.
 pub const NOTICE_SECONDS_MAX: f64 = 86400.0;
+/// A fault rule's `trigger.skip` and `trigger.times` (calls) and its `position` (rules): far beyond any run,
+/// and inside the int64 the OpenAPI document's integers are (a u64 is not).
+pub const FAULT_COUNT_MAX: u64 = 1_000_000_000;
 /// Random spot reclamations per minute.
 pub const SPOT_RATE_PER_MINUTE_MAX: f64 = 600.0;
 

@@ -200,4 +200,21 @@ async fn the_openapi_document_states_responses_and_bounds_as_enforced() {
         schemas["CreateInstanceRequest"]["properties"]["zone"]["enum"],
         serde_json::json!(["local-1a", "local-1b", "local-1c", null])
     );
+
+    // What schemathesis found the document leaving out.
+    let trigger = &schemas["FaultTrigger"]["properties"];
+    for count in [&trigger["skip"], &trigger["times"], &schemas["CreateFaultRuleRequest"]["properties"]["position"]] {
+        assert_eq!((count["minimum"].as_u64(), count["maximum"].as_u64()), (Some(0), Some(FAULT_COUNT_MAX)), "{count}");
+    }
+    for time in [&trigger["from"], &trigger["until"], &param("/v1/audit", "since")] {
+        assert_eq!(time["format"], "date-time", "{time}");
+    }
+    for variant in schemas["FaultAction"]["oneOf"].as_array().unwrap() {
+        assert_eq!(variant["additionalProperties"], false, "serde refuses unknown fields: {variant}");
+    }
+    // A bound that replaces a whole schema keeps its type: `{"tags": {"k": {}}}` is not a string.
+    assert_eq!(schemas["CreateInstanceRequest"]["properties"]["tags"]["additionalProperties"]["type"], "string");
+    assert_eq!(schemas["FaultMatch"]["properties"]["tags"]["items"]["type"], "string");
+    assert_eq!(param("/v1/instances", "state")["enum"].as_array().map(Vec::len), Some(6));
+    assert_eq!(param("/v1/audit", "status")["maximum"].as_u64(), Some(u64::from(u16::MAX)));
 }

@@ -172,6 +172,33 @@ async fn bodies_are_exactly_one_json_object() {
     assert_eq!(emu.user.list_route_tables().await.unwrap().items.len(), 2, "main and pods");
 }
 
+/// JSON has one kind of number, and JSON Schema's `integer` is any number without a fraction: `5.0` is 5
+/// wherever an integer is expected (schemathesis sends such numbers); `5.5` is not.
+#[tokio::test]
+async fn integral_numbers_are_integers() {
+    let emu = Emu::start().await;
+    let (status, reply) =
+        emu.raw(Method::PUT, "/v1/quotas/instances", Some(ADMIN), Some((JSON, r#"{"limit":5.0}"#))).await;
+    assert_eq!((status, reply["limit"].as_u64()), (200, Some(5)), "{reply}");
+    let (status, reply) =
+        emu.raw(Method::PUT, "/v1/quotas/instances", Some(ADMIN), Some((JSON, r#"{"limit":4294967295e0}"#))).await;
+    assert_eq!((status, reply["limit"].as_u64()), (200, Some(4_294_967_295)), "{reply}");
+    let limit = r#"{"capacity":5.0,"refill_per_second":1,"status":503.0}"#;
+    let (status, reply) = emu.raw(Method::PUT, "/v1/rate-limits/x", Some(ADMIN), Some((JSON, limit))).await;
+    assert_eq!((status, reply["limit"]["status"].as_u64()), (200, Some(503)), "{reply}");
+    for (body, needle) in [
+        (r#"{"limit":5.5}"#, "limit: invalid type: floating point `5.5`"),
+        (r#"{"limit":-1.0}"#, "limit: invalid value: integer `-1`"),
+        (r#"{"limit":4294967296.0}"#, "limit: invalid value: integer `4294967296`"),
+        (r#"{"limit":1e300}"#, "limit: invalid type: floating point"),
+    ] {
+        let (status, reply) = emu.raw(Method::PUT, "/v1/quotas/instances", Some(ADMIN), Some((JSON, body))).await;
+        let err = &reply["error"];
+        assert_eq!((status, err["code"].as_str()), (400, Some(codes::INVALID_PARAMETER)), "{body}: {reply}");
+        assert!(err["message"].as_str().unwrap().contains(needle), "{body}: {reply}");
+    }
+}
+
 /// What used to escape the envelope: a path ID that is not UTF-8, a method the ops endpoints do not have, a
 /// body over the limit (and HEAD, which was refused instead of served).
 #[tokio::test]

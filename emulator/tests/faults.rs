@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Emu, eventually, wait_state};
+use fakecloud_api::limits::FAULT_COUNT_MAX;
 use fakecloud_api::{
     AuditQuery, CreateFaultRuleRequest, CreateInstanceRequest, CreateLoadBalancerRequest, FaultAction, FaultMatch,
     FaultTrigger, InstanceState, Listener, Market, NoResponseMode, OutageScope, Protocol, QuotaName, RateLimitScope,
@@ -603,6 +604,23 @@ async fn rates_and_durations_out_of_range_are_refused_not_panics() {
         assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{err}");
         assert!(err.to_string().contains(field) && err.to_string().contains(max), "{field} {max}: {err}");
     }
+    // Counts past what the document's int64 holds (u64 would take them), and past the bound.
+    let counted = |skip: u64, times: Option<u64>| {
+        rule(&[], error(500, "X"), FaultTrigger { skip, times, ..FaultTrigger::default() })
+    };
+    for (req, field) in [
+        (counted(1 << 63, None), "trigger.skip"),
+        (counted(0, Some(u64::MAX)), "trigger.times"),
+        (counted(FAULT_COUNT_MAX + 1, None), "trigger.skip"),
+        (CreateFaultRuleRequest { position: Some(usize::MAX), ..counted(0, None) }, "position"),
+    ] {
+        let err = emu.admin.add_fault(&req).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{err}");
+        let range = format!("between 0 and {FAULT_COUNT_MAX}");
+        assert!(err.to_string().contains(field) && err.to_string().contains(&range), "{field}: {err}");
+    }
+    emu.admin.add_fault(&counted(FAULT_COUNT_MAX, Some(FAULT_COUNT_MAX))).await.unwrap();
+    emu.admin.clear_faults().await.unwrap();
     // The limits themselves are accepted, and the emulator is still serving.
     emu.admin.set_rate_limit("slow", &limit(1_000_000, 0.001)).await.unwrap();
     emu.admin.add_fault(&latency(0, 600_000)).await.unwrap();

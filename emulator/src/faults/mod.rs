@@ -252,6 +252,10 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- rules
 
     pub async fn add_rule(&self, req: CreateFaultRuleRequest) -> Result<FaultRule> {
+        if let Some(p) = req.position {
+            let p = u64::try_from(p).unwrap_or(u64::MAX);
+            crate::validate::in_range("position", p, 0, fakecloud_api::limits::FAULT_COUNT_MAX)?;
+        }
         let _edit = self.edit.lock().await;
         let mut rules = self.rules.write().await;
         let id = match &req.id {

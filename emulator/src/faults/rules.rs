@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use fakecloud_api::limits::{FAULT_SECONDS_MAX, LATENCY_MAX_MS, WINDOW_SECONDS_MAX};
+use fakecloud_api::limits::{FAULT_COUNT_MAX, FAULT_SECONDS_MAX, LATENCY_MAX_MS, WINDOW_SECONDS_MAX};
 use fakecloud_api::{FaultAction, FaultMatch, FaultRule, FaultTrigger};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -149,6 +149,10 @@ impl ActiveRule {
         }
         if let Some(p) = trigger.probability {
             validate::in_range("trigger.probability", p, 0.0, 1.0)?;
+        }
+        validate::in_range("trigger.skip", trigger.skip, 0, FAULT_COUNT_MAX)?;
+        if let Some(t) = trigger.times {
+            validate::in_range("trigger.times", t, 0, FAULT_COUNT_MAX)?;
         }
         let from_ms = trigger.from.as_deref().map(|s| parse_time("trigger.from", s)).transpose()?;
         let mut until_ms = trigger.until.as_deref().map(|s| parse_time("trigger.until", s)).transpose()?;

@@ -61,22 +61,40 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             format!("body: must be a JSON object, got {kind}"),
         ));
     }
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        match inner.classify() {
-            serde_json::error::Category::Data => {
-                let field = if path == "." { "body".to_string() } else { path };
-                ApiError::bad_request(codes::INVALID_PARAMETER, format!("{field}: {inner}"))
-            }
-            _ => ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {inner}")),
-        }
-    })?;
-    de.end().map_err(|e| {
+    // Read as a value first: `from_slice` also refuses anything after the one value.
+    let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {e} (the body must be one JSON object)"))
     })?;
-    Ok(value)
+    integral_floats_as_integers(&mut value);
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "body".to_string() } else { path };
+        ApiError::bad_request(codes::INVALID_PARAMETER, format!("{field}: {}", e.into_inner()))
+    })
+}
+
+/// JSON has one kind of number: `5.0` is the integer 5 (JSON Schema's `integer` says so, and the OpenAPI
+/// document promises JSON Schema), but serde refuses a float where it expects an integer. A number without a
+/// fractional part becomes an integer where one can hold it; `f64` fields take integers as they are.
+fn integral_floats_as_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => {
+            // 2^64 and -2^63 are exact as f64; `as` is exact for integral values strictly inside them.
+            const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+            const MINUS_TWO_POW_63: f64 = -9_223_372_036_854_775_808.0;
+            if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) {
+                if (0.0..TWO_POW_64).contains(&f) {
+                    *n = (f as u64).into();
+                } else if (MINUS_TWO_POW_63..0.0).contains(&f) {
+                    *n = (f as i64).into();
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_floats_as_integers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
 }
 
 /// Path parameters, with the same error envelope (a percent-encoded ID that is not UTF-8, say).

@@ -4,7 +4,7 @@
 //! the checks that enforce them (`fakecloud_api::limits`, `validate`).
 
 use fakecloud_api::limits::*;
-use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, REQUEST_ID_HEADER};
+use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, InstanceState, REPLAYED_HEADER, REQUEST_ID_HEADER};
 use serde_json::{Map, Value, json};
 
 use crate::config::Config;
@@ -17,7 +17,9 @@ const ERROR: &str = "#/components/schemas/ErrorBody";
 enum At {
     /// A property of a component schema, through nested properties.
     Property(&'static str, &'static [&'static str]),
-    /// A property of one variant of a tagged enum (`FaultAction`), by its tag.
+    /// One variant of a tagged enum (`FaultAction`), by its tag.
+    Tagged(&'static str, &'static str),
+    /// A property of one variant of a tagged enum, by its tag.
     Variant(&'static str, &'static str, &'static str),
     /// A parameter of an operation (path, method, name).
     Parameter(&'static str, &'static str, &'static str),
@@ -36,6 +38,15 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
     let zones = one_of(cfg.topology.zone_names());
     let types = one_of(cfg.topology.instance_types.iter().map(|t| t.name.as_str()).collect());
     let text = |t: &Text| t.schema();
+    // Where the bound replaces the whole schema (items, map values), it must keep saying "a string".
+    let string = |t: &Text| {
+        let mut s = t.schema();
+        s["type"] = "string".into();
+        s
+    };
+    let states = json!({"enum": InstanceState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>()});
+    let count = json!({"minimum": 0, "maximum": FAULT_COUNT_MAX});
+    let time = json!({"format": "date-time"});
     let port = json!({"minimum": PORT_MIN, "maximum": u16::MAX});
     let page_size = json!({"minimum": PAGE_SIZE_MIN, "maximum": PAGE_SIZE_MAX, "default": PAGE_SIZE_DEFAULT});
     let error_status = json!({"minimum": 400, "maximum": 599});
@@ -48,9 +59,10 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
     let tags = json!({
         "maxProperties": TAGS_MAX,
         "propertyNames": text(&validate::TAG_KEY),
-        "additionalProperties": text(&validate::TAG_VALUE),
+        "additionalProperties": string(&validate::TAG_VALUE),
     });
     let listeners = json!({"minItems": LISTENERS_MIN});
+    let closed = json!({"additionalProperties": false});
     vec![
         (Property("CreateInstanceRequest", &["name"]), text(&validate::INSTANCE_NAME)),
         (Property("CreateInstanceRequest", &["tags"]), tags),
@@ -87,9 +99,20 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("CreateFaultRuleRequest", &["id"]), text(&validate::NAME)),
         (Property("FaultMatch", &["methods"]), json!({"items": {"enum": ["GET", "POST", "PUT", "PATCH", "DELETE"]}})),
         (Property("FaultMatch", &["roles"]), json!({"items": {"enum": ["user", "admin"]}})),
-        (Property("FaultMatch", &["tags"]), json!({ "items": text(&validate::TAG_FILTER) })),
+        (Property("FaultMatch", &["tags"]), json!({ "items": string(&validate::TAG_FILTER) })),
         (Property("FaultTrigger", &["probability"]), json!({"minimum": 0, "maximum": 1})),
         (Property("FaultTrigger", &["duration_seconds"]), window.clone()),
+        (Property("FaultTrigger", &["skip"]), count.clone()),
+        (Property("FaultTrigger", &["times"]), count.clone()),
+        (Property("FaultTrigger", &["from"]), time.clone()),
+        (Property("FaultTrigger", &["until"]), time.clone()),
+        (Property("CreateFaultRuleRequest", &["position"]), count),
+        // serde's deny_unknown_fields, which utoipa writes for structs but not for an enum's variants.
+        (Tagged("FaultAction", "error"), closed.clone()),
+        (Tagged("FaultAction", "apply-then-fail"), closed.clone()),
+        (Tagged("FaultAction", "latency"), closed.clone()),
+        (Tagged("FaultAction", "no-response"), closed.clone()),
+        (Tagged("FaultAction", "eventual-consistency"), closed),
         (Variant("FaultAction", "error", "status"), error_status.clone()),
         (Variant("FaultAction", "error", "code"), text(&validate::FAULT_CODE)),
         (Variant("FaultAction", "apply-then-fail", "status"), error_status),
@@ -109,6 +132,10 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Parameter("/v1/instances", "get", "page_size"), page_size.clone()),
         (Parameter("/v1/instances", "get", "page_token"), text(&validate::PAGE_TOKEN)),
         (Parameter("/v1/instances", "get", "tag"), text(&validate::TAG_FILTER)),
+        (Parameter("/v1/instances", "get", "state"), states),
+        (Parameter("/v1/audit", "get", "since"), time),
+        // A u16 is not an int32.
+        (Parameter("/v1/audit", "get", "status"), json!({"minimum": 0, "maximum": u16::MAX})),
         (Parameter("/v1/load-balancers", "get", "page_size"), page_size),
         (Parameter("/v1/load-balancers", "get", "page_token"), text(&validate::PAGE_TOKEN)),
         (
@@ -131,13 +158,8 @@ fn find<'d>(doc: &'d mut Value, at: &At) -> Option<&'d mut Value> {
             }
             Some(node)
         }
-        At::Variant(schema, tag, prop) => doc
-            .pointer_mut(&format!("/components/schemas/{schema}/oneOf"))?
-            .as_array_mut()?
-            .iter_mut()
-            .find(|v| v.pointer("/properties/type/enum/0").and_then(Value::as_str) == Some(tag))?
-            .get_mut("properties")?
-            .get_mut(*prop),
+        At::Tagged(schema, tag) => variant(doc, schema, tag),
+        At::Variant(schema, tag, prop) => variant(doc, schema, tag)?.get_mut("properties")?.get_mut(*prop),
         At::Parameter(path, method, name) => doc
             .get_mut("paths")?
             .get_mut(*path)?
@@ -148,6 +170,14 @@ fn find<'d>(doc: &'d mut Value, at: &At) -> Option<&'d mut Value> {
             .find(|p| p.get("name").and_then(Value::as_str) == Some(name))?
             .get_mut("schema"),
     }
+}
+
+/// The variant of the tagged enum `schema` whose tag is `tag`.
+fn variant<'d>(doc: &'d mut Value, schema: &str, tag: &str) -> Option<&'d mut Value> {
+    doc.pointer_mut(&format!("/components/schemas/{schema}/oneOf"))?
+        .as_array_mut()?
+        .iter_mut()
+        .find(|v| v.pointer("/properties/type/enum/0").and_then(Value::as_str) == Some(tag))
 }
 
 /// Write the bounds into `doc`; returns those whose field it does not have (a unit test keeps this empty).
