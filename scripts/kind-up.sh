@@ -119,10 +119,16 @@ token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 # `docker kill` + `docker start` (the e2e suite's emulator crash) brings it back at the same place, on its volume.
 subnet=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')
 emulator_ip=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[-6])' "$subnet")
+# The load balancers' public pool: the /24 below the one the emulator sits in, far above the nodes. The emulator
+# serves the load balancers' traffic and holds the pool's addresses in its container (a local route, so it
+# needs NET_ADMIN, as root there), so an EXTERNAL-IP answers from the host and from the pods.
+lb_pool=$(python3 -c 'import ipaddress, sys; n = ipaddress.ip_network(sys.argv[1]); print(ipaddress.ip_network(f"{n[-1] - 511}/24", strict=False) if n.prefixlen <= 22 else "")' "$subnet")
+[[ -n "$lb_pool" ]] || die "the kind network $subnet is too small for the nodes, the emulator and a /24 of load balancer addresses (kind makes a /16; 'docker network rm kind' and run again)"
 created+=(emulator)
-step "starting the emulator on the kind network at $emulator_ip (container $emulator, host port $port)" \
+step "starting the emulator on the kind network at $emulator_ip, load balancers in $lb_pool (container $emulator, host port $port)" \
 	docker run -d --name "$emulator" --network kind --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
-	-v "$emulator-data:/var/lib/fakecloud" \
+	-v "$emulator-data:/var/lib/fakecloud" --user 0 --cap-add NET_ADMIN \
+	-e FAKECLOUD_SERVE_LOAD_BALANCERS=true -e FAKECLOUD_PUBLIC_POOL="$lb_pool" -e FAKECLOUD_HOLD_PUBLIC_POOL=true \
 	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev
 
 export FAKECLOUD_ENDPOINT="http://127.0.0.1:$port"

@@ -178,18 +178,21 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
         env.initialized_nodes("spec-node", 1).await;
         let ns = &env.namespace("lb-spec").await;
         let services = Api::<Service>::namespaced(env.client(), ns);
-        // The spec's fields: source ranges, the requested IP, and no NodePorts (the service port is the backend).
+        // The spec's fields: source ranges, the requested IP (near the top of the cloud's public pool, where
+        // nothing else is), and no NodePorts (the service port is the backend).
+        let pool: ipnet::Ipv4Net = env.cloud.region().await.unwrap().public_pool.parse().unwrap();
+        let requested = pool.hosts().nth_back(50).unwrap().to_string();
         let spec = serde_json::json!({"loadBalancerSourceRanges": ["198.51.100.0/24", "203.0.113.7/32"],
-            "loadBalancerIP": "203.0.113.201", "allocateLoadBalancerNodePorts": false});
+            "loadBalancerIP": requested, "allocateLoadBalancerNodePorts": false});
         let edge = services.create(&PostParams::default(), &lb::service("edge", 443, spec)).await.unwrap();
         assert_eq!(
             lb::wait_for_ip(&services, "edge", Duration::from_secs(30)).await,
-            "203.0.113.201",
+            requested,
             "the requested IP is the EXTERNAL-IP"
         );
         let lb = cloud_lb(env, &edge).await.unwrap();
         assert_eq!(lb.source_ranges, ["198.51.100.0/24", "203.0.113.7/32"]);
-        assert_eq!(lb.requested_ip.map(|i| i.to_string()).as_deref(), Some("203.0.113.201"));
+        assert_eq!(lb.requested_ip.map(|i| i.to_string()), Some(requested));
         assert_eq!((lb.listeners[0].port, lb.listeners[0].backend_port), (443, 443), "no NodePort: the service port");
 
         // The annotations for what the spec cannot say: internal, and an HTTP health check.

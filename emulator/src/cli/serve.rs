@@ -31,7 +31,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "10.0.0.0/16")]
     pub vpc_cidr: Ipv4Net,
     /// Pool of public addresses for internet-facing load balancers.
-    #[arg(long, default_value = "203.0.113.0/24")]
+    #[arg(long, env = "FAKECLOUD_PUBLIC_POOL", default_value = "203.0.113.0/24")]
     pub public_pool: Ipv4Net,
     /// Time from pending to running.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// or port cannot be bound is shown failed on the load balancer. UDP listeners are not served yet.
     #[arg(long, env = "FAKECLOUD_SERVE_LOAD_BALANCERS", default_value_t = false)]
     pub serve_load_balancers: bool,
+    /// Make every address of the public pool this host's own at start (a `local` route on lo, in the emulator's
+    /// network namespace; needs CAP_NET_ADMIN), so the load balancers' addresses answer on the network the
+    /// emulator sits on: on kind, a slice of the kind network that the host and the pods reach.
+    #[arg(long, env = "FAKECLOUD_HOLD_PUBLIC_POOL", default_value_t = false)]
+    pub hold_public_pool: bool,
     /// Accept a loopback `private_ip` (127.0.0.0/8, ::1) for an adopted instance: backends that are processes
     /// on this host, for the data plane on one machine.
     #[arg(long, env = "FAKECLOUD_LOOPBACK_INSTANCES", default_value_t = false)]
@@ -136,6 +141,10 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         serve_load_balancers: args.serve_load_balancers,
         loopback_instances: args.loopback_instances,
     };
+    if args.hold_public_pool {
+        crate::dataplane::pool::hold(args.public_pool).await?;
+        tracing::info!(pool = %args.public_pool, "holding the public pool: its addresses are this host's");
+    }
     let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
         DbLocation::File(p) => p.with_extension("credentials"),

@@ -11,6 +11,7 @@
 //! UDP listeners are not served yet; they show `unsupported`.
 
 mod health;
+pub mod pool;
 mod proxy;
 mod status;
 
