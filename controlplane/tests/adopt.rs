@@ -67,7 +67,7 @@ async fn nodes_without_instances_are_adopted_once() {
 
     let done = adopt(cp.client(), &cloud).await.unwrap();
     let adopted = |name: &str| match &done[name] {
-        Outcome::Adopted { ip, zone, .. } => (ip.clone(), zone.clone()),
+        Outcome::Adopted { addresses, zone, .. } => (addresses.clone(), zone.clone()),
         other => panic!("{name}: {other:?}"),
     };
     assert_eq!(done["kind-worker"], Outcome::AlreadyAnInstance);
@@ -76,8 +76,8 @@ async fn nodes_without_instances_are_adopted_once() {
     assert_eq!(adopted("kind-worker2"), ("172.18.0.4".into(), "local-1c".into()), "the zone label is honoured");
     assert_eq!(
         adopted("kind-worker3"),
-        ("172.18.0.5".into(), zones[3 % zones.len()].clone()),
-        "IPv4 first; unknown zone → round-robin"
+        ("172.18.0.5, fc00:f853:ccd:e793::5".into(), zones[3 % zones.len()].clone()),
+        "IPv4 first, the IPv6 address beside it; unknown zone → round-robin"
     );
     assert_eq!(adopted("kind-worker4"), ("172.18.0.6".into(), zones[4 % zones.len()].clone()));
 
@@ -85,8 +85,8 @@ async fn nodes_without_instances_are_adopted_once() {
     assert_eq!(all.len(), 5, "one instance per adopted Node beside {}", existing.id);
     for name in ["kind-control-plane", "kind-worker2", "kind-worker3", "kind-worker4"] {
         let inst = all.iter().find(|i| i.name == name).unwrap();
-        let (ip, zone) = adopted(name);
-        assert_eq!((inst.private_ip.to_string(), inst.zone.clone()), (ip, zone), "{name}");
+        let addresses: Vec<String> = inst.addresses().map(|a| a.to_string()).collect();
+        assert_eq!((addresses.join(", "), inst.zone.clone()), adopted(name), "{name}");
         assert_eq!(inst.tags[ADOPTED_TAG], "true");
     }
     assert!(!all.iter().find(|i| i.name == "kind-worker").unwrap().tags.contains_key(ADOPTED_TAG));

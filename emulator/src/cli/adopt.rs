@@ -26,7 +26,8 @@ pub const ADOPTED_TAG: &str = "fakecloud.io/adopted";
 pub enum Outcome {
     Adopted {
         instance_id: String,
-        ip: String,
+        /// The instance's addresses, comma-separated: the private IP, then a dual-stack node's IPv6 address.
+        addresses: String,
         zone: String,
     },
     /// A live instance of its name exists already.
@@ -35,9 +36,7 @@ pub enum Outcome {
     NoAddress,
     /// An earlier run adopted it and that instance has since been terminated: a machine that is gone is not
     /// brought back (the CCM deletes such a Node; if its kubelet registers it again, the new Node is adopted).
-    InstanceGone {
-        instance_id: String,
-    },
+    InstanceGone { instance_id: String },
     /// The emulator refused (quota, an address it does not take, ...): the message says why.
     Failed(String),
 }
@@ -64,7 +63,9 @@ pub async fn run(kubeconfig: Option<&Path>, cloud: &Client) -> Result<()> {
     let mut failed = 0;
     for (node, outcome) in &done {
         match outcome {
-            Outcome::Adopted { instance_id, ip, zone } => println!("{node}: adopted as {instance_id} ({ip}, {zone})"),
+            Outcome::Adopted { instance_id, addresses, zone } => {
+                println!("{node}: adopted as {instance_id} ({addresses}, {zone})")
+            }
             Outcome::AlreadyAnInstance => println!("{node}: already an instance"),
             Outcome::NoAddress => println!("{node}: skipped, it has no InternalIP"),
             Outcome::InstanceGone { instance_id } => {
@@ -128,8 +129,8 @@ pub async fn adopt(kube: kube::Client, cloud: &Client) -> Result<BTreeMap<String
             // A replay of an earlier adoption whose instance is gone since.
             Ok(inst) if inst.state == InstanceState::Terminated => Outcome::InstanceGone { instance_id: inst.id },
             Ok(inst) => {
-                let ip = inst.addresses().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
-                Outcome::Adopted { instance_id: inst.id, ip, zone }
+                let addresses = inst.addresses().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+                Outcome::Adopted { instance_id: inst.id, addresses, zone }
             }
             Err(e @ fakecloud_api::ClientError::Api(_)) => Outcome::Failed(e.to_string()),
             // Not the emulator refusing one Node but the emulator unreachable: stop.
