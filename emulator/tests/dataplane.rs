@@ -85,6 +85,26 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// Backends named `names` on `127.78.<net>.1`, `.2`, … (one test's own addresses), on the same traffic and health
+/// ports, each the private IP of an instance `node-1`, `node-2`, …
+struct Backends {
+    port: u16,
+    health_port: u16,
+    servers: Vec<Backend>,
+    instances: Vec<String>,
+}
+
+async fn backends(c: &Client, net: u8, names: &[&'static str]) -> Backends {
+    let ips: Vec<IpAddr> = (1..=names.len()).map(|k| ip(&format!("127.78.{net}.{k}"))).collect();
+    let (port, health_port) = free_ports(ips[0]).await;
+    let (mut servers, mut instances) = (Vec::new(), Vec::new());
+    for (k, (name, addr)) in names.iter().zip(&ips).enumerate() {
+        servers.push(Backend::start(name, *addr, port, health_port).await);
+        instances.push(instance(c, &format!("node-{}", k + 1), *addr).await);
+    }
+    Backends { port, health_port, servers, instances }
+}
+
 /// Connect from `from` (a loopback source address) to `to` and read the greeting: the backend that answered,
 /// or `None` if the connection was refused or closed at once.
 async fn hello_from(from: Option<IpAddr>, to: SocketAddr) -> Option<(String, TcpStream)> {
@@ -163,18 +183,14 @@ async fn refuses(to: SocketAddr) {
 async fn traffic_spreads_and_follows_updates_without_dropping_unchanged_listeners() {
     let dir = tempfile::tempdir().unwrap();
     let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 1).await;
-    let (b1_ip, b2_ip) = (ip("127.78.1.1"), ip("127.78.1.2"));
-    let (port, health_port) = free_ports(b1_ip).await;
-    let _b1 = Backend::start("b1", b1_ip, port, health_port).await;
-    let _b2 = Backend::start("b2", b2_ip, port, health_port).await;
-    let i1 = instance(&c, "node-1", b1_ip).await;
-    let i2 = instance(&c, "node-2", b2_ip).await;
+    let bs = backends(&c, 1, &["b1", "b2"]).await;
+    let port = bs.port;
     let lb = create_lb(
         &c,
         CreateLoadBalancerRequest {
             name: "web".into(),
             listeners: vec![tcp(18001, port)],
-            backends: vec![i1, i2],
+            backends: bs.instances.clone(),
             ..Default::default()
         },
     )
@@ -221,21 +237,17 @@ async fn traffic_spreads_and_follows_updates_without_dropping_unchanged_listener
 async fn health_checks_take_a_failing_backend_out_and_say_why() {
     let dir = tempfile::tempdir().unwrap();
     let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 2).await;
-    let (b1_ip, b2_ip) = (ip("127.78.2.1"), ip("127.78.2.2"));
-    let (port, health_port) = free_ports(b1_ip).await;
-    let _b1 = Backend::start("b1", b1_ip, port, health_port).await;
-    let b2 = Backend::start("b2", b2_ip, port, health_port).await;
-    let i1 = instance(&c, "node-1", b1_ip).await;
-    let i2 = instance(&c, "node-2", b2_ip).await;
+    let bs = backends(&c, 2, &["b1", "b2"]).await;
+    let (i1, i2) = (bs.instances[0].clone(), bs.instances[1].clone());
     let lb = create_lb(
         &c,
         CreateLoadBalancerRequest {
             name: "web".into(),
-            listeners: vec![tcp(18001, port)],
-            backends: vec![i1.clone(), i2.clone()],
+            listeners: vec![tcp(18001, bs.port)],
+            backends: bs.instances.clone(),
             health_check: Some(HealthCheck {
                 protocol: HealthCheckProtocol::Http,
-                port: health_port,
+                port: bs.health_port,
                 path: Some("/healthz".into()),
                 interval_seconds: 1,
             }),
@@ -247,7 +259,7 @@ async fn health_checks_take_a_failing_backend_out_and_say_why() {
     answers(to, &["b2"]).await;
     answers(to, &["b1"]).await;
 
-    b2.stop();
+    bs.servers[1].stop();
     // Two failed checks a second apart, and a little slack.
     let started = std::time::Instant::now();
     let health = eventually(Duration::from_secs(6), "b2 to be unhealthy", || async {
@@ -294,16 +306,13 @@ async fn health_checks_take_a_failing_backend_out_and_say_why() {
 async fn source_ranges_refuse_clients_outside_them() {
     let dir = tempfile::tempdir().unwrap();
     let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 3).await;
-    let b_ip = ip("127.78.3.1");
-    let (port, health_port) = free_ports(b_ip).await;
-    let _b = Backend::start("b1", b_ip, port, health_port).await;
-    let i = instance(&c, "node-1", b_ip).await;
+    let bs = backends(&c, 3, &["b1"]).await;
     let lb = create_lb(
         &c,
         CreateLoadBalancerRequest {
             name: "web".into(),
-            listeners: vec![tcp(18001, port)],
-            backends: vec![i],
+            listeners: vec![tcp(18001, bs.port)],
+            backends: bs.instances.clone(),
             source_ranges: vec!["127.79.3.0/25".into()],
             ..Default::default()
         },
@@ -331,10 +340,8 @@ async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("fc.db");
     let (mut emu, c, _log) = emulator(&db, 4).await;
-    let b_ip = ip("127.78.4.1");
-    let (port, health_port) = free_ports(b_ip).await;
-    let _b = Backend::start("b1", b_ip, port, health_port).await;
-    let i = instance(&c, "node-1", b_ip).await;
+    let bs = backends(&c, 4, &["b1"]).await;
+    let (port, i) = (bs.port, bs.instances[0].clone());
 
     // Someone else holds one of the ports on the VIP.
     let vip = ip("127.77.4.9");
