@@ -4,10 +4,15 @@
 //! Sequential: one client, one call at a time (p50/p99). Concurrent: 32 in-flight calls from one process
 //! (requests per second). Walk: 10,000 instances, 1,000 per page.
 //!
-//! `-- --creates` runs only the create rows (write throughput). `FAKECLOUD_BENCH_BIN` runs another build of the
-//! binary instead of this one (e.g. a saved copy of the previous commit's, to compare the two back to back).
+//! `-- --creates` runs only the create rows (write throughput). `-- --dataplane` measures the load balancer data
+//! plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` runs another build of the binary instead of this one
+//! (e.g. a saved copy of the previous commit's, to compare the two back to back).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "api/dataplane.rs"]
+mod dataplane;
+
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -81,16 +86,15 @@ where
     (samples, start.elapsed())
 }
 
-#[tokio::main]
-async fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let creates_only = std::env::args().any(|a| a == "--creates");
-    let (seq_n, conc_n) = if quick { (300, 2000) } else { (2000, 20000) };
-    let dir = tempfile::tempdir().unwrap();
+/// Start `fakecloud serve` (this build's, or `FAKECLOUD_BENCH_BIN`) on a fresh database in `dir`, with no
+/// provisioning delays and `extra` arguments; the process and an admin client of it.
+async fn start_emulator(dir: &Path, extra: &[&str]) -> (tokio::process::Child, Client) {
     let bin = std::env::var("FAKECLOUD_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_fakecloud").to_string());
     let mut child = tokio::process::Command::new(&bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--lb-provision-delay", "0s", "--db"])
-        .arg(dir.path().join("bench.db"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--lb-provision-delay", "0s"])
+        .args(extra)
+        .arg("--db")
+        .arg(dir.join("bench.db"))
         .env("FAKECLOUD_USER_TOKEN", TOKEN)
         .env("FAKECLOUD_ADMIN_TOKEN", TOKEN)
         .env("RUST_LOG", "warn")
@@ -105,7 +109,22 @@ async fn main() {
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
-    let c = Client::new(&url, TOKEN).unwrap();
+    // Keep reading its log, so a full pipe never stalls it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, Client::new(&url, TOKEN).unwrap())
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let creates_only = std::env::args().any(|a| a == "--creates");
+    let (seq_n, conc_n) = if quick { (300, 2000) } else { (2000, 20000) };
+    let dir = tempfile::tempdir().unwrap();
+    if std::env::args().any(|a| a == "--dataplane") {
+        dataplane::run_bench(dir.path()).await;
+        return;
+    }
+    let (mut child, c) = start_emulator(dir.path(), &[]).await;
     for q in [QuotaName::Instances, QuotaName::LoadBalancers, QuotaName::RoutesPerRouteTable] {
         c.set_quota(q, 1_000_000).await.unwrap();
     }
