@@ -113,7 +113,9 @@ impl Supervisor {
     /// Make the running listeners and checkers match the database.
     async fn reconcile(&mut self) -> Result<()> {
         let lbs = store::load_balancers::active(&self.db).await?;
-        let instances = store::instances::addresses(&self.db).await?;
+        // Only the instances behind a load balancer: the table may hold thousands more.
+        let backends: Vec<&str> = lbs.iter().flat_map(|lb| lb.backends.iter().map(String::as_str)).collect();
+        let instances = store::instances::addresses(&self.db, &backends).await?;
         let mut seen = HashSet::new();
         for lb in lbs {
             let Some(address) = lb.address else { continue };

@@ -445,13 +445,22 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
     Ok(reclaimed)
 }
 
-/// Every instance's private IP and state now, by ID: where the data plane finds a backend.
-pub async fn addresses(db: &Db) -> Result<std::collections::HashMap<String, (IpAddr, InstanceState)>> {
-    let rows: Vec<(String, String, String)> =
-        sqlx::query_as(concat!("SELECT id, private_ip, ", state_at!(), " FROM instances"))
-            .bind(now_ms())
-            .fetch_all(db.reader())
-            .await?;
+/// The private IP and state now of each of the instances `ids` that exists, by ID: where the data plane finds
+/// a backend.
+pub async fn addresses(db: &Db, ids: &[&str]) -> Result<std::collections::HashMap<String, (IpAddr, InstanceState)>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let ids = serde_json::to_string(ids).map_err(|e| ApiError::internal(e.to_string()))?;
+    let rows: Vec<(String, String, String)> = sqlx::query_as(concat!(
+        "SELECT id, private_ip, ",
+        state_at!(),
+        " FROM instances WHERE id IN (SELECT value FROM json_each(?2))"
+    ))
+    .bind(now_ms())
+    .bind(ids)
+    .fetch_all(db.reader())
+    .await?;
     let mut out = std::collections::HashMap::new();
     for (id, ip, state) in rows {
         let corrupt = || ApiError::internal(format!("stored instance {id} has an invalid private_ip or state"));
