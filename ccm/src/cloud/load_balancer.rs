@@ -11,11 +11,15 @@ use k8s_openapi::api::core::v1::Service;
 
 /// `"true"`: an internal load balancer (a VIP from the internal pool) instead of an internet-facing one.
 pub const ANNOTATION_INTERNAL: &str = "service.beta.kubernetes.io/fakecloud-load-balancer-internal";
-/// An HTTP health check on this path (must start with `/`) instead of the default TCP check.
+/// An HTTP health check on this path (must start with `/`) of the first NodePort (or of the
+/// `healthCheckNodePort`) instead of the default check (see [`desired`]'s health check).
 pub const ANNOTATION_HEALTH_CHECK_PATH: &str = "service.beta.kubernetes.io/fakecloud-load-balancer-health-check-path";
-/// Seconds between health checks, 1–300 (default 10).
+/// Seconds between health checks, 1–300 (default 10); alone, a TCP check on the first NodePort.
 pub const ANNOTATION_HEALTH_CHECK_INTERVAL: &str =
     "service.beta.kubernetes.io/fakecloud-load-balancer-health-check-interval";
+const DEFAULT_HEALTH_CHECK_INTERVAL: u32 = 10;
+/// kube-proxy's `--healthz-bind-address` port, which clouds check for `externalTrafficPolicy: Cluster`.
+pub const KUBE_PROXY_HEALTHZ_PORT: u16 = 10256;
 
 /// Upstream's `GetLoadBalancerName` convention (`cloud.go`): `a` + the UID without dashes, cut to 32 bytes.
 pub fn name(svc: &Service) -> String {
@@ -100,21 +104,43 @@ pub fn desired(svc: &Service) -> Result<Desired, String> {
             }
         },
     };
-    // The health check probes the healthCheckNodePort (externalTrafficPolicy: Local) or the first backend port.
-    let probe_port = spec
-        .health_check_node_port
-        .and_then(|p| u16::try_from(p).ok())
-        .or_else(|| listeners.first().map(|l| l.backend_port));
-    let health_check = match (path, interval, probe_port) {
-        (None, None, _) | (_, _, None) => None,
-        (path, interval, Some(port)) => Some(HealthCheck {
-            protocol: if path.is_some() { HealthCheckProtocol::Http } else { HealthCheckProtocol::Tcp },
-            port,
-            path: path.map(str::to_string),
-            interval_seconds: interval.unwrap_or(10),
-        }),
-    };
+    let health_check = health_check(spec.health_check_node_port, &listeners, path, interval);
     Ok(Desired { scheme, listeners, source_ranges, requested_ip, health_check })
+}
+
+/// The check a cloud runs against every node, so that only nodes that can serve get traffic:
+/// - `externalTrafficPolicy: Local` (a `healthCheckNodePort`): HTTP on that port, where kube-proxy answers 200
+///   only on nodes with a ready endpoint of the Service (503 elsewhere), as every cloud's provider does;
+/// - otherwise, with an annotation: on the first listener's backend port, HTTP on the annotated path or TCP;
+/// - otherwise: kube-proxy's own `/healthz` on [`KUBE_PROXY_HEALTHZ_PORT`] (KEP-3836: it turns 503 on a node
+///   that is going away, so connections drain before kube-proxy stops).
+///
+/// Always a check (when there is a listener), so dropping an annotation or switching the traffic policy
+/// replaces the old check rather than leaving one that probes a port nobody serves any more.
+fn health_check(
+    health_check_node_port: Option<i32>,
+    listeners: &[Listener],
+    path: Option<&str>,
+    interval: Option<u32>,
+) -> Option<HealthCheck> {
+    let interval_seconds = interval.unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL);
+    let http = |port, path: Option<&str>| HealthCheck {
+        protocol: HealthCheckProtocol::Http,
+        port,
+        path: Some(path.unwrap_or("/healthz").to_string()),
+        interval_seconds,
+    };
+    if let Some(port) = health_check_node_port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) {
+        return Some(http(port, path));
+    }
+    let first = listeners.first()?.backend_port;
+    Some(match (path, interval) {
+        (Some(path), _) => http(first, Some(path)),
+        (None, Some(_)) => {
+            HealthCheck { protocol: HealthCheckProtocol::Tcp, port: first, path: None, interval_seconds }
+        }
+        (None, None) => http(KUBE_PROXY_HEALTHZ_PORT, None),
+    })
 }
 
 fn annotation<'a>(annotations: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
@@ -164,7 +190,32 @@ mod tests {
         );
         assert_eq!(d.source_ranges, ["10.0.0.0/8", "192.168.1.7/32"]);
         assert_eq!(d.requested_ip, Some("203.0.113.10".parse().unwrap()));
-        assert_eq!((d.scheme, d.health_check), (Scheme::InternetFacing, None));
+        assert_eq!(d.scheme, Scheme::InternetFacing);
+        let kube_proxy = HealthCheck {
+            protocol: HealthCheckProtocol::Http,
+            port: KUBE_PROXY_HEALTHZ_PORT,
+            path: Some("/healthz".into()),
+            interval_seconds: 10,
+        };
+        assert_eq!(d.health_check, Some(kube_proxy), "ETP Cluster, no annotation: kube-proxy's /healthz");
+    }
+
+    #[test]
+    fn external_traffic_policy_local_is_checked_on_the_health_check_node_port() {
+        let s = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+            "ports": [{"port": 80, "nodePort": 30080}], "healthCheckNodePort": 31999}}));
+        let hc = desired(&s).unwrap().health_check.unwrap();
+        assert_eq!(
+            (hc.protocol, hc.port, hc.path.as_deref(), hc.interval_seconds),
+            (HealthCheckProtocol::Http, 31999, Some("/healthz"), 10)
+        );
+        let interval_only = svc(serde_json::json!({
+            "metadata": {"annotations": {ANNOTATION_HEALTH_CHECK_INTERVAL: "7"}},
+            "spec": {"ports": [{"port": 80, "nodePort": 30080}]}}));
+        let hc = desired(&interval_only).unwrap().health_check.unwrap();
+        assert_eq!((hc.protocol, hc.port, hc.path, hc.interval_seconds), (HealthCheckProtocol::Tcp, 30080, None, 7));
+        let no_ports = svc(serde_json::json!({"spec": {"type": "LoadBalancer"}}));
+        assert_eq!(desired(&no_ports).unwrap().health_check, None);
     }
 
     #[test]
