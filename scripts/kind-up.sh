@@ -139,9 +139,10 @@ for _ in $(seq 1 100); do "$cli" quota get >/dev/null 2>&1 && break; sleep 0.2; 
 step "adopting the kind nodes as cloud instances" "$cli" adopt --kubeconfig "$kubeconfig"
 
 # --- 5 and 6. the VPC's routing and the CCM ---------------------------------------------------------------
-# The emulator's image too: the e2e suite's pod-network case runs it as a server and a client pod.
+# The emulator's image too: the e2e suite's pod-network case runs it as a server and a client pod; agnhost is
+# the server its load balancer traffic cases send to.
 step "loading the images into the kind nodes" \
-	kind load docker-image --name "$cluster" fakecloud/ccm:dev fakecloud/vpc-router:dev fakecloud/emulator:dev
+	kind load docker-image --name "$cluster" fakecloud/ccm:dev fakecloud/vpc-router:dev fakecloud/emulator:dev fakecloud/agnhost:dev
 # The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied): the user token, as a
 # customer of the cloud has it.
 cloud_config=$(printf 'endpoint: http://%s:8787\ntoken-file: /etc/fakecloud/token\n' "$emulator_ip")

@@ -18,6 +18,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 /// The `manager` label of `running_managed_controllers`.
 const MANAGER: &str = "cloud-controller-manager";
+/// How long the first call may be told to wait (throttled, an outage) before the CCM gives up at start.
+const STARTUP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -35,6 +37,26 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// The cloud's region, the first call. A cloud that says "wait" (429, or 503 with `Retry-After`: throttled, an
+/// outage) is waited out as the controllers wait out any call, for up to [`STARTUP_PATIENCE`]: a replica
+/// restarted under throttling must not crash-loop. Anything else (a wrong token, nothing listening) fails at once.
+async fn startup_region(client: &fakecloud_api::Client) -> Result<fakecloud_api::Region, fakecloud_api::ClientError> {
+    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
+    loop {
+        match client.region().await {
+            Err(e) if matches!(e.status(), Some(429 | 503)) && e.retry_after().is_some() => {
+                let wait = e.retry_after().unwrap_or_default().max(std::time::Duration::from_millis(100));
+                if tokio::time::Instant::now() + wait > deadline {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, wait_s = wait.as_secs_f64(), "the cloud says wait; asking again");
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn run(args: Args) -> Result<()> {
     let settings = args.validate()?;
     let route_cidrs = match settings.controllers.contains(&ControllerName::Route) && args.configure_cloud_routes {
@@ -43,7 +65,7 @@ async fn run(args: Args) -> Result<()> {
     };
     let cfg = &settings.cloud;
     let client = fakecloud_api::Client::new(&cfg.endpoint, cfg.token())?;
-    let region = client.region().await.with_context(|| {
+    let region = startup_region(&client).await.with_context(|| {
         format!("cannot reach the fakecloud emulator at {} (endpoint in --cloud-config): is it running, and is the token right?", cfg.endpoint)
     })?;
     if let Some(want) = &cfg.region

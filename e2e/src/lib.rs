@@ -17,6 +17,7 @@ pub mod backend;
 pub mod env;
 pub mod lb;
 pub mod local;
+pub mod traffic;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

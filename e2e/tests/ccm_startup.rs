@@ -122,3 +122,43 @@ async fn without_leader_election_controllers_start_at_once() {
     assert!(!log.contains("serving /healthz"), "{log}");
     quiet.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloud_that_throttles_at_start_is_waited_out_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = Tokens { user: "u-0123456789abcdef".into(), admin: "a-0123456789abcdef".into() };
+    let cfg = Config { timings: Timings::instant(), ..Config::default() };
+    let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg, tokens).await.unwrap();
+    // One call per 5 s, and that one taken: the CCM's first call is told to wait.
+    let admin = fakecloud_api::Client::new(&server.url(), "a-0123456789abcdef").unwrap();
+    let limit = fakecloud_api::SetRateLimitRequest {
+        scope: fakecloud_api::RateLimitScope::All,
+        operation: None,
+        per_token: false,
+        capacity: 1,
+        refill_per_second: 0.2,
+        status: 429,
+    };
+    admin.set_rate_limit("start", &limit).await.unwrap();
+    let user = fakecloud_api::Client::new(&server.url(), "u-0123456789abcdef").unwrap();
+    user.region().await.unwrap();
+    let cloud_config = dir.path().join("cloud.yaml");
+    std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: u-0123456789abcdef\n", server.url())).unwrap();
+    let log = dir.path().join("ccm.log");
+    let mut ccm = tokio::process::Command::new(CCM)
+        .args(["--cloud-provider=fakecloud", "--leader-elect=false", "--secure-port=0", "--controllers=cloud-node"])
+        .arg(format!("--cloud-config={}", cloud_config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig(dir.path()).display()))
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    until(Duration::from_secs(30), "controllers started", async || {
+        std::fs::read_to_string(&log).unwrap().contains("starting controllers").then_some(())
+    })
+    .await;
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("the cloud says wait"), "the 429 was waited out: {log}");
+    assert!(ccm.try_wait().unwrap().is_none(), "still running");
+    ccm.kill().await.unwrap();
+}

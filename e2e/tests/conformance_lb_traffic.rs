@@ -1,98 +1,266 @@
 //! Conformance: a LoadBalancer Service's EXTERNAL-IP carries traffic. The emulator's data plane
 //! (`fakecloud serve --serve-load-balancers`) accepts on the load balancer's address and forwards to the nodes'
-//! NodePort, where kube-proxy sends it on to the Service's pod; the answer comes from that pod. When the Service
-//! stops being a LoadBalancer, the CCM deletes the load balancer and its address stops answering.
+//! NodePort, where kube-proxy sends it on to the Service's pods (upstream's `agnhost netexec`, which says which
+//! pod answered). What the cases show: the address answers from the host and from a pod; the cloud's health
+//! checks decide which nodes get traffic (`externalTrafficPolicy: Local`: only nodes with an endpoint); a port
+//! removed, source ranges, and the type switched away change what answers and nothing else; a CCM restart
+//! under write throttling drops no connection.
 //!
 //! Needs real pods and an emulator that serves its load balancers on addresses this host reaches (kind:
 //! `make e2e-kind`, whose emulator holds a slice of the kind network); skipped where the kubelets are simulated.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fakecloud_e2e::{Setup, case, lb, until};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use fakecloud_api::{BackendState, ListenerState, LoadBalancer, RateLimitScope, SetRateLimitRequest};
+use fakecloud_e2e::traffic::{self, Conn};
+use fakecloud_e2e::{Env, Setup, case, lb, until};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-/// An image every kind node has (`make kind-up` loads it): its `fakecloud serve` answers `GET /healthz`.
-const DEFAULT_IMAGE: &str = "fakecloud/emulator:dev";
+const WAIT: Duration = Duration::from_secs(90);
 
-/// `GET /healthz` on `ip:port`: the status line, or why there was none.
-async fn get_healthz(ip: &str, port: u16) -> Result<String, String> {
-    let exchange = async {
-        let mut s = TcpStream::connect((ip, port)).await.map_err(|e| format!("connect: {e}"))?;
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n")
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut answer = Vec::new();
-        s.read_to_end(&mut answer).await.map_err(|e| format!("read: {e}"))?;
-        let text = String::from_utf8_lossy(&answer);
-        text.lines().next().filter(|l| !l.is_empty()).map(str::to_string).ok_or_else(|| "no answer".to_string())
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange).await.map_err(|_| "timed out".to_string())?
+/// The Service's load balancer in the cloud, once the data plane serves it (its listeners have a status).
+async fn cloud_lb(env: &Env, svc: &Service) -> LoadBalancer {
+    let name = lb::name(svc);
+    let found = env.cloud.find_load_balancer(&name).await.unwrap().expect("the Service's load balancer");
+    if found.listener_status.is_empty() {
+        panic!(
+            "the emulator does not serve load balancers (no listener_status on {}): run it with \
+             --serve-load-balancers and a public pool this host reaches, as make kind-up does",
+            found.id
+        );
+    }
+    found
+}
+
+/// A LoadBalancer Service `name` (to pods labelled `app: name`, port 8080) in `services`' namespace; its
+/// EXTERNAL-IP once `GET /hostname` answers there.
+async fn expose(services: &Api<Service>, name: &str, extra_spec: serde_json::Value) -> (Service, String) {
+    let svc = services.create(&PostParams::default(), &lb::service(name, 80, extra_spec)).await.unwrap();
+    let ip = lb::wait_for_ip(services, name, Duration::from_secs(60)).await;
+    until(WAIT, &format!("http://{ip}/hostname answering"), async || {
+        traffic::get(&ip, 80, "/hostname").await.ok().filter(|a| a.status == 200)
+    })
+    .await;
+    (svc, ip)
+}
+
+fn instance_of(node: &Node) -> String {
+    let pid = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+    fakecloud_api::parse_provider_id(pid).unwrap_or_else(|| panic!("node has no fakecloud providerID: {pid:?}")).into()
+}
+
+fn node_name(node: &Node) -> String {
+    node.metadata.name.clone().unwrap()
+}
+
+/// Wait until the cloud's health checks give `instance` the `state`.
+async fn backend_turns(env: &Env, lb_id: &str, instance: &str, state: BackendState) {
+    until(WAIT, &format!("backend {instance} of {lb_id} {state:?}"), async || {
+        let lb = env.cloud.get_load_balancer(lb_id).await.ok()?;
+        lb.backend_health.iter().any(|b| b.instance == instance && b.state == state).then_some(())
+    })
+    .await;
+}
+
+async fn patch(services: &Api<Service>, name: &str, spec: serde_json::Value) {
+    let body = serde_json::json!({ "spec": spec });
+    services.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_external_ip_answers_from_a_pod_until_the_service_is_no_load_balancer() {
+async fn the_external_ip_answers_from_the_host_and_a_pod_until_the_service_is_no_load_balancer() {
     case("lb-traffic", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let image = std::env::var("FAKECLOUD_E2E_POD_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.into());
-        let node = env.pod_nodes().await[0].metadata.name.clone().unwrap();
+        let node = node_name(&env.pod_nodes().await[0]);
         let ns = env.namespace("lb-traffic").await;
-        let pods = Api::<Pod>::namespaced(env.client(), &ns);
-        let web: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web", "labels": {"app": "web", "app.kubernetes.io/part-of": "fakecloud-e2e"}},
-            "spec": {
-                "nodeName": node,
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
-                    "command": ["fakecloud", "serve", "--listen", "0.0.0.0:8080", "--db", ":memory:"]}],
-            },
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &web).await.unwrap();
-        until(Duration::from_secs(120), "the web pod running", async || {
-            let status = pods.get("web").await.ok()?.status?;
-            (status.phase.as_deref() == Some("Running")).then_some(())
-        })
-        .await;
-
+        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
         let services = Api::<Service>::namespaced(env.client(), &ns);
-        let svc =
-            services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        let ip = lb::wait_for_ip(&services, "web", Duration::from_secs(60)).await;
-        let name = lb::name(&svc);
-        let cloud_lb = env.cloud.list_load_balancers(&Default::default()).await.unwrap().items;
-        let cloud_lb = cloud_lb.into_iter().find(|l| l.name == name).expect("the Service's load balancer");
-        if cloud_lb.listener_status.is_empty() {
-            panic!(
-                "the emulator does not serve load balancers (no listener_status on {}): run it with \
-                 --serve-load-balancers and a public pool this host reaches, as make kind-up does",
-                cloud_lb.id
-            );
-        }
+        let (svc, ip) = expose(&services, "web", serde_json::json!({})).await;
+
         // From the host: through the emulator's listener, a node's NodePort and kube-proxy, to the pod.
-        let answered = until(Duration::from_secs(60), &format!("http://{ip}:80/healthz answering"), async || {
-            get_healthz(&ip, 80).await.ok()
-        })
-        .await;
-        assert!(answered.contains(" 200"), "the pod answers through the EXTERNAL-IP: {answered}");
-        let lb_now = env.cloud.get_load_balancer(&cloud_lb.id).await.unwrap();
+        let answer = traffic::get(&ip, 80, "/hostname").await.unwrap();
+        assert_eq!((answer.status, answer.body.as_str()), (200, "web"), "the pod answers through the EXTERNAL-IP");
+        let cloud = cloud_lb(env, &svc).await;
         assert!(
-            lb_now.listener_status.iter().any(|l| l.port == 80 && l.state == fakecloud_api::ListenerState::Listening),
+            cloud.listener_status.iter().any(|l| l.port == 80 && l.state == ListenerState::Listening),
             "the cloud shows its listener listening: {:?}",
-            lb_now.listener_status
+            cloud.listener_status
         );
+        // From a pod: netexec's /dial asks the pod itself to fetch /hostname from the EXTERNAL-IP.
+        let dial = format!("/dial?request=hostname&protocol=http&host={ip}&port=80&tries=1");
+        let answer = traffic::get(&ip, 80, &dial).await.unwrap();
+        assert!(answer.status == 200 && answer.body.contains("\"web\""), "a pod reaches the EXTERNAL-IP: {answer:?}");
 
         // Not a LoadBalancer any more: the CCM deletes the load balancer, and its address stops answering.
-        let to_cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP"}});
-        services.patch("web", &PatchParams::default(), &Patch::Merge(&to_cluster_ip)).await.unwrap();
-        let gone = until(Duration::from_secs(60), &format!("http://{ip}:80 no longer answering"), async || {
-            get_healthz(&ip, 80).await.err()
+        patch(&services, "web", serde_json::json!({"type": "ClusterIP"})).await;
+        let gone = until(WAIT, &format!("http://{ip}:80 no longer answering"), async || {
+            traffic::get(&ip, 80, "/hostname").await.err()
         })
         .await;
         eprintln!("after the type change: {gone}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffic_and_scaling_spreads_it() {
+    case("lb-etp-local", Setup::new(CCM).runs_pods_on(2), async |env| {
+        let nodes = env.pod_nodes().await;
+        let (first, second) = (&nodes[0], &nodes[1]);
+        let ns = env.namespace("lb-etp-local").await;
+        let pods = Api::<Pod>::namespaced(env.client(), &ns);
+        traffic::start_netexec(&pods, "web-a", "web", &node_name(first)).await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let (svc, ip) = expose(&services, "web", serde_json::json!({"externalTrafficPolicy": "Local"})).await;
+        let cloud = cloud_lb(env, &svc).await;
+        let check = cloud.health_check.clone().expect("a health check");
+        let hc_port = svc.spec.as_ref().and_then(|s| s.health_check_node_port).unwrap();
+        assert_eq!((i32::from(check.port), check.path.as_deref()), (hc_port, Some("/healthz")), "{check:?}");
+
+        // kube-proxy answers the healthCheckNodePort with 503 on the node without an endpoint: no traffic there.
+        backend_turns(env, &cloud.id, &instance_of(first), BackendState::Healthy).await;
+        backend_turns(env, &cloud.id, &instance_of(second), BackendState::Unhealthy).await;
+        let answers = traffic::hostnames(&ip, 80, 20).await.unwrap();
+        assert!(answers.iter().all(|a| a == "web-a"), "only web-a's node gets traffic: {answers:?}");
+        // The proxy is L4 and opens its own connection to the node: the pod sees the load balancer's address,
+        // not the client's (as with a cloud's proxy load balancers and cloud-provider-kind's Envoy).
+        let client = traffic::get(&ip, 80, "/clientip").await.unwrap();
+        eprintln!("web-a sees the client as {}", client.body);
+
+        // A pod on the second node: its health check turns healthy and the load balancer spreads across both.
+        traffic::start_netexec(&pods, "web-b", "web", &node_name(second)).await;
+        backend_turns(env, &cloud.id, &instance_of(second), BackendState::Healthy).await;
+        let answers = traffic::hostnames(&ip, 80, 40).await.unwrap();
+        let seen: BTreeSet<&str> = answers.iter().map(String::as_str).collect();
+        assert_eq!(seen, BTreeSet::from(["web-a", "web-b"]), "both nodes get connections: {answers:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections() {
+    case("lb-ports", Setup::new(CCM).runs_pods_on(1), async |env| {
+        let node = node_name(&env.pod_nodes().await[0]);
+        let ns = env.namespace("lb-ports").await;
+        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let ports = serde_json::json!({"ports": [
+            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+            {"name": "alt", "port": 81, "targetPort": 8080, "protocol": "TCP"}]});
+        let (_, ip) = expose(&services, "web", ports).await;
+        until(WAIT, "port 81 answering", async || traffic::get(&ip, 81, "/hostname").await.ok()).await;
+        let mut kept = Conn::open(&ip, 80).await.unwrap();
+        assert_eq!(kept.get("/hostname").await.unwrap().status, 200);
+
+        patch(
+            &services,
+            "web",
+            serde_json::json!({"ports": [
+            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}),
+        )
+        .await;
+        let why =
+            until(WAIT, "port 81 no longer answering", async || traffic::get(&ip, 81, "/hostname").await.err()).await;
+        eprintln!("port 81 after its removal: {why}");
+        let again = kept.get("/hostname").await;
+        assert_eq!(again.map(|a| a.status), Ok(200), "the connection on the unchanged port 80 lives on");
+        assert_eq!(traffic::get(&ip, 80, "/hostname").await.map(|a| a.status), Ok(200), "port 80 takes new ones");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_ranges_refuse_clients_outside_them() {
+    case("lb-source-ranges", Setup::new(CCM).runs_pods_on(1), async |env| {
+        let node = node_name(&env.pod_nodes().await[0]);
+        let ns = env.namespace("lb-source-ranges").await;
+        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let (svc, ip) = expose(&services, "web", serde_json::json!({})).await;
+        let lb_id = cloud_lb(env, &svc).await.id;
+
+        // A range this host is not in (TEST-NET-1): its connections are closed at once.
+        patch(&services, "web", serde_json::json!({"loadBalancerSourceRanges": ["192.0.2.0/24"]})).await;
+        until(WAIT, "the source range in the cloud", async || {
+            let lb = env.cloud.get_load_balancer(&lb_id).await.ok()?;
+            (lb.source_ranges == ["192.0.2.0/24"]).then_some(())
+        })
+        .await;
+        let refused = until(WAIT, "this host refused", async || traffic::get(&ip, 80, "/hostname").await.err()).await;
+        eprintln!("outside the source ranges: {refused}");
+        for _ in 0..5 {
+            assert!(traffic::get(&ip, 80, "/hostname").await.is_err(), "every connection from outside is refused");
+        }
+
+        // The kind network this host reaches the EXTERNAL-IP on (a /16, as kind makes it): let in again.
+        let inside: ipnet::IpNet = format!("{ip}/16").parse::<ipnet::IpNet>().unwrap().trunc();
+        patch(&services, "web", serde_json::json!({"loadBalancerSourceRanges": [inside.to_string()]})).await;
+        let answer = until(WAIT, &format!("this host let in by {inside}"), async || {
+            traffic::get(&ip, 80, "/hostname").await.ok()
+        })
+        .await;
+        assert_eq!(answer.status, 200);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ccm_restart_under_write_throttling_drops_no_connection() {
+    case("lb-ccm-restart", Setup::new(CCM).runs_pods_on(1).kills_ccm(), async |env| {
+        let node = node_name(&env.pod_nodes().await[0]);
+        let ns = env.namespace("lb-ccm-restart").await;
+        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let (_, ip) = expose(&services, "web", serde_json::json!({})).await;
+
+        // Writes throttled hard (one every 5 s): the new leader's resync is slow and answered with 429s.
+        let throttle = SetRateLimitRequest {
+            scope: RateLimitScope::Writes,
+            operation: None,
+            per_token: false,
+            capacity: 1,
+            refill_per_second: 0.2,
+            status: 429,
+        };
+        env.cloud.set_rate_limit("lb-ccm-restart-writes", &throttle).await.unwrap();
+
+        // Traffic all along: one kept-alive connection and a new connection, every 200 ms.
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic_task = tokio::spawn({
+            let (stop, ip) = (stop.clone(), ip.clone());
+            async move {
+                let mut kept = Conn::open(&ip, 80).await.map_err(|e| vec![format!("kept-alive connect: {e}")])?;
+                let (mut failures, mut exchanges) = (Vec::new(), 0usize);
+                while !stop.load(Ordering::Relaxed) {
+                    for (what, result) in
+                        [("kept-alive", kept.get("/hostname").await), ("new", traffic::get(&ip, 80, "/hostname").await)]
+                    {
+                        exchanges += 1;
+                        match result {
+                            Ok(a) if a.status == 200 => {}
+                            other => failures.push(format!("{what}: {other:?}")),
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                if failures.is_empty() { Ok(exchanges) } else { Err(failures) }
+            }
+        });
+
+        env.kill_ccm_leader().await;
+        // The new leader resyncs every Service and Node under the throttle.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        stop.store(true, Ordering::Relaxed);
+        let exchanges = traffic_task.await.unwrap().unwrap_or_else(|f| panic!("connections dropped: {f:?}"));
+        let refused = env.cloud.list_rate_limits().await.unwrap().items;
+        let refused: u64 = refused.iter().filter(|r| r.id == "lb-ccm-restart-writes").map(|r| r.refused).sum();
+        eprintln!("{exchanges} exchanges through the restart, none failed; the throttle refused {refused} writes");
+        assert!(exchanges >= 20, "traffic ran through the restart ({exchanges} exchanges)");
     })
     .await;
 }

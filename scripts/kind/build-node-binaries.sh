@@ -6,6 +6,8 @@
 #                                               plane's release, built inside controlplane/upstream so they use
 #                                               its pinned module graph and staging replaces; stamped with the
 #                                               same version ldflags as build-control-plane.sh (k8s-ldflags.sh)
+#   agnhost   upstream's e2e test server (k8s.io/kubernetes/test/images/agnhost) at the same release: the pods
+#             the suite sends load balancer traffic to (netexec answers /hostname, /clientip)
 #   crictl    sigs.k8s.io/cri-tools, the release of the same minor as Kubernetes (cri-tools follows k8s minors)
 #   coredns   github.com/coredns/coredns at the version kubeadm deploys (CoreDNSVersion in kubeadm's
 #             constants, read from the module cache, so the image tag and the binary agree)
@@ -90,6 +92,15 @@ lost its tool block for these commands: restore it with
 	for name in "${missing[@]}"; do install_built "$name" "k8s.io/kubernetes@$k8s_version"; done
 }
 
+build_agnhost() {
+	(cd "$k8s_module_dir" && CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" \
+		-o "$tmp_dir/agnhost" k8s.io/kubernetes/test/images/agnhost) ||
+		die "go build of agnhost failed (see above). A 'missing go.sum entry' means controlplane/upstream/go.mod lost
+its tool line for it: restore it with
+  (cd $k8s_module_dir && go get -tool k8s.io/kubernetes/test/images/agnhost@$k8s_version)"
+	install_built agnhost "k8s.io/kubernetes@$k8s_version"
+}
+
 # CoreDNS at the version kubeadm deploys: kubeadm's constant, read from its source, never guessed.
 coredns_version() {
 	local dir file version
@@ -132,6 +143,8 @@ done
 if ((${#missing[@]} > 0)); then
 	step "build ${missing[*]}" build_kubernetes "${missing[@]}"
 fi
+
+is_built agnhost "k8s.io/kubernetes@$k8s_version" || step "build agnhost (upstream's e2e test server)" build_agnhost
 
 is_built crictl "sigs.k8s.io/cri-tools@$crictl_version" || step "build crictl $crictl_version" build_crictl
 

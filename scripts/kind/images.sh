@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's own images for the kind path: fakecloud/emulator, fakecloud/ccm and fakecloud/vpc-router (tag
-# `dev`, or FAKECLOUD_IMAGE_TAG). The Rust binaries are built on the host (release profile, or
+# `dev`, or FAKECLOUD_IMAGE_TAG), and fakecloud/agnhost (upstream's e2e test server, built by
+# build-node-binaries.sh, which runs first). The Rust binaries are built on the host (release profile, or
 # FAKECLOUD_IMAGE_PROFILE=dev for a quicker debug build) and staged into a small build context per image, so the
 # Dockerfiles in docker/ download nothing: they build the same offline (on the debootstrap base of
 # base-image.sh) and online. Needs DOCKER_HOST pointing at an engine (engine.sh env).
@@ -31,4 +32,12 @@ for name in "${!binaries[@]}"; do
 	step "building image fakecloud/$name:$tag" \
 		docker build --quiet --network none -f "$kind_repo_root/docker/$name.Dockerfile" -t "fakecloud/$name:$tag" "$context" >/dev/null
 done
+
+agnhost="$kind_bin_dir/agnhost"
+[[ -x "$agnhost" ]] || die "$agnhost is missing: run scripts/kind/build-node-binaries.sh first (make kind-up does)"
+context="$stage_root/agnhost"
+mkdir -p "$context"
+cp "$agnhost" "$context/agnhost"
+step "building image fakecloud/agnhost:$tag" \
+	docker build --quiet --network none -f "$kind_repo_root/docker/agnhost.Dockerfile" -t "fakecloud/agnhost:$tag" "$context" >/dev/null
 rm -rf "$stage_root"
