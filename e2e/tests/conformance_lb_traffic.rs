@@ -4,7 +4,7 @@
 //! pod answered). What the cases show: the address answers from the host and from a pod; the cloud's health
 //! checks decide which nodes get traffic (`externalTrafficPolicy: Local`: only nodes with an endpoint); a port
 //! removed, source ranges, and the type switched away change what answers and nothing else; a CCM restart
-//! under write throttling drops no connection.
+//! under throttling, adding a port, drops no connection on the unchanged one.
 //!
 //! Needs real pods and an emulator that serves its load balancers on addresses this host reaches (kind:
 //! `make e2e-kind`, whose emulator holds a slice of the kind network); skipped where the kubelets are simulated.
@@ -210,7 +210,7 @@ async fn source_ranges_refuse_clients_outside_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ccm_restart_under_write_throttling_drops_no_connection() {
+async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_listener() {
     case("lb-ccm-restart", Setup::new(CCM).runs_pods_on(1).kills_ccm(), async |env| {
         let node = node_name(&env.pod_nodes().await[0]);
         let ns = env.namespace("lb-ccm-restart").await;
@@ -218,16 +218,18 @@ async fn a_ccm_restart_under_write_throttling_drops_no_connection() {
         let services = Api::<Service>::namespaced(env.client(), &ns);
         let (_, ip) = expose(&services, "web", serde_json::json!({})).await;
 
-        // Writes throttled hard (one every 5 s): the new leader's resync is slow and answered with 429s.
+        // The CCM's token throttled hard (a burst of 2, 1.5 calls a second: about what its loops need when
+        // idle): the new leader's first resync of every Node, route and Service is answered with 429s, and its
+        // update of the load balancer waits its turn. (Per token: the VPC router and the suite are not slowed.)
         let throttle = SetRateLimitRequest {
-            scope: RateLimitScope::Writes,
+            scope: RateLimitScope::All,
             operation: None,
-            per_token: false,
-            capacity: 1,
-            refill_per_second: 0.2,
+            per_token: true,
+            capacity: 2,
+            refill_per_second: 1.5,
             status: 429,
         };
-        env.cloud.set_rate_limit("lb-ccm-restart-writes", &throttle).await.unwrap();
+        env.cloud.set_rate_limit("lb-ccm-restart", &throttle).await.unwrap();
 
         // Traffic all along: one kept-alive connection and a new connection, every 200 ms.
         let stop = Arc::new(AtomicBool::new(false));
@@ -253,13 +255,27 @@ async fn a_ccm_restart_under_write_throttling_drops_no_connection() {
         });
 
         env.kill_ccm_leader().await;
-        // The new leader resyncs every Service and Node under the throttle.
-        tokio::time::sleep(Duration::from_secs(20)).await;
+        // A new port while the new leader starts: it must update the load balancer through the throttle, and
+        // the listener on port 80, unchanged, must not notice.
+        patch(
+            &services,
+            "web",
+            serde_json::json!({"ports": [
+            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+            {"name": "alt", "port": 81, "targetPort": 8080, "protocol": "TCP"}]}),
+        )
+        .await;
+        until(Duration::from_secs(120), "port 81 answering (added by the new leader)", async || {
+            traffic::get(&ip, 81, "/hostname").await.ok().filter(|a| a.status == 200)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
         stop.store(true, Ordering::Relaxed);
         let exchanges = traffic_task.await.unwrap().unwrap_or_else(|f| panic!("connections dropped: {f:?}"));
-        let refused = env.cloud.list_rate_limits().await.unwrap().items;
-        let refused: u64 = refused.iter().filter(|r| r.id == "lb-ccm-restart-writes").map(|r| r.refused).sum();
-        eprintln!("{exchanges} exchanges through the restart, none failed; the throttle refused {refused} writes");
+        let limits = env.cloud.list_rate_limits().await.unwrap().items;
+        let refused: u64 = limits.iter().filter(|r| r.id == "lb-ccm-restart").map(|r| r.refused).sum();
+        eprintln!("{exchanges} exchanges through the restart, none failed; the throttle refused {refused} calls");
+        assert!(refused > 0, "the new leader was throttled");
         assert!(exchanges >= 20, "traffic ran through the restart ({exchanges} exchanges)");
     })
     .await;
