@@ -377,6 +377,21 @@ pub struct LoadBalancer {
     /// and the load balancer is active.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_health: Vec<BackendHealth>,
+    /// How traffic to `address` reaches the backends: Kubernetes' `status.loadBalancer.ingress[].ipMode`.
+    #[serde(default)]
+    pub ip_mode: IpMode,
+}
+
+/// How a load balancer's address carries traffic to the nodes (Kubernetes' `ipMode`, KEP-1860).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum IpMode {
+    /// Packets reach the nodes still addressed to the load balancer's address (no data plane: a record only).
+    #[default]
+    Vip,
+    /// A proxy: the emulator's data plane opens its own connection to the node, so the backend sees the load
+    /// balancer's address as the client, and kube-proxy must not short-cut pods' traffic to the address.
+    Proxy,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]

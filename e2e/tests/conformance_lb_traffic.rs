@@ -128,9 +128,13 @@ async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffi
         let answers = traffic::hostnames(&ip, 80, 20).await.unwrap();
         assert!(answers.iter().all(|a| a == "web-a"), "only web-a's node gets traffic: {answers:?}");
         // The proxy is L4 and opens its own connection to the node: the pod sees the load balancer's address,
-        // not the client's (as with a cloud's proxy load balancers and cloud-provider-kind's Envoy).
+        // not the client's. The cloud says so and the CCM passes it on as `ipMode: Proxy` (as cloud-provider-kind
+        // does for its Envoy), which is when upstream's e2e skips its source-IP checks.
         let client = traffic::get(&ip, 80, "/clientip").await.unwrap();
         eprintln!("web-a sees the client as {}", client.body);
+        let svc_now = services.get("web").await.unwrap();
+        let ingress = svc_now.status.and_then(|s| s.load_balancer?.ingress?.into_iter().next()).unwrap();
+        assert_eq!(ingress.ip_mode.as_deref(), Some("Proxy"), "{ingress:?}");
 
         // A pod on the second node: its health check turns healthy and the load balancer spreads across both.
         traffic::start_netexec(&pods, "web-b", "web", &node_name(second)).await;

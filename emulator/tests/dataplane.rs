@@ -196,6 +196,7 @@ async fn traffic_spreads_and_follows_updates_without_dropping_unchanged_listener
     )
     .await;
     let vip = lb.address.unwrap();
+    assert_eq!(lb.ip_mode, fakecloud_api::IpMode::Proxy, "a load balancer that proxies says so");
     let p1 = SocketAddr::new(vip, 18001);
     answers(p1, &["b1", "b2"]).await;
 

@@ -35,6 +35,7 @@ async fn an_lb_has_no_address_until_it_is_active() {
         .await
         .unwrap();
     assert_eq!(created.state, LoadBalancerState::Provisioning);
+    assert_eq!(created.ip_mode, fakecloud_api::IpMode::Vip, "no data plane: nothing proxies");
     assert_eq!((created.address, created.dns_name.as_deref()), (None, None));
     assert_eq!(emu.user.get_load_balancer(&created.id).await.unwrap().address, None);
 

@@ -1,7 +1,7 @@
 //! [`Cloud`] on the fakecloud emulator, through the one typed client.
 
 use fakecloud_api::{
-    Client, ClientError, CreateLoadBalancerRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancer,
+    Client, ClientError, CreateLoadBalancerRequest, Instance, InstanceState, IpMode, ListInstancesQuery, LoadBalancer,
     LoadBalancerState, UpdateLoadBalancerRequest, codes,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Node, NodeAddress, Service};
@@ -147,9 +147,12 @@ fn sorted(v: &[String]) -> Vec<String> {
     v
 }
 
-/// The ingress exactly as the cloud serves it: the VIP.
+/// The ingress exactly as the cloud serves it: the VIP, and `ipMode: Proxy` when the cloud says its load
+/// balancer is a proxy (as cloud-provider-kind reports its Envoy); `VIP` is left to the apiserver's default.
 fn status(lb: &LoadBalancer) -> LoadBalancerStatus {
-    let ingress = lb.address.map(|ip| vec![LoadBalancerIngress { ip: Some(ip.to_string()), ..Default::default() }]);
+    let ip_mode = (lb.ip_mode == IpMode::Proxy).then(|| "Proxy".to_string());
+    let ingress =
+        lb.address.map(|ip| vec![LoadBalancerIngress { ip: Some(ip.to_string()), ip_mode, ..Default::default() }]);
     LoadBalancerStatus { ingress }
 }
 
@@ -365,5 +368,17 @@ mod tests {
         assert_eq!(parse_provider_id("aws:///us-east-1a/i-0123"), None);
         assert_eq!(parse_provider_id("fakecloud://local-1a/"), None);
         assert_eq!(parse_provider_id("fakecloud://local-1a/a/b"), None);
+    }
+
+    #[test]
+    fn the_ingress_says_proxy_only_when_the_cloud_does() {
+        let lb: LoadBalancer = serde_json::from_value(serde_json::json!({
+            "id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active", "listeners": [],
+            "backends": [], "source_ranges": [], "address": "203.0.113.9", "created_at": "", "updated_at": ""}))
+        .unwrap();
+        let ingress = |lb: &LoadBalancer| status(lb).ingress.unwrap().remove(0);
+        assert_eq!((ingress(&lb).ip.as_deref(), ingress(&lb).ip_mode), (Some("203.0.113.9"), None), "VIP: defaulted");
+        let proxy = LoadBalancer { ip_mode: IpMode::Proxy, ..lb };
+        assert_eq!(ingress(&proxy).ip_mode.as_deref(), Some("Proxy"));
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use fakecloud_api::{BackendHealth, ListenerState, ListenerStatus, LoadBalancer, LoadBalancerState, Protocol};
+use fakecloud_api::{BackendHealth, IpMode, ListenerState, ListenerStatus, LoadBalancer, LoadBalancerState, Protocol};
 
 #[derive(Clone, Debug, Default)]
 pub struct Status(Arc<Mutex<HashMap<String, LbStatus>>>);
@@ -45,6 +45,7 @@ impl Status {
     /// Fill in `lb`'s listener states and backend health, in the order the load balancer lists them. Only an
     /// active load balancer is served; one the data plane has not caught up with yet shows nothing.
     pub fn annotate(&self, lb: &mut LoadBalancer) {
+        lb.ip_mode = IpMode::Proxy;
         if lb.state != LoadBalancerState::Active {
             return;
         }

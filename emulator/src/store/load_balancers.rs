@@ -5,8 +5,8 @@ use std::net::IpAddr;
 
 use fakecloud_api::limits::{HEALTH_INTERVAL_MAX, HEALTH_INTERVAL_MIN, LISTENERS_MIN};
 use fakecloud_api::{
-    CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, ListLoadBalancersQuery, Listener, LoadBalancer,
-    LoadBalancerList, LoadBalancerState, QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
+    CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, IpMode, ListLoadBalancersQuery, Listener,
+    LoadBalancer, LoadBalancerList, LoadBalancerState, QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
 };
 use sqlx::SqliteExecutor;
 
@@ -86,6 +86,7 @@ impl Row {
             name: self.name,
             listener_status: Vec::new(),
             backend_health: Vec::new(),
+            ip_mode: IpMode::Vip,
         }))
     }
 }
