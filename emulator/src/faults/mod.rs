@@ -9,6 +9,7 @@ mod outages;
 mod rate_limits;
 mod rules;
 mod spot_random;
+mod trigger;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -240,6 +241,27 @@ impl FaultEngine {
         }
     }
 
+    /// The ID of a new rule of `kind`: the one `asked` for, unless `taken`, or a new `<prefix>-<n>`.
+    async fn rule_id(
+        &self,
+        kind: &str,
+        prefix: &str,
+        asked: Option<&str>,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<String> {
+        let id = match asked {
+            Some(id) => id.to_string(),
+            None => self.new_id(kind, prefix, &taken).await?,
+        };
+        if taken(&id) {
+            return Err(ApiError::conflict(
+                fakecloud_api::codes::FAULT_EXISTS,
+                format!("a fault rule named {id:?} exists"),
+            ));
+        }
+        Ok(id)
+    }
+
     async fn forget(&self, kind: &str, id: &str) -> Result<()> {
         sqlx::query("DELETE FROM faults WHERE kind = ?1 AND id = ?2")
             .bind(kind)
@@ -258,16 +280,7 @@ impl FaultEngine {
         }
         let _edit = self.edit.lock().await;
         let mut rules = self.rules.write().await;
-        let id = match &req.id {
-            Some(id) => id.clone(),
-            None => self.new_id("rule", "fault", |id| rules.iter().any(|r| r.id == id)).await?,
-        };
-        if rules.iter().any(|r| r.id == id) {
-            return Err(ApiError::conflict(
-                fakecloud_api::codes::FAULT_EXISTS,
-                format!("a fault rule named {id:?} exists"),
-            ));
-        }
+        let id = self.rule_id("rule", "fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
         let rule = ActiveRule::new(id, req.matcher, req.action, req.trigger, &self.operations, self.seed, now_ms())?;
         let at = req.position.unwrap_or(rules.len()).min(rules.len());
         rules.insert(at, Arc::new(rule));
