@@ -580,7 +580,8 @@ pub struct AuditEntry {
     /// RFC 3339 with milliseconds.
     pub time: String,
     pub request_id: String,
-    /// `user`, `admin`, or `anonymous` for calls without a valid token.
+    /// `user`, `admin`, or `anonymous` for calls without a valid token; `system` for what the emulator did itself
+    /// (a data-plane fault rule firing on a load balancer, operation `LoadBalancerFault`).
     pub role: String,
     /// The API operation, e.g. `CreateLoadBalancer`; `Unknown` for paths the API does not have.
     pub operation: String,
@@ -588,11 +589,13 @@ pub struct AuditEntry {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_id: Option<String>,
+    /// The HTTP status answered; 0 for a `LoadBalancerFault`, which is no HTTP call.
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
     pub latency_ms: f64,
-    /// The fault rule, rate limit or outage that shaped this call's answer, if any.
+    /// The fault rule, rate limit or outage that shaped this call's answer, if any (for `LoadBalancerFault`: the
+    /// data-plane rule that fired).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
 }

@@ -10,12 +10,13 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{USER, eventually, spawn_emulator_with};
+use common::{ADMIN, USER, eventually, spawn_emulator_with};
 use fakecloud_api::{
-    BackendState, Client, CreateInstanceRequest, CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener,
-    ListenerState, LoadBalancer, Protocol, Scheme, UpdateLoadBalancerRequest,
+    AuditQuery, BackendState, Client, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
+    FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener, ListenerState, LoadBalancer,
+    Protocol, Scheme, UpdateLoadBalancerRequest,
 };
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::process::Child;
 use tokio::task::JoinHandle;
@@ -409,4 +410,196 @@ async fn the_openapi_document_describes_listener_status_and_backend_health() {
     assert_eq!(schemas["BackendState"]["enum"], serde_json::json!(["healthy", "unhealthy", "unknown"]));
     assert_eq!(schemas["ListenerState"]["enum"], serde_json::json!(["listening", "failed", "unsupported"]));
     assert!(schemas["BackendHealth"]["properties"]["last_error"].is_object());
+}
+
+fn lb_fault(id: &str, matcher: LbFaultMatch, action: LbFaultAction, trigger: FaultTrigger) -> CreateLbFaultRuleRequest {
+    CreateLbFaultRuleRequest { id: Some(id.into()), matcher, action, trigger }
+}
+
+/// Read from `stream` until it ends: `Err` with how it ended if not with an orderly close.
+async fn read_to_end(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut got = Vec::new();
+    tokio::time::timeout(IO, stream.read_to_end(&mut got)).await.map_err(|_| std::io::ErrorKind::TimedOut)??;
+    Ok(got)
+}
+
+/// Connect to `to` and read until the connection ends: what was read, or how it failed. The reset of a
+/// connection reset as soon as it is accepted may already be there when the connect completes.
+async fn how_it_ends(to: SocketAddr) -> Result<Vec<u8>, std::io::ErrorKind> {
+    let mut s = tokio::time::timeout(IO, TcpStream::connect(to))
+        .await
+        .map_err(|_| std::io::ErrorKind::TimedOut)?
+        .map_err(|e| e.kind())?;
+    read_to_end(&mut s).await.map_err(|e| e.kind())
+}
+
+async fn metrics(c: &Client) -> String {
+    reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap()
+}
+
+/// An emulator on `net` with an admin client, backends `names`, and an active load balancer over them made from
+/// `req` (named `web` unless it says otherwise): what each data-plane fault test starts from.
+struct Faulted {
+    _emu: Child,
+    c: Client,
+    admin: Client,
+    bs: Backends,
+    lb: LoadBalancer,
+}
+
+impl Faulted {
+    async fn start(
+        dir: &std::path::Path,
+        net: u8,
+        names: &[&'static str],
+        req: impl FnOnce(&Backends) -> CreateLoadBalancerRequest,
+    ) -> Self {
+        let (emu, c, _log) = emulator(&dir.join("fc.db"), net).await;
+        let admin = Client::new(c.endpoint(), ADMIN).unwrap();
+        let bs = backends(&c, net, names).await;
+        let mut req = req(&bs);
+        req.backends = bs.instances.clone();
+        if req.name.is_empty() {
+            req.name = "web".into();
+        }
+        let lb = create_lb(&c, req).await;
+        Self { _emu: emu, c, admin, bs, lb }
+    }
+}
+
+#[tokio::test]
+async fn a_reset_rule_resets_new_connections_as_its_trigger_says_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Faulted::start(dir.path(), 5, &["b1"], |bs| CreateLoadBalancerRequest {
+        listeners: vec![tcp(18001, bs.port), tcp(18002, bs.port)],
+        ..Default::default()
+    })
+    .await;
+    let (c, admin, lb) = (&f.c, &f.admin, &f.lb);
+    let (p1, p2) = (SocketAddr::new(lb.address.unwrap(), 18001), SocketAddr::new(lb.address.unwrap(), 18002));
+    answers(p1, &["b1"]).await;
+    answers(p2, &["b1"]).await;
+
+    // The next two connections on port 18001 are reset; port 18002 is not matched.
+    let only_p1 = LbFaultMatch { load_balancers: vec![lb.id.clone()], ports: vec![18001], ..Default::default() };
+    let twice = FaultTrigger { times: Some(2), ..Default::default() };
+    admin.add_lb_fault(&lb_fault("flap", only_p1, LbFaultAction::Reset { after_ms: None }, twice)).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(how_it_ends(p1).await, Err(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(hello(p2).await.as_deref(), Some("b1"));
+    }
+    assert_eq!(hello(p1).await.as_deref(), Some("b1"), "times: 2 is spent");
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert_eq!((rule.matched, rule.injected), (3, 2));
+
+    let text = metrics(c).await;
+    let fired =
+        format!("fakecloud_lb_faults_fired_total{{load_balancer=\"{}\",fault=\"flap\",action=\"reset\"}} 2", lb.id);
+    assert!(text.contains(&fired), "{text}");
+    assert!(text.contains("outcome=\"reset_by_fault\""), "{text}");
+    // One audit entry, the first time the rule fired on this load balancer.
+    let query = AuditQuery { operation: Some("LoadBalancerFault".into()), ..Default::default() };
+    let audited = eventually(FOLLOW, "the audit entry", || async {
+        let items = admin.audit(&query).await.unwrap().items;
+        (!items.is_empty()).then_some(items)
+    })
+    .await;
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    let entry = &audited[0];
+    assert_eq!((entry.fault.as_deref(), entry.resource_id.as_deref()), (Some("flap"), Some(lb.id.as_str())));
+    assert_eq!((entry.role.as_str(), entry.method.as_str()), ("system", "reset"));
+
+    // Reset after a while: forwarded first, then reset mid-stream.
+    let after = LbFaultAction::Reset { after_ms: Some(300) };
+    admin.add_lb_fault(&lb_fault("drop", LbFaultMatch::default(), after, FaultTrigger::default())).await.unwrap();
+    let (name, mut s) = hello_from(None, p2).await.expect("forwarded before the reset");
+    assert_eq!(name, "b1");
+    let err = read_to_end(&mut s).await.expect_err("reset mid-stream");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+
+    // Deleting the rules restores the traffic.
+    admin.delete_lb_fault("drop").await.unwrap();
+    admin.delete_lb_fault("flap").await.unwrap();
+    let (_, mut kept) = hello_from(None, p2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(echo(&mut kept, "still").await.as_deref(), Some("b1:still"));
+}
+
+#[tokio::test]
+async fn a_latency_rule_holds_new_connections_before_forwarding() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Faulted::start(dir.path(), 6, &["b1"], |bs| CreateLoadBalancerRequest {
+        name: "slow-web".into(),
+        listeners: vec![tcp(18001, bs.port)],
+        ..Default::default()
+    })
+    .await;
+    let (c, admin, lb, bs) = (&f.c, &f.admin, &f.lb, &f.bs);
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    answers(to, &["b1"]).await;
+
+    let by_name = LbFaultMatch { names: vec!["slow-*".into()], backends: bs.instances.clone(), ..Default::default() };
+    let slow = LbFaultAction::Latency { ms: 400, jitter_ms: 100 };
+    admin.add_lb_fault(&lb_fault("slow", by_name, slow, FaultTrigger::default())).await.unwrap();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        assert_eq!(hello(to).await.as_deref(), Some("b1"));
+        assert!(started.elapsed() >= Duration::from_millis(400), "answered after {:?}", started.elapsed());
+    }
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert_eq!(rule.injected, 3);
+    let text = metrics(c).await;
+    assert!(text.contains("action=\"latency\"} 3"), "{text}");
+
+    // A rule for another load balancer's name does not slow this one.
+    admin.delete_lb_fault("slow").await.unwrap();
+    let other = LbFaultMatch { names: vec!["api".into()], ..Default::default() };
+    let slower = LbFaultAction::Latency { ms: 600_000, jitter_ms: 0 };
+    admin.add_lb_fault(&lb_fault("elsewhere", other, slower, FaultTrigger::default())).await.unwrap();
+    assert_eq!(hello(to).await.as_deref(), Some("b1"), "answered within the IO timeout");
+}
+
+#[tokio::test]
+async fn a_black_hole_takes_a_backend_out_until_the_rule_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Faulted::start(dir.path(), 7, &["b1", "b2"], |bs| CreateLoadBalancerRequest {
+        listeners: vec![tcp(18001, bs.port)],
+        health_check: Some(HealthCheck {
+            protocol: HealthCheckProtocol::Tcp,
+            port: bs.health_port,
+            path: None,
+            interval_seconds: 1,
+        }),
+        ..Default::default()
+    })
+    .await;
+    let (c, admin, lb) = (&f.c, &f.admin, &f.lb);
+    let i2 = f.bs.instances[1].clone();
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    answers(to, &["b1"]).await;
+    answers(to, &["b2"]).await;
+
+    let node2 = LbFaultMatch { backends: vec![i2.clone()], ..Default::default() };
+    admin.add_lb_fault(&lb_fault("hole", node2, LbFaultAction::BlackHole {}, FaultTrigger::default())).await.unwrap();
+    let health = eventually(Duration::from_secs(8), "b2 to be unhealthy", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        let h = lb.backend_health.iter().find(|h| h.instance == i2)?.clone();
+        (h.state == BackendState::Unhealthy).then_some(h)
+    })
+    .await;
+    assert!(health.last_error.as_deref().is_some_and(|e| e.contains("black-holed")), "{health:?}");
+    for _ in 0..6 {
+        assert_eq!(hello(to).await.as_deref(), Some("b1"), "the black-holed backend gets no traffic");
+    }
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert!(rule.injected >= 2, "two failed checks turn it unhealthy: {rule:?}");
+    assert!(metrics(c).await.contains("action=\"black-hole\""));
+
+    admin.delete_lb_fault("hole").await.unwrap();
+    eventually(Duration::from_secs(8), "b2 to be healthy again", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        lb.backend_health.iter().any(|h| h.instance == i2 && h.state == BackendState::Healthy).then_some(())
+    })
+    .await;
+    answers(to, &["b2"]).await;
 }

@@ -39,7 +39,8 @@ pub struct ConnectionLabels {
     pub load_balancer: String,
     pub port: u16,
     /// `accepted` (forwarded to a backend), `refused_source` (outside the source ranges), `refused_no_backend`
-    /// (no healthy backend), `backend_failed` (no healthy backend could be connected to).
+    /// (no healthy backend), `backend_failed` (no healthy backend could be connected to), `reset_by_fault` (reset
+    /// by a data-plane fault rule before it was forwarded).
     pub outcome: &'static str,
 }
 
@@ -49,12 +50,23 @@ pub struct BackendLabels {
     pub backend: String,
 }
 
+/// A data-plane fault rule that fired: on which load balancer, which rule, what it did.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LbFaultLabels {
+    pub load_balancer: String,
+    pub fault: String,
+    /// `reset`, `latency` or `black-hole`.
+    pub action: &'static str,
+}
+
 /// What the load balancer data plane reports; cheap to clone (the families are shared).
 #[derive(Clone, Debug, Default)]
 pub struct DataPlaneMetrics {
     pub connections: Family<ConnectionLabels, Counter>,
     /// 1 healthy, 0 unhealthy or unknown.
     pub backend_healthy: Family<BackendLabels, Gauge>,
+    /// Connections and health checks a data-plane fault rule changed.
+    pub faults: Family<LbFaultLabels, Counter>,
 }
 
 pub struct Metrics {
@@ -99,6 +111,11 @@ impl Default for Metrics {
             "lb_backend_healthy",
             "Whether a load balancer backend gets traffic (1) or not (0), by load balancer and instance",
             dataplane.backend_healthy.clone(),
+        );
+        registry.register(
+            "lb_faults_fired",
+            "Connections reset or delayed and health checks failed by a data-plane fault rule, by load balancer, rule and action",
+            dataplane.faults.clone(),
         );
         Self { registry, dataplane, faults, requests, latency, resources }
     }
