@@ -149,6 +149,21 @@ async fn emulator(db: &std::path::Path, net: u8) -> (Child, Client, std::sync::A
     (child, Client::new(&url, USER).unwrap(), log)
 }
 
+/// Run the CLI against `c`'s emulator (with both tokens) and return what it printed; it must succeed.
+async fn fakecloud(c: &Client, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(args)
+        .env("FAKECLOUD_ENDPOINT", c.endpoint())
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "fakecloud {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
 async fn instance(c: &Client, name: &str, private_ip: IpAddr) -> String {
     let req = CreateInstanceRequest { name: name.into(), private_ip: Some(private_ip), ..Default::default() };
     c.create_instance(&req, None).await.unwrap().id
@@ -279,15 +294,7 @@ async fn health_checks_take_a_failing_backend_out_and_say_why() {
     assert_eq!((b1.state, b1.last_error.as_deref()), (BackendState::Healthy, None));
 
     // The CLI shows it too.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
-        .args(["lb", "get", &lb.id])
-        .env("FAKECLOUD_ENDPOINT", c.endpoint())
-        .env("FAKECLOUD_USER_TOKEN", USER)
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let text = fakecloud(&c, &["lb", "get", &lb.id]).await;
     assert!(text.contains("1/2 healthy") && text.contains("unhealthy") && text.contains("connect"), "{text}");
 
     let metrics = reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap();
@@ -538,21 +545,25 @@ async fn a_latency_rule_holds_new_connections_before_forwarding() {
     let to = SocketAddr::new(lb.address.unwrap(), 18001);
     answers(to, &["b1"]).await;
 
-    let by_name = LbFaultMatch { names: vec!["slow-*".into()], backends: bs.instances.clone(), ..Default::default() };
-    let slow = LbFaultAction::Latency { ms: 400, jitter_ms: 100 };
-    admin.add_lb_fault(&lb_fault("slow", by_name, slow, FaultTrigger::default())).await.unwrap();
+    // Through the CLI, as a person would.
+    let backend = &bs.instances[0];
+    let added = ["lb-fault", "add", "--id", "slow", "--name", "slow-*", "--backend", backend, "--latency", "400ms"];
+    fakecloud(c, &[&added[..], &["--jitter", "100ms"]].concat()).await;
     for _ in 0..3 {
         let started = std::time::Instant::now();
         assert_eq!(hello(to).await.as_deref(), Some("b1"));
         assert!(started.elapsed() >= Duration::from_millis(400), "answered after {:?}", started.elapsed());
     }
     let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert_eq!((rule.id.as_str(), rule.action.clone()), ("slow", LbFaultAction::Latency { ms: 400, jitter_ms: 100 }));
     assert_eq!(rule.injected, 3);
+    let listed = fakecloud(c, &["lb-fault", "list"]).await;
+    assert!(listed.contains("latency 400ms+100ms") && listed.contains("slow-*"), "{listed}");
     let text = metrics(c).await;
     assert!(text.contains("action=\"latency\"} 3"), "{text}");
 
     // A rule for another load balancer's name does not slow this one.
-    admin.delete_lb_fault("slow").await.unwrap();
+    fakecloud(c, &["lb-fault", "delete", "slow"]).await;
     let other = LbFaultMatch { names: vec!["api".into()], ..Default::default() };
     let slower = LbFaultAction::Latency { ms: 600_000, jitter_ms: 0 };
     admin.add_lb_fault(&lb_fault("elsewhere", other, slower, FaultTrigger::default())).await.unwrap();

@@ -3,8 +3,8 @@
 use anyhow::Result;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, BackendState, FaultAction, FaultRule, Instance, ListenerState, LoadBalancer, Outage, Quota, RateLimit,
-    Region, Route,
+    AuditEntry, BackendState, FaultAction, FaultRule, FaultTrigger, Instance, LbFaultAction, LbFaultRule,
+    ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
 };
 use serde::Serialize;
 
@@ -19,6 +19,24 @@ fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String
         t.add_row(row);
     }
     t.to_string()
+}
+
+/// A rule's trigger, briefly: `p=0.5 skip 2 3 times until …`.
+fn trigger_text(t: &FaultTrigger, active_until: Option<&str>) -> String {
+    let mut trigger = Vec::new();
+    if let Some(p) = t.probability {
+        trigger.push(format!("p={p}"));
+    }
+    if t.skip > 0 {
+        trigger.push(format!("skip {}", t.skip));
+    }
+    if let Some(n) = t.times {
+        trigger.push(format!("{n} times"));
+    }
+    if let Some(u) = active_until {
+        trigger.push(format!("until {u}"));
+    }
+    trigger.join(" ")
 }
 
 /// Load balancers, one a row. With the data plane on, BACKENDS counts the healthy ones and a listener that is
@@ -213,23 +231,38 @@ impl Output {
                         FaultAction::NoResponse { mode, .. } => format!("no-response {mode:?}").to_lowercase(),
                         FaultAction::EventualConsistency { seconds } => format!("hidden for {seconds}s"),
                     };
-                    let t = &r.trigger;
-                    let mut trigger = Vec::new();
-                    if let Some(p) = t.probability {
-                        trigger.push(format!("p={p}"));
-                    }
-                    if t.skip > 0 {
-                        trigger.push(format!("skip {}", t.skip));
-                    }
-                    if let Some(n) = t.times {
-                        trigger.push(format!("{n} times"));
-                    }
-                    if let Some(u) = &r.active_until {
-                        trigger.push(format!("until {u}"));
-                    }
+                    let trigger = trigger_text(&r.trigger, r.active_until.as_deref());
                     let ops =
                         if r.matcher.operations.is_empty() { "*".to_string() } else { r.matcher.operations.join(",") };
-                    vec![r.id.clone(), ops, action, trigger.join(" "), r.matched.to_string(), r.injected.to_string()]
+                    vec![r.id.clone(), ops, action, trigger, r.matched.to_string(), r.injected.to_string()]
+                }),
+            )
+        })
+    }
+
+    pub fn lb_faults(&self, items: &[LbFaultRule]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "LOAD BALANCERS", "PORTS", "BACKENDS", "ACTION", "TRIGGER", "MATCHED", "INJECTED"],
+                items.iter().map(|r| {
+                    let m = &r.matcher;
+                    let any = |v: Vec<String>| if v.is_empty() { "*".to_string() } else { v.join(",") };
+                    let action = match &r.action {
+                        LbFaultAction::Reset { after_ms: None } => "reset".to_string(),
+                        LbFaultAction::Reset { after_ms: Some(after) } => format!("reset after {after}ms"),
+                        LbFaultAction::Latency { ms, jitter_ms } => format!("latency {ms}ms+{jitter_ms}ms"),
+                        LbFaultAction::BlackHole {} => "black-hole".to_string(),
+                    };
+                    vec![
+                        r.id.clone(),
+                        any(m.load_balancers.iter().chain(&m.names).cloned().collect()),
+                        any(m.ports.iter().map(u16::to_string).collect()),
+                        any(m.backends.clone()),
+                        action,
+                        trigger_text(&r.trigger, r.active_until.as_deref()),
+                        r.matched.to_string(),
+                        r.injected.to_string(),
+                    ]
                 }),
             )
         })
