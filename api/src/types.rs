@@ -290,6 +290,15 @@ pub enum Protocol {
     Udp,
 }
 
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Udp => "UDP",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Listener {
@@ -377,6 +386,40 @@ pub struct LoadBalancer {
     /// and the load balancer is active.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_health: Vec<BackendHealth>,
+    /// Whether traffic gets through, as the listeners and backends above add up; only when the emulator serves
+    /// load balancers and the load balancer is active. `state` stays the control plane's: a load balancer whose
+    /// address cannot be bound is still `active`, and says so here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plane: Option<DataPlaneStatus>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataPlaneState {
+    /// Every listener listens and every backend is healthy.
+    Serving,
+    /// Some traffic gets through, not all: a listener failed or is not served, or a backend is not healthy.
+    Degraded,
+    /// No traffic gets through: no listener listens, or no backend is healthy.
+    Down,
+}
+
+impl DataPlaneState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Serving => "serving",
+            Self::Degraded => "degraded",
+            Self::Down => "down",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct DataPlaneStatus {
+    pub state: DataPlaneState,
+    /// What keeps it from `serving`, one problem each: a failed listener with its reason, an unhealthy backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -388,6 +431,16 @@ pub enum ListenerState {
     Failed,
     /// Not served by the data plane (UDP, for now).
     Unsupported,
+}
+
+impl ListenerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Listening => "listening",
+            Self::Failed => "failed",
+            Self::Unsupported => "unsupported",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -409,6 +462,16 @@ pub enum BackendState {
     Unhealthy,
     /// Not checked yet; gets no new connections.
     Unknown,
+}
+
+impl BackendState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::{ADMIN, USER, eventually, spawn_emulator_with};
 use fakecloud_api::{
     AuditQuery, BackendState, Client, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
-    FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener, ListenerState, LoadBalancer,
-    Protocol, Scheme, UpdateLoadBalancerRequest,
+    DataPlaneState, FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener,
+    ListenerState, LoadBalancer, LoadBalancerState, Protocol, Scheme, UpdateLoadBalancerRequest,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -389,10 +389,30 @@ async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener
     assert!(statuses.0[1].reason.as_deref().is_some_and(|r| r.contains("in use")), "{:?}", statuses.0[1]);
     assert_eq!(statuses.1[0].state, ListenerState::Failed);
     assert!(statuses.1[0].reason.as_deref().is_some_and(|r| r.contains("assign")), "{:?}", statuses.1[0]);
+    // The load balancer says so too: still active for the control plane (the CCM sees no change), but its data
+    // plane is degraded (one listener of two) or down (none), with the reasons.
+    let degraded = c.get_load_balancer(&lb.id).await.unwrap();
+    assert_eq!(degraded.state, LoadBalancerState::Active);
+    let dp = degraded.data_plane.unwrap();
+    assert_eq!(dp.state, DataPlaneState::Degraded, "{dp:?}");
+    assert!(dp.reasons.len() == 1 && dp.reasons[0].starts_with("listener TCP/18002 failed: "), "{dp:?}");
+    assert!(dp.reasons[0].contains("in use"), "{dp:?}");
+    let down = c.get_load_balancer(&internal.id).await.unwrap().data_plane.unwrap();
+    assert_eq!(down.state, DataPlaneState::Down, "{down:?}");
+    assert!(down.reasons[0].contains("assign"), "{down:?}");
+    let listed = fakecloud(&c, &["lb", "list"]).await;
+    assert!(listed.contains("active (degraded)") && listed.contains("active (down)"), "{listed}");
+    let got = fakecloud(&c, &["lb", "get", &lb.id]).await;
+    assert!(got.contains("data plane: degraded") && got.contains("listener TCP/18002 failed"), "{got}");
 
     // The port freed, the listener binds at the next resync.
     drop(squatter);
     answers(SocketAddr::new(vip, 18002), &["b1"]).await;
+    eventually(FOLLOW, "the data plane to be serving", || async {
+        let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane?;
+        (dp.state == DataPlaneState::Serving && dp.reasons.is_empty()).then_some(())
+    })
+    .await;
 
     // A restart on the same database serves every listener again.
     emu.kill().await.unwrap();
@@ -405,18 +425,30 @@ async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener
 }
 
 #[tokio::test]
-async fn the_openapi_document_describes_listener_status_and_backend_health() {
+async fn the_openapi_document_describes_the_data_plane_and_its_faults() {
     let emu = common::Emu::start().await;
     let (_, spec) = emu.raw(reqwest::Method::GET, "/openapi.json", None, None).await;
     let schemas = &spec["components"]["schemas"];
     let lb = &schemas["LoadBalancer"];
-    for field in ["listener_status", "backend_health"] {
+    for field in ["listener_status", "backend_health", "data_plane"] {
         assert!(lb["properties"][field].is_object(), "LoadBalancer.{field} missing: {lb}");
         assert!(!lb["required"].as_array().unwrap().iter().any(|r| r == field), "{field} must be optional");
     }
     assert_eq!(schemas["BackendState"]["enum"], serde_json::json!(["healthy", "unhealthy", "unknown"]));
     assert_eq!(schemas["ListenerState"]["enum"], serde_json::json!(["listening", "failed", "unsupported"]));
     assert!(schemas["BackendHealth"]["properties"]["last_error"].is_object());
+    assert_eq!(schemas["DataPlaneState"]["enum"], serde_json::json!(["serving", "degraded", "down"]));
+    let actions: Vec<&str> = schemas["LbFaultAction"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["properties"]["type"]["enum"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["reset", "latency", "black-hole"]);
+    assert_eq!(schemas["LbFaultMatch"]["properties"]["ports"]["items"]["minimum"], 1);
+    for path in ["/v1/lb-faults", "/v1/lb-faults/{id}"] {
+        assert!(spec["paths"][path].is_object(), "{path} missing");
+    }
 }
 
 fn lb_fault(id: &str, matcher: LbFaultMatch, action: LbFaultAction, trigger: FaultTrigger) -> CreateLbFaultRuleRequest {
@@ -599,6 +631,9 @@ async fn a_black_hole_takes_a_backend_out_until_the_rule_is_deleted() {
     })
     .await;
     assert!(health.last_error.as_deref().is_some_and(|e| e.contains("black-holed")), "{health:?}");
+    let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane.unwrap();
+    assert_eq!(dp.state, DataPlaneState::Degraded, "{dp:?}");
+    assert!(dp.reasons.iter().any(|r| r.contains(&i2) && r.contains("black-holed")), "{dp:?}");
     for _ in 0..6 {
         assert_eq!(hello(to).await.as_deref(), Some("b1"), "the black-holed backend gets no traffic");
     }

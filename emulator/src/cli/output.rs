@@ -3,8 +3,8 @@
 use anyhow::Result;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, BackendState, FaultAction, FaultRule, FaultTrigger, Instance, LbFaultAction, LbFaultRule,
-    ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
+    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Instance, LbFaultAction,
+    LbFaultRule, ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
 };
 use serde::Serialize;
 
@@ -39,8 +39,8 @@ fn trigger_text(t: &FaultTrigger, active_until: Option<&str>) -> String {
     trigger.join(" ")
 }
 
-/// Load balancers, one a row. With the data plane on, BACKENDS counts the healthy ones and a listener that is
-/// not listening is marked.
+/// Load balancers, one a row. With the data plane on, BACKENDS counts the healthy ones, a listener that is
+/// not listening is marked, and STATE says when traffic does not all get through (`active (degraded)`).
 fn load_balancer_table(items: &[LoadBalancer]) -> String {
     table(
         &["ID", "NAME", "SCHEME", "STATE", "ADDRESS", "LISTENERS", "BACKENDS"],
@@ -68,7 +68,12 @@ fn load_balancer_table(items: &[LoadBalancer]) -> String {
                 lb.id.clone(),
                 lb.name.clone(),
                 lb.scheme.as_str().into(),
-                lb.state.as_str().into(),
+                match &lb.data_plane {
+                    Some(d) if d.state != DataPlaneState::Serving => {
+                        format!("{} ({})", lb.state.as_str(), d.state.as_str())
+                    }
+                    _ => lb.state.as_str().into(),
+                },
                 lb.address.map(|a| a.to_string()).unwrap_or_else(|| "<pending>".into()),
                 listeners.join(","),
                 backends,
@@ -150,6 +155,12 @@ impl Output {
         // JSON as a list of one, as `lb list` and the other commands print.
         self.print(std::slice::from_ref(lb), || {
             let mut out = load_balancer_table(std::slice::from_ref(lb));
+            if let Some(d) = &lb.data_plane {
+                out.push_str(&format!("\n\ndata plane: {}", d.state.as_str()));
+                for r in &d.reasons {
+                    out.push_str(&format!("\n  - {r}"));
+                }
+            }
             let not_listening: Vec<Vec<String>> = lb
                 .listener_status
                 .iter()

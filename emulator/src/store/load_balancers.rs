@@ -86,6 +86,7 @@ impl Row {
             name: self.name,
             listener_status: Vec::new(),
             backend_health: Vec::new(),
+            data_plane: None,
         }))
     }
 }
