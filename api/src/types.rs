@@ -429,7 +429,8 @@ pub enum ListenerState {
     Listening,
     /// The address and port could not be bound (see `reason`); retried while the listener exists.
     Failed,
-    /// Not served by the data plane (UDP, for now).
+    /// Not served by the data plane. The emulator serves TCP and UDP now, so it no longer says this; kept so that
+    /// clients built against older emulators still read every answer.
     Unsupported,
 }
 

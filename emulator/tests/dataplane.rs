@@ -649,3 +649,89 @@ async fn a_black_hole_takes_a_backend_out_until_the_rule_is_deleted() {
     .await;
     answers(to, &["b2"]).await;
 }
+
+/// A UDP backend on `ip:port`: answers each datagram with `name:` and the datagram.
+fn udp_echo(name: &'static str, socket: tokio::net::UdpSocket) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            let answer = [name.as_bytes(), b":", &buf[..n]].concat();
+            let _ = socket.send_to(&answer, from).await;
+        }
+    })
+}
+
+/// Send `text` from `client` to `to` until an answer comes (the data plane may not serve it yet); the answer.
+async fn udp_ask(client: &tokio::net::UdpSocket, to: SocketAddr, text: &str) -> String {
+    eventually(FOLLOW, &format!("{to} to answer {text:?} over UDP"), || async {
+        client.send_to(text.as_bytes(), to).await.unwrap();
+        let mut buf = [0u8; 1500];
+        let (n, from) =
+            tokio::time::timeout(Duration::from_millis(500), client.recv_from(&mut buf)).await.ok()?.ok()?;
+        assert_eq!(from, to, "the answer comes from the load balancer's address");
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        // A late answer to an earlier try is not this one.
+        answer.ends_with(&format!(":{text}")).then_some(answer)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 8).await;
+    let bs = backends(&c, 8, &["b1", "b2"]).await;
+    let mut echoes = Vec::new();
+    for (k, name) in ["b1", "b2"].into_iter().enumerate() {
+        let socket = tokio::net::UdpSocket::bind((ip(&format!("127.78.8.{}", k + 1)), bs.port)).await.unwrap();
+        echoes.push(udp_echo(name, socket));
+    }
+    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "dns".into(),
+            listeners: vec![udp],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+
+    let a = tokio::net::UdpSocket::bind((ip("127.79.8.1"), 0)).await.unwrap();
+    let b = tokio::net::UdpSocket::bind((ip("127.79.8.2"), 0)).await.unwrap();
+    let first = udp_ask(&a, to, "hello").await;
+    let (backend_a, said) = first.split_once(':').unwrap();
+    assert_eq!(said, "hello");
+    let backend_a = backend_a.to_string();
+    // The second client's session goes to the other backend, and each stays on its own.
+    let backend_b = udp_ask(&b, to, "hi").await.split_once(':').unwrap().0.to_string();
+    assert_ne!(backend_a, backend_b);
+    for n in 0..3 {
+        assert_eq!(udp_ask(&a, to, &format!("a{n}")).await, format!("{backend_a}:a{n}"));
+        assert_eq!(udp_ask(&b, to, &format!("b{n}")).await, format!("{backend_b}:b{n}"));
+    }
+
+    let got = c.get_load_balancer(&lb.id).await.unwrap();
+    assert_eq!(
+        (got.listener_status[0].protocol, got.listener_status[0].state),
+        (Protocol::Udp, ListenerState::Listening)
+    );
+    assert_eq!(got.data_plane.unwrap().state, DataPlaneState::Serving);
+    let text = metrics(&c).await;
+    let accepted = format!(
+        "fakecloud_lb_connections_total{{load_balancer=\"{}\",protocol=\"UDP\",port=\"18053\",outcome=\"accepted\"}} 2",
+        lb.id
+    );
+    assert!(text.contains(&accepted), "{text}");
+
+    // Deleted: nothing answers.
+    c.delete_load_balancer(&lb.id).await.unwrap();
+    eventually(FOLLOW, "the UDP listener to close", || async {
+        a.send_to(b"anyone?", to).await.ok()?;
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(Duration::from_millis(300), a.recv_from(&mut buf)).await.is_err().then_some(())
+    })
+    .await;
+}

@@ -1,4 +1,4 @@
-//! The load balancer data plane (`fakecloud serve --serve-load-balancers`): every TCP listener of every active
+//! The load balancer data plane (`fakecloud serve --serve-load-balancers`): every listener of every active
 //! load balancer accepts on the load balancer's address and forwards to its healthy backends.
 //!
 //! It follows the database. The supervisor reads the active load balancers and the instances' addresses
@@ -8,13 +8,14 @@
 //! ranges) and their load balancer's healthy backends swapped in place through watch channels — their sockets
 //! and established connections are untouched. Health checks run per load balancer (see [`health`]).
 //!
-//! UDP listeners are not served yet; they show `unsupported`.
+//! UDP listeners are served too, by sessions per client address (see [`udp`]).
 
 mod faults;
 mod health;
 pub mod pool;
 mod proxy;
 mod status;
+mod udp;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -98,7 +99,6 @@ enum Slot {
     Listening(proxy::Listener),
     /// Not bound, for this reason; binding is tried again at every resync.
     Failed(String),
-    Unsupported,
 }
 
 impl Supervisor {
@@ -234,19 +234,6 @@ async fn sync_listeners(
         kept
     });
     for (&(protocol, port), &backend_port) in &wanted {
-        if protocol == Protocol::Udp {
-            if !matches!(served.listeners.get(&(protocol, port)), Some(Slot::Unsupported)) {
-                status.set_listener(
-                    &lb.id,
-                    protocol,
-                    port,
-                    ListenerState::Unsupported,
-                    Some("the data plane does not serve UDP yet".into()),
-                );
-                served.listeners.insert((protocol, port), Slot::Unsupported);
-            }
-            continue;
-        }
         let subject = LbSubject { id: lb.id.clone(), name: lb.name.clone() };
         let route = Route { subject, backend_port, source_ranges: source_ranges.clone() };
         if let Some(Slot::Listening(l)) = served.listeners.get(&(protocol, port)) {
@@ -254,8 +241,8 @@ async fn sync_listeners(
             continue;
         }
         let addr = SocketAddr::new(served.address, port);
-        match proxy::Listener::start(&lb.id, addr, route, served.healthy.clone(), metrics.clone(), faults.clone()).await
-        {
+        let healthy = served.healthy.clone();
+        match proxy::Listener::start(&lb.id, protocol, addr, route, healthy, metrics.clone(), faults.clone()).await {
             Ok(l) => {
                 tracing::info!(lb = %lb.id, %addr, "data plane: listening");
                 status.set_listener(&lb.id, protocol, port, ListenerState::Listening, None);

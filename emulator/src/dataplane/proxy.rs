@@ -11,8 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fakecloud_api::Protocol;
 use ipnet::IpNet;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::watch;
 
 use super::AbortOnDrop;
@@ -23,8 +24,8 @@ use crate::http::metrics::{ConnectionLabels, DataPlaneMetrics};
 
 /// The longest a connection to one backend may take before the next healthy one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Pause after a failed accept (out of file descriptors, say), so the loop does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// Pause after a failed accept or receive (out of file descriptors, say), so the loop does not spin.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Where a listener sends connections, besides the healthy backends of its load balancer.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +47,7 @@ impl Route {
     }
 }
 
-/// A bound listener. Dropping it closes the socket and every connection it forwards.
+/// A bound listener, TCP or UDP. Dropping it closes the socket and every connection (session) it forwards.
 #[derive(Debug)]
 pub struct Listener {
     route: watch::Sender<Arc<Route>>,
@@ -55,34 +56,43 @@ pub struct Listener {
 
 /// Labels of one listener's connection counter, made once.
 #[derive(Debug)]
-struct Counters {
-    metrics: DataPlaneMetrics,
+pub struct Counters {
+    pub metrics: DataPlaneMetrics,
     faults: Faults,
-    lb: String,
-    port: u16,
+    pub lb: String,
+    pub protocol: Protocol,
+    pub port: u16,
 }
 
 impl Counters {
-    fn count(&self, outcome: &'static str) {
-        let labels = ConnectionLabels { load_balancer: self.lb.clone(), port: self.port, outcome };
-        self.metrics.connections.get_or_create(&labels).inc();
+    pub fn labels(&self, outcome: &'static str) -> ConnectionLabels {
+        ConnectionLabels { load_balancer: self.lb.clone(), protocol: self.protocol.as_str(), port: self.port, outcome }
+    }
+
+    pub fn count(&self, outcome: &'static str) {
+        self.metrics.connections.get_or_create(&self.labels(outcome)).inc();
     }
 }
 
 impl Listener {
-    /// Bind `addr` and start accepting.
+    /// Bind `addr` for `protocol` and start accepting (TCP) or receiving (UDP, see [`super::udp`]).
     pub async fn start(
         lb: &str,
+        protocol: Protocol,
         addr: SocketAddr,
         route: Route,
         healthy: watch::Receiver<Healthy>,
         metrics: DataPlaneMetrics,
         faults: Faults,
     ) -> std::io::Result<Self> {
-        let socket = TcpListener::bind(addr).await?;
         let (tx, rx) = watch::channel(Arc::new(route));
-        let counters = Counters { metrics, faults, lb: lb.to_string(), port: addr.port() };
-        let accept = tokio::spawn(accept_loop(socket, rx, healthy, counters));
+        let counters = Counters { metrics, faults, lb: lb.to_string(), protocol, port: addr.port() };
+        let accept = match protocol {
+            Protocol::Tcp => tokio::spawn(accept_loop(TcpListener::bind(addr).await?, rx, healthy, counters)),
+            Protocol::Udp => {
+                tokio::spawn(super::udp::receive_loop(UdpSocket::bind(addr).await?, rx, healthy, counters))
+            }
+        };
         Ok(Self { route: tx, _accept: AbortOnDrop(accept) })
     }
 
@@ -128,7 +138,7 @@ async fn accept_loop(
         }
         let first = turn % backends.len();
         turn = turn.wrapping_add(1);
-        let counted = ConnectionLabels { load_balancer: counters.lb.clone(), port: counters.port, outcome: "" };
+        let counted = counters.labels("");
         let (metrics, faults) = (counters.metrics.clone(), counters.faults.clone());
         let to = Upstream { backends, first, route: current };
         tokio::spawn(forward(client, to, route.clone(), metrics, faults, counted));
@@ -221,7 +231,7 @@ fn reset(stream: &TcpStream) {
 }
 
 /// Resolves when the listener is gone (its route's sender dropped).
-async fn removed(route: &mut watch::Receiver<Arc<Route>>) {
+pub async fn removed(route: &mut watch::Receiver<Arc<Route>>) {
     while route.changed().await.is_ok() {}
 }
 

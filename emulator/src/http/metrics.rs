@@ -37,10 +37,12 @@ pub struct FaultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConnectionLabels {
     pub load_balancer: String,
+    /// `TCP` or `UDP` (for UDP, a connection is a session: the datagrams of one client address).
+    pub protocol: &'static str,
     pub port: u16,
     /// `accepted` (forwarded to a backend), `refused_source` (outside the source ranges), `refused_no_backend`
     /// (no healthy backend), `backend_failed` (no healthy backend could be connected to), `reset_by_fault` (reset
-    /// by a data-plane fault rule before it was forwarded).
+    /// by a data-plane fault rule before it was forwarded), `refused_sessions_full` (UDP: too many sessions).
     pub outcome: &'static str,
 }
 
