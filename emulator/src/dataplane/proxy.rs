@@ -155,7 +155,7 @@ struct Upstream {
 /// Ask the fault rules, then connect to the healthy backends from `first` on until one answers, then copy both
 /// ways until either side closes or the listener is removed.
 async fn forward(
-    client: TcpStream,
+    mut client: TcpStream,
     to: Upstream,
     mut route: watch::Receiver<Arc<Route>>,
     metrics: DataPlaneMetrics,
@@ -182,7 +182,6 @@ async fn forward(
         }
     }
     let port = current.backend_port;
-    let mut client = client;
     let mut upstream = None;
     for i in 0..backends.len() {
         let addr = SocketAddr::new(backends[(first + i) % backends.len()].1, port);
