@@ -406,7 +406,19 @@ impl Client {
         self.send::<(), _>(Method::DELETE, &format!("/v1/faults/{id}"), None, None).await
     }
 
-    /// Remove every fault rule, rate limit and outage.
+    pub async fn add_lb_fault(&self, req: &CreateLbFaultRuleRequest) -> Result<LbFaultRule> {
+        self.send(Method::POST, "/v1/lb-faults", Some(req), None).await
+    }
+
+    pub async fn list_lb_faults(&self) -> Result<LbFaultRuleList> {
+        self.get::<_, ()>("/v1/lb-faults", None).await
+    }
+
+    pub async fn delete_lb_fault(&self, id: &str) -> Result<LbFaultRule> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/lb-faults/{id}"), None, None).await
+    }
+
+    /// Remove every fault rule, data-plane rule, rate limit and outage.
     pub async fn clear_faults(&self) -> Result<serde_json::Value> {
         self.send::<(), _>(Method::DELETE, "/v1/faults", None, None).await
     }

@@ -305,3 +305,92 @@ pub struct SpotRandom {
     /// Instances reclaimed by this mode so far.
     pub reclaimed: u64,
 }
+
+/// Which load balancer traffic a data-plane fault rule applies to. Every list given must contain a match; an
+/// empty list matches anything.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LbFaultMatch {
+    /// Load balancer IDs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancers: Vec<String>,
+    /// Load balancer names or globs, e.g. `web-*`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Listener ports (`reset` and `latency` only: health checks are not per listener).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    /// Backend instance IDs: for `reset` and `latency`, the backend a connection is sent to; for `black-hole`,
+    /// the backends whose health checks fail.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<String>,
+}
+
+/// What matching load balancer traffic gets.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum LbFaultAction {
+    /// Accept a new connection, then reset it (TCP RST). Without `after_ms`, at once, before anything is
+    /// forwarded; with it, after forwarding for that long (a connection dropped mid-stream).
+    Reset {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_ms: Option<u64>,
+    },
+    /// Hold a new connection `ms` plus a uniform random 0..`jitter_ms` before connecting it to its backend.
+    Latency {
+        ms: u64,
+        #[serde(default)]
+        jitter_ms: u64,
+    },
+    /// The backend's health checks fail (each matching check is one firing), so it turns unhealthy as the
+    /// thresholds say and gets no new connections; established ones are left alone. (A struct variant, so that
+    /// unknown fields are refused as in the others.)
+    BlackHole {},
+}
+
+impl LbFaultAction {
+    /// The action's `type`, as metrics and the audit log name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Reset { .. } => "reset",
+            Self::Latency { .. } => "latency",
+            Self::BlackHole {} => "black-hole",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateLbFaultRuleRequest {
+    /// A name for the rule (letters, digits, `-`); default `lb-fault-<n>`. It also seeds the rule's random draws.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "match", default)]
+    pub matcher: LbFaultMatch,
+    pub action: LbFaultAction,
+    /// As for API rules; what is counted is a new connection (`reset`, `latency`) or a health check
+    /// (`black-hole`).
+    #[serde(default)]
+    pub trigger: FaultTrigger,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct LbFaultRule {
+    pub id: String,
+    #[serde(rename = "match")]
+    pub matcher: LbFaultMatch,
+    pub action: LbFaultAction,
+    pub trigger: FaultTrigger,
+    /// When the rule stops applying, if it has a window (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_until: Option<String>,
+    /// Connections or health checks that matched since the emulator started.
+    pub matched: u64,
+    /// Connections or health checks that were faulted since the emulator started.
+    pub injected: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LbFaultRuleList {
+    pub items: Vec<LbFaultRule>,
+}

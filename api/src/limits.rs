@@ -11,6 +11,8 @@ pub const REFILL_PER_SECOND_MAX: f64 = 1_000_000.0;
 
 /// A latency fault's delay and jitter, each and together.
 pub const LATENCY_MAX_MS: u64 = 600_000;
+/// How long a data-plane `reset` fault forwards a connection before resetting it: a day.
+pub const LB_RESET_AFTER_MAX_MS: u64 = 86_400_000;
 /// How long a `hang` fault holds a call, and how long eventual consistency lasts.
 pub const FAULT_SECONDS_MAX: f64 = 3600.0;
 /// How long a fault rule, outage or random spot reclamation may be set to last: a week.

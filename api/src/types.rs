@@ -290,6 +290,15 @@ pub enum Protocol {
     Udp,
 }
 
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Udp => "UDP",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Listener {
@@ -380,6 +389,11 @@ pub struct LoadBalancer {
     /// How traffic to `address` reaches the backends: Kubernetes' `status.loadBalancer.ingress[].ipMode`.
     #[serde(default)]
     pub ip_mode: IpMode,
+    /// Whether traffic gets through, as the listeners and backends above add up; only when the emulator serves
+    /// load balancers and the load balancer is active. `state` stays the control plane's: a load balancer whose
+    /// address cannot be bound is still `active`, and says so here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plane: Option<DataPlaneStatus>,
 }
 
 /// How a load balancer's address carries traffic to the nodes (Kubernetes' `ipMode`, KEP-1860).
@@ -396,13 +410,53 @@ pub enum IpMode {
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
+pub enum DataPlaneState {
+    /// Every listener listens and every backend is healthy.
+    Serving,
+    /// Some traffic gets through, not all: a listener failed or is not served, or a backend is not healthy.
+    Degraded,
+    /// No traffic gets through: no listener listens, or no backend is healthy.
+    Down,
+}
+
+impl DataPlaneState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Serving => "serving",
+            Self::Degraded => "degraded",
+            Self::Down => "down",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct DataPlaneStatus {
+    pub state: DataPlaneState,
+    /// What keeps it from `serving`, one problem each: a failed listener with its reason, an unhealthy backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
 pub enum ListenerState {
     /// Accepting connections on the load balancer's address and the listener's port.
     Listening,
     /// The address and port could not be bound (see `reason`); retried while the listener exists.
     Failed,
-    /// Not served by the data plane (UDP, for now).
+    /// Not served by the data plane. The emulator serves TCP and UDP now, so it no longer says this; kept so that
+    /// clients built against older emulators still read every answer.
     Unsupported,
+}
+
+impl ListenerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Listening => "listening",
+            Self::Failed => "failed",
+            Self::Unsupported => "unsupported",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -424,6 +478,16 @@ pub enum BackendState {
     Unhealthy,
     /// Not checked yet; gets no new connections.
     Unknown,
+}
+
+impl BackendState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
@@ -595,7 +659,8 @@ pub struct AuditEntry {
     /// RFC 3339 with milliseconds.
     pub time: String,
     pub request_id: String,
-    /// `user`, `admin`, or `anonymous` for calls without a valid token.
+    /// `user`, `admin`, or `anonymous` for calls without a valid token; `system` for what the emulator did itself
+    /// (a data-plane fault rule firing on a load balancer, operation `LoadBalancerFault`).
     pub role: String,
     /// The API operation, e.g. `CreateLoadBalancer`; `Unknown` for paths the API does not have.
     pub operation: String,
@@ -603,11 +668,13 @@ pub struct AuditEntry {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_id: Option<String>,
+    /// The HTTP status answered; 0 for a `LoadBalancerFault`, which is no HTTP call.
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
     pub latency_ms: f64,
-    /// The fault rule, rate limit or outage that shaped this call's answer, if any.
+    /// The fault rule, rate limit or outage that shaped this call's answer, if any (for `LoadBalancerFault`: the
+    /// data-plane rule that fired).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
 }

@@ -10,12 +10,13 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{USER, eventually, spawn_emulator_with};
+use common::{ADMIN, USER, eventually, spawn_emulator_with};
 use fakecloud_api::{
-    BackendState, Client, CreateInstanceRequest, CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener,
-    ListenerState, LoadBalancer, Protocol, Scheme, UpdateLoadBalancerRequest,
+    AuditQuery, BackendState, Client, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
+    DataPlaneState, FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener,
+    ListenerState, LoadBalancer, LoadBalancerState, Protocol, Scheme, UpdateLoadBalancerRequest,
 };
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::process::Child;
 use tokio::task::JoinHandle;
@@ -146,6 +147,21 @@ async fn emulator(db: &std::path::Path, net: u8) -> (Child, Client, std::sync::A
     ];
     let (child, url, log) = spawn_emulator_with(db, &flags, None).await;
     (child, Client::new(&url, USER).unwrap(), log)
+}
+
+/// Run the CLI against `c`'s emulator (with both tokens) and return what it printed; it must succeed.
+async fn fakecloud(c: &Client, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
+        .args(args)
+        .env("FAKECLOUD_ENDPOINT", c.endpoint())
+        .env("FAKECLOUD_USER_TOKEN", USER)
+        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "fakecloud {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
 }
 
 async fn instance(c: &Client, name: &str, private_ip: IpAddr) -> String {
@@ -279,15 +295,7 @@ async fn health_checks_take_a_failing_backend_out_and_say_why() {
     assert_eq!((b1.state, b1.last_error.as_deref()), (BackendState::Healthy, None));
 
     // The CLI shows it too.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"))
-        .args(["lb", "get", &lb.id])
-        .env("FAKECLOUD_ENDPOINT", c.endpoint())
-        .env("FAKECLOUD_USER_TOKEN", USER)
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let text = fakecloud(&c, &["lb", "get", &lb.id]).await;
     assert!(text.contains("1/2 healthy") && text.contains("unhealthy") && text.contains("connect"), "{text}");
 
     let metrics = reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap();
@@ -382,10 +390,30 @@ async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener
     assert!(statuses.0[1].reason.as_deref().is_some_and(|r| r.contains("in use")), "{:?}", statuses.0[1]);
     assert_eq!(statuses.1[0].state, ListenerState::Failed);
     assert!(statuses.1[0].reason.as_deref().is_some_and(|r| r.contains("assign")), "{:?}", statuses.1[0]);
+    // The load balancer says so too: still active for the control plane (the CCM sees no change), but its data
+    // plane is degraded (one listener of two) or down (none), with the reasons.
+    let degraded = c.get_load_balancer(&lb.id).await.unwrap();
+    assert_eq!(degraded.state, LoadBalancerState::Active);
+    let dp = degraded.data_plane.unwrap();
+    assert_eq!(dp.state, DataPlaneState::Degraded, "{dp:?}");
+    assert!(dp.reasons.len() == 1 && dp.reasons[0].starts_with("listener TCP/18002 failed: "), "{dp:?}");
+    assert!(dp.reasons[0].contains("in use"), "{dp:?}");
+    let down = c.get_load_balancer(&internal.id).await.unwrap().data_plane.unwrap();
+    assert_eq!(down.state, DataPlaneState::Down, "{down:?}");
+    assert!(down.reasons[0].contains("assign"), "{down:?}");
+    let listed = fakecloud(&c, &["lb", "list"]).await;
+    assert!(listed.contains("active (degraded)") && listed.contains("active (down)"), "{listed}");
+    let got = fakecloud(&c, &["lb", "get", &lb.id]).await;
+    assert!(got.contains("data plane: degraded") && got.contains("listener TCP/18002 failed"), "{got}");
 
     // The port freed, the listener binds at the next resync.
     drop(squatter);
     answers(SocketAddr::new(vip, 18002), &["b1"]).await;
+    eventually(FOLLOW, "the data plane to be serving", || async {
+        let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane?;
+        (dp.state == DataPlaneState::Serving && dp.reasons.is_empty()).then_some(())
+    })
+    .await;
 
     // A restart on the same database serves every listener again.
     emu.kill().await.unwrap();
@@ -398,16 +426,313 @@ async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener
 }
 
 #[tokio::test]
-async fn the_openapi_document_describes_listener_status_and_backend_health() {
+async fn the_openapi_document_describes_the_data_plane_and_its_faults() {
     let emu = common::Emu::start().await;
     let (_, spec) = emu.raw(reqwest::Method::GET, "/openapi.json", None, None).await;
     let schemas = &spec["components"]["schemas"];
     let lb = &schemas["LoadBalancer"];
-    for field in ["listener_status", "backend_health"] {
+    for field in ["listener_status", "backend_health", "data_plane"] {
         assert!(lb["properties"][field].is_object(), "LoadBalancer.{field} missing: {lb}");
         assert!(!lb["required"].as_array().unwrap().iter().any(|r| r == field), "{field} must be optional");
     }
     assert_eq!(schemas["BackendState"]["enum"], serde_json::json!(["healthy", "unhealthy", "unknown"]));
     assert_eq!(schemas["ListenerState"]["enum"], serde_json::json!(["listening", "failed", "unsupported"]));
     assert!(schemas["BackendHealth"]["properties"]["last_error"].is_object());
+    assert_eq!(schemas["DataPlaneState"]["enum"], serde_json::json!(["serving", "degraded", "down"]));
+    let actions: Vec<&str> = schemas["LbFaultAction"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["properties"]["type"]["enum"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["reset", "latency", "black-hole"]);
+    assert_eq!(schemas["LbFaultMatch"]["properties"]["ports"]["items"]["minimum"], 1);
+    for path in ["/v1/lb-faults", "/v1/lb-faults/{id}"] {
+        assert!(spec["paths"][path].is_object(), "{path} missing");
+    }
+}
+
+fn lb_fault(id: &str, matcher: LbFaultMatch, action: LbFaultAction, trigger: FaultTrigger) -> CreateLbFaultRuleRequest {
+    CreateLbFaultRuleRequest { id: Some(id.into()), matcher, action, trigger }
+}
+
+/// Read from `stream` until it ends: `Err` with how it ended if not with an orderly close.
+async fn read_to_end(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut got = Vec::new();
+    tokio::time::timeout(IO, stream.read_to_end(&mut got)).await.map_err(|_| std::io::ErrorKind::TimedOut)??;
+    Ok(got)
+}
+
+/// Connect to `to` and read until the connection ends: what was read, or how it failed. The reset of a
+/// connection reset as soon as it is accepted may already be there when the connect completes.
+async fn how_it_ends(to: SocketAddr) -> Result<Vec<u8>, std::io::ErrorKind> {
+    let mut s = tokio::time::timeout(IO, TcpStream::connect(to))
+        .await
+        .map_err(|_| std::io::ErrorKind::TimedOut)?
+        .map_err(|e| e.kind())?;
+    read_to_end(&mut s).await.map_err(|e| e.kind())
+}
+
+async fn metrics(c: &Client) -> String {
+    reqwest::get(format!("{}/metrics", c.endpoint())).await.unwrap().text().await.unwrap()
+}
+
+/// An emulator on `net` with an admin client, backends `names`, and an active load balancer over them made from
+/// `req` (named `web` unless it says otherwise): what each data-plane fault test starts from.
+struct Faulted {
+    _emu: Child,
+    c: Client,
+    admin: Client,
+    bs: Backends,
+    lb: LoadBalancer,
+}
+
+impl Faulted {
+    async fn start(
+        dir: &std::path::Path,
+        net: u8,
+        names: &[&'static str],
+        req: impl FnOnce(&Backends) -> CreateLoadBalancerRequest,
+    ) -> Self {
+        let (emu, c, _log) = emulator(&dir.join("fc.db"), net).await;
+        let admin = Client::new(c.endpoint(), ADMIN).unwrap();
+        let bs = backends(&c, net, names).await;
+        let mut req = req(&bs);
+        req.backends = bs.instances.clone();
+        if req.name.is_empty() {
+            req.name = "web".into();
+        }
+        let lb = create_lb(&c, req).await;
+        Self { _emu: emu, c, admin, bs, lb }
+    }
+}
+
+#[tokio::test]
+async fn a_reset_rule_resets_new_connections_as_its_trigger_says_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Faulted::start(dir.path(), 5, &["b1"], |bs| CreateLoadBalancerRequest {
+        listeners: vec![tcp(18001, bs.port), tcp(18002, bs.port)],
+        ..Default::default()
+    })
+    .await;
+    let (c, admin, lb) = (&f.c, &f.admin, &f.lb);
+    let (p1, p2) = (SocketAddr::new(lb.address.unwrap(), 18001), SocketAddr::new(lb.address.unwrap(), 18002));
+    answers(p1, &["b1"]).await;
+    answers(p2, &["b1"]).await;
+
+    // The next two connections on port 18001 are reset; port 18002 is not matched.
+    let only_p1 = LbFaultMatch { load_balancers: vec![lb.id.clone()], ports: vec![18001], ..Default::default() };
+    let twice = FaultTrigger { times: Some(2), ..Default::default() };
+    admin.add_lb_fault(&lb_fault("flap", only_p1, LbFaultAction::Reset { after_ms: None }, twice)).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(how_it_ends(p1).await, Err(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(hello(p2).await.as_deref(), Some("b1"));
+    }
+    assert_eq!(hello(p1).await.as_deref(), Some("b1"), "times: 2 is spent");
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert_eq!((rule.matched, rule.injected), (3, 2));
+
+    let text = metrics(c).await;
+    let fired =
+        format!("fakecloud_lb_faults_fired_total{{load_balancer=\"{}\",fault=\"flap\",action=\"reset\"}} 2", lb.id);
+    assert!(text.contains(&fired), "{text}");
+    assert!(text.contains("outcome=\"reset_by_fault\""), "{text}");
+    // One audit entry, the first time the rule fired on this load balancer.
+    let query = AuditQuery { operation: Some("LoadBalancerFault".into()), ..Default::default() };
+    let audited = eventually(FOLLOW, "the audit entry", || async {
+        let items = admin.audit(&query).await.unwrap().items;
+        (!items.is_empty()).then_some(items)
+    })
+    .await;
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    let entry = &audited[0];
+    assert_eq!((entry.fault.as_deref(), entry.resource_id.as_deref()), (Some("flap"), Some(lb.id.as_str())));
+    assert_eq!((entry.role.as_str(), entry.method.as_str()), ("system", "reset"));
+
+    // Reset after a while: forwarded first, then reset mid-stream.
+    let after = LbFaultAction::Reset { after_ms: Some(300) };
+    admin.add_lb_fault(&lb_fault("drop", LbFaultMatch::default(), after, FaultTrigger::default())).await.unwrap();
+    let (name, mut s) = hello_from(None, p2).await.expect("forwarded before the reset");
+    assert_eq!(name, "b1");
+    let err = read_to_end(&mut s).await.expect_err("reset mid-stream");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+
+    // Deleting the rules restores the traffic.
+    admin.delete_lb_fault("drop").await.unwrap();
+    admin.delete_lb_fault("flap").await.unwrap();
+    let (_, mut kept) = hello_from(None, p2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(echo(&mut kept, "still").await.as_deref(), Some("b1:still"));
+}
+
+#[tokio::test]
+async fn a_latency_rule_holds_new_connections_before_forwarding() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Faulted::start(dir.path(), 6, &["b1"], |bs| CreateLoadBalancerRequest {
+        name: "slow-web".into(),
+        listeners: vec![tcp(18001, bs.port)],
+        ..Default::default()
+    })
+    .await;
+    let (c, admin, lb, bs) = (&f.c, &f.admin, &f.lb, &f.bs);
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    answers(to, &["b1"]).await;
+
+    // Through the CLI, as a person would.
+    let backend = &bs.instances[0];
+    let added = ["lb-fault", "add", "--id", "slow", "--name", "slow-*", "--backend", backend, "--latency", "400ms"];
+    fakecloud(c, &[&added[..], &["--jitter", "100ms"]].concat()).await;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        assert_eq!(hello(to).await.as_deref(), Some("b1"));
+        assert!(started.elapsed() >= Duration::from_millis(400), "answered after {:?}", started.elapsed());
+    }
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert_eq!((rule.id.as_str(), rule.action.clone()), ("slow", LbFaultAction::Latency { ms: 400, jitter_ms: 100 }));
+    assert_eq!(rule.injected, 3);
+    let listed = fakecloud(c, &["lb-fault", "list"]).await;
+    assert!(listed.contains("latency 400ms+100ms") && listed.contains("slow-*"), "{listed}");
+    let text = metrics(c).await;
+    assert!(text.contains("action=\"latency\"} 3"), "{text}");
+
+    // A rule for another load balancer's name does not slow this one.
+    fakecloud(c, &["lb-fault", "delete", "slow"]).await;
+    let other = LbFaultMatch { names: vec!["api".into()], ..Default::default() };
+    let slower = LbFaultAction::Latency { ms: 600_000, jitter_ms: 0 };
+    admin.add_lb_fault(&lb_fault("elsewhere", other, slower, FaultTrigger::default())).await.unwrap();
+    assert_eq!(hello(to).await.as_deref(), Some("b1"), "answered within the IO timeout");
+}
+
+#[tokio::test]
+async fn a_black_hole_takes_a_backend_out_until_the_rule_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Faulted::start(dir.path(), 7, &["b1", "b2"], |bs| CreateLoadBalancerRequest {
+        listeners: vec![tcp(18001, bs.port)],
+        health_check: Some(HealthCheck {
+            protocol: HealthCheckProtocol::Tcp,
+            port: bs.health_port,
+            path: None,
+            interval_seconds: 1,
+        }),
+        ..Default::default()
+    })
+    .await;
+    let (c, admin, lb) = (&f.c, &f.admin, &f.lb);
+    let i2 = f.bs.instances[1].clone();
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    answers(to, &["b1"]).await;
+    answers(to, &["b2"]).await;
+
+    let node2 = LbFaultMatch { backends: vec![i2.clone()], ..Default::default() };
+    admin.add_lb_fault(&lb_fault("hole", node2, LbFaultAction::BlackHole {}, FaultTrigger::default())).await.unwrap();
+    let health = eventually(Duration::from_secs(8), "b2 to be unhealthy", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        let h = lb.backend_health.iter().find(|h| h.instance == i2)?.clone();
+        (h.state == BackendState::Unhealthy).then_some(h)
+    })
+    .await;
+    assert!(health.last_error.as_deref().is_some_and(|e| e.contains("black-holed")), "{health:?}");
+    let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane.unwrap();
+    assert_eq!(dp.state, DataPlaneState::Degraded, "{dp:?}");
+    assert!(dp.reasons.iter().any(|r| r.contains(&i2) && r.contains("black-holed")), "{dp:?}");
+    for _ in 0..6 {
+        assert_eq!(hello(to).await.as_deref(), Some("b1"), "the black-holed backend gets no traffic");
+    }
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert!(rule.injected >= 2, "two failed checks turn it unhealthy: {rule:?}");
+    assert!(metrics(c).await.contains("action=\"black-hole\""));
+
+    admin.delete_lb_fault("hole").await.unwrap();
+    eventually(Duration::from_secs(8), "b2 to be healthy again", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        lb.backend_health.iter().any(|h| h.instance == i2 && h.state == BackendState::Healthy).then_some(())
+    })
+    .await;
+    answers(to, &["b2"]).await;
+}
+
+/// A UDP backend on `ip:port`: answers each datagram with `name:` and the datagram.
+fn udp_echo(name: &'static str, socket: tokio::net::UdpSocket) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            let answer = [name.as_bytes(), b":", &buf[..n]].concat();
+            let _ = socket.send_to(&answer, from).await;
+        }
+    })
+}
+
+/// Send `text` from `client` to `to` until an answer comes (the data plane may not serve it yet); the answer.
+async fn udp_ask(client: &tokio::net::UdpSocket, to: SocketAddr, text: &str) -> String {
+    eventually(FOLLOW, &format!("{to} to answer {text:?} over UDP"), || async {
+        client.send_to(text.as_bytes(), to).await.unwrap();
+        let mut buf = [0u8; 1500];
+        let (n, from) =
+            tokio::time::timeout(Duration::from_millis(500), client.recv_from(&mut buf)).await.ok()?.ok()?;
+        assert_eq!(from, to, "the answer comes from the load balancer's address");
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        // A late answer to an earlier try is not this one.
+        answer.ends_with(&format!(":{text}")).then_some(answer)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 8).await;
+    let bs = backends(&c, 8, &["b1", "b2"]).await;
+    let mut echoes = Vec::new();
+    for (k, name) in ["b1", "b2"].into_iter().enumerate() {
+        let socket = tokio::net::UdpSocket::bind((ip(&format!("127.78.8.{}", k + 1)), bs.port)).await.unwrap();
+        echoes.push(udp_echo(name, socket));
+    }
+    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "dns".into(),
+            listeners: vec![udp],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+
+    let a = tokio::net::UdpSocket::bind((ip("127.79.8.1"), 0)).await.unwrap();
+    let b = tokio::net::UdpSocket::bind((ip("127.79.8.2"), 0)).await.unwrap();
+    let first = udp_ask(&a, to, "hello").await;
+    let (backend_a, said) = first.split_once(':').unwrap();
+    assert_eq!(said, "hello");
+    let backend_a = backend_a.to_string();
+    // The second client's session goes to the other backend, and each stays on its own.
+    let backend_b = udp_ask(&b, to, "hi").await.split_once(':').unwrap().0.to_string();
+    assert_ne!(backend_a, backend_b);
+    for n in 0..3 {
+        assert_eq!(udp_ask(&a, to, &format!("a{n}")).await, format!("{backend_a}:a{n}"));
+        assert_eq!(udp_ask(&b, to, &format!("b{n}")).await, format!("{backend_b}:b{n}"));
+    }
+
+    let got = c.get_load_balancer(&lb.id).await.unwrap();
+    assert_eq!(
+        (got.listener_status[0].protocol, got.listener_status[0].state),
+        (Protocol::Udp, ListenerState::Listening)
+    );
+    assert_eq!(got.data_plane.unwrap().state, DataPlaneState::Serving);
+    let text = metrics(&c).await;
+    let accepted = format!(
+        "fakecloud_lb_connections_total{{load_balancer=\"{}\",protocol=\"UDP\",port=\"18053\",outcome=\"accepted\"}} 2",
+        lb.id
+    );
+    assert!(text.contains(&accepted), "{text}");
+
+    // Deleted: nothing answers.
+    c.delete_load_balancer(&lb.id).await.unwrap();
+    eventually(FOLLOW, "the UDP listener to close", || async {
+        a.send_to(b"anyone?", to).await.ok()?;
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(Duration::from_millis(300), a.recv_from(&mut buf)).await.is_err().then_some(())
+    })
+    .await;
 }

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use common::{Emu, eventually, wait_state};
 use fakecloud_api::limits::FAULT_COUNT_MAX;
 use fakecloud_api::{
-    AuditQuery, CreateFaultRuleRequest, CreateInstanceRequest, CreateLoadBalancerRequest, FaultAction, FaultMatch,
-    FaultTrigger, InstanceState, Listener, Market, NoResponseMode, OutageScope, Protocol, QuotaName, RateLimitScope,
-    ReclaimRequest, Service, SetRateLimitRequest, StartOutageRequest, codes,
+    AuditQuery, CreateFaultRuleRequest, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
+    FaultAction, FaultMatch, FaultTrigger, InstanceState, LbFaultAction, LbFaultMatch, Listener, Market,
+    NoResponseMode, OutageScope, Protocol, QuotaName, RateLimitScope, ReclaimRequest, Service, SetRateLimitRequest,
+    StartOutageRequest, codes,
 };
 use fakecloud_emulator::config::{Config, Timings};
 
@@ -246,6 +247,75 @@ async fn bad_rules_are_refused_naming_the_field() {
         status: 429,
     };
     assert!(emu.admin.set_rate_limit("x", &bad_limit).await.unwrap_err().to_string().contains("capacity"));
+}
+
+fn lb_rule(id: Option<&str>, matcher: LbFaultMatch, action: LbFaultAction) -> CreateLbFaultRuleRequest {
+    CreateLbFaultRuleRequest { id: id.map(str::to_string), matcher, action, trigger: FaultTrigger::default() }
+}
+
+#[tokio::test]
+async fn data_plane_rules_are_checked_listed_kept_and_deleted() {
+    let mut emu = Emu::start().await;
+    let reset = LbFaultAction::Reset { after_ms: None };
+    let ports = |p: Vec<u16>| LbFaultMatch { ports: p, ..Default::default() };
+    let cases = [
+        (lb_rule(None, ports(vec![0]), reset.clone()), "match.ports[0]"),
+        (lb_rule(None, ports(vec![80]), LbFaultAction::BlackHole {}), "match.ports"),
+        (
+            lb_rule(None, LbFaultMatch { names: vec!["[".into()], ..Default::default() }, reset.clone()),
+            "match.names[0]",
+        ),
+        (
+            lb_rule(None, LbFaultMatch { backends: vec!["i x".into()], ..Default::default() }, reset.clone()),
+            "match.backends[0]",
+        ),
+        (
+            lb_rule(None, LbFaultMatch::default(), LbFaultAction::Latency { ms: 600_000, jitter_ms: 1 }),
+            "action.jitter_ms",
+        ),
+        (lb_rule(None, LbFaultMatch::default(), LbFaultAction::Reset { after_ms: Some(u64::MAX) }), "action.after_ms"),
+        (lb_rule(Some("no spaces"), LbFaultMatch::default(), reset.clone()), "id"),
+        (
+            CreateLbFaultRuleRequest {
+                trigger: FaultTrigger { probability: Some(-0.1), ..Default::default() },
+                ..lb_rule(None, LbFaultMatch::default(), reset.clone())
+            },
+            "trigger.probability",
+        ),
+    ];
+    for (req, field) in cases {
+        let err = emu.admin.add_lb_fault(&req).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{field}: {err}");
+        assert!(err.to_string().contains(field), "{field} not named in {err}");
+    }
+    for body in [
+        r#"{"action":{"type":"explode"}}"#,
+        r#"{"action":{"type":"black-hole","ms":3}}"#,
+        r#"{"action":{"type":"reset"},"match":{"ports":[70000]}}"#,
+    ] {
+        let (status, answer) = emu
+            .raw(reqwest::Method::POST, "/v1/lb-faults", Some(common::ADMIN), Some(("application/json", body)))
+            .await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    // The user token may not touch them.
+    let (status, _) = emu.raw(reqwest::Method::GET, "/v1/lb-faults", Some(common::USER), None).await;
+    assert_eq!(status, 403);
+
+    let added = emu.admin.add_lb_fault(&lb_rule(None, ports(vec![80]), reset.clone())).await.unwrap();
+    assert!(added.id.starts_with("lb-fault-"), "{}", added.id);
+    let named = lb_rule(Some("flap"), LbFaultMatch::default(), LbFaultAction::BlackHole {});
+    emu.admin.add_lb_fault(&named).await.unwrap();
+    assert_eq!(emu.admin.add_lb_fault(&named).await.unwrap_err().status(), Some(409));
+    emu.restart().await;
+    let listed = emu.admin.list_lb_faults().await.unwrap().items;
+    assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [added.id.as_str(), "flap"]);
+    assert_eq!((listed[0].matched, listed[0].injected), (0, 0));
+    assert_eq!(emu.admin.delete_lb_fault("flap").await.unwrap().action, LbFaultAction::BlackHole {});
+    assert_eq!(emu.admin.delete_lb_fault("flap").await.unwrap_err().status(), Some(404));
+    // Clearing the faults clears these too.
+    emu.admin.clear_faults().await.unwrap();
+    assert!(emu.admin.list_lb_faults().await.unwrap().items.is_empty());
 }
 
 fn bucket(scope: RateLimitScope, capacity: u32, refill: f64) -> SetRateLimitRequest {

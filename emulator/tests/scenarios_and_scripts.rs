@@ -77,6 +77,7 @@ async fn every_shipped_scenario_runs_against_a_live_emulator() {
     }
     // Everything the scenarios changed is back; the reclaimed instance stays reclaimed.
     assert!(admin.list_faults().await.unwrap().items.is_empty());
+    assert!(admin.list_lb_faults().await.unwrap().items.is_empty(), "lb-flap's data-plane rules are removed");
     assert!(admin.list_rate_limits().await.unwrap().items.is_empty());
     assert!(admin.list_outages().await.unwrap().items.is_empty());
     assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 100);

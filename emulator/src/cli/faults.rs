@@ -1,4 +1,4 @@
-//! `fakecloud fault|ratelimit|outage|spot`: the fault-injection commands.
+//! `fakecloud fault|lb-fault|ratelimit|outage|spot`: the fault-injection commands.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -6,8 +6,9 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use fakecloud_api::{
-    Client, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, NoResponseMode, OutageScope, RateLimitScope,
-    ReclaimRequest, Service, SetRateLimitRequest, SpotRandomRequest, StartOutageRequest,
+    Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, LbFaultAction,
+    LbFaultMatch, NoResponseMode, OutageScope, RateLimitScope, ReclaimRequest, Service, SetRateLimitRequest,
+    SpotRandomRequest, StartOutageRequest,
 };
 
 use super::output::Output;
@@ -20,7 +21,7 @@ pub enum FaultCmd {
     List,
     /// Delete a rule by id.
     Delete { id: String },
-    /// Remove every rule, rate limit and outage.
+    /// Remove every rule (data-plane rules too), rate limit and outage.
     Clear,
 }
 
@@ -77,10 +78,20 @@ pub struct FaultAddArgs {
     /// With --no-response hang: how long to hang.
     #[arg(long, value_parser = humantime::parse_duration)]
     hang: Option<Duration>,
+    #[command(flatten)]
+    trigger: TriggerArgs,
+    /// Position in the list (0 = first). Default: last.
+    #[arg(long)]
+    position: Option<usize>,
+}
+
+/// When a matching call, connection or health check is faulted.
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
     /// Fire with this probability (0-1), drawn from the emulator's seed.
     #[arg(long)]
     probability: Option<f64>,
-    /// Let the first N matching calls through.
+    /// Let the first N matching calls (connections, health checks) through.
     #[arg(long, default_value_t = 0)]
     skip: u64,
     /// Then fire at most N times.
@@ -95,9 +106,98 @@ pub struct FaultAddArgs {
     /// Active until this time (RFC 3339).
     #[arg(long)]
     until: Option<String>,
-    /// Position in the list (0 = first). Default: last.
+}
+
+impl From<TriggerArgs> for FaultTrigger {
+    fn from(t: TriggerArgs) -> Self {
+        FaultTrigger {
+            probability: t.probability,
+            skip: t.skip,
+            times: t.times,
+            from: t.from,
+            until: t.until,
+            duration_seconds: t.duration.map(|d| d.as_secs_f64()),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LbFaultCmd {
+    /// Add a data-plane rule: matching connections are reset or delayed, or matching backends' health checks
+    /// fail (black-hole) so they turn unhealthy and get no traffic. First matching rule wins. Example, a Service
+    /// that flaps: `fakecloud lb-fault add --name 'web-*' --reset --probability 0.3 --for 2m`.
+    Add(Box<LbFaultAddArgs>),
+    /// List the rules, with how many connections or health checks each matched and faulted.
+    List,
+    /// Delete a rule by id; what it did stops at once (a black-holed backend turns healthy after its checks pass).
+    Delete { id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct LbFaultAddArgs {
+    /// Rule name (default lb-fault-<n>); it also seeds the rule's random draws.
     #[arg(long)]
-    position: Option<usize>,
+    id: Option<String>,
+    /// Load balancer ID; repeatable (default: all).
+    #[arg(long = "lb")]
+    load_balancers: Vec<String>,
+    /// Load balancer name or glob; repeatable.
+    #[arg(long = "name")]
+    names: Vec<String>,
+    /// Listener port (--reset, --latency); repeatable.
+    #[arg(long = "port")]
+    ports: Vec<u16>,
+    /// Backend instance ID: the backend a connection goes to, or the one to black-hole; repeatable.
+    #[arg(long = "backend")]
+    backends: Vec<String>,
+    /// Action: reset new connections (TCP RST) as soon as they are accepted.
+    #[arg(long, group = "action")]
+    reset: bool,
+    /// Action: forward new connections, then reset them after this long, e.g. 2s.
+    #[arg(long, value_parser = humantime::parse_duration, group = "action")]
+    reset_after: Option<Duration>,
+    /// Action: hold new connections this long before connecting them to their backend, e.g. 300ms.
+    #[arg(long, value_parser = humantime::parse_duration, group = "action")]
+    latency: Option<Duration>,
+    /// With --latency: up to this much more, at random.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    jitter: Option<Duration>,
+    /// Action: fail the matching backends' health checks, so they turn unhealthy and get no new connections.
+    #[arg(long, group = "action")]
+    black_hole: bool,
+    #[command(flatten)]
+    trigger: TriggerArgs,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl LbFaultAddArgs {
+    fn into_request(self) -> Result<CreateLbFaultRuleRequest> {
+        let action = if self.reset {
+            LbFaultAction::Reset { after_ms: None }
+        } else if let Some(after) = self.reset_after {
+            LbFaultAction::Reset { after_ms: Some(millis(after)) }
+        } else if let Some(l) = self.latency {
+            LbFaultAction::Latency { ms: millis(l), jitter_ms: self.jitter.map_or(0, millis) }
+        } else if self.black_hole {
+            LbFaultAction::BlackHole {}
+        } else {
+            bail!("give an action: --reset, --reset-after, --latency or --black-hole");
+        };
+        Ok(CreateLbFaultRuleRequest {
+            id: self.id,
+            matcher: LbFaultMatch {
+                load_balancers: self.load_balancers,
+                names: self.names,
+                ports: self.ports,
+                backends: self.backends,
+            },
+            action,
+            trigger: self.trigger.into(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -126,10 +226,7 @@ impl FaultAddArgs {
             let (status, code) = status_code(e)?;
             FaultAction::ApplyThenFail { status, code, message: self.message.clone() }
         } else if let Some(l) = self.latency {
-            FaultAction::Latency {
-                ms: l.as_millis() as u64,
-                jitter_ms: self.jitter.map_or(0, |j| j.as_millis() as u64),
-            }
+            FaultAction::Latency { ms: millis(l), jitter_ms: self.jitter.map_or(0, millis) }
         } else if let Some(d) = self.invisible_for {
             FaultAction::EventualConsistency { seconds: d.as_secs_f64() }
         } else if let Some(mode) = self.no_response {
@@ -155,14 +252,7 @@ impl FaultAddArgs {
                 tags: self.tags,
             },
             action,
-            trigger: FaultTrigger {
-                probability: self.probability,
-                skip: self.skip,
-                times: self.times,
-                from: self.from,
-                until: self.until,
-                duration_seconds: self.duration.map(|d| d.as_secs_f64()),
-            },
+            trigger: self.trigger.into(),
             position: self.position,
         })
     }
@@ -273,6 +363,14 @@ pub async fn fault(client: &Client, out: &Output, cmd: FaultCmd) -> Result<()> {
         FaultCmd::List => out.faults(&client.list_faults().await?.items),
         FaultCmd::Delete { id } => out.faults(&[client.delete_fault(&id).await?]),
         FaultCmd::Clear => out.value(&client.clear_faults().await?),
+    }
+}
+
+pub async fn lb_fault(client: &Client, out: &Output, cmd: LbFaultCmd) -> Result<()> {
+    match cmd {
+        LbFaultCmd::Add(args) => out.lb_faults(&[client.add_lb_fault(&args.into_request()?).await?]),
+        LbFaultCmd::List => out.lb_faults(&client.list_lb_faults().await?.items),
+        LbFaultCmd::Delete { id } => out.lb_faults(&[client.delete_lb_fault(&id).await?]),
     }
 }
 

@@ -93,6 +93,9 @@ pub enum Command {
     /// Fault rules: errors, latency, no response, apply-then-fail (admin).
     #[command(subcommand)]
     Fault(faults::FaultCmd),
+    /// Data-plane faults on load balancers: reset connections, add latency, black-hole backends (admin).
+    #[command(subcommand, name = "lb-fault")]
+    LbFault(faults::LbFaultCmd),
     /// Token-bucket rate limits with Retry-After (admin).
     #[command(subcommand, name = "ratelimit")]
     RateLimit(faults::RateLimitCmd),
@@ -149,8 +152,9 @@ const SCENARIO_HELP: &str = "Run FILE's steps at their times. A scenario is YAML
     - at: 40s
       wait: true
 
-One action per step: add_fault, remove_fault, set_rate_limit, remove_rate_limit, start_outage, stop_outages,
-set_quota, reclaim, clear_faults or wait. Examples are in scenarios/. The file is checked before anything runs.";
+One action per step: add_fault, remove_fault, add_lb_fault, remove_lb_fault (data-plane rules: reset, latency,
+black-hole), set_rate_limit, remove_rate_limit, start_outage, stop_outages, set_quota, reclaim, clear_faults or
+wait. Examples are in scenarios/. The file is checked before anything runs.";
 
 #[derive(Debug, Subcommand)]
 pub enum InstanceCmd {
@@ -420,6 +424,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Adopt { kubeconfig } => adopt::run(kubeconfig.as_deref(), &conn.client(false)?).await,
         Command::Fault(cmd) => faults::fault(&conn.client(true)?, &out, cmd).await,
+        Command::LbFault(cmd) => faults::lb_fault(&conn.client(true)?, &out, cmd).await,
         Command::RateLimit(cmd) => faults::rate_limit(&conn.client(true)?, &out, cmd).await,
         Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
         Command::Spot(cmd) => faults::spot(&conn.client(true)?, &out, cmd).await,

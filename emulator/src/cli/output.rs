@@ -3,8 +3,8 @@
 use anyhow::Result;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, BackendState, FaultAction, FaultRule, Instance, ListenerState, LoadBalancer, Outage, Quota, RateLimit,
-    Region, Route,
+    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Instance, LbFaultAction,
+    LbFaultRule, ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
 };
 use serde::Serialize;
 
@@ -21,8 +21,26 @@ fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String
     t.to_string()
 }
 
-/// Load balancers, one a row. With the data plane on, BACKENDS counts the healthy ones and a listener that is
-/// not listening is marked.
+/// A rule's trigger, briefly: `p=0.5 skip 2 3 times until …`.
+fn trigger_text(t: &FaultTrigger, active_until: Option<&str>) -> String {
+    let mut trigger = Vec::new();
+    if let Some(p) = t.probability {
+        trigger.push(format!("p={p}"));
+    }
+    if t.skip > 0 {
+        trigger.push(format!("skip {}", t.skip));
+    }
+    if let Some(n) = t.times {
+        trigger.push(format!("{n} times"));
+    }
+    if let Some(u) = active_until {
+        trigger.push(format!("until {u}"));
+    }
+    trigger.join(" ")
+}
+
+/// Load balancers, one a row. With the data plane on, BACKENDS counts the healthy ones, a listener that is
+/// not listening is marked, and STATE says when traffic does not all get through (`active (degraded)`).
 fn load_balancer_table(items: &[LoadBalancer]) -> String {
     table(
         &["ID", "NAME", "SCHEME", "STATE", "ADDRESS", "LISTENERS", "BACKENDS"],
@@ -50,7 +68,12 @@ fn load_balancer_table(items: &[LoadBalancer]) -> String {
                 lb.id.clone(),
                 lb.name.clone(),
                 lb.scheme.as_str().into(),
-                lb.state.as_str().into(),
+                match &lb.data_plane {
+                    Some(d) if d.state != DataPlaneState::Serving => {
+                        format!("{} ({})", lb.state.as_str(), d.state.as_str())
+                    }
+                    _ => lb.state.as_str().into(),
+                },
                 lb.address.map(|a| a.to_string()).unwrap_or_else(|| "<pending>".into()),
                 listeners.join(","),
                 backends,
@@ -132,6 +155,12 @@ impl Output {
         // JSON as a list of one, as `lb list` and the other commands print.
         self.print(std::slice::from_ref(lb), || {
             let mut out = load_balancer_table(std::slice::from_ref(lb));
+            if let Some(d) = &lb.data_plane {
+                out.push_str(&format!("\n\ndata plane: {}", d.state.as_str()));
+                for r in &d.reasons {
+                    out.push_str(&format!("\n  - {r}"));
+                }
+            }
             let not_listening: Vec<Vec<String>> = lb
                 .listener_status
                 .iter()
@@ -213,23 +242,38 @@ impl Output {
                         FaultAction::NoResponse { mode, .. } => format!("no-response {mode:?}").to_lowercase(),
                         FaultAction::EventualConsistency { seconds } => format!("hidden for {seconds}s"),
                     };
-                    let t = &r.trigger;
-                    let mut trigger = Vec::new();
-                    if let Some(p) = t.probability {
-                        trigger.push(format!("p={p}"));
-                    }
-                    if t.skip > 0 {
-                        trigger.push(format!("skip {}", t.skip));
-                    }
-                    if let Some(n) = t.times {
-                        trigger.push(format!("{n} times"));
-                    }
-                    if let Some(u) = &r.active_until {
-                        trigger.push(format!("until {u}"));
-                    }
+                    let trigger = trigger_text(&r.trigger, r.active_until.as_deref());
                     let ops =
                         if r.matcher.operations.is_empty() { "*".to_string() } else { r.matcher.operations.join(",") };
-                    vec![r.id.clone(), ops, action, trigger.join(" "), r.matched.to_string(), r.injected.to_string()]
+                    vec![r.id.clone(), ops, action, trigger, r.matched.to_string(), r.injected.to_string()]
+                }),
+            )
+        })
+    }
+
+    pub fn lb_faults(&self, items: &[LbFaultRule]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["ID", "LOAD BALANCERS", "PORTS", "BACKENDS", "ACTION", "TRIGGER", "MATCHED", "INJECTED"],
+                items.iter().map(|r| {
+                    let m = &r.matcher;
+                    let any = |v: Vec<String>| if v.is_empty() { "*".to_string() } else { v.join(",") };
+                    let action = match &r.action {
+                        LbFaultAction::Reset { after_ms: None } => "reset".to_string(),
+                        LbFaultAction::Reset { after_ms: Some(after) } => format!("reset after {after}ms"),
+                        LbFaultAction::Latency { ms, jitter_ms } => format!("latency {ms}ms+{jitter_ms}ms"),
+                        LbFaultAction::BlackHole {} => "black-hole".to_string(),
+                    };
+                    vec![
+                        r.id.clone(),
+                        any(m.load_balancers.iter().chain(&m.names).cloned().collect()),
+                        any(m.ports.iter().map(u16::to_string).collect()),
+                        any(m.backends.clone()),
+                        action,
+                        trigger_text(&r.trigger, r.active_until.as_deref()),
+                        r.matched.to_string(),
+                        r.injected.to_string(),
+                    ]
                 }),
             )
         })

@@ -13,25 +13,30 @@
 //!     set_rate_limit: {id: writes, scope: writes, capacity: 5, refill_per_second: 1}
 //!   - at: 15s
 //!     reclaim: {tag: pool=spot, notice_seconds: 10}
+//!   - at: 20s
+//!     add_lb_fault: {id: flap, match: {names: [web]}, action: {type: reset}, trigger: {probability: 0.5}}
 //!   - at: 30s
 //!     remove_fault: slow-routes
+//!   - at: 35s
+//!     remove_lb_fault: flap
 //!   - at: 40s
 //!     wait: true                  # just let time pass until here
 //! ```
 //!
 //! Each step has `at` and exactly one action: `add_fault` (the body of POST /v1/faults), `remove_fault` (an
-//! id), `set_rate_limit` (`id` plus the body of PUT /v1/rate-limits/{id}), `remove_rate_limit` (an id),
+//! id), `add_lb_fault` (the body of POST /v1/lb-faults: a data-plane rule), `remove_lb_fault` (an id), `set_rate_limit` (`id` plus the body of PUT /v1/rate-limits/{id}), `remove_rate_limit` (an id),
 //! `start_outage` (the body of POST /v1/outages), `stop_outages` (true), `set_quota` (`name`, `limit`),
 //! `reclaim` (the body of POST /v1/spot/reclaim), `clear_faults` (true) or `wait` (true). The whole file is
 //! checked before the first step runs. At the end — and on Ctrl-C — what the scenario changed is put back
-//! (faults, rate limits and outages it added are removed, quotas get their old limits), unless `--keep`.
+//! (faults, data-plane faults, rate limits and outages it added are removed, quotas get their old limits), unless `--keep`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use fakecloud_api::{
-    Client, CreateFaultRuleRequest, QuotaName, ReclaimRequest, SetRateLimitRequest, StartOutageRequest,
+    Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, QuotaName, ReclaimRequest, SetRateLimitRequest,
+    StartOutageRequest,
 };
 use serde::Deserialize;
 
@@ -54,6 +59,10 @@ pub struct Step {
     add_fault: Option<CreateFaultRuleRequest>,
     #[serde(default)]
     remove_fault: Option<String>,
+    #[serde(default)]
+    add_lb_fault: Option<CreateLbFaultRuleRequest>,
+    #[serde(default)]
+    remove_lb_fault: Option<String>,
     #[serde(default)]
     set_rate_limit: Option<NamedLimit>,
     #[serde(default)]
@@ -91,6 +100,8 @@ struct QuotaStep {
 enum Action {
     AddFault(Box<CreateFaultRuleRequest>),
     RemoveFault(String),
+    AddLbFault(Box<CreateLbFaultRuleRequest>),
+    RemoveLbFault(String),
     SetRateLimit(String, SetRateLimitRequest),
     RemoveRateLimit(String),
     StartOutage(StartOutageRequest),
@@ -111,6 +122,12 @@ impl Step {
         }
         if let Some(id) = self.remove_fault {
             actions.push(Action::RemoveFault(id));
+        }
+        if let Some(f) = self.add_lb_fault {
+            actions.push(Action::AddLbFault(Box::new(f)));
+        }
+        if let Some(id) = self.remove_lb_fault {
+            actions.push(Action::RemoveLbFault(id));
         }
         if let Some(l) = self.set_rate_limit {
             actions.push(Action::SetRateLimit(l.id, l.limit));
@@ -176,6 +193,7 @@ pub fn load(path: &Path) -> Result<Plan> {
 #[derive(Default)]
 struct Undo {
     faults: Vec<String>,
+    lb_faults: Vec<String>,
     limits: Vec<String>,
     outages: Vec<String>,
     quotas: Vec<(QuotaName, u32)>,
@@ -185,6 +203,9 @@ impl Undo {
     async fn restore(&self, client: &Client) {
         for id in &self.faults {
             let _ = client.delete_fault(id).await;
+        }
+        for id in &self.lb_faults {
+            let _ = client.delete_lb_fault(id).await;
         }
         for id in &self.limits {
             let _ = client.delete_rate_limit(id).await;
@@ -209,6 +230,16 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
             client.delete_fault(id).await?;
             undo.faults.retain(|f| f != id);
             format!("removed fault rule {id}")
+        }
+        Action::AddLbFault(req) => {
+            let r = client.add_lb_fault(req).await?;
+            undo.lb_faults.push(r.id.clone());
+            format!("added data-plane fault rule {} ({})", r.id, r.action.name())
+        }
+        Action::RemoveLbFault(id) => {
+            client.delete_lb_fault(id).await?;
+            undo.lb_faults.retain(|f| f != id);
+            format!("removed data-plane fault rule {id}")
         }
         Action::SetRateLimit(id, limit) => {
             client.set_rate_limit(id, limit).await?;

@@ -5,6 +5,10 @@
 //! check); after that it takes [`UNHEALTHY_THRESHOLD`] failed checks in a row to turn unhealthy and
 //! [`HEALTHY_THRESHOLD`] passed checks in a row to turn healthy again. A backend whose instance does not exist
 //! or is not running is unhealthy at once. Without a health check, every running backend is healthy.
+//!
+//! A data-plane `black-hole` fault rule fails the checks of the backends it matches, as a backend that stopped
+//! answering would; without a health check that turns the backend unhealthy at once. Checkers look again as
+//! soon as the rules change.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -16,14 +20,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::faults::Faults;
 use super::status::Status;
 use crate::db::{now_ms, rfc3339};
+use crate::faults::{LbEvent, LbSubject, LbVerdict};
 use crate::http::metrics::{BackendLabels, DataPlaneMetrics};
 
 /// Failed checks in a row that turn a healthy backend unhealthy.
 pub const UNHEALTHY_THRESHOLD: u32 = 2;
 /// Passed checks in a row that turn an unhealthy backend healthy.
 pub const HEALTHY_THRESHOLD: u32 = 2;
+/// How often a load balancer without a health check looks again while a black-hole rule may fire.
+const BLACK_HOLE_RECHECK: Duration = Duration::from_secs(1);
 /// The longest a probe may take, whatever the interval.
 const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(5);
 /// The most of an HTTP answer read to find its status line.
@@ -32,6 +40,8 @@ const STATUS_LINE_MAX: usize = 1024;
 /// What a load balancer's checker checks: its backends, and how.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spec {
+    /// The load balancer, as fault rules match it.
+    pub subject: LbSubject,
     pub backends: Vec<Backend>,
     pub check: Option<HealthCheck>,
 }
@@ -43,8 +53,8 @@ pub struct Backend {
     pub addr: Result<IpAddr, String>,
 }
 
-/// The healthy backends' addresses, in the load balancer's order.
-pub type Healthy = Arc<Vec<IpAddr>>;
+/// The healthy backends, in the load balancer's order: instance ID and address.
+pub type Healthy = Arc<Vec<(String, IpAddr)>>;
 
 /// One backend's health, as checks move it.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,11 +115,13 @@ pub async fn run(
     healthy: watch::Sender<Healthy>,
     status: Status,
     metrics: DataPlaneMetrics,
+    faults: Faults,
 ) {
+    let mut rules_changed = faults.changed();
     let mut trackers: HashMap<String, Tracker> = HashMap::new();
     loop {
         let current = spec.borrow_and_update().clone();
-        let results = check_all(&current).await;
+        let results = check_all(&current, &faults).await;
         let now = now_ms();
         trackers.retain(|id, _| {
             let kept = current.backends.iter().any(|b| &b.instance == id);
@@ -132,7 +144,7 @@ pub async fn run(
             let labels = BackendLabels { load_balancer: lb.clone(), backend: backend.instance.clone() };
             metrics.backend_healthy.get_or_create(&labels).set(i64::from(t.state == BackendState::Healthy));
             if let (BackendState::Healthy, Ok(ip)) = (t.state, &backend.addr) {
-                up.push(*ip);
+                up.push((backend.instance.clone(), *ip));
             }
             report.push(BackendHealth {
                 instance: backend.instance.clone(),
@@ -149,25 +161,33 @@ pub async fn run(
             }
             changed
         });
-        // The next round: after the interval, or at once when the backends or the check change.
-        let wait = current.check.as_ref().map(|c| Duration::from_secs(u64::from(c.interval_seconds.max(1))));
-        let changed = match wait {
-            Some(interval) => tokio::select! {
-                r = spec.changed() => r,
-                () = tokio::time::sleep(interval) => Ok(()),
-            },
-            None => spec.changed().await,
+        // The next round: after the interval, or at once when the backends, the check or the fault rules change.
+        let wait = match &current.check {
+            Some(c) => Some(Duration::from_secs(u64::from(c.interval_seconds.max(1)))),
+            None => faults.black_hole_active().await.then_some(BLACK_HOLE_RECHECK),
         };
-        if changed.is_err() {
-            return;
+        let interval = async {
+            match wait {
+                Some(w) => tokio::time::sleep(w).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = spec.changed() => if r.is_err() { return },
+            _ = rules_changed.changed() => {}
+            () = interval => {}
         }
     }
 }
 
-/// Probe every backend at once; one result per backend, in order.
-async fn check_all(spec: &Spec) -> Vec<Result<(), String>> {
+/// Probe every backend at once; one result per backend, in order. A black-holed backend fails without a probe.
+async fn check_all(spec: &Spec, faults: &Faults) -> Vec<Result<(), String>> {
     let probes = spec.backends.iter().map(|b| async move {
         let ip = b.addr.clone()?;
+        let event = LbEvent::HealthCheck { backend: &b.instance };
+        if faults.judge(&spec.subject, event).await == Some(LbVerdict::BlackHole) {
+            return Err(format!("{ip}: no answer (black-holed by a data-plane fault rule)"));
+        }
         match &spec.check {
             None => Ok(()),
             Some(check) => probe(ip, check).await,

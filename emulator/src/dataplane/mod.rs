@@ -1,4 +1,4 @@
-//! The load balancer data plane (`fakecloud serve --serve-load-balancers`): every TCP listener of every active
+//! The load balancer data plane (`fakecloud serve --serve-load-balancers`): every listener of every active
 //! load balancer accepts on the load balancer's address and forwards to its healthy backends.
 //!
 //! It follows the database. The supervisor reads the active load balancers and the instances' addresses
@@ -8,12 +8,14 @@
 //! ranges) and their load balancer's healthy backends swapped in place through watch channels — their sockets
 //! and established connections are untouched. Health checks run per load balancer (see [`health`]).
 //!
-//! UDP listeners are not served yet; they show `unsupported`.
+//! UDP listeners are served too, by sessions per client address (see [`udp`]).
 
+mod faults;
 mod health;
 pub mod pool;
 mod proxy;
 mod status;
+mod udp;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -24,11 +26,13 @@ use fakecloud_api::{InstanceState, ListenerState, LoadBalancer, Protocol};
 use ipnet::IpNet;
 use tokio::sync::{Notify, watch};
 
+pub use self::faults::Faults;
 use self::health::Healthy;
 use self::proxy::Route;
 pub use self::status::Status;
 use crate::db::Db;
 use crate::error::Result;
+use crate::faults::LbSubject;
 use crate::http::metrics::{BackendLabels, DataPlaneMetrics};
 use crate::store;
 
@@ -44,10 +48,10 @@ pub struct DataPlane {
 
 impl DataPlane {
     /// Start the supervisor; it runs until the returned task is aborted, which closes every listener.
-    pub fn spawn(db: Db, metrics: DataPlaneMetrics) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn spawn(db: Db, metrics: DataPlaneMetrics, faults: Faults) -> (Self, tokio::task::JoinHandle<()>) {
         let wake = Arc::new(Notify::new());
         let status = Status::default();
-        let supervisor = Supervisor { db, metrics, status: status.clone(), served: HashMap::new() };
+        let supervisor = Supervisor { db, metrics, faults, status: status.clone(), served: HashMap::new() };
         let task = tokio::spawn(supervisor.run(wake.clone()));
         (Self { wake, status }, task)
     }
@@ -76,6 +80,7 @@ impl Drop for AbortOnDrop {
 struct Supervisor {
     db: Db,
     metrics: DataPlaneMetrics,
+    faults: Faults,
     status: Status,
     /// By load balancer ID.
     served: HashMap<String, Served>,
@@ -94,7 +99,6 @@ enum Slot {
     Listening(proxy::Listener),
     /// Not bound, for this reason; binding is tried again at every resync.
     Failed(String),
-    Unsupported,
 }
 
 impl Supervisor {
@@ -121,6 +125,7 @@ impl Supervisor {
             let Some(address) = lb.address else { continue };
             seen.insert(lb.id.clone());
             let spec = health::Spec {
+                subject: LbSubject { id: lb.id.clone(), name: lb.name.clone() },
                 backends: lb
                     .backends
                     .iter()
@@ -153,7 +158,7 @@ impl Supervisor {
                 changed
             });
             let served = self.served.entry(lb.id.clone()).or_insert(served);
-            sync_listeners(&lb, served, &self.status, &self.metrics).await;
+            sync_listeners(&lb, served, &self.status, &self.metrics, &self.faults).await;
         }
         let gone: Vec<String> = self.served.keys().filter(|id| !seen.contains(*id)).cloned().collect();
         for id in gone {
@@ -168,8 +173,14 @@ impl Supervisor {
         tracing::info!(%lb, %address, "data plane: serving load balancer");
         let (spec_tx, spec_rx) = watch::channel(spec);
         let (healthy_tx, healthy_rx) = watch::channel(Healthy::default());
-        let checker =
-            tokio::spawn(health::run(lb.to_string(), spec_rx, healthy_tx, self.status.clone(), self.metrics.clone()));
+        let checker = tokio::spawn(health::run(
+            lb.to_string(),
+            spec_rx,
+            healthy_tx,
+            self.status.clone(),
+            self.metrics.clone(),
+            self.faults.clone(),
+        ));
         Served {
             address,
             spec: spec_tx,
@@ -194,7 +205,13 @@ impl Supervisor {
 
 /// Bind `lb`'s new listeners (and retry failed ones), close the ones it no longer has, and swap the route of
 /// the ones that stay.
-async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, status: &Status, metrics: &DataPlaneMetrics) {
+async fn sync_listeners(
+    lb: &LoadBalancer,
+    served: &mut Served,
+    status: &Status,
+    metrics: &DataPlaneMetrics,
+    faults: &Faults,
+) {
     let source_ranges: Vec<IpNet> = lb
         .source_ranges
         .iter()
@@ -217,26 +234,15 @@ async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, status: &Status,
         kept
     });
     for (&(protocol, port), &backend_port) in &wanted {
-        if protocol == Protocol::Udp {
-            if !matches!(served.listeners.get(&(protocol, port)), Some(Slot::Unsupported)) {
-                status.set_listener(
-                    &lb.id,
-                    protocol,
-                    port,
-                    ListenerState::Unsupported,
-                    Some("the data plane does not serve UDP yet".into()),
-                );
-                served.listeners.insert((protocol, port), Slot::Unsupported);
-            }
-            continue;
-        }
-        let route = Route { backend_port, source_ranges: source_ranges.clone() };
+        let subject = LbSubject { id: lb.id.clone(), name: lb.name.clone() };
+        let route = Route { subject, backend_port, source_ranges: source_ranges.clone() };
         if let Some(Slot::Listening(l)) = served.listeners.get(&(protocol, port)) {
             l.update(route);
             continue;
         }
         let addr = SocketAddr::new(served.address, port);
-        match proxy::Listener::start(&lb.id, addr, route, served.healthy.clone(), metrics.clone()).await {
+        let healthy = served.healthy.clone();
+        match proxy::Listener::start(&lb.id, protocol, addr, route, healthy, metrics.clone(), faults.clone()).await {
             Ok(l) => {
                 tracing::info!(lb = %lb.id, %addr, "data plane: listening");
                 status.set_listener(&lb.id, protocol, port, ListenerState::Listening, None);

@@ -1,10 +1,14 @@
 //! What the data plane shows through the API: each listener's state and each backend's health, per load
-//! balancer. Written by the supervisor (listeners) and the health checkers (backends), read by `GET`.
+//! balancer, and what they add up to (`data_plane`). Written by the supervisor (listeners) and the health
+//! checkers (backends), read by `GET`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use fakecloud_api::{BackendHealth, IpMode, ListenerState, ListenerStatus, LoadBalancer, LoadBalancerState, Protocol};
+use fakecloud_api::{
+    BackendHealth, BackendState, DataPlaneState, DataPlaneStatus, IpMode, ListenerState, ListenerStatus, LoadBalancer,
+    LoadBalancerState, Protocol,
+};
 
 #[derive(Clone, Debug, Default)]
 pub struct Status(Arc<Mutex<HashMap<String, LbStatus>>>);
@@ -54,5 +58,85 @@ impl Status {
         lb.listener_status =
             lb.listeners.iter().filter_map(|l| s.listeners.get(&(l.protocol, l.port)).cloned()).collect();
         lb.backend_health = lb.backends.iter().filter_map(|b| s.backends.get(b).cloned()).collect();
+        lb.data_plane = Some(summarize(&lb.listener_status, &lb.backends, &lb.backend_health));
+    }
+}
+
+/// What a load balancer's listeners and backends add up to: down when no listener listens or no backend is
+/// healthy (nothing gets through), degraded when some of either are out, serving otherwise.
+fn summarize(listeners: &[ListenerStatus], backends: &[String], health: &[BackendHealth]) -> DataPlaneStatus {
+    let mut reasons = Vec::new();
+    for l in listeners.iter().filter(|l| l.state != ListenerState::Listening) {
+        let what = format!("listener {}/{} {}", l.protocol.as_str(), l.port, l.state.as_str());
+        reasons.push(match &l.reason {
+            Some(r) => format!("{what}: {r}"),
+            None => what,
+        });
+    }
+    let healthy = health.iter().filter(|h| h.state == BackendState::Healthy).count();
+    for b in backends {
+        match health.iter().find(|h| &h.instance == b) {
+            Some(h) if h.state == BackendState::Healthy => {}
+            Some(h) => reasons.push(match &h.last_error {
+                Some(e) => format!("backend {b} {}: {e}", h.state.as_str()),
+                None => format!("backend {b} {}", h.state.as_str()),
+            }),
+            None => reasons.push(format!("backend {b} not checked yet")),
+        }
+    }
+    if backends.is_empty() {
+        reasons.push("no backends".to_string());
+    }
+    let listening = listeners.iter().any(|l| l.state == ListenerState::Listening);
+    let state = if !listening || healthy == 0 {
+        DataPlaneState::Down
+    } else if reasons.is_empty() {
+        DataPlaneState::Serving
+    } else {
+        DataPlaneState::Degraded
+    };
+    DataPlaneStatus { state, reasons }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener(port: u16, state: ListenerState, reason: Option<&str>) -> ListenerStatus {
+        ListenerStatus { protocol: Protocol::Tcp, port, state, reason: reason.map(str::to_string) }
+    }
+
+    fn backend(id: &str, state: BackendState, error: Option<&str>) -> BackendHealth {
+        BackendHealth { instance: id.into(), state, since: String::new(), last_error: error.map(str::to_string) }
+    }
+
+    #[test]
+    fn listeners_and_backends_add_up_to_serving_degraded_or_down() {
+        use BackendState::*;
+        use ListenerState::*;
+        let ids = ["i-1".to_string(), "i-2".to_string()];
+        let up = [backend("i-1", Healthy, None), backend("i-2", Healthy, None)];
+        let ok = summarize(&[listener(80, Listening, None)], &ids, &up);
+        assert_eq!((ok.state, ok.reasons.len()), (DataPlaneState::Serving, 0));
+
+        let taken = listener(81, Failed, Some("cannot listen on 127.0.0.1:81: Address in use"));
+        let half = summarize(&[listener(80, Listening, None), taken.clone()], &ids, &up);
+        assert_eq!(half.state, DataPlaneState::Degraded);
+        assert_eq!(half.reasons, ["listener TCP/81 failed: cannot listen on 127.0.0.1:81: Address in use"]);
+
+        let none = summarize(&[taken], &ids, &up);
+        assert_eq!(none.state, DataPlaneState::Down);
+
+        let one_down = [backend("i-1", Healthy, None), backend("i-2", Unhealthy, Some("connect refused"))];
+        let sick = summarize(&[listener(80, Listening, None)], &ids, &one_down);
+        assert_eq!(
+            (sick.state, sick.reasons.as_slice()),
+            (DataPlaneState::Degraded, &["backend i-2 unhealthy: connect refused".to_string()][..])
+        );
+
+        let all_down = summarize(&[listener(80, Listening, None)], &ids, &[backend("i-1", Unknown, None)]);
+        assert_eq!(all_down.state, DataPlaneState::Down);
+        assert_eq!(all_down.reasons, ["backend i-1 unknown", "backend i-2 not checked yet"]);
+        assert_eq!(summarize(&[listener(80, Listening, None)], &[], &[]).reasons, ["no backends"]);
     }
 }

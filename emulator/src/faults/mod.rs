@@ -2,13 +2,18 @@
 //! in this order: outages, rate limits, then the ordered fault rules (the first rule whose match and trigger
 //! both fire wins). Admin calls are never faulted, so faults can always be managed.
 //!
+//! Data-plane rules ([`lb_rules`]) are the load balancers' counterpart: the data plane asks about each new
+//! connection and each health check, and the first rule that fires wins.
+//!
 //! Everything is persisted (table `faults`), so it survives a restart; counters (`matched`, `injected`, skip
 //! and times) start again from zero after one.
 
+mod lb_rules;
 mod outages;
 mod rate_limits;
 mod rules;
 mod spot_random;
+mod trigger;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,11 +21,13 @@ use std::time::Duration;
 
 use axum::http::Method;
 use fakecloud_api::{
-    CreateFaultRuleRequest, FaultRule, NoResponseMode, Outage, RateLimit, Service, SetRateLimitRequest, SpotRandom,
-    SpotRandomRequest, StartOutageRequest,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, NoResponseMode, Outage, RateLimit,
+    Service, SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
 };
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::{Mutex, RwLock, watch};
 
+use self::lb_rules::ActiveLbRule;
+pub use self::lb_rules::{LbEvent, LbFired, LbSubject, LbVerdict};
 use self::outages::ActiveOutage;
 use self::rate_limits::ActiveLimit;
 use self::rules::ActiveRule;
@@ -87,6 +94,9 @@ pub struct FaultEngine {
     seed: u64,
     operations: Vec<String>,
     rules: RwLock<Vec<Arc<ActiveRule>>>,
+    lb_rules: RwLock<Vec<Arc<ActiveLbRule>>>,
+    /// Bumped when the data-plane rules change, so health checkers waiting for their interval look again.
+    lb_rules_changed: watch::Sender<u64>,
     limits: RwLock<Vec<Arc<ActiveLimit>>>,
     outages: RwLock<Vec<ActiveOutage>>,
     /// Serialises changes, so the database and memory change together.
@@ -109,10 +119,12 @@ impl FaultEngine {
             sqlx::query_as("SELECT kind, id, spec FROM faults ORDER BY position, created_at")
                 .fetch_all(db.reader())
                 .await?;
-        let (mut rules, mut limits, mut outages, mut spot) = (Vec::new(), Vec::new(), Vec::new(), None);
+        let (mut rules, mut lb_rules, mut limits, mut outages, mut spot) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), None);
         for (kind, id, spec) in rows {
             let restored = match kind.as_str() {
                 "rule" => ActiveRule::restore(&id, &spec, seed).map(|r| rules.push(Arc::new(r))),
+                "lb_rule" => ActiveLbRule::restore(&id, &spec, seed).map(|r| lb_rules.push(Arc::new(r))),
                 "rate_limit" => ActiveLimit::restore(&id, &spec).map(|l| limits.push(Arc::new(l))),
                 "outage" => ActiveOutage::restore(&id, &spec).map(|o| outages.push(o)),
                 "spot_random" => serde_json::from_str::<(SpotRandomRequest, i64)>(&spec)
@@ -130,6 +142,8 @@ impl FaultEngine {
             seed,
             operations,
             rules: RwLock::new(rules),
+            lb_rules: RwLock::new(lb_rules),
+            lb_rules_changed: watch::Sender::new(0),
             limits: RwLock::new(limits),
             outages: RwLock::new(outages),
             edit: Mutex::default(),
@@ -240,6 +254,27 @@ impl FaultEngine {
         }
     }
 
+    /// The ID of a new rule of `kind`: the one `asked` for, unless `taken`, or a new `<prefix>-<n>`.
+    async fn rule_id(
+        &self,
+        kind: &str,
+        prefix: &str,
+        asked: Option<&str>,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<String> {
+        let id = match asked {
+            Some(id) => id.to_string(),
+            None => self.new_id(kind, prefix, &taken).await?,
+        };
+        if taken(&id) {
+            return Err(ApiError::conflict(
+                fakecloud_api::codes::FAULT_EXISTS,
+                format!("a fault rule named {id:?} exists"),
+            ));
+        }
+        Ok(id)
+    }
+
     async fn forget(&self, kind: &str, id: &str) -> Result<()> {
         sqlx::query("DELETE FROM faults WHERE kind = ?1 AND id = ?2")
             .bind(kind)
@@ -258,16 +293,7 @@ impl FaultEngine {
         }
         let _edit = self.edit.lock().await;
         let mut rules = self.rules.write().await;
-        let id = match &req.id {
-            Some(id) => id.clone(),
-            None => self.new_id("rule", "fault", |id| rules.iter().any(|r| r.id == id)).await?,
-        };
-        if rules.iter().any(|r| r.id == id) {
-            return Err(ApiError::conflict(
-                fakecloud_api::codes::FAULT_EXISTS,
-                format!("a fault rule named {id:?} exists"),
-            ));
-        }
+        let id = self.rule_id("rule", "fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
         let rule = ActiveRule::new(id, req.matcher, req.action, req.trigger, &self.operations, self.seed, now_ms())?;
         let at = req.position.unwrap_or(rules.len()).min(rules.len());
         rules.insert(at, Arc::new(rule));
@@ -292,11 +318,66 @@ impl FaultEngine {
         Ok(rules.remove(at).to_api())
     }
 
+    // ---------------------------------------------------------------------------------------------- data-plane rules
+
+    pub async fn add_lb_rule(&self, req: CreateLbFaultRuleRequest) -> Result<LbFaultRule> {
+        let _edit = self.edit.lock().await;
+        let mut rules = self.lb_rules.write().await;
+        let id = self.rule_id("lb_rule", "lb-fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
+        let rule = ActiveLbRule::new(id, req.matcher, req.action, req.trigger, self.seed, now_ms())?;
+        self.persist("lb_rule", &rule.id, rules.len() as i64, &rule.stored()).await?;
+        tracing::info!(rule = %rule.id, "data-plane fault rule added");
+        let api = rule.to_api();
+        rules.push(Arc::new(rule));
+        self.lb_rules_changed.send_modify(|n| *n += 1);
+        Ok(api)
+    }
+
+    pub async fn list_lb_rules(&self) -> Vec<LbFaultRule> {
+        self.lb_rules.read().await.iter().map(|r| r.to_api()).collect()
+    }
+
+    pub async fn delete_lb_rule(&self, id: &str) -> Result<LbFaultRule> {
+        let _edit = self.edit.lock().await;
+        let mut rules = self.lb_rules.write().await;
+        let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
+            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no data-plane fault rule named {id:?}"))
+        })?;
+        self.forget("lb_rule", id).await?;
+        let removed = rules.remove(at).to_api();
+        self.lb_rules_changed.send_modify(|n| *n += 1);
+        tracing::info!(rule = %id, "data-plane fault rule deleted");
+        Ok(removed)
+    }
+
+    /// The first data-plane rule that fires for `event` on `lb`. Cheap when there are none.
+    pub async fn judge_lb(&self, lb: &LbSubject, event: LbEvent<'_>) -> Option<LbFired> {
+        let rules = self.lb_rules.read().await;
+        if rules.is_empty() {
+            return None;
+        }
+        let now = now_ms();
+        rules.iter().find_map(|r| r.judge(lb, event, now))
+    }
+
+    /// Whether a black-hole rule may fire now: a load balancer without a health check must still look.
+    pub async fn black_hole_active(&self) -> bool {
+        let now = now_ms();
+        self.lb_rules.read().await.iter().any(|r| r.black_hole_active(now))
+    }
+
+    /// Changes whenever the data-plane rules do.
+    pub fn lb_rules_changed(&self) -> watch::Receiver<u64> {
+        self.lb_rules_changed.subscribe()
+    }
+
     /// Remove every rule, rate limit and outage.
     pub async fn clear(&self) -> Result<()> {
         let _edit = self.edit.lock().await;
         sqlx::query("DELETE FROM faults").execute(self.db.writer()).await?;
         self.rules.write().await.clear();
+        self.lb_rules.write().await.clear();
+        self.lb_rules_changed.send_modify(|n| *n += 1);
         self.limits.write().await.clear();
         self.outages.write().await.clear();
         *self.spot_random.write().await = None;

@@ -1,18 +1,16 @@
 //! Fault rules: a match, an action and a trigger, checked in order.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use fakecloud_api::limits::{FAULT_COUNT_MAX, FAULT_SECONDS_MAX, LATENCY_MAX_MS, WINDOW_SECONDS_MAX};
+use fakecloud_api::limits::{FAULT_SECONDS_MAX, LATENCY_MAX_MS};
 use fakecloud_api::{FaultAction, FaultMatch, FaultRule, FaultTrigger};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use super::trigger::{self, Firing, seconds};
 use super::{Call, Verdict};
-use crate::db::{ms, rfc3339};
+use crate::db::rfc3339;
 use crate::error::{ApiError, Result};
 use crate::validate;
 
@@ -31,24 +29,11 @@ pub struct ActiveRule {
     stored: Stored,
     operations: Vec<glob::Pattern>,
     names: Vec<glob::Pattern>,
-    /// Seeded from the emulator's seed and the rule's name, so the same rules make the same draws every run.
-    rng: Mutex<StdRng>,
-    matched: AtomicU64,
-    injected: AtomicU64,
+    firing: Firing,
 }
 
 fn invalid(field: &str, problem: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(field, problem)
-}
-
-fn parse_time(field: &str, s: &str) -> Result<i64> {
-    s.parse::<jiff::Timestamp>()
-        .map(|t| t.as_millisecond())
-        .map_err(|e| invalid(field, format!("{s:?} is not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})")))
-}
-
-fn seconds(field: &str, v: f64, max: f64) -> Result<Duration> {
-    Ok(Duration::from_secs_f64(validate::in_range(field, v, 0.0, max)?))
 }
 
 fn error_status(field: &str, status: u16) -> Result<StatusCode> {
@@ -56,6 +41,33 @@ fn error_status(field: &str, status: u16) -> Result<StatusCode> {
         .ok()
         .filter(|s| s.is_client_error() || s.is_server_error())
         .ok_or_else(|| invalid(field, format!("must be an HTTP error status, 400-599 (got {status})")))
+}
+
+/// `match.names`: globs, as API and data-plane rules take them.
+pub fn check_name_globs(names: &[String]) -> Result<()> {
+    for (i, n) in names.iter().enumerate() {
+        glob::Pattern::new(n)
+            .map_err(|e| invalid(&format!("match.names[{i}]"), format!("{n:?} is not a valid glob: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Compile checked globs (a stored rule's, checked when it was added).
+pub fn globs(v: &[String]) -> Result<Vec<glob::Pattern>> {
+    v.iter().map(|o| glob::Pattern::new(o).map_err(|e| ApiError::internal(e.to_string()))).collect()
+}
+
+/// A latency fault's delay and jitter (API and data-plane rules alike).
+pub fn check_latency(ms: u64, jitter_ms: u64) -> Result<()> {
+    validate::in_range("action.ms", ms, 0, LATENCY_MAX_MS)?;
+    validate::in_range("action.jitter_ms", jitter_ms, 0, LATENCY_MAX_MS)?;
+    if ms.saturating_add(jitter_ms) > LATENCY_MAX_MS {
+        return Err(invalid(
+            "action.jitter_ms",
+            format!("action.ms plus action.jitter_ms must be at most {LATENCY_MAX_MS} (got {ms} + {jitter_ms})"),
+        ));
+    }
+    Ok(())
 }
 
 /// Checked when a rule is built, so that a stored rule is checked again when it is restored.
@@ -76,18 +88,7 @@ fn check_action(action: &FaultAction) -> Result<()> {
             error_status("action.status", *status)?;
             validate::FAULT_CODE.check("action.code", code)?;
         }
-        FaultAction::Latency { ms, jitter_ms } => {
-            validate::in_range("action.ms", *ms, 0, LATENCY_MAX_MS)?;
-            validate::in_range("action.jitter_ms", *jitter_ms, 0, LATENCY_MAX_MS)?;
-            if ms.saturating_add(*jitter_ms) > LATENCY_MAX_MS {
-                return Err(invalid(
-                    "action.jitter_ms",
-                    format!(
-                        "action.ms plus action.jitter_ms must be at most {LATENCY_MAX_MS} (got {ms} + {jitter_ms})"
-                    ),
-                ));
-            }
-        }
+        FaultAction::Latency { ms, jitter_ms } => check_latency(*ms, *jitter_ms)?,
         FaultAction::NoResponse { hang_seconds, .. } => {
             if let Some(h) = hang_seconds {
                 seconds("action.hang_seconds", *h, FAULT_SECONDS_MAX)?;
@@ -98,11 +99,6 @@ fn check_action(action: &FaultAction) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn seed_for(seed: u64, id: &str) -> u64 {
-    // FNV-1a of the name, mixed with the seed: stable across runs and platforms.
-    id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) ^ seed
 }
 
 impl ActiveRule {
@@ -127,10 +123,7 @@ impl ActiveRule {
                 ));
             }
         }
-        for (i, n) in matcher.names.iter().enumerate() {
-            glob::Pattern::new(n)
-                .map_err(|e| invalid(&format!("match.names[{i}]"), format!("{n:?} is not a valid glob: {e}")))?;
-        }
+        check_name_globs(&matcher.names)?;
         for (i, t) in matcher.tags.iter().enumerate() {
             validate::TAG_FILTER.check(&format!("match.tags[{i}]"), t)?;
         }
@@ -147,46 +140,15 @@ impl ActiveRule {
                 return Err(invalid(&format!("match.roles[{i}]"), format!("{r:?} is not user or admin")));
             }
         }
-        if let Some(p) = trigger.probability {
-            validate::in_range("trigger.probability", p, 0.0, 1.0)?;
-        }
-        validate::in_range("trigger.skip", trigger.skip, 0, FAULT_COUNT_MAX)?;
-        if let Some(t) = trigger.times {
-            validate::in_range("trigger.times", t, 0, FAULT_COUNT_MAX)?;
-        }
-        let from_ms = trigger.from.as_deref().map(|s| parse_time("trigger.from", s)).transpose()?;
-        let mut until_ms = trigger.until.as_deref().map(|s| parse_time("trigger.until", s)).transpose()?;
-        if let Some(d) = trigger.duration_seconds {
-            let d = seconds("trigger.duration_seconds", d, WINDOW_SECONDS_MAX)?;
-            let end = from_ms.unwrap_or(now).max(now).saturating_add(ms(d));
-            until_ms = Some(until_ms.map_or(end, |u| u.min(end)));
-        }
-        if let (Some(f), Some(u)) = (from_ms, until_ms)
-            && u <= f
-        {
-            return Err(invalid("trigger.until", "must be after trigger.from"));
-        }
+        let (from_ms, until_ms) = trigger::window(&trigger, now)?;
         Self::build(id, Stored { matcher, action, trigger, from_ms, until_ms }, seed)
     }
 
     fn build(id: String, stored: Stored, seed: u64) -> Result<Self> {
         check_action(&stored.action)?;
-        let globs = |v: &[String]| {
-            v.iter()
-                .map(|o| glob::Pattern::new(o).map_err(|e| ApiError::internal(e.to_string())))
-                .collect::<Result<Vec<_>>>()
-        };
         let operations = globs(&stored.matcher.operations)?;
         let names = globs(&stored.matcher.names)?;
-        Ok(Self {
-            rng: Mutex::new(StdRng::seed_from_u64(seed_for(seed, &id))),
-            id,
-            stored,
-            operations,
-            names,
-            matched: AtomicU64::new(0),
-            injected: AtomicU64::new(0),
-        })
+        Ok(Self { firing: Firing::new(seed, &id), id, stored, operations, names })
     }
 
     pub fn restore(id: &str, spec: &str, seed: u64) -> Result<Self> {
@@ -223,8 +185,7 @@ impl ActiveRule {
 
     fn matches(&self, call: &Call<'_>, now: i64) -> bool {
         let m = &self.stored.matcher;
-        let in_window = self.stored.from_ms.is_none_or(|f| now >= f) && self.stored.until_ms.is_none_or(|u| now < u);
-        in_window
+        trigger::in_window((self.stored.from_ms, self.stored.until_ms), now)
             && (self.operations.is_empty() || self.operations.iter().any(|p| p.matches(call.operation)))
             && (m.methods.is_empty() || m.methods.iter().any(|x| x == call.method.as_str()))
             && (m.resource_ids.is_empty() || call.resource_id.is_some_and(|r| m.resource_ids.iter().any(|x| x == r)))
@@ -237,27 +198,7 @@ impl ActiveRule {
         if !self.matches(call, now) {
             return None;
         }
-        let t = &self.stored.trigger;
-        let n = self.matched.fetch_add(1, Ordering::SeqCst) + 1;
-        if n <= t.skip {
-            return None;
-        }
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = t.probability
-            && rng.random::<f64>() >= p
-        {
-            return None;
-        }
-        if let Some(times) = t.times {
-            // Count the injection only if there is room left, atomically.
-            let fired =
-                self.injected.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |i| (i < times).then_some(i + 1));
-            if fired.is_err() {
-                return None;
-            }
-        } else {
-            self.injected.fetch_add(1, Ordering::SeqCst);
-        }
+        let mut rng = self.firing.fire(&self.stored.trigger)?;
         let fault = self.id.clone();
         Some(match &self.stored.action {
             FaultAction::Error { status, code, message, headers } => {
@@ -299,8 +240,8 @@ impl ActiveRule {
             action: self.stored.action.clone(),
             trigger: self.stored.trigger.clone(),
             active_until: self.stored.until_ms.map(rfc3339),
-            matched: self.matched.load(Ordering::SeqCst),
-            injected: self.injected.load(Ordering::SeqCst),
+            matched: self.firing.counts().0,
+            injected: self.firing.counts().1,
         }
     }
 }

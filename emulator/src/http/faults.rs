@@ -1,11 +1,13 @@
-//! Fault injection API (admin): `/v1/faults`, `/v1/rate-limits`, `/v1/outages`, `/v1/spot/reclaim`.
+//! Fault injection API (admin): `/v1/faults`, `/v1/lb-faults`, `/v1/rate-limits`, `/v1/outages`,
+//! `/v1/spot/reclaim`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{
-    CreateFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, Outage, OutageList, RateLimit, RateLimitList,
-    ReclaimRequest, ReclaimResponse, SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, LbFaultRule,
+    LbFaultRuleList, Outage, OutageList, RateLimit, RateLimitList, ReclaimRequest, ReclaimResponse,
+    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -18,6 +20,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(add_fault, list_faults, clear_faults))
         .routes(routes!(delete_fault))
+        .routes(routes!(add_lb_fault, list_lb_faults))
+        .routes(routes!(delete_lb_fault))
         .routes(routes!(list_rate_limits))
         .routes(routes!(set_rate_limit, delete_rate_limit))
         .routes(routes!(start_outage, list_outages))
@@ -55,7 +59,30 @@ async fn list_faults(State(st): State<AppState>) -> Response {
     reply(StatusCode::OK, "", FaultRuleList { items: st.faults().list_rules().await })
 }
 
-/// Remove every fault rule, rate limit and outage.
+/// Add a data-plane fault rule: new connections to matching load balancers are reset or delayed, or their
+/// backends' health checks fail (black-hole). The first rule that fires wins.
+#[utoipa::path(post, path = "/v1/lb-faults", operation_id = "AddLbFault", tag = "faults", request_body = CreateLbFaultRuleRequest,
+    responses((status = 201, body = LbFaultRule), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn add_lb_fault(State(st): State<AppState>, ApiJson(req): ApiJson<CreateLbFaultRuleRequest>) -> Result<Response> {
+    let rule = st.faults().add_lb_rule(req).await?;
+    Ok(created(&rule.id.clone(), rule, false))
+}
+
+/// The data-plane fault rules, with how many connections or health checks each matched and faulted.
+#[utoipa::path(get, path = "/v1/lb-faults", operation_id = "ListLbFaults", tag = "faults",
+    responses((status = 200, body = LbFaultRuleList)), security(("admin" = [])))]
+async fn list_lb_faults(State(st): State<AppState>) -> Response {
+    reply(StatusCode::OK, "", LbFaultRuleList { items: st.faults().list_lb_rules().await })
+}
+
+#[utoipa::path(delete, path = "/v1/lb-faults/{id}", operation_id = "DeleteLbFault", tag = "faults", params(("id" = String, Path)),
+    responses((status = 200, body = LbFaultRule), (status = 404, body = ErrorBody)), security(("admin" = [])))]
+async fn delete_lb_fault(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, st.faults().delete_lb_rule(&id).await?))
+}
+
+/// Remove every fault rule (API and data-plane), rate limit and outage.
 #[utoipa::path(delete, path = "/v1/faults", operation_id = "ClearFaults", tag = "faults",
     responses((status = 200, body = serde_json::Value)), security(("admin" = [])))]
 async fn clear_faults(State(st): State<AppState>) -> Result<Response> {

@@ -37,9 +37,12 @@ pub struct FaultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConnectionLabels {
     pub load_balancer: String,
+    /// `TCP` or `UDP` (for UDP, a connection is a session: the datagrams of one client address).
+    pub protocol: &'static str,
     pub port: u16,
     /// `accepted` (forwarded to a backend), `refused_source` (outside the source ranges), `refused_no_backend`
-    /// (no healthy backend), `backend_failed` (no healthy backend could be connected to).
+    /// (no healthy backend), `backend_failed` (no healthy backend could be connected to), `reset_by_fault` (reset
+    /// by a data-plane fault rule before it was forwarded), `refused_sessions_full` (UDP: too many sessions).
     pub outcome: &'static str,
 }
 
@@ -49,12 +52,23 @@ pub struct BackendLabels {
     pub backend: String,
 }
 
+/// A data-plane fault rule that fired: on which load balancer, which rule, what it did.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LbFaultLabels {
+    pub load_balancer: String,
+    pub fault: String,
+    /// `reset`, `latency` or `black-hole`.
+    pub action: &'static str,
+}
+
 /// What the load balancer data plane reports; cheap to clone (the families are shared).
 #[derive(Clone, Debug, Default)]
 pub struct DataPlaneMetrics {
     pub connections: Family<ConnectionLabels, Counter>,
     /// 1 healthy, 0 unhealthy or unknown.
     pub backend_healthy: Family<BackendLabels, Gauge>,
+    /// Connections and health checks a data-plane fault rule changed.
+    pub faults: Family<LbFaultLabels, Counter>,
 }
 
 pub struct Metrics {
@@ -99,6 +113,11 @@ impl Default for Metrics {
             "lb_backend_healthy",
             "Whether a load balancer backend gets traffic (1) or not (0), by load balancer and instance",
             dataplane.backend_healthy.clone(),
+        );
+        registry.register(
+            "lb_faults_fired",
+            "Connections reset or delayed and health checks failed by a data-plane fault rule, by load balancer, rule and action",
+            dataplane.faults.clone(),
         );
         Self { registry, dataplane, faults, requests, latency, resources }
     }

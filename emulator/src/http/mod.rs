@@ -227,12 +227,13 @@ async fn assemble(
     let faults = Arc::new(FaultEngine::load(db.clone(), seed, operations.names()).await?);
     let mut background = vec![faults.spawn_spot_ticker(cfg.clone())];
     let metrics = Metrics::default();
+    let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
     let dataplane = cfg.serve_load_balancers.then(|| {
-        let (dataplane, supervisor) = DataPlane::spawn(db.clone(), metrics.dataplane.clone());
+        let faults = crate::dataplane::Faults::new(faults.clone(), metrics.dataplane.clone(), audit.clone());
+        let (dataplane, supervisor) = DataPlane::spawn(db.clone(), metrics.dataplane.clone(), faults);
         background.push(supervisor);
         dataplane
     });
-    let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
     let openapi =
         serde_json::to_string_pretty(&openapi::document(&spec, &cfg, &operations.names())).unwrap_or_default();
     let state = AppState(Arc::new(Inner {

@@ -87,6 +87,7 @@ impl Row {
             listener_status: Vec::new(),
             backend_health: Vec::new(),
             ip_mode: IpMode::Vip,
+            data_plane: None,
         }))
     }
 }
