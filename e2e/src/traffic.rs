@@ -15,6 +15,8 @@ use tokio::net::TcpStream;
 pub const DEFAULT_AGNHOST_IMAGE: &str = "fakecloud/agnhost:dev";
 /// The port `netexec` serves HTTP on in the pods (the Services' `targetPort`).
 pub const NETEXEC_PORT: u16 = 8080;
+/// The port `netexec` answers UDP on: a `hostname` datagram gets the pod's name back.
+pub const NETEXEC_UDP_PORT: u16 = 8081;
 /// How long one exchange may take before it counts as failed.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -33,7 +35,7 @@ pub fn netexec_pod(name: &str, app: &str, node: &str) -> Pod {
             "terminationGracePeriodSeconds": 0,
             "containers": [{
                 "name": "netexec", "image": agnhost_image(), "imagePullPolicy": "IfNotPresent",
-                "args": ["netexec", format!("--http-port={NETEXEC_PORT}")],
+                "args": ["netexec", format!("--http-port={NETEXEC_PORT}"), format!("--udp-port={NETEXEC_UDP_PORT}")],
                 "readinessProbe": {"httpGet": {"path": "/hostname", "port": NETEXEC_PORT}, "periodSeconds": 1},
             }],
         },
@@ -116,6 +118,20 @@ impl Conn {
         self.stream.read_exact(&mut body).await.map_err(|e| format!("read body: {e}"))?;
         Ok(Answer { status, body: String::from_utf8_lossy(&body).into_owned() })
     }
+}
+
+/// Send `hostname` in a datagram to `ip:port` from a new socket; netexec's answer (the pod's name), or why
+/// none came (within 2 s: UDP has no refusal to wait for).
+pub async fn udp_hostname(ip: &str, port: u16) -> Result<String, String> {
+    let socket = tokio::net::UdpSocket::bind("0.0.0.0:0").await.map_err(|e| format!("bind: {e}"))?;
+    socket.connect((ip, port)).await.map_err(|e| format!("connect: {e}"))?;
+    socket.send(b"hostname").await.map_err(|e| format!("send: {e}"))?;
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(2), socket.recv(&mut buf))
+        .await
+        .map_err(|_| "no answer".to_string())?
+        .map_err(|e| format!("recv: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf[..n]).trim().to_string())
 }
 
 /// `GET /hostname` `count` times on new connections: the pods that answered, in order, or the first failure.

@@ -179,6 +179,32 @@ async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udp_port_answers_datagrams_from_a_pod() {
+    case("lb-udp", Setup::new(CCM).runs_pods_on(1), async |env| {
+        let node = node_name(&env.pod_nodes().await[0]);
+        let ns = env.namespace("lb-udp").await;
+        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let udp = serde_json::json!({"ports": [
+            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+            {"name": "dns-like", "port": 53, "targetPort": traffic::NETEXEC_UDP_PORT, "protocol": "UDP"}]});
+        let (svc, ip) = expose(&services, "web", udp).await;
+        let answer =
+            until(WAIT, &format!("udp://{ip}:53 answering"), async || traffic::udp_hostname(&ip, 53).await.ok()).await;
+        assert_eq!(answer, "web", "the pod answers the datagram through the EXTERNAL-IP");
+        let cloud = cloud_lb(env, &svc).await;
+        assert!(
+            cloud.listener_status.iter().any(|l| l.port == 53
+                && l.protocol == fakecloud_api::Protocol::Udp
+                && l.state == ListenerState::Listening),
+            "{:?}",
+            cloud.listener_status
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_ranges_refuse_clients_outside_them() {
     case("lb-source-ranges", Setup::new(CCM).runs_pods_on(1), async |env| {
         let node = node_name(&env.pod_nodes().await[0]);
