@@ -68,6 +68,27 @@ async fn backend_turns(env: &Env, lb_id: &str, instance: &str, state: BackendSta
     .await;
 }
 
+/// A namespace of the case's own with one netexec pod, `web` (`app: web`), on the first node that runs pods;
+/// the namespace's Services.
+async fn one_pod(env: &Env, base: &str) -> Api<Service> {
+    let node = node_name(&env.pod_nodes().await[0]);
+    let ns = env.namespace(base).await;
+    traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
+    Api::<Service>::namespaced(env.client(), &ns)
+}
+
+/// A Service spec's `ports`: (name, port, protocol), each to netexec's port of that protocol.
+fn ports(list: &[(&str, u16, &str)]) -> serde_json::Value {
+    let ports: Vec<_> = list
+        .iter()
+        .map(|(name, port, protocol)| {
+            let target = if *protocol == "UDP" { traffic::NETEXEC_UDP_PORT } else { traffic::NETEXEC_PORT };
+            serde_json::json!({"name": name, "port": port, "targetPort": target, "protocol": protocol})
+        })
+        .collect();
+    serde_json::json!({ "ports": ports })
+}
+
 async fn patch(services: &Api<Service>, name: &str, spec: serde_json::Value) {
     let body = serde_json::json!({ "spec": spec });
     services.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await.unwrap();
@@ -76,10 +97,7 @@ async fn patch(services: &Api<Service>, name: &str, spec: serde_json::Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_external_ip_answers_from_the_host_and_a_pod_until_the_service_is_no_load_balancer() {
     case("lb-traffic", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let node = node_name(&env.pod_nodes().await[0]);
-        let ns = env.namespace("lb-traffic").await;
-        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
-        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let services = one_pod(env, "lb-traffic").await;
         let (svc, ip) = expose(&services, "web", serde_json::json!({})).await;
 
         // From the host: through the emulator's listener, a node's NodePort and kube-proxy, to the pod.
@@ -149,25 +167,13 @@ async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections() {
     case("lb-ports", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let node = node_name(&env.pod_nodes().await[0]);
-        let ns = env.namespace("lb-ports").await;
-        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
-        let services = Api::<Service>::namespaced(env.client(), &ns);
-        let ports = serde_json::json!({"ports": [
-            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
-            {"name": "alt", "port": 81, "targetPort": 8080, "protocol": "TCP"}]});
-        let (_, ip) = expose(&services, "web", ports).await;
+        let services = one_pod(env, "lb-ports").await;
+        let (_, ip) = expose(&services, "web", ports(&[("web", 80, "TCP"), ("alt", 81, "TCP")])).await;
         until(WAIT, "port 81 answering", async || traffic::get(&ip, 81, "/hostname").await.ok()).await;
         let mut kept = Conn::open(&ip, 80).await.unwrap();
         assert_eq!(kept.get("/hostname").await.unwrap().status, 200);
 
-        patch(
-            &services,
-            "web",
-            serde_json::json!({"ports": [
-            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}),
-        )
-        .await;
+        patch(&services, "web", ports(&[("web", 80, "TCP")])).await;
         let why =
             until(WAIT, "port 81 no longer answering", async || traffic::get(&ip, 81, "/hostname").await.err()).await;
         eprintln!("port 81 after its removal: {why}");
@@ -181,14 +187,8 @@ async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_udp_port_answers_datagrams_from_a_pod() {
     case("lb-udp", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let node = node_name(&env.pod_nodes().await[0]);
-        let ns = env.namespace("lb-udp").await;
-        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
-        let services = Api::<Service>::namespaced(env.client(), &ns);
-        let udp = serde_json::json!({"ports": [
-            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
-            {"name": "dns-like", "port": 53, "targetPort": traffic::NETEXEC_UDP_PORT, "protocol": "UDP"}]});
-        let (svc, ip) = expose(&services, "web", udp).await;
+        let services = one_pod(env, "lb-udp").await;
+        let (svc, ip) = expose(&services, "web", ports(&[("web", 80, "TCP"), ("dns-like", 53, "UDP")])).await;
         let answer =
             until(WAIT, &format!("udp://{ip}:53 answering"), async || traffic::udp_hostname(&ip, 53).await.ok()).await;
         assert_eq!(answer, "web", "the pod answers the datagram through the EXTERNAL-IP");
@@ -207,10 +207,7 @@ async fn a_udp_port_answers_datagrams_from_a_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_ranges_refuse_clients_outside_them() {
     case("lb-source-ranges", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let node = node_name(&env.pod_nodes().await[0]);
-        let ns = env.namespace("lb-source-ranges").await;
-        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
-        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let services = one_pod(env, "lb-source-ranges").await;
         let (svc, ip) = expose(&services, "web", serde_json::json!({})).await;
         let lb_id = cloud_lb(env, &svc).await.id;
 
@@ -242,10 +239,7 @@ async fn source_ranges_refuse_clients_outside_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_listener() {
     case("lb-ccm-restart", Setup::new(CCM).runs_pods_on(1).kills_ccm(), async |env| {
-        let node = node_name(&env.pod_nodes().await[0]);
-        let ns = env.namespace("lb-ccm-restart").await;
-        traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
-        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let services = one_pod(env, "lb-ccm-restart").await;
         let (_, ip) = expose(&services, "web", serde_json::json!({})).await;
 
         // The CCM's token throttled hard (a burst of 2, 1.5 calls a second: about what its loops need when
@@ -287,14 +281,7 @@ async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_list
         env.kill_ccm_leader().await;
         // A new port while the new leader starts: it must update the load balancer through the throttle, and
         // the listener on port 80, unchanged, must not notice.
-        patch(
-            &services,
-            "web",
-            serde_json::json!({"ports": [
-            {"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
-            {"name": "alt", "port": 81, "targetPort": 8080, "protocol": "TCP"}]}),
-        )
-        .await;
+        patch(&services, "web", ports(&[("web", 80, "TCP"), ("alt", 81, "TCP")])).await;
         until(Duration::from_secs(120), "port 81 answering (added by the new leader)", async || {
             traffic::get(&ip, 81, "/hostname").await.ok().filter(|a| a.status == 200)
         })
