@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{ADMIN, Emu, USER};
-use fakecloud_api::AuditEntry;
+use fakecloud_api::{AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch};
 
 #[tokio::test]
 async fn the_console_is_served_without_a_token_and_with_a_strict_policy() {
@@ -130,4 +130,24 @@ async fn an_open_stream_does_not_hold_up_shutdown() {
     assert!(started.elapsed() < Duration::from_secs(3), "shutdown waited {:?}", started.elapsed());
     let (_, ended) = read_events(&mut resp, usize::MAX).await;
     assert!(ended);
+}
+
+#[tokio::test]
+async fn a_lagging_write_does_not_hold_the_stream_back() {
+    let emu = Emu::start().await;
+    // Eventual consistency rewrites what reads answer while a write lags: never a stream, read to its end.
+    let lag = CreateFaultRuleRequest {
+        id: None,
+        matcher: FaultMatch { operations: vec!["CreateInstance".into()], ..Default::default() },
+        action: FaultAction::EventualConsistency { seconds: 60.0 },
+        trigger: Default::default(),
+        position: None,
+    };
+    emu.admin.add_fault(&lag).await.unwrap();
+    emu.instance("lagging").await;
+    let started = Instant::now();
+    let mut resp = stream(&emu, "?max_seconds=60", ADMIN).send().await.unwrap();
+    let (entries, _) = read_events(&mut resp, 2).await;
+    assert_eq!(entries[1].operation, "CreateInstance");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
