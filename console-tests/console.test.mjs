@@ -163,6 +163,23 @@ test("a fault added in the form fires on a call that appears in the live audit t
   await page.locator("#faults-table").getByText("none").waitFor();
 });
 
+test("an outage started in the form is shown with its time left, then stopped", async () => {
+  await page.click("nav button[data-view=faults]");
+  // Refused as the API refuses it, with its message.
+  await page.selectOption("#outage-form [name=scope]", "zone");
+  await page.click("#outage-form button[type=submit]");
+  await page.locator("#message").getByText("zone").waitFor();
+  await page.selectOption("#outage-form [name=scope]", "service");
+  await page.selectOption("#outage-form [name=service]", "compute");
+  await page.fill("#outage-form [name=duration_seconds]", "300");
+  await page.click("#outage-form button[type=submit]");
+  const row = page.locator("#outages-table tr", { hasText: "compute" });
+  await row.getByText(/^\d+s$/).waitFor();
+  assert.equal((await api("POST", "/v1/instances", { name: "down" })).status, 503);
+  await row.getByRole("button", { name: "Stop" }).click();
+  await page.locator("#outages-table").getByText("none").waitFor();
+});
+
 test("the quota bar follows usage and the limit set in the page", async () => {
   await page.click("nav button[data-view=quotas]");
   const row = page.locator("#quotas-table tr", { hasText: /^instances/ });
