@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test test-kind e2e e2e-kind lint fmt bench build deps control-plane kind-up kind-down
+.PHONY: help up down test test-console test-kind e2e e2e-kind lint fmt bench build deps control-plane kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -29,9 +29,13 @@ kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker e
 kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine)
 	@bash scripts/kind-down.sh
 
-test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document
+test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
 	@bash scripts/schemathesis.sh
+	@bash scripts/console-tests.sh
+
+test-console: deps ## The web console in headless Chromium against a real emulator; screenshots in target/console-screenshots/
+	@bash scripts/console-tests.sh
 
 e2e: deps control-plane ## The e2e suite, one case at a time, JUnit XML + summary (FAKECLOUD_E2E_BACKEND=existing: elsewhere)
 	@bash scripts/e2e.sh

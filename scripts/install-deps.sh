@@ -7,6 +7,10 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
+# The console's browser tests (make test-console): Node with npm, and Debian's Chromium for playwright-core.
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   echo "==> installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""

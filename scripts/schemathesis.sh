@@ -99,7 +99,9 @@ still_serving() {
 	tail -20 "$work/serve.log" >&2
 	exit 1
 }
-run_pass resources --exclude-tag faults "$@" || rc=$?
+# StreamAudit (the audit log's live tail) answers a stream that stays open up to its max_seconds, an hour at
+# most: longer than the request timeout, so it is left out; emulator/tests/console.rs tests it.
+run_pass resources --exclude-tag faults --exclude-operation-id StreamAudit "$@" || rc=$?
 still_serving
 run_pass faults --include-tag faults "$@" || rc=$?
 still_serving

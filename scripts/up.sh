@@ -206,6 +206,8 @@ fakecloud is up: Kubernetes $(basename "$(dirname "$bin_dir")") on loopback, the
   source $credentials    # the emulator's tokens (FAKECLOUD_USER_TOKEN, FAKECLOUD_ADMIN_TOKEN)
   $fakecloud instance list
 
+  Console: $endpoint/console    # sign in with a token from $credentials
+
 Logs: $run_root/{emulator,ccm,kubelets,controlplane-launcher}.log and $cp_dir/logs/
 Stop everything: make down
 MSG

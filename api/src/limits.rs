@@ -33,6 +33,10 @@ pub const PAGE_SIZE_DEFAULT: u32 = 100;
 pub const AUDIT_LIMIT_MIN: u32 = 1;
 pub const AUDIT_LIMIT_MAX: u32 = 10_000;
 pub const AUDIT_LIMIT_DEFAULT: u32 = 1000;
+/// `max_seconds` of the audit stream: how long one stream stays open before the client reconnects.
+pub const AUDIT_STREAM_SECONDS_MIN: u32 = 1;
+pub const AUDIT_STREAM_SECONDS_MAX: u32 = 3600;
+pub const AUDIT_STREAM_SECONDS_DEFAULT: u32 = 300;
 /// Ports: 0 is not a port.
 pub const PORT_MIN: u16 = 1;
 /// A health check's interval, in seconds.

@@ -700,6 +700,20 @@ pub struct AuditQuery {
     pub limit: Option<u32>,
 }
 
+/// `GET /v1/audit/stream`: where the live tail starts and how long it stays open.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AuditStreamQuery {
+    /// Only entries with a larger `seq` (a reconnecting client passes the last one it saw); without it, the
+    /// stream starts with the newest 200 entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<i64>,
+    /// Seconds until the server ends the stream (default 300, at most 3600); the client reconnects with `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<u32>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AuditList {
     pub items: Vec<AuditEntry>,

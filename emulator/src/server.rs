@@ -49,7 +49,9 @@ impl Server {
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
         let limits = cfg.connections.clone();
         let (router, state) = http::app(db, cfg, tokens).await?;
-        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        // The app's own signal, so that calls still streaming (the audit tail) end with the server.
+        let shutdown = state.stopping.clone();
+        let rx = shutdown.subscribe();
         let task = tokio::spawn(crate::listener::serve(listener, router, limits, rx));
         Ok(Self { addr, state, shutdown, task, ticker })
     }

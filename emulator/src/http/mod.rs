@@ -4,7 +4,9 @@
 
 mod admin;
 mod audit;
+mod audit_stream;
 pub mod auth;
+mod console;
 mod extract;
 mod faults;
 mod instances;
@@ -64,6 +66,8 @@ pub struct Inner {
     background: Vec<tokio::task::JoinHandle<()>>,
     operations: Operations,
     openapi: String,
+    /// Turns true when the server shuts down: open calls that would run on (audit streams) end then.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
@@ -204,6 +208,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(load_balancers::router())
         .merge(quotas::router())
         .merge(audit::router())
+        .merge(audit_stream::router())
         .merge(admin::router())
         .merge(faults::router())
 }
@@ -247,11 +252,13 @@ async fn assemble(
         background,
         operations,
         openapi,
+        stopping: tokio::sync::watch::Sender::new(false),
     }));
     let router = router
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(serve_metrics))
         .route("/openapi.json", get(serve_openapi))
+        .merge(console::router())
         .fallback(|| async { ApiError::not_found(codes::NOT_FOUND, "no such API path; see /openapi.json") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // Inside the gatekeeper, so a panicking call still gets its request ID and audit entry.
@@ -527,7 +534,10 @@ async fn current_json(st: &AppState, id: &str) -> Option<serde_json::Value> {
 /// the previous version for a change.
 async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, faults: &FaultEngine) -> Response {
     let lagging = faults.lagging_now();
-    if lagging.is_empty() || !resp.status().is_success() {
+    // Only JSON is rewritten: a stream (the audit tail) must not be read to its end here.
+    let json =
+        resp.headers().get(header::CONTENT_TYPE).is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
+    if lagging.is_empty() || !resp.status().is_success() || !json {
         return resp;
     }
     if let Some(id) = path_id

@@ -147,6 +147,10 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Parameter("/v1/instances", "get", "tag"), text(&validate::TAG_FILTER)),
         (Parameter("/v1/instances", "get", "state"), states),
         (Parameter("/v1/audit", "get", "since"), time),
+        (
+            Parameter("/v1/audit/stream", "get", "max_seconds"),
+            json!({"minimum": AUDIT_STREAM_SECONDS_MIN, "maximum": AUDIT_STREAM_SECONDS_MAX, "default": AUDIT_STREAM_SECONDS_DEFAULT}),
+        ),
         // A u16 is not an int32.
         (Parameter("/v1/audit", "get", "status"), json!({"minimum": 0, "maximum": u16::MAX})),
         (Parameter("/v1/load-balancers", "get", "page_size"), page_size),

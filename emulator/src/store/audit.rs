@@ -379,3 +379,8 @@ enum Arg {
     I(i64),
     S(String),
 }
+
+/// The `seq` of the newest entry written (0 for an empty log).
+pub async fn newest_seq(db: &Db) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM audit_log").fetch_one(db.reader()).await?)
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# `make test-console` (and `make test`): the web console tested as a person uses it — headless Debian Chromium,
+# driven by playwright-core (pinned in console-tests/package-lock.json), against a real emulator the test starts.
+# Screenshots of each view go to target/console-screenshots/ (CI keeps them as artefacts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo=${CARGO:-cargo}
+
+echo "==> building the emulator"
+nice -n 10 "$cargo" build --locked -p fakecloud-emulator --bin fakecloud
+echo "==> installing the console tests' packages (npm ci)"
+(cd console-tests && npm ci --no-audit --no-fund --loglevel=error)
+echo "==> the console in headless Chromium"
+(cd console-tests && npm test)
+echo "screenshots: ${CARGO_TARGET_DIR:-target}/console-screenshots/"
