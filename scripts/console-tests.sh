@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test-console` (and `make test`): the web console tested as a person uses it — headless Debian Chromium,
 # driven by playwright-core (pinned in console-tests/package-lock.json), against a real emulator the test starts.
-# Screenshots of each view go to target/console-screenshots/ (CI keeps them as artefacts).
+# Screenshots of each view go to target/console-screenshots/ (left in the clone CI ran in).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
