@@ -1,0 +1,273 @@
+//! Group commit: concurrent writes share the single writer connection's transactions.
+//!
+//! Every write is a [`Tx`]: one call's SAVEPOINT inside the batch transaction open on the writer connection.
+//! Calls take the writer one at a time, in arrival order (a fair lock), so each sees every change made before
+//! it, committed or not: a quota check and the write it guards still cannot be split by another call. A call
+//! that ends without committing (an error, a replay, a dropped request) is rolled back to its savepoint and
+//! fails alone. A call that commits releases its savepoint and waits: it is answered only once its batch is
+//! committed, so an answered change survives a `kill -9` exactly as before.
+//!
+//! A batch is committed by the committer task, woken by every call that ends; it takes the batch only after
+//! the calls already queued for the writer have had their turn, so under load they share the commit and no
+//! call waits on a timer. A batch holds at most [`MAX_CALLS`] calls. One commit per batch instead of per call is
+//! what lets concurrent writes outrun the writer's commits (BENCHMARKS.md, issue #15); a call on its own pays one
+//! task hop more than a plain transaction.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sqlx::Transaction;
+use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
+use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
+
+/// The most calls committed in one transaction: bounds what a failed commit takes with it.
+pub const MAX_CALLS: usize = 64;
+
+/// A write failed: the caller's own statement, or the commit of the batch it was in.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Db(Arc<sqlx::Error>),
+    #[error("the writer stopped before this change was committed")]
+    Stopped,
+}
+
+impl From<sqlx::Error> for WriteError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Db(Arc::new(e))
+    }
+}
+
+/// The writer connection's pool (one connection) and the batch open on it.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    pool: SqlitePool,
+    batch: Arc<Mutex<Option<Batch>>>,
+    commit_due: Arc<Notify>,
+    stats: Arc<Stats>,
+}
+
+/// Counts of what the writer committed, for tests and the benchmark's batch sizes.
+#[derive(Debug, Default)]
+struct Stats {
+    batches: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// Batches committed and calls committed in them, since the database was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteStats {
+    pub batches: u64,
+    pub calls: u64,
+}
+
+#[derive(Debug)]
+struct Batch {
+    tx: Transaction<'static, Sqlite>,
+    /// The calls whose changes are in `tx`, each waiting for it to be committed.
+    waiting: Vec<oneshot::Sender<Result<(), WriteError>>>,
+    /// The last call's savepoint is still open: that call ended without committing, and is undone before the
+    /// next call or the commit.
+    savepoint_open: bool,
+}
+
+impl Writer {
+    /// Wrap the writer pool and start the committer task.
+    pub fn start(pool: SqlitePool) -> Self {
+        let writer = Self { pool, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats: Arc::default() };
+        let committer = writer.clone();
+        tokio::spawn(async move {
+            loop {
+                committer.commit_due.notified().await;
+                // Queued behind the calls already waiting for the writer: they join the batch first.
+                let batch = committer.batch.lock().await.take();
+                if let Some(batch) = batch {
+                    batch.commit(&committer.stats).await;
+                }
+            }
+        });
+        writer
+    }
+
+    /// Join the open batch (or open one) as a new call.
+    pub async fn begin(&self) -> Result<Tx, WriteError> {
+        let mut slot = self.batch.clone().lock_owned().await;
+        let batch = match slot.take() {
+            Some(full) if full.waiting.len() >= MAX_CALLS => {
+                full.commit(&self.stats).await;
+                Batch::open(&self.pool).await?
+            }
+            // The next savepoint must not nest in an abandoned one.
+            Some(mut batch) => match batch.undo_abandoned().await {
+                Ok(()) => batch,
+                Err(e) => {
+                    batch.fail(e.into());
+                    Batch::open(&self.pool).await?
+                }
+            },
+            None => Batch::open(&self.pool).await?,
+        };
+        let mut tx = Tx { batch: OwnedMutexGuard::map(slot, |s| s.insert(batch)), commit_due: self.commit_due.clone() };
+        sqlx::query("SAVEPOINT call").execute(&mut *tx.batch.tx).await?;
+        tx.batch.savepoint_open = true;
+        Ok(tx)
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    pub fn stats(&self) -> WriteStats {
+        WriteStats {
+            batches: self.stats.batches.load(Ordering::Relaxed),
+            calls: self.stats.calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Batch {
+    async fn open(pool: &SqlitePool) -> Result<Self, sqlx::Error> {
+        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), savepoint_open: false })
+    }
+
+    /// Roll back the last call's changes if it ended without committing.
+    async fn undo_abandoned(&mut self) -> Result<(), sqlx::Error> {
+        if self.savepoint_open {
+            sqlx::raw_sql("ROLLBACK TO call; RELEASE call").execute(&mut *self.tx).await?;
+            self.savepoint_open = false;
+        }
+        Ok(())
+    }
+
+    /// Commit and answer every call waiting for it.
+    async fn commit(mut self, stats: &Stats) {
+        let committed = match self.undo_abandoned().await {
+            Ok(()) => self.tx.commit().await,
+            Err(e) => Err(e),
+        };
+        match committed {
+            Ok(()) => {
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.calls.fetch_add(self.waiting.len() as u64, Ordering::Relaxed);
+                answer(self.waiting, Ok(()));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, calls = self.waiting.len(), "cannot commit a batch of writes");
+                answer(self.waiting, Err(e.into()));
+            }
+        }
+    }
+
+    /// Give up on the batch (its transaction rolls back as it is dropped) and fail every call waiting for it.
+    fn fail(self, e: WriteError) {
+        tracing::error!(error = %e, calls = self.waiting.len(), "cannot go on with a batch of writes");
+        answer(self.waiting, Err(e));
+    }
+}
+
+fn answer(waiting: Vec<oneshot::Sender<Result<(), WriteError>>>, result: Result<(), WriteError>) {
+    for call in waiting {
+        // A caller that went away needs no answer.
+        let _ = call.send(result.clone());
+    }
+}
+
+/// One call's transaction: a savepoint in the writer's open batch, holding the writer until it ends. Dropped
+/// without [`Tx::commit`], its changes are undone.
+pub struct Tx {
+    batch: OwnedMappedMutexGuard<Option<Batch>, Batch>,
+    commit_due: Arc<Notify>,
+}
+
+impl Tx {
+    /// Keep this call's changes and return once they are committed with its batch.
+    pub async fn commit(mut self) -> Result<(), WriteError> {
+        sqlx::query("RELEASE call").execute(&mut *self.batch.tx).await?;
+        self.batch.savepoint_open = false;
+        let (answer, committed) = oneshot::channel();
+        self.batch.waiting.push(answer);
+        // Hands the writer to the next call and wakes the committer.
+        drop(self);
+        committed.await.unwrap_or(Err(WriteError::Stopped))
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        self.commit_due.notify_one();
+    }
+}
+
+impl std::ops::Deref for Tx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.batch.tx
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.batch.tx
+    }
+}
+
+impl std::fmt::Debug for Tx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tx")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::DbLocation;
+    use crate::db::Db;
+
+    async fn set_quota(tx: &mut Tx, name: &str) {
+        sqlx::query("INSERT INTO quotas (name, limit_value) VALUES (?1, 1)")
+            .bind(name)
+            .execute(&mut **tx)
+            .await
+            .unwrap();
+    }
+
+    /// Calls queued behind one another share a commit, in arrival order, and one that ends without committing
+    /// takes only its own changes with it.
+    #[tokio::test]
+    async fn queued_calls_share_a_commit_and_fail_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let mut first = db.write().await.unwrap();
+        set_quota(&mut first, "a").await;
+        // On this single-threaded runtime both tasks run up to the writer's lock, in order, before `first` ends.
+        let abandoned = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.write().await.unwrap();
+                set_quota(&mut tx, "b").await;
+            }
+        });
+        let last = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.write().await.unwrap();
+                let seen: Vec<String> =
+                    sqlx::query_scalar("SELECT name FROM quotas ORDER BY name").fetch_all(&mut *tx).await.unwrap();
+                set_quota(&mut tx, "c").await;
+                tx.commit().await.unwrap();
+                seen
+            }
+        });
+        tokio::task::yield_now().await;
+        first.commit().await.unwrap();
+        abandoned.await.unwrap();
+        assert_eq!(last.await.unwrap(), ["a"], "the last call sees the first's change, not the abandoned one's");
+
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM quotas ORDER BY name").fetch_all(db.reader()).await.unwrap();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(db.write_stats(), WriteStats { batches: 1, calls: 2 });
+    }
+}
