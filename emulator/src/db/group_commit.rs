@@ -5,7 +5,9 @@
 //! it, committed or not: a quota check and the write it guards still cannot be split by another call. A call
 //! that ends without committing (an error, a replay, a dropped request) is rolled back to its savepoint and
 //! fails alone. A call that commits releases its savepoint and waits: it is answered only once its batch is
-//! committed, so an answered change survives a `kill -9` exactly as before.
+//! committed, so an answered change survives a `kill -9` exactly as before. A call that fails, or finds its work
+//! done already (an idempotent replay), may have read changes of the batch not yet committed; run inside
+//! [`settled`] (the HTTP layer runs every call so), it too is answered only after that commit.
 //!
 //! A batch is committed by the committer task, woken by every call that ends; it takes the batch only after
 //! the calls already queued for the writer have had their turn, so under load they share the commit and no
@@ -13,6 +15,8 @@
 //! what lets concurrent writes outrun the writer's commits (BENCHMARKS.md, issue #15); a call on its own pays one
 //! task hop more than a plain transaction.
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -65,7 +69,9 @@ pub struct WriteStats {
 struct Batch {
     tx: Transaction<'static, Sqlite>,
     /// The calls whose changes are in `tx`, each waiting for it to be committed.
-    waiting: Vec<oneshot::Sender<Result<(), WriteError>>>,
+    waiting: Vec<Answer>,
+    /// Calls that ended without a change after reading those in `tx`, each waiting for it to be committed.
+    watching: Vec<Answer>,
     /// The last call's savepoint is still open: that call ended without committing, and is undone before the
     /// next call or the commit.
     savepoint_open: bool,
@@ -127,7 +133,7 @@ impl Writer {
 
 impl Batch {
     async fn open(pool: &SqlitePool) -> Result<Self, sqlx::Error> {
-        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), savepoint_open: false })
+        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), watching: Vec::new(), savepoint_open: false })
     }
 
     /// Roll back the last call's changes if it ended without committing.
@@ -141,35 +147,56 @@ impl Batch {
 
     /// Commit and answer every call waiting for it.
     async fn commit(mut self, stats: &Stats) {
-        let committed = match self.undo_abandoned().await {
-            Ok(()) => self.tx.commit().await,
+        let undone = self.undo_abandoned().await;
+        let Self { tx, waiting, watching, .. } = self;
+        let committed = match undone {
+            Ok(()) => tx.commit().await,
             Err(e) => Err(e),
         };
-        match committed {
+        match &committed {
             Ok(()) => {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
-                stats.calls.fetch_add(self.waiting.len() as u64, Ordering::Relaxed);
-                answer(self.waiting, Ok(()));
+                stats.calls.fetch_add(waiting.len() as u64, Ordering::Relaxed);
             }
-            Err(e) => {
-                tracing::error!(error = %e, calls = self.waiting.len(), "cannot commit a batch of writes");
-                answer(self.waiting, Err(e.into()));
-            }
+            Err(e) => tracing::error!(error = %e, calls = waiting.len(), "cannot commit a batch of writes"),
         }
+        answer(waiting.into_iter().chain(watching), committed.map_err(WriteError::from));
     }
 
     /// Give up on the batch (its transaction rolls back as it is dropped) and fail every call waiting for it.
     fn fail(self, e: WriteError) {
         tracing::error!(error = %e, calls = self.waiting.len(), "cannot go on with a batch of writes");
-        answer(self.waiting, Err(e));
+        answer(self.waiting.into_iter().chain(self.watching), Err(e));
     }
 }
 
-fn answer(waiting: Vec<oneshot::Sender<Result<(), WriteError>>>, result: Result<(), WriteError>) {
-    for call in waiting {
+fn answer(calls: impl Iterator<Item = Answer>, result: Result<(), WriteError>) {
+    for call in calls {
         // A caller that went away needs no answer.
         let _ = call.send(result.clone());
     }
+}
+
+type Answer = oneshot::Sender<Result<(), WriteError>>;
+
+tokio::task_local! {
+    /// The commits a call must wait for before it is answered: those of batches it read from uncommitted.
+    static UNSETTLED: RefCell<Vec<oneshot::Receiver<Result<(), WriteError>>>>;
+}
+
+/// Run `call`, then wait until every batch whose uncommitted changes it read (and did not itself commit with)
+/// is committed: whatever it answers, a failure or a replay, is then about committed state.
+pub async fn settled<F: Future>(call: F) -> F::Output {
+    UNSETTLED
+        .scope(RefCell::default(), async {
+            let output = call.await;
+            for commit in UNSETTLED.with(RefCell::take) {
+                // A failed commit is the committing calls' error; this call answers what it saw.
+                let _ = commit.await;
+            }
+            output
+        })
+        .await
 }
 
 /// One call's transaction: a savepoint in the writer's open batch, holding the writer until it ends. Dropped
@@ -193,7 +220,15 @@ impl Tx {
 }
 
 impl Drop for Tx {
+    /// Ended without committing (an error, a replay, a dropped request): the savepoint is undone before the
+    /// next call, and the call waits for the batch's commit if it read other calls' changes in it.
     fn drop(&mut self) {
+        if self.batch.savepoint_open && !self.batch.waiting.is_empty() {
+            let (answer, committed) = oneshot::channel();
+            if UNSETTLED.try_with(|u| u.borrow_mut().push(committed)).is_ok() {
+                self.batch.watching.push(answer);
+            }
+        }
         self.commit_due.notify_one();
     }
 }
@@ -269,5 +304,34 @@ mod tests {
             sqlx::query_scalar("SELECT name FROM quotas ORDER BY name").fetch_all(db.reader()).await.unwrap();
         assert_eq!(names, ["a", "c"]);
         assert_eq!(db.write_stats(), WriteStats { batches: 1, calls: 2 });
+    }
+
+    /// A call that reads a batch's uncommitted changes and ends without one of its own is answered after the
+    /// commit, not before.
+    #[tokio::test]
+    async fn a_call_that_fails_after_reading_waits_for_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let mut first = db.write().await.unwrap();
+        set_quota(&mut first, "a").await;
+        let failing = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let seen = settled(async {
+                    let mut tx = db.write().await.unwrap();
+                    let seen: i64 =
+                        sqlx::query_scalar("SELECT COUNT(*) FROM quotas").fetch_one(&mut *tx).await.unwrap();
+                    (seen, db.write_stats())
+                })
+                .await;
+                (seen, db.write_stats())
+            }
+        });
+        tokio::task::yield_now().await;
+        first.commit().await.unwrap();
+        let ((seen, when_read), when_answered) = failing.await.unwrap();
+        assert_eq!(seen, 1, "it read the first call's change");
+        assert_eq!(when_read, WriteStats { batches: 0, calls: 0 }, "before that change was committed");
+        assert_eq!(when_answered, WriteStats { batches: 1, calls: 1 }, "and was answered after");
     }
 }
