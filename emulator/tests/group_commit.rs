@@ -39,4 +39,13 @@ async fn two_hundred_concurrent_creates_against_a_quota_of_fifty_make_exactly_fi
     let (batches, calls) = (after.batches - before.batches, after.calls - before.calls);
     assert!(calls >= 200, "{calls} writes committed");
     assert!(batches < calls, "{calls} writes in {batches} commits: none shared a batch");
+    // The same counts in /metrics.
+    let (_, metrics) = emu.raw(reqwest::Method::GET, "/metrics", None, None).await;
+    let text = metrics.as_str().unwrap();
+    let scraped = |name: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(scraped("fakecloud_write_batches_total") >= after.batches);
+    assert!(scraped("fakecloud_write_calls_total") >= after.calls);
 }

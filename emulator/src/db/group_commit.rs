@@ -51,7 +51,7 @@ pub struct Writer {
     stats: Arc<Stats>,
 }
 
-/// Counts of what the writer committed, for tests and the benchmark's batch sizes.
+/// Counts of what the writer committed (in `/metrics`: their ratio is the mean batch size).
 #[derive(Debug, Default)]
 struct Stats {
     batches: AtomicU64,
