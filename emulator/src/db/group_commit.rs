@@ -72,9 +72,23 @@ struct Batch {
     waiting: Vec<Answer>,
     /// Calls that ended without a change after reading those in `tx`, each waiting for it to be committed.
     watching: Vec<Answer>,
-    /// The last call's savepoint is still open: that call ended without committing, and is undone before the
-    /// next call or the commit.
-    savepoint_open: bool,
+    /// How the last call left its savepoint.
+    last: Savepoint,
+}
+
+/// The savepoint of the batch's last call. A savepoint is ended by whatever uses the connection next (the next
+/// call's begin, or the commit), in the same round trip to SQLite as its own statement: each round trip is a
+/// hand-off to sqlx's SQLite thread, and those, not SQLite, are most of a write's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Savepoint {
+    /// No call yet in this batch.
+    None,
+    /// The call is running in it.
+    Open,
+    /// The call committed: release it.
+    Kept,
+    /// The call ended without committing: roll back to it.
+    Abandoned,
 }
 
 impl Writer {
@@ -98,25 +112,27 @@ impl Writer {
     /// Join the open batch (or open one) as a new call.
     pub async fn begin(&self) -> Result<Tx, WriteError> {
         let mut slot = self.batch.clone().lock_owned().await;
-        let batch = match slot.take() {
+        let mut batch = match slot.take() {
             Some(full) if full.waiting.len() >= MAX_CALLS => {
                 full.commit(&self.stats).await;
                 Batch::open(&self.pool).await?
             }
-            // The next savepoint must not nest in an abandoned one.
-            Some(mut batch) => match batch.undo_abandoned().await {
-                Ok(()) => batch,
-                Err(e) => {
-                    batch.fail(e.into());
-                    Batch::open(&self.pool).await?
-                }
-            },
+            Some(batch) => batch,
             None => Batch::open(&self.pool).await?,
         };
-        let mut tx = Tx { batch: OwnedMutexGuard::map(slot, |s| s.insert(batch)), commit_due: self.commit_due.clone() };
-        sqlx::query("SAVEPOINT call").execute(&mut *tx.batch.tx).await?;
-        tx.batch.savepoint_open = true;
-        Ok(tx)
+        let sql = match batch.last {
+            Savepoint::None => "SAVEPOINT call",
+            Savepoint::Kept => "RELEASE call; SAVEPOINT call",
+            Savepoint::Open | Savepoint::Abandoned => "ROLLBACK TO call; RELEASE call; SAVEPOINT call",
+        };
+        if let Err(e) = sqlx::raw_sql(sql).execute(&mut *batch.tx).await {
+            // Which of the statements ran is unknown, so nothing in the batch can be trusted.
+            let e = WriteError::from(e);
+            batch.fail(e.clone());
+            return Err(e);
+        }
+        batch.last = Savepoint::Open;
+        Ok(Tx { batch: OwnedMutexGuard::map(slot, |s| s.insert(batch)), commit_due: self.commit_due.clone() })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -133,22 +149,18 @@ impl Writer {
 
 impl Batch {
     async fn open(pool: &SqlitePool) -> Result<Self, sqlx::Error> {
-        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), watching: Vec::new(), savepoint_open: false })
+        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), watching: Vec::new(), last: Savepoint::None })
     }
 
-    /// Roll back the last call's changes if it ended without committing.
-    async fn undo_abandoned(&mut self) -> Result<(), sqlx::Error> {
-        if self.savepoint_open {
-            sqlx::raw_sql("ROLLBACK TO call; RELEASE call").execute(&mut *self.tx).await?;
-            self.savepoint_open = false;
-        }
-        Ok(())
-    }
-
-    /// Commit and answer every call waiting for it.
-    async fn commit(mut self, stats: &Stats) {
-        let undone = self.undo_abandoned().await;
-        let Self { tx, waiting, watching, .. } = self;
+    /// Commit (a kept savepoint goes with it; an abandoned one is undone first) and answer every call waiting.
+    async fn commit(self, stats: &Stats) {
+        let Self { mut tx, waiting, watching, last } = self;
+        let undone = match last {
+            Savepoint::Open | Savepoint::Abandoned => {
+                sqlx::raw_sql("ROLLBACK TO call").execute(&mut *tx).await.map(drop)
+            }
+            Savepoint::None | Savepoint::Kept => Ok(()),
+        };
         let committed = match undone {
             Ok(()) => tx.commit().await,
             Err(e) => Err(e),
@@ -209,8 +221,7 @@ pub struct Tx {
 impl Tx {
     /// Keep this call's changes and return once they are committed with its batch.
     pub async fn commit(mut self) -> Result<(), WriteError> {
-        sqlx::query("RELEASE call").execute(&mut *self.batch.tx).await?;
-        self.batch.savepoint_open = false;
+        self.batch.last = Savepoint::Kept;
         let (answer, committed) = oneshot::channel();
         self.batch.waiting.push(answer);
         // Hands the writer to the next call and wakes the committer.
@@ -220,13 +231,16 @@ impl Tx {
 }
 
 impl Drop for Tx {
-    /// Ended without committing (an error, a replay, a dropped request): the savepoint is undone before the
-    /// next call, and the call waits for the batch's commit if it read other calls' changes in it.
     fn drop(&mut self) {
-        if self.batch.savepoint_open && !self.batch.waiting.is_empty() {
-            let (answer, committed) = oneshot::channel();
-            if UNSETTLED.try_with(|u| u.borrow_mut().push(committed)).is_ok() {
-                self.batch.watching.push(answer);
+        // Still open: the call ended without committing (an error, a replay, a dropped request). Its savepoint
+        // is undone before the next call; it waits for the batch's commit if it read other calls' changes in it.
+        if self.batch.last == Savepoint::Open {
+            self.batch.last = Savepoint::Abandoned;
+            if !self.batch.waiting.is_empty() {
+                let (answer, committed) = oneshot::channel();
+                if UNSETTLED.try_with(|u| u.borrow_mut().push(committed)).is_ok() {
+                    self.batch.watching.push(answer);
+                }
             }
         }
         self.commit_due.notify_one();
