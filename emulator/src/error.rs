@@ -72,7 +72,7 @@ impl From<crate::db::WriteError> for ApiError {
     fn from(e: crate::db::WriteError) -> Self {
         match e {
             crate::db::WriteError::Db(e) => Self::from(&*e),
-            stopped @ crate::db::WriteError::Stopped => Self::internal(stopped.to_string()),
+            other => Self::internal(other.to_string()),
         }
     }
 }

@@ -34,6 +34,8 @@ pub enum WriteError {
     Db(Arc<sqlx::Error>),
     #[error("the writer stopped before this change was committed")]
     Stopped,
+    #[error("a statement that ends one savepoint and opens the next failed, so the batch was rolled back; see the log")]
+    Broken,
 }
 
 impl From<sqlx::Error> for WriteError {
@@ -89,6 +91,8 @@ enum Savepoint {
     Kept,
     /// The call ended without committing: roll back to it.
     Abandoned,
+    /// Ending or opening it failed part way: nothing in the batch can be trusted, so it is rolled back whole.
+    Broken,
 }
 
 impl Writer {
@@ -102,7 +106,7 @@ impl Writer {
                 // Queued behind the calls already waiting for the writer: they join the batch first.
                 let batch = committer.batch.lock().await.take();
                 if let Some(batch) = batch {
-                    batch.commit(&committer.stats).await;
+                    batch.commit(committer.stats.clone()).await;
                 }
             }
         });
@@ -110,29 +114,37 @@ impl Writer {
     }
 
     /// Join the open batch (or open one) as a new call.
+    ///
+    /// Cancel-safe: the batch is never held in a local across an await, so a dropped request cannot take other
+    /// calls' changes with it.
     pub async fn begin(&self) -> Result<Tx, WriteError> {
         let mut slot = self.batch.clone().lock_owned().await;
-        let mut batch = match slot.take() {
-            Some(full) if full.waiting.len() >= MAX_CALLS => {
-                full.commit(&self.stats).await;
+        let batch = match slot.take() {
+            Some(batch) if batch.waiting.len() < MAX_CALLS && batch.last != Savepoint::Broken => batch,
+            done => {
+                if let Some(done) = done {
+                    tokio::spawn(done.commit(self.stats.clone()));
+                }
                 Batch::open(&self.pool).await?
             }
-            Some(batch) => batch,
-            None => Batch::open(&self.pool).await?,
         };
+        let mut batch = OwnedMutexGuard::map(slot, |s| s.insert(batch));
         let sql = match batch.last {
             Savepoint::None => "SAVEPOINT call",
             Savepoint::Kept => "RELEASE call; SAVEPOINT call",
-            Savepoint::Open | Savepoint::Abandoned => "ROLLBACK TO call; RELEASE call; SAVEPOINT call",
+            Savepoint::Open | Savepoint::Abandoned | Savepoint::Broken => {
+                "ROLLBACK TO call; RELEASE call; SAVEPOINT call"
+            }
         };
+        // (Were this dropped part way, running the same statements again next time is still right: they only
+        // end and open empty savepoints.)
         if let Err(e) = sqlx::raw_sql(sql).execute(&mut *batch.tx).await {
-            // Which of the statements ran is unknown, so nothing in the batch can be trusted.
-            let e = WriteError::from(e);
-            batch.fail(e.clone());
-            return Err(e);
+            tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
+            batch.last = Savepoint::Broken;
+            return Err(e.into());
         }
         batch.last = Savepoint::Open;
-        Ok(Tx { batch: OwnedMutexGuard::map(slot, |s| s.insert(batch)), commit_due: self.commit_due.clone() })
+        Ok(Tx { batch, commit_due: self.commit_due.clone() })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -153,17 +165,15 @@ impl Batch {
     }
 
     /// Commit (a kept savepoint goes with it; an abandoned one is undone first) and answer every call waiting.
-    async fn commit(self, stats: &Stats) {
+    async fn commit(self, stats: Arc<Stats>) {
         let Self { mut tx, waiting, watching, last } = self;
-        let undone = match last {
-            Savepoint::Open | Savepoint::Abandoned => {
-                sqlx::raw_sql("ROLLBACK TO call").execute(&mut *tx).await.map(drop)
-            }
-            Savepoint::None | Savepoint::Kept => Ok(()),
-        };
-        let committed = match undone {
-            Ok(()) => tx.commit().await,
-            Err(e) => Err(e),
+        let committed = match last {
+            Savepoint::Broken => Err(WriteError::Broken),
+            Savepoint::Open | Savepoint::Abandoned => match sqlx::raw_sql("ROLLBACK TO call").execute(&mut *tx).await {
+                Ok(_) => tx.commit().await.map_err(WriteError::from),
+                Err(e) => Err(e.into()),
+            },
+            Savepoint::None | Savepoint::Kept => tx.commit().await.map_err(WriteError::from),
         };
         match &committed {
             Ok(()) => {
@@ -172,13 +182,7 @@ impl Batch {
             }
             Err(e) => tracing::error!(error = %e, calls = waiting.len(), "cannot commit a batch of writes"),
         }
-        answer(waiting.into_iter().chain(watching), committed.map_err(WriteError::from));
-    }
-
-    /// Give up on the batch (its transaction rolls back as it is dropped) and fail every call waiting for it.
-    fn fail(self, e: WriteError) {
-        tracing::error!(error = %e, calls = self.waiting.len(), "cannot go on with a batch of writes");
-        answer(self.waiting.into_iter().chain(self.watching), Err(e));
+        answer(waiting.into_iter().chain(watching), committed);
     }
 }
 
