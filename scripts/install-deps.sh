@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing fakecloud needs on a fresh Debian machine: a C compiler (SQLite is compiled
-# into the emulator), pkg-config, and rustfmt/clippy. Safe to run again; does nothing when all is there.
+# into the emulator), pkg-config, wrk (for `make bench`) and rustfmt/clippy. Safe to run again; does nothing
+# when all is there.
 set -euo pipefail
 
 need_apt=()
@@ -11,6 +12,8 @@ command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# The load generator of `make bench`'s comparison with moto.
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 if ((${#need_apt[@]})); then
   echo "==> installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""

@@ -1,21 +1,23 @@
-//! The SQLite database: one writer connection (so every write transaction is serialised and quota checks are
-//! atomic with their writes) and a pool of readers (WAL lets them read while the writer writes).
+//! The SQLite database: one writer connection (so every write is serialised and quota checks are atomic with
+//! their writes; concurrent writes share its transactions, see [`group_commit`]) and a pool of readers (WAL lets
+//! them read while the writer writes).
+
+pub mod group_commit;
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, Transaction};
 
+use self::group_commit::Writer;
+pub use self::group_commit::{Tx, WriteError, WriteStats};
 use crate::config::DbLocation;
 
 #[derive(Debug, Clone)]
 pub struct Db {
-    writer: SqlitePool,
+    writer: Writer,
     reader: SqlitePool,
 }
-
-pub type Tx = Transaction<'static, Sqlite>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -82,11 +84,12 @@ impl Db {
                 .await
                 .map_err(open_err)?
         };
-        Ok(Self { writer, reader })
+        Ok(Self { writer: Writer::start(writer), reader })
     }
 
-    /// Start a write transaction. Writers queue here, one at a time.
-    pub async fn write(&self) -> Result<Tx, sqlx::Error> {
+    /// Start a write: a transaction of its own as far as the caller can tell, committed with the other writes
+    /// queued beside it. Writers queue here, one at a time.
+    pub async fn write(&self) -> Result<Tx, WriteError> {
         self.writer.begin().await
     }
 
@@ -94,13 +97,18 @@ impl Db {
         &self.reader
     }
 
+    /// The writer connection's pool, for a statement outside any write (it waits for the open batch).
     pub fn writer(&self) -> &SqlitePool {
-        &self.writer
+        self.writer.pool()
+    }
+
+    pub fn write_stats(&self) -> WriteStats {
+        self.writer.stats()
     }
 
     pub async fn close(&self) {
         self.reader.close().await;
-        self.writer.close().await;
+        self.writer.pool().close().await;
     }
 }
 

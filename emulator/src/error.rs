@@ -64,8 +64,23 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+impl From<crate::db::WriteError> for ApiError {
+    fn from(e: crate::db::WriteError) -> Self {
+        match e {
+            crate::db::WriteError::Db(e) => Self::from(&*e),
+            other => Self::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<&sqlx::Error> for ApiError {
+    fn from(e: &sqlx::Error) -> Self {
         // Busy/locked means the database is momentarily contended: a retryable condition, not a bug.
-        if let sqlx::Error::Database(db) = &e
+        if let sqlx::Error::Database(db) = e
             && matches!(db.code().as_deref(), Some("5") | Some("6") | Some("261") | Some("517"))
         {
             tracing::warn!(error = %e, "database busy");

@@ -78,6 +78,9 @@ pub struct Metrics {
     requests: Family<CallLabels, Counter>,
     latency: Family<OperationLabels, Histogram>,
     resources: Family<ResourceLabels, Gauge>,
+    /// Mirrors of the writer's own counts (see db::group_commit), brought up to date at each scrape.
+    write_batches: Counter,
+    write_calls: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -119,7 +122,14 @@ impl Default for Metrics {
             "Connections reset or delayed and health checks failed by a data-plane fault rule, by load balancer, rule and action",
             dataplane.faults.clone(),
         );
-        Self { registry, dataplane, faults, requests, latency, resources }
+        let (write_batches, write_calls) = (Counter::default(), Counter::default());
+        registry.register(
+            "write_batches",
+            "Transactions committed by the writer (group commit)",
+            write_batches.clone(),
+        );
+        registry.register("write_calls", "Writes committed, several to a transaction under load", write_calls.clone());
+        Self { registry, dataplane, faults, requests, latency, resources, write_batches, write_calls }
     }
 }
 
@@ -159,6 +169,9 @@ impl Metrics {
                 self.resources.get_or_create(&ResourceLabels { kind, state }).set(n);
             }
         }
+        let written = db.write_stats();
+        self.write_batches.inc_by(written.batches.saturating_sub(self.write_batches.get()));
+        self.write_calls.inc_by(written.calls.saturating_sub(self.write_calls.get()));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .map_err(|e| crate::error::ApiError::internal(e.to_string()))?;

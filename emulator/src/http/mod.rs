@@ -39,6 +39,7 @@ use self::auth::{Role, Tokens};
 use self::metrics::Metrics;
 use crate::config::Config;
 use crate::dataplane::DataPlane;
+use crate::db::group_commit::settled;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
@@ -331,8 +332,8 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     let ctx = CallContext::new(request_id.clone(), change);
 
     let mut fault = None;
-    let mut resp = ctx
-        .scope(async {
+    // Answered only once every change the call read is committed (see db::group_commit).
+    let mut resp = settled(ctx.scope(async {
             match (&op, role) {
                 (None, _) if route.is_none() => next.run(req).await,
                 (None, _) => {
@@ -385,7 +386,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                     if mutating { resp } else { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await }
                 }
             }
-        })
+        }))
         .await;
 
     if let Ok(v) = HeaderValue::from_str(&request_id) {

@@ -98,7 +98,7 @@ pub async fn commit(mut tx: Tx, resource_id: &str) -> Result<()> {
         insert_all(&mut tx, &earlier).await?;
         let seq = insert(&mut tx, &record).await?;
         tx.commit().await?;
-        Ok::<_, sqlx::Error>(seq)
+        Ok::<_, crate::db::WriteError>(seq)
     }
     .await;
     match written {

@@ -1,0 +1,355 @@
+//! Group commit: concurrent writes share the single writer connection's transactions.
+//!
+//! Every write is a [`Tx`]: one call's SAVEPOINT inside the batch transaction open on the writer connection.
+//! Calls take the writer one at a time, in arrival order (a fair lock), so each sees every change made before
+//! it, committed or not: a quota check and the write it guards still cannot be split by another call. A call
+//! that ends without committing (an error, a replay, a dropped request) is rolled back to its savepoint and
+//! fails alone. A call that commits releases its savepoint and waits: it is answered only once its batch is
+//! committed, so an answered change survives a `kill -9` exactly as before. A call that fails, or finds its work
+//! done already (an idempotent replay), may have read changes of the batch not yet committed; run inside
+//! [`settled`] (the HTTP layer runs every call so), it too is answered only after that commit.
+//!
+//! A batch is committed by the committer task, woken by every call that ends; it takes the batch only after
+//! the calls already queued for the writer have had their turn, so under load they share the commit and no
+//! call waits on a timer. A batch holds at most [`MAX_CALLS`] calls. One commit per batch instead of per call is
+//! what lets concurrent writes outrun the writer's commits (BENCHMARKS.md, issue #15); a call on its own pays one
+//! task hop more than a plain transaction.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sqlx::Transaction;
+use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
+use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
+
+/// The most calls committed in one transaction: bounds what a failed commit takes with it.
+pub const MAX_CALLS: usize = 64;
+
+/// A write failed: the caller's own statement, or the commit of the batch it was in.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Db(Arc<sqlx::Error>),
+    #[error("the writer stopped before this change was committed")]
+    Stopped,
+    #[error("a statement that ends one savepoint and opens the next failed, so the batch was rolled back; see the log")]
+    Broken,
+}
+
+impl From<sqlx::Error> for WriteError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Db(Arc::new(e))
+    }
+}
+
+/// The writer connection's pool (one connection) and the batch open on it.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    pool: SqlitePool,
+    batch: Arc<Mutex<Option<Batch>>>,
+    commit_due: Arc<Notify>,
+    stats: Arc<Stats>,
+}
+
+/// Counts of what the writer committed (in `/metrics`: their ratio is the mean batch size).
+#[derive(Debug, Default)]
+struct Stats {
+    batches: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// Batches committed and calls committed in them, since the database was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteStats {
+    pub batches: u64,
+    pub calls: u64,
+}
+
+#[derive(Debug)]
+struct Batch {
+    tx: Transaction<'static, Sqlite>,
+    /// The calls whose changes are in `tx`, each waiting for it to be committed.
+    waiting: Vec<Answer>,
+    /// Calls that ended without a change after reading those in `tx`, each waiting for it to be committed.
+    watching: Vec<Answer>,
+    /// How the last call left its savepoint.
+    last: Savepoint,
+}
+
+/// The savepoint of the batch's last call. A savepoint is ended by whatever uses the connection next (the next
+/// call's begin, or the commit), in the same round trip to SQLite as its own statement: each round trip is a
+/// hand-off to sqlx's SQLite thread, and those, not SQLite, are most of a write's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Savepoint {
+    /// No call yet in this batch.
+    None,
+    /// The call is running in it.
+    Open,
+    /// The call committed: release it.
+    Kept,
+    /// The call ended without committing: roll back to it.
+    Abandoned,
+    /// Ending or opening it failed part way: nothing in the batch can be trusted, so it is rolled back whole.
+    Broken,
+}
+
+impl Writer {
+    /// Wrap the writer pool and start the committer task.
+    pub fn start(pool: SqlitePool) -> Self {
+        let writer = Self { pool, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats: Arc::default() };
+        let committer = writer.clone();
+        tokio::spawn(async move {
+            loop {
+                committer.commit_due.notified().await;
+                // Queued behind the calls already waiting for the writer: they join the batch first.
+                let batch = committer.batch.lock().await.take();
+                if let Some(batch) = batch {
+                    batch.commit(committer.stats.clone()).await;
+                }
+            }
+        });
+        writer
+    }
+
+    /// Join the open batch (or open one) as a new call.
+    ///
+    /// Cancel-safe: the batch is never held in a local across an await, so a dropped request cannot take other
+    /// calls' changes with it.
+    pub async fn begin(&self) -> Result<Tx, WriteError> {
+        let mut slot = self.batch.clone().lock_owned().await;
+        let batch = match slot.take() {
+            Some(batch) if batch.waiting.len() < MAX_CALLS && batch.last != Savepoint::Broken => batch,
+            done => {
+                if let Some(done) = done {
+                    tokio::spawn(done.commit(self.stats.clone()));
+                }
+                Batch::open(&self.pool).await?
+            }
+        };
+        let mut batch = OwnedMutexGuard::map(slot, |s| s.insert(batch));
+        let sql = match batch.last {
+            Savepoint::None => "SAVEPOINT call",
+            Savepoint::Kept => "RELEASE call; SAVEPOINT call",
+            Savepoint::Open | Savepoint::Abandoned | Savepoint::Broken => {
+                "ROLLBACK TO call; RELEASE call; SAVEPOINT call"
+            }
+        };
+        // (Were this dropped part way, running the same statements again next time is still right: they only
+        // end and open empty savepoints.)
+        if let Err(e) = sqlx::raw_sql(sql).execute(&mut *batch.tx).await {
+            tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
+            batch.last = Savepoint::Broken;
+            return Err(e.into());
+        }
+        batch.last = Savepoint::Open;
+        Ok(Tx { batch, commit_due: self.commit_due.clone() })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    pub fn stats(&self) -> WriteStats {
+        WriteStats {
+            batches: self.stats.batches.load(Ordering::Relaxed),
+            calls: self.stats.calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Batch {
+    async fn open(pool: &SqlitePool) -> Result<Self, sqlx::Error> {
+        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), watching: Vec::new(), last: Savepoint::None })
+    }
+
+    /// Commit (a kept savepoint goes with it; an abandoned one is undone first) and answer every call waiting.
+    async fn commit(self, stats: Arc<Stats>) {
+        let Self { mut tx, waiting, watching, last } = self;
+        let committed = match last {
+            Savepoint::Broken => Err(WriteError::Broken),
+            Savepoint::Open | Savepoint::Abandoned => match sqlx::raw_sql("ROLLBACK TO call").execute(&mut *tx).await {
+                Ok(_) => tx.commit().await.map_err(WriteError::from),
+                Err(e) => Err(e.into()),
+            },
+            Savepoint::None | Savepoint::Kept => tx.commit().await.map_err(WriteError::from),
+        };
+        match &committed {
+            Ok(()) => {
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.calls.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::error!(error = %e, calls = waiting.len(), "cannot commit a batch of writes"),
+        }
+        answer(waiting.into_iter().chain(watching), committed);
+    }
+}
+
+fn answer(calls: impl Iterator<Item = Answer>, result: Result<(), WriteError>) {
+    for call in calls {
+        // A caller that went away needs no answer.
+        let _ = call.send(result.clone());
+    }
+}
+
+type Answer = oneshot::Sender<Result<(), WriteError>>;
+
+tokio::task_local! {
+    /// The commits a call must wait for before it is answered: those of batches it read from uncommitted.
+    static UNSETTLED: RefCell<Vec<oneshot::Receiver<Result<(), WriteError>>>>;
+}
+
+/// Run `call`, then wait until every batch whose uncommitted changes it read (and did not itself commit with)
+/// is committed: whatever it answers, a failure or a replay, is then about committed state.
+pub async fn settled<F: Future>(call: F) -> F::Output {
+    UNSETTLED
+        .scope(RefCell::default(), async {
+            let output = call.await;
+            for commit in UNSETTLED.with(RefCell::take) {
+                // A failed commit is the committing calls' error; this call answers what it saw.
+                let _ = commit.await;
+            }
+            output
+        })
+        .await
+}
+
+/// One call's transaction: a savepoint in the writer's open batch, holding the writer until it ends. Dropped
+/// without [`Tx::commit`], its changes are undone.
+pub struct Tx {
+    batch: OwnedMappedMutexGuard<Option<Batch>, Batch>,
+    commit_due: Arc<Notify>,
+}
+
+impl Tx {
+    /// Keep this call's changes and return once they are committed with its batch.
+    pub async fn commit(mut self) -> Result<(), WriteError> {
+        self.batch.last = Savepoint::Kept;
+        let (answer, committed) = oneshot::channel();
+        self.batch.waiting.push(answer);
+        // Hands the writer to the next call and wakes the committer.
+        drop(self);
+        committed.await.unwrap_or(Err(WriteError::Stopped))
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        // Still open: the call ended without committing (an error, a replay, a dropped request). Its savepoint
+        // is undone before the next call; it waits for the batch's commit if it read other calls' changes in it.
+        if self.batch.last == Savepoint::Open {
+            self.batch.last = Savepoint::Abandoned;
+            if !self.batch.waiting.is_empty() {
+                let (answer, committed) = oneshot::channel();
+                if UNSETTLED.try_with(|u| u.borrow_mut().push(committed)).is_ok() {
+                    self.batch.watching.push(answer);
+                }
+            }
+        }
+        self.commit_due.notify_one();
+    }
+}
+
+impl std::ops::Deref for Tx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.batch.tx
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.batch.tx
+    }
+}
+
+impl std::fmt::Debug for Tx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tx")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::DbLocation;
+    use crate::db::Db;
+
+    async fn set_quota(tx: &mut Tx, name: &str) {
+        sqlx::query("INSERT INTO quotas (name, limit_value) VALUES (?1, 1)")
+            .bind(name)
+            .execute(&mut **tx)
+            .await
+            .unwrap();
+    }
+
+    /// Calls queued behind one another share a commit, in arrival order, and one that ends without committing
+    /// takes only its own changes with it.
+    #[tokio::test]
+    async fn queued_calls_share_a_commit_and_fail_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let mut first = db.write().await.unwrap();
+        set_quota(&mut first, "a").await;
+        // On this single-threaded runtime both tasks run up to the writer's lock, in order, before `first` ends.
+        let abandoned = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.write().await.unwrap();
+                set_quota(&mut tx, "b").await;
+            }
+        });
+        let last = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.write().await.unwrap();
+                let seen: Vec<String> =
+                    sqlx::query_scalar("SELECT name FROM quotas ORDER BY name").fetch_all(&mut *tx).await.unwrap();
+                set_quota(&mut tx, "c").await;
+                tx.commit().await.unwrap();
+                seen
+            }
+        });
+        tokio::task::yield_now().await;
+        first.commit().await.unwrap();
+        abandoned.await.unwrap();
+        assert_eq!(last.await.unwrap(), ["a"], "the last call sees the first's change, not the abandoned one's");
+
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM quotas ORDER BY name").fetch_all(db.reader()).await.unwrap();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(db.write_stats(), WriteStats { batches: 1, calls: 2 });
+    }
+
+    /// A call that reads a batch's uncommitted changes and ends without one of its own is answered after the
+    /// commit, not before.
+    #[tokio::test]
+    async fn a_call_that_fails_after_reading_waits_for_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let mut first = db.write().await.unwrap();
+        set_quota(&mut first, "a").await;
+        let failing = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let seen = settled(async {
+                    let mut tx = db.write().await.unwrap();
+                    let seen: i64 =
+                        sqlx::query_scalar("SELECT COUNT(*) FROM quotas").fetch_one(&mut *tx).await.unwrap();
+                    (seen, db.write_stats())
+                })
+                .await;
+                (seen, db.write_stats())
+            }
+        });
+        tokio::task::yield_now().await;
+        first.commit().await.unwrap();
+        let ((seen, when_read), when_answered) = failing.await.unwrap();
+        assert_eq!(seen, 1, "it read the first call's change");
+        assert_eq!(when_read, WriteStats { batches: 0, calls: 0 }, "before that change was committed");
+        assert_eq!(when_answered, WriteStats { batches: 1, calls: 1 }, "and was answered after");
+    }
+}
