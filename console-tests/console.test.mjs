@@ -115,6 +115,8 @@ test("load balancers and route tables are shown", async () => {
   await create("/v1/load-balancers", { name: "web", listeners: [{ protocol: "TCP", port: 80, backend_port: 8080 }], backends: [inst.id] });
   await page.click("nav button[data-view=load-balancers]");
   await page.locator("#load-balancers-table").getByText("web").first().waitFor();
+  // This emulator serves no data plane: its load balancers are records, and the page says so.
+  await page.locator("#load-balancers-table").getByText("record only").first().waitFor();
   await shot("load-balancers");
   await page.click("nav button[data-view=route-tables]");
   await page.locator("#route-tables-table .bar").first().waitFor();

@@ -81,6 +81,17 @@ export const loadBalancerColumns = [
         return el("div", { title: h?.last_error ?? "" }, `${b} `, h ? badge(h.state) : "");
       }),
   ],
+  // What the data plane makes of it (only when the emulator serves load balancers): why traffic does not get
+  // through, in the tooltip; "record only" when nothing listens on the VIP.
+  [
+    "Traffic",
+    (lb) =>
+      lb.data_plane
+        ? el("span", { title: (lb.data_plane.reasons ?? []).join("\n") }, badge(lb.data_plane.state))
+        : lb.ip_mode === "proxy"
+          ? ""
+          : "record only",
+  ],
 ];
 
 export const routeTableColumns = (routeQuota) => [
