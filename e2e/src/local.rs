@@ -224,7 +224,7 @@ impl Cluster {
 
     /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
     /// free loopback port; `args` come after the harness's (a repeated flag overrides).
-    pub fn ccm(&self, bin: &str, args: &[&str]) -> Ccm {
+    pub fn ccm(&self, bin: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Ccm {
         let port = free_port();
         let log = self.dir.path().join(format!("ccm-{port}.log"));
         let child = tokio::process::Command::new(bin)
