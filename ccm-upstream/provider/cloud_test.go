@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
 )
 
 // An emulator that answers GET /v1/region, and then what the test gives for everything else.
@@ -118,5 +119,26 @@ func TestProviderIDsAreParsedStrictly(t *testing.T) {
 		if got := InstanceID(pid); got != want {
 			t.Errorf("InstanceID(%q) = %q, want %q", pid, got, want)
 		}
+	}
+}
+
+// The service controller requeues an api.RetryError after exactly its delay: a throttled create must be one,
+// with the cloud's Retry-After and its error code in the message (the SyncLoadBalancerFailed event shows it).
+func TestAThrottledCreateIsARetryErrorWithTheCloudsDelay(t *testing.T) {
+	c := emulator(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			_, _ = w.Write([]byte(`{"items":[]}`))
+			return
+		}
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(503)
+		_, _ = w.Write([]byte(`{"error":{"code":"RequestLimitExceeded","message":"slow down","request_id":"r"}}`))
+	})
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u-1"}, Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80, NodePort: 30080}}}}
+	_, err := c.EnsureLoadBalancer(t.Context(), "kubernetes", svc, nil)
+	var re *api.RetryError
+	if !errors.As(err, &re) || re.RetryAfter() != 3*time.Second || !strings.Contains(err.Error(), "RequestLimitExceeded") {
+		t.Errorf("err = %#v", err)
 	}
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 
 	"fakecloud.dev/ccm-upstream/fakecloudapi"
@@ -227,9 +229,24 @@ func status(lb *fakecloudapi.LoadBalancer) *v1.LoadBalancerStatus {
 	return st
 }
 
-// provisioningRecheck is how soon fakecloud-ccm looks again at a load balancer being provisioned; upstream's
-// service controller requeues an error with its own backoff instead, so here it is only in the message.
-const provisioningRecheck = 2 * time.Second
+// How soon to look again, as fakecloud-ccm does: at a load balancer being provisioned or deleted, and after a
+// create that raced with another. Upstream's service controller requeues an api.RetryError after exactly its
+// delay (controllers/service/controller.go, processNextServiceItem), and any other error with its exponential
+// backoff from 5 s (ccm-semantics.md trap 15).
+const (
+	provisioningRecheck = 2 * time.Second
+	createRecheck       = 1 * time.Second
+)
+
+// retryAfter makes a throttled or unavailable cloud's answer (429/503 with Retry-After) an api.RetryError, so
+// the service controller comes back exactly when the cloud asked, as fakecloud-ccm does, not sooner or later.
+func retryAfter(err error) error {
+	var e *APIError
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return api.NewRetryError(err.Error(), e.RetryAfter)
+	}
+	return err
+}
 
 // find is the Service's load balancer by its name (one call), nil when there is none.
 func (c *Cloud) find(ctx context.Context, name string) (*fakecloudapi.LoadBalancer, error) {
@@ -255,7 +272,7 @@ func (c *Cloud) GetLoadBalancerName(_ context.Context, _ string, svc *v1.Service
 func (c *Cloud) GetLoadBalancer(ctx context.Context, cluster string, svc *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
 	lb, err := c.find(ctx, c.GetLoadBalancerName(ctx, cluster, svc))
 	if err != nil || lb == nil || lb.State == fakecloudapi.LoadBalancerStateDeleting {
-		return nil, false, err
+		return nil, false, retryAfter(err)
 	}
 	return status(lb), true, nil
 }
@@ -263,6 +280,11 @@ func (c *Cloud) GetLoadBalancer(ctx context.Context, cluster string, svc *v1.Ser
 // EnsureLoadBalancer creates or updates the Service's load balancer and returns its status once it is
 // active; until then an error, which the service controller retries.
 func (c *Cloud) EnsureLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
+	st, err := c.ensure(ctx, cluster, svc, nodes)
+	return st, retryAfter(err)
+}
+
+func (c *Cloud) ensure(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	want, err := DesiredLoadBalancer(svc)
 	if err != nil {
 		return nil, err
@@ -279,7 +301,7 @@ func (c *Cloud) EnsureLoadBalancer(ctx context.Context, cluster string, svc *v1.
 			return nil, err
 		}
 	case lb.State == fakecloudapi.LoadBalancerStateDeleting:
-		return nil, fmt.Errorf("load balancer %s is still being deleted; retrying", name)
+		return nil, api.NewRetryError(fmt.Sprintf("load balancer %s is still being deleted", name), provisioningRecheck)
 	default:
 		req, err := Changes(lb, want, backends)
 		if err != nil {
@@ -292,7 +314,7 @@ func (c *Cloud) EnsureLoadBalancer(ctx context.Context, cluster string, svc *v1.
 		}
 	}
 	if lb.State == fakecloudapi.LoadBalancerStateProvisioning {
-		return nil, fmt.Errorf("load balancer %s is provisioning; fakecloud-ccm would look again in %s", name, provisioningRecheck)
+		return nil, api.NewRetryError(fmt.Sprintf("load balancer %s is provisioning", name), provisioningRecheck)
 	}
 	return status(lb), nil
 }
@@ -318,7 +340,7 @@ func (c *Cloud) create(ctx context.Context, svc *v1.Service, name string, want *
 	resp, err := call(raw, err, fakecloudapi.ParseCreateLoadBalancerResponse)
 	if isCode(err, "LoadBalancerAlreadyExists", "IdempotencyKeyReused") {
 		// Created meanwhile (by an earlier try whose answer was lost): the retry finds it.
-		return nil, fmt.Errorf("load balancer %s: created meanwhile, looking again: %w", name, err)
+		return nil, api.NewRetryError(fmt.Sprintf("load balancer %s: %v", name, err), createRecheck)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load balancer %s: CreateLoadBalancer: %w", name, err)
@@ -344,6 +366,10 @@ func (c *Cloud) update(ctx context.Context, lb *fakecloudapi.LoadBalancer, req f
 
 // UpdateLoadBalancer sets the backends of the Service's existing load balancer to these nodes.
 func (c *Cloud) UpdateLoadBalancer(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) error {
+	return retryAfter(c.updateBackends(ctx, cluster, svc, nodes))
+}
+
+func (c *Cloud) updateBackends(ctx context.Context, cluster string, svc *v1.Service, nodes []*v1.Node) error {
 	name := c.GetLoadBalancerName(ctx, cluster, svc)
 	lb, err := c.find(ctx, name)
 	if err != nil {
@@ -362,6 +388,10 @@ func (c *Cloud) UpdateLoadBalancer(ctx context.Context, cluster string, svc *v1.
 
 // EnsureLoadBalancerDeleted is done when there is no load balancer, or the cloud has accepted its deletion.
 func (c *Cloud) EnsureLoadBalancerDeleted(ctx context.Context, cluster string, svc *v1.Service) error {
+	return retryAfter(c.ensureDeleted(ctx, cluster, svc))
+}
+
+func (c *Cloud) ensureDeleted(ctx context.Context, cluster string, svc *v1.Service) error {
 	name := c.GetLoadBalancerName(ctx, cluster, svc)
 	lb, err := c.find(ctx, name)
 	if err != nil || lb == nil || lb.State == fakecloudapi.LoadBalancerStateDeleting {
