@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test test-console test-kind e2e e2e-kind lint fmt bench build deps control-plane kind-up kind-down
+.PHONY: help up down test test-console test-kind e2e e2e-kind lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -13,6 +13,9 @@ deps: ## Install what the build needs (Debian packages, rustup components)
 
 control-plane: ## Build upstream kube-apiserver, kube-controller-manager and etcd into the cache (once per version)
 	@bash scripts/build-control-plane.sh
+
+upstream-ccm: ## Build upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/) into the cache
+	@bash scripts/build-upstream-ccm.sh
 
 build: deps ## Build every binary (debug)
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
@@ -31,6 +34,7 @@ kind-down: ## Delete what kind-up created (cluster, emulator container, the priv
 
 test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
+	@bash scripts/test-upstream-ccm.sh
 	@bash scripts/schemathesis.sh
 	@bash scripts/console-tests.sh
 
@@ -50,6 +54,7 @@ test-kind: deps control-plane ## The kind path's tests: the private engine's egr
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck
 	$(CARGO) fmt --all --check
 	shellcheck -x scripts/*.sh scripts/faults/*.sh scripts/kind/*.sh
+	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
 fmt: ## Format the code

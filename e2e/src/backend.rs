@@ -12,6 +12,8 @@
 //! | `FAKECLOUD_E2E_CLUSTER_NAME` | the CCM's `--cluster-name` | `kubernetes` |
 //! | `FAKECLOUD_E2E_NODE_GRACE` | kube-controller-manager's `--node-monitor-grace-period` | `50s` |
 //! | `FAKECLOUD_E2E_NODE_MONITOR_PERIOD`, `FAKECLOUD_E2E_ROUTE_PERIOD` | the CCM's `--node-monitor-period`, `--route-reconciliation-period` | `5s`, `10s` |
+//! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags | `fakecloud` |
+//! | `FAKECLOUD_E2E_UPSTREAM_CCM` | the fakecloud-upstream-ccm binary, as `scripts/build-upstream-ccm.sh` prints it | — |
 //! | `FAKECLOUD_E2E_EMULATOR_KILL`, `FAKECLOUD_E2E_EMULATOR_START` | shell commands that SIGKILL the emulator and start it again on its state (without them, the case that needs it is skipped) | — |
 //!
 //! On an existing cluster the CCM must be deployed with the emulator's *user* token (its calls are the audit
@@ -25,6 +27,51 @@ use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT};
 use fakecloud_ccm::config::parse_go_duration;
 
 use crate::env::Timing;
+
+/// Which CCM the local backend runs; every one gets fakecloud-ccm's flags (`--cloud-provider=fakecloud`,
+/// `--cloud-config`, `--kubeconfig`, `--cluster-cidr`, `--secure-port`, the periods and leader election), which
+/// upstream's command accepts too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalCcm {
+    /// fakecloud-ccm, the case's own build of it.
+    Fakecloud,
+    /// Upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/), at this path.
+    Upstream(PathBuf),
+    /// A CCM binary of the user's own.
+    Command(PathBuf),
+}
+
+impl LocalCcm {
+    pub fn from_env() -> Self {
+        match std::env::var("FAKECLOUD_E2E_CCM").ok().filter(|v| !v.is_empty()).as_deref() {
+            None | Some("fakecloud") => Self::Fakecloud,
+            Some("upstream") => match std::env::var_os("FAKECLOUD_E2E_UPSTREAM_CCM").filter(|v| !v.is_empty()) {
+                Some(bin) => Self::Upstream(bin.into()),
+                None => panic!(
+                    "FAKECLOUD_E2E_CCM=upstream needs FAKECLOUD_E2E_UPSTREAM_CCM: the path that \
+                     scripts/build-upstream-ccm.sh prints"
+                ),
+            },
+            Some(command) => Self::Command(command.into()),
+        }
+    }
+
+    /// The binary to run: `fakecloud_ccm` (the case's build of fakecloud-ccm) unless another CCM is chosen.
+    pub fn binary(&self, fakecloud_ccm: &str) -> PathBuf {
+        match self {
+            Self::Fakecloud => fakecloud_ccm.into(),
+            Self::Upstream(bin) | Self::Command(bin) => bin.clone(),
+        }
+    }
+
+    /// Flags beside fakecloud-ccm's: upstream's logs say what its controllers do only from `--v=2` on.
+    pub fn extra_args(&self) -> &'static [&'static str] {
+        match self {
+            Self::Upstream(_) => &["--v=2"],
+            Self::Fakecloud | Self::Command(_) => &[],
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum Backend {

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use tokio::sync::Mutex;
 
-use crate::backend::{Backend, Existing};
+use crate::backend::{Backend, Existing, LocalCcm};
 use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
 use crate::{Probe, condition, poll, until};
 
@@ -69,6 +69,26 @@ impl Timing {
     /// From a change to the route controller having acted on it, with room for a loaded host.
     pub fn routes(&self) -> Duration {
         3 * self.route_period + Duration::from_secs(30)
+    }
+}
+
+/// The CCM the local backend runs ([`LocalCcm`]), and how.
+#[derive(Debug)]
+struct LocalProcess {
+    bin: std::path::PathBuf,
+    args: Vec<&'static str>,
+}
+
+impl LocalProcess {
+    /// `fakecloud_ccm`: the case's build of fakecloud-ccm, run unless `FAKECLOUD_E2E_CCM` names another.
+    fn new(fakecloud_ccm: &str) -> Self {
+        let which = LocalCcm::from_env();
+        let args = LOCAL_CCM_ARGS.iter().chain(which.extra_args()).copied().collect();
+        Self { bin: which.binary(fakecloud_ccm), args }
+    }
+
+    fn start(&self, cluster: &Cluster) -> Ccm {
+        cluster.ccm(&self.bin, &self.args)
     }
 }
 
@@ -149,7 +169,7 @@ pub struct Env {
 
 enum Kind {
     /// A cluster of the case's own, and its CCM processes (a killed one is replaced, as a Deployment would).
-    Local { cluster: Box<Cluster>, ccm: &'static str, replicas: Mutex<Vec<Ccm>> },
+    Local { cluster: Box<Cluster>, ccm: LocalProcess, replicas: Mutex<Vec<Ccm>> },
     /// A shared cluster: its CCM is the pods behind the Lease `cfg` names.
     Existing {
         cfg: Box<Existing>,
@@ -221,7 +241,8 @@ impl Env {
         let options =
             ClusterOptions { rates, emulator_binary: setup.emulator.map(Into::into), ..ClusterOptions::default() };
         let cluster = Cluster::start_with_options(&format!("e2e case {name}"), options).await?;
-        let replicas = (0..setup.replicas.max(1)).map(|_| cluster.ccm(setup.ccm, &LOCAL_CCM_ARGS)).collect();
+        let ccm = LocalProcess::new(setup.ccm);
+        let replicas = (0..setup.replicas.max(1)).map(|_| ccm.start(&cluster)).collect();
         let env = Self {
             probe: cluster.probe.clone().from_now(),
             timing,
@@ -229,7 +250,7 @@ impl Env {
             run,
             suffix,
             namespaces: Default::default(),
-            kind: Kind::Local { cluster: Box::new(cluster), ccm: setup.ccm, replicas: Mutex::new(replicas) },
+            kind: Kind::Local { cluster: Box::new(cluster), ccm, replicas: Mutex::new(replicas) },
         };
         env.wait_for_leader(None, Duration::from_secs(30)).await;
         Some(env)
@@ -371,7 +392,7 @@ impl Env {
                 let i = replicas.iter().position(|r| r.identity().as_deref() == Some(holder.as_str()));
                 let i = i.unwrap_or_else(|| panic!("no local CCM has the leader's identity {holder:?}"));
                 replicas[i].kill().await;
-                replicas[i] = cluster.ccm(ccm, &LOCAL_CCM_ARGS);
+                replicas[i] = ccm.start(cluster);
             }
             Kind::Existing { cfg, .. } => {
                 let pod = self

@@ -224,7 +224,7 @@ impl Cluster {
 
     /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
     /// free loopback port; `args` come after the harness's (a repeated flag overrides).
-    pub fn ccm(&self, bin: &str, args: &[&str]) -> Ccm {
+    pub fn ccm(&self, bin: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Ccm {
         let port = free_port();
         let log = self.dir.path().join(format!("ccm-{port}.log"));
         let child = tokio::process::Command::new(bin)
@@ -374,11 +374,17 @@ impl Ccm {
         until(timeout, &format!("{needle:?} in the CCM log"), async || self.log().contains(needle).then_some(())).await;
     }
 
-    /// Its leader-election identity (`<hostname>_<uuid>`), from its log.
+    /// Its leader-election identity (`<hostname>_<uuid>`), from its log: fakecloud-ccm logs it as it starts
+    /// to campaign; upstream's command logs it only in its `LeaderElection` event ("<id> became leader"), so an
+    /// upstream replica that never led has none, which is all a leader kill needs.
     pub fn identity(&self) -> Option<String> {
         let log = self.log();
-        let line = log.lines().find(|l| l.contains("attempting to acquire leader lease"))?;
-        Some(line.split("identity=").nth(1)?.split_whitespace().next()?.to_string())
+        if let Some(line) = log.lines().find(|l| l.contains("attempting to acquire leader lease")) {
+            return Some(line.split("identity=").nth(1)?.split_whitespace().next()?.to_string());
+        }
+        let line = log.lines().find(|l| l.contains("reason=\"LeaderElection\"") && l.contains(" became leader"))?;
+        let message = line.split("message=\"").nth(1)?;
+        Some(message.split(" became leader").next()?.to_string())
     }
 
     /// GET `path` on the secure port (self-signed, so unverified): status code and body; `None` when it does
