@@ -138,14 +138,9 @@ start_service() {
 	fi
 }
 
-# Load balancers get addresses this host can bind (all of 127.0.0.0/8 is on loopback) and the data plane serves
-# them: an EXTERNAL-IP accepts connections, and `fakecloud lb get` says why they go nowhere (the simulated nodes
-# run no pods, so every backend's health check fails). Traffic that reaches pods: make kind-up.
-lb_pool=${FAKECLOUD_PUBLIC_POOL:-127.77.0.0/24}
-log "starting the emulator at $endpoint (state: $run_root/fakecloud.db; load balancers served on $lb_pool)"
+log "starting the emulator at $endpoint (state: $run_root/fakecloud.db)"
 start_service emulator "the emulator" 30 'fakecloud: serving' \
-	"$fakecloud" serve --listen "127.0.0.1:$port" --db "$run_root/fakecloud.db" \
-	--serve-load-balancers --public-pool "$lb_pool"
+	"$fakecloud" serve --listen "127.0.0.1:$port" --db "$run_root/fakecloud.db"
 
 # The CCM as a customer of the cloud: the user token, in a file only it reads.
 # shellcheck source=/dev/null
