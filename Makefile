@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test test-console test-kind e2e e2e-kind lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down test test-console test-kind e2e e2e-kind e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test-console: deps ## The web console in headless Chromium against a real emulat
 
 e2e: deps control-plane ## The e2e suite, one case at a time, JUnit XML + summary (FAKECLOUD_E2E_BACKEND=existing: elsewhere)
 	@bash scripts/e2e.sh
+
+e2e-upstream: deps control-plane ## The conformance cases on the local backend against upstream's CCM with fakecloud's Go provider
+	@bash scripts/e2e-upstream.sh
 
 e2e-kind: deps control-plane ## The conformance suite against the kind cluster of kind-up (made first if missing), no case skipped
 	@bash scripts/e2e-kind.sh
