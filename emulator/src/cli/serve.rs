@@ -79,11 +79,12 @@ pub struct ServeArgs {
     /// wait (default: the open-file limit, raised to its hard limit, less 128).
     #[arg(long)]
     pub max_connections: Option<u32>,
-    /// Serve the load balancers' data plane: accept TCP on every listener of every active load balancer (its
-    /// address and port) and forward each connection to a healthy backend's private IP and backend port,
-    /// round-robin, with the health check and source ranges applied. The addresses must be ones this host can
-    /// bind, e.g. `--public-pool 127.77.0.0/24` (all of 127.0.0.0/8 is on loopback); a listener whose address
-    /// or port cannot be bound is shown failed on the load balancer. UDP listeners are not served yet.
+    /// Serve the load balancers' data plane: accept TCP (and UDP, a session per client address) on every
+    /// listener of every active load balancer (its address and port) and forward each connection to a healthy
+    /// backend's private IP and backend port, round-robin, with the health check, source ranges and data-plane
+    /// faults applied. The addresses must be ones this host can bind, e.g. `--public-pool 127.77.0.0/24` (all of
+    /// 127.0.0.0/8 is on loopback); a listener whose address or port cannot be bound is shown failed on the load
+    /// balancer (`data_plane`).
     #[arg(long, env = "FAKECLOUD_SERVE_LOAD_BALANCERS", default_value_t = false)]
     pub serve_load_balancers: bool,
     /// Make every address of the public pool this host's own at start (a `local` route on lo, in the emulator's
