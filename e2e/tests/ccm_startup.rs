@@ -30,6 +30,30 @@ fn kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// Start the CCM with `args` (plus the cloud config and a kubeconfig of an apiserver that is not there), its
+/// stderr in `dir/<log>`; returns once it says "starting controllers" (at most 20 s), with the log's path.
+async fn start_ccm(
+    dir: &std::path::Path,
+    cloud_config: &std::path::Path,
+    args: &[&str],
+    log: &str,
+) -> (tokio::process::Child, std::path::PathBuf) {
+    let log = dir.join(log);
+    let ccm = tokio::process::Command::new(CCM)
+        .args(args)
+        .arg(format!("--cloud-config={}", cloud_config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig(dir).display()))
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    until(Duration::from_secs(20), "controllers started", async || {
+        std::fs::read_to_string(&log).unwrap().contains("starting controllers").then_some(())
+    })
+    .await;
+    (ccm, log)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_starts_say_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();
@@ -74,20 +98,10 @@ async fn without_leader_election_controllers_start_at_once() {
     std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: u-0123456789abcdef\nregion: local-1\n", server.url()))
         .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let log = dir.path().join("ccm.log");
-    let mut ccm = tokio::process::Command::new(CCM)
-        .args(["--cloud-provider=fakecloud", "--leader-elect=false", "--controllers=cloud-node,cloud-node-lifecycle"])
-        .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
-        .arg(format!("--cloud-config={}", cloud_config.display()))
-        .arg(format!("--kubeconfig={}", kubeconfig(dir.path()).display()))
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    until(Duration::from_secs(20), "controllers started", async || {
-        std::fs::read_to_string(&log).unwrap().contains("starting controllers").then_some(())
-    })
-    .await;
+    let secure_port = format!("--secure-port={port}");
+    let args = ["--cloud-provider=fakecloud", "--leader-elect=false", "--controllers=cloud-node,cloud-node-lifecycle"];
+    let args = [&args[..], &["--bind-address=127.0.0.1", &secure_port]].concat();
+    let (mut ccm, _) = start_ccm(dir.path(), &cloud_config, &args, "ccm.log").await;
     let get = |path: &str| {
         let out = std::process::Command::new("curl")
             .args(["-sk", "--max-time", "5"])
@@ -106,19 +120,10 @@ async fn without_leader_election_controllers_start_at_once() {
     ccm.kill().await.unwrap();
 
     // --secure-port=0: nothing listens.
-    let mut quiet = tokio::process::Command::new(CCM)
-        .args(["--cloud-provider=fakecloud", "--leader-elect=false", "--secure-port=0", "--controllers=cloud-node"])
-        .arg(format!("--cloud-config={}", cloud_config.display()))
-        .arg(format!("--kubeconfig={}", kubeconfig(dir.path()).display()))
-        .stderr(std::fs::File::create(dir.path().join("quiet.log")).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    until(Duration::from_secs(20), "controllers started", async || {
-        std::fs::read_to_string(dir.path().join("quiet.log")).unwrap().contains("starting controllers").then_some(())
-    })
-    .await;
-    let log = std::fs::read_to_string(dir.path().join("quiet.log")).unwrap();
+    let quiet_args =
+        ["--cloud-provider=fakecloud", "--leader-elect=false", "--secure-port=0", "--controllers=cloud-node"];
+    let (mut quiet, log) = start_ccm(dir.path(), &cloud_config, &quiet_args, "quiet.log").await;
+    let log = std::fs::read_to_string(log).unwrap();
     assert!(!log.contains("serving /healthz"), "{log}");
     quiet.kill().await.unwrap();
 }
@@ -144,20 +149,9 @@ async fn a_cloud_that_throttles_at_start_is_waited_out_not_a_crash() {
     user.region().await.unwrap();
     let cloud_config = dir.path().join("cloud.yaml");
     std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: u-0123456789abcdef\n", server.url())).unwrap();
-    let log = dir.path().join("ccm.log");
-    let mut ccm = tokio::process::Command::new(CCM)
-        .args(["--cloud-provider=fakecloud", "--leader-elect=false", "--secure-port=0", "--controllers=cloud-node"])
-        .arg(format!("--cloud-config={}", cloud_config.display()))
-        .arg(format!("--kubeconfig={}", kubeconfig(dir.path()).display()))
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    until(Duration::from_secs(30), "controllers started", async || {
-        std::fs::read_to_string(&log).unwrap().contains("starting controllers").then_some(())
-    })
-    .await;
-    let log = std::fs::read_to_string(&log).unwrap();
+    let args = ["--cloud-provider=fakecloud", "--leader-elect=false", "--secure-port=0", "--controllers=cloud-node"];
+    let (mut ccm, log) = start_ccm(dir.path(), &cloud_config, &args, "ccm.log").await;
+    let log = std::fs::read_to_string(log).unwrap();
     assert!(log.contains("the cloud says wait"), "the 429 was waited out: {log}");
     assert!(ccm.try_wait().unwrap().is_none(), "still running");
     ccm.kill().await.unwrap();
