@@ -447,6 +447,21 @@ impl Client {
         self.send::<(), _>(Method::DELETE, &format!("/v1/outages/{id}"), None, None).await
     }
 
+    /// Hang machines: their instances keep running, their kubelets fall silent.
+    pub async fn start_hang(&self, req: &StartHangRequest) -> Result<HangList> {
+        self.send(Method::POST, "/v1/hangs", Some(req), None).await
+    }
+
+    /// The hung machines (running instances only: a restart ends a hang).
+    pub async fn list_hangs(&self) -> Result<HangList> {
+        self.get::<_, ()>("/v1/hangs", None).await
+    }
+
+    /// Resume a hung machine: its kubelet reports again.
+    pub async fn stop_hang(&self, instance_id: &str) -> Result<Hang> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/hangs/{instance_id}"), None, None).await
+    }
+
     pub async fn reclaim_spot(&self, req: &ReclaimRequest) -> Result<ReclaimResponse> {
         self.send(Method::POST, "/v1/spot/reclaim", Some(req), None).await
     }

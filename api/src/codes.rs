@@ -19,6 +19,7 @@ pub const ROUTE_NOT_FOUND: &str = "RouteNotFound";
 pub const LOAD_BALANCER_NOT_FOUND: &str = "LoadBalancerNotFound";
 pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
 pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
+pub const HANG_NOT_FOUND: &str = "HangNotFound";
 // 405 / 413 / 415
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";

@@ -1,5 +1,5 @@
-//! Fault injection: rules, rate limits, outages and spot reclamation (admin API under `/v1/faults`,
-//! `/v1/rate-limits`, `/v1/outages`, `/v1/spot/reclaim`).
+//! Fault injection: rules, rate limits, outages, hung machines and spot reclamation (admin API under
+//! `/v1/faults`, `/v1/rate-limits`, `/v1/outages`, `/v1/hangs`, `/v1/spot/reclaim`).
 
 use std::collections::BTreeMap;
 
@@ -75,6 +75,8 @@ pub enum FaultAction {
         hang_seconds: Option<f64>,
     },
     /// Do the call; what it creates stays invisible to reads (404 on get, left out of lists) for `seconds`.
+    /// Only callers with the user token see the lag: the admin token is the cloud's own view (its machines'
+    /// kubelets see their own instance at once).
     EventualConsistency { seconds: f64 },
     /// Do the call (the write happens), then answer with this error: the lost-response case.
     ApplyThenFail {
@@ -251,6 +253,36 @@ pub struct Outage {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct OutageList {
     pub items: Vec<Outage>,
+}
+
+/// Hang machines: each named instance keeps running (the cloud says `running`) but its guest stops answering,
+/// so its kubelet falls silent and the controller manager marks the Node NotReady after its grace period — the
+/// hung machine users report. A restart of the instance (stop, start) ends the hang, as a reboot would.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartHangRequest {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_ids: Vec<String>,
+    /// Names of live instances (the Nodes' names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// `key=value`: every running instance with the tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// A hung machine.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Hang {
+    pub instance_id: String,
+    pub name: String,
+    /// RFC 3339.
+    pub since: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HangList {
+    pub items: Vec<Hang>,
 }
 
 /// Reclaim spot instances: an interruption notice now, then `stopping` and `terminated` with the reason

@@ -358,16 +358,16 @@ func (e Market) Valid() bool {
 
 // Defines values for NoResponseMode.
 const (
-	Close NoResponseMode = "close"
-	Hang  NoResponseMode = "hang"
+	NoResponseModeClose NoResponseMode = "close"
+	NoResponseModeHang  NoResponseMode = "hang"
 )
 
 // Valid indicates whether the value is a known member of the NoResponseMode enum.
 func (e NoResponseMode) Valid() bool {
 	switch e {
-	case Close:
+	case NoResponseModeClose:
 		return true
-	case Hang:
+	case NoResponseModeHang:
 		return true
 	default:
 		return false
@@ -549,6 +549,7 @@ const (
 	SetRateLimitRequestOperationLessThannil        SetRateLimitRequestOperation = "<nil>"
 	SetRateLimitRequestOperationListAudit          SetRateLimitRequestOperation = "ListAudit"
 	SetRateLimitRequestOperationListFaults         SetRateLimitRequestOperation = "ListFaults"
+	SetRateLimitRequestOperationListHangs          SetRateLimitRequestOperation = "ListHangs"
 	SetRateLimitRequestOperationListInstances      SetRateLimitRequestOperation = "ListInstances"
 	SetRateLimitRequestOperationListLbFaults       SetRateLimitRequestOperation = "ListLbFaults"
 	SetRateLimitRequestOperationListLoadBalancers  SetRateLimitRequestOperation = "ListLoadBalancers"
@@ -562,9 +563,11 @@ const (
 	SetRateLimitRequestOperationSetQuota           SetRateLimitRequestOperation = "SetQuota"
 	SetRateLimitRequestOperationSetRateLimit       SetRateLimitRequestOperation = "SetRateLimit"
 	SetRateLimitRequestOperationSnapshot           SetRateLimitRequestOperation = "Snapshot"
+	SetRateLimitRequestOperationStartHang          SetRateLimitRequestOperation = "StartHang"
 	SetRateLimitRequestOperationStartInstance      SetRateLimitRequestOperation = "StartInstance"
 	SetRateLimitRequestOperationStartOutage        SetRateLimitRequestOperation = "StartOutage"
 	SetRateLimitRequestOperationStartSpotRandom    SetRateLimitRequestOperation = "StartSpotRandom"
+	SetRateLimitRequestOperationStopHang           SetRateLimitRequestOperation = "StopHang"
 	SetRateLimitRequestOperationStopInstance       SetRateLimitRequestOperation = "StopInstance"
 	SetRateLimitRequestOperationStopOutage         SetRateLimitRequestOperation = "StopOutage"
 	SetRateLimitRequestOperationStopSpotRandom     SetRateLimitRequestOperation = "StopSpotRandom"
@@ -616,6 +619,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationListFaults:
 		return true
+	case SetRateLimitRequestOperationListHangs:
+		return true
 	case SetRateLimitRequestOperationListInstances:
 		return true
 	case SetRateLimitRequestOperationListLbFaults:
@@ -642,11 +647,15 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationSnapshot:
 		return true
+	case SetRateLimitRequestOperationStartHang:
+		return true
 	case SetRateLimitRequestOperationStartInstance:
 		return true
 	case SetRateLimitRequestOperationStartOutage:
 		return true
 	case SetRateLimitRequestOperationStartSpotRandom:
+		return true
+	case SetRateLimitRequestOperationStopHang:
 		return true
 	case SetRateLimitRequestOperationStopInstance:
 		return true
@@ -949,6 +958,8 @@ type FaultAction2 struct {
 type FaultAction2Type string
 
 // FaultAction3 Do the call; what it creates stays invisible to reads (404 on get, left out of lists) for `seconds`.
+// Only callers with the user token see the lag: the admin token is the cloud's own view (its machines'
+// kubelets see their own instance at once).
 type FaultAction3 struct {
 	Seconds float64          `json:"seconds"`
 	Type    FaultAction3Type `json:"type"`
@@ -1038,6 +1049,20 @@ type FaultTrigger struct {
 
 	// Until Active until this time (RFC 3339).
 	Until *time.Time `json:"until,omitempty"`
+}
+
+// Hang A hung machine.
+type Hang struct {
+	InstanceId string `json:"instance_id"`
+	Name       string `json:"name"`
+
+	// Since RFC 3339.
+	Since string `json:"since"`
+}
+
+// HangList defines model for HangList.
+type HangList struct {
+	Items []Hang `json:"items"`
 }
 
 // HealthCheck defines model for HealthCheck.
@@ -1463,6 +1488,19 @@ type SpotRandomRequest struct {
 	RatePerMinute float64 `json:"rate_per_minute"`
 }
 
+// StartHangRequest Hang machines: each named instance keeps running (the cloud says `running`) but its guest stops answering,
+// so its kubelet falls silent and the controller manager marks the Node NotReady after its grace period — the
+// hung machine users report. A restart of the instance (stop, start) ends the hang, as a reboot would.
+type StartHangRequest struct {
+	InstanceIds *[]string `json:"instance_ids,omitempty"`
+
+	// Names Names of live instances (the Nodes' names).
+	Names *[]string `json:"names,omitempty"`
+
+	// Tag `key=value`: every running instance with the tag.
+	Tag *string `json:"tag,omitempty"`
+}
+
 // StartOutageRequest defines model for StartOutageRequest.
 type StartOutageRequest struct {
 	// DurationSeconds How long it lasts (default: until stopped).
@@ -1564,6 +1602,9 @@ type SnapshotJSONRequestBody = SnapshotRequest
 
 // AddFaultJSONRequestBody defines body for AddFault for application/json ContentType.
 type AddFaultJSONRequestBody = CreateFaultRuleRequest
+
+// StartHangJSONRequestBody defines body for StartHang for application/json ContentType.
+type StartHangJSONRequestBody = StartHangRequest
 
 // CreateInstanceJSONRequestBody defines body for CreateInstance for application/json ContentType.
 type CreateInstanceJSONRequestBody = CreateInstanceRequest
@@ -1957,6 +1998,32 @@ type ClientInterface interface {
 	// DeleteFault performs a DELETE /v1/faults/{id} (the `DeleteFault` operationId) request.
 	DeleteFault(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListHangs The hung machines.
+	//
+	// Corresponds with GET /v1/hangs (the `ListHangs` operationId).
+	ListHangs(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartHangWithBody Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+	// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+	StartHangWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartHang Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+	// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+	StartHang(ctx context.Context, body StartHangJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StopHang Resume a hung machine: its kubelet reports again.
+	//
+	// Corresponds with DELETE /v1/hangs/{instance_id} (the `StopHang` operationId).
+	StopHang(ctx context.Context, instanceId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListInstances List instances, oldest first, a page at a time.
 	//
 	// Corresponds with GET /v1/instances (the `ListInstances` operationId).
@@ -2343,6 +2410,72 @@ func (c *Client) AddFault(ctx context.Context, body AddFaultJSONRequestBody, req
 // DeleteFault performs a DELETE /v1/faults/{id} (the `DeleteFault` operationId) request.
 func (c *Client) DeleteFault(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteFaultRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListHangs The hung machines.
+//
+// Corresponds with GET /v1/hangs (the `ListHangs` operationId).
+func (c *Client) ListHangs(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHangsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartHangWithBody Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+func (c *Client) StartHangWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartHangRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartHang Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+func (c *Client) StartHang(ctx context.Context, body StartHangJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartHangRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StopHang Resume a hung machine: its kubelet reports again.
+//
+// Corresponds with DELETE /v1/hangs/{instance_id} (the `StopHang` operationId).
+func (c *Client) StopHang(ctx context.Context, instanceId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStopHangRequest(c.Server, instanceId)
 	if err != nil {
 		return nil, err
 	}
@@ -3389,6 +3522,107 @@ func NewDeleteFaultRequest(server string, id string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/v1/faults/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListHangsRequest constructs an http.Request for the ListHangs method
+func NewListHangsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/hangs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStartHangRequest calls the generic StartHang builder with application/json body
+func NewStartHangRequest(server string, body StartHangJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewStartHangRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewStartHangRequestWithBody constructs an http.Request for the StartHang method, with any body, and a specified content type
+func NewStartHangRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/hangs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewStopHangRequest constructs an http.Request for the StopHang method
+func NewStopHangRequest(server string, instanceId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "instance_id", instanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/hangs/%s", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4862,6 +5096,36 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	DeleteFaultWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteFaultResponse, error)
 
+	// ListHangsWithResponse The hung machines.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/hangs (the `ListHangs` operationId).
+	ListHangsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHangsResponse, error)
+
+	// StartHangWithBodyWithResponse Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+	// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+	StartHangWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartHangResponse, error)
+
+	// StartHangWithResponse Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+	// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+	StartHangWithResponse(ctx context.Context, body StartHangJSONRequestBody, reqEditors ...RequestEditorFn) (*StartHangResponse, error)
+
+	// StopHangWithResponse Resume a hung machine: its kubelet reports again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/hangs/{instance_id} (the `StopHang` operationId).
+	StopHangWithResponse(ctx context.Context, instanceId string, reqEditors ...RequestEditorFn) (*StopHangResponse, error)
+
 	// ListInstancesWithResponse List instances, oldest first, a page at a time.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6136,6 +6400,408 @@ func (r DeleteFaultResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteFaultResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListHangsResponse200Headers the declared response headers of an HTTP 200 response for ListHangs
+type ListHangsResponse200Headers struct {
+	XRequestId *string
+}
+
+// ListHangsResponse401Headers the declared response headers of an HTTP 401 response for ListHangs
+type ListHangsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// ListHangsResponse403Headers the declared response headers of an HTTP 403 response for ListHangs
+type ListHangsResponse403Headers struct {
+	XRequestId *string
+}
+
+// ListHangsResponse503Headers the declared response headers of an HTTP 503 response for ListHangs
+type ListHangsResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// ListHangsResponseDefaultHeaders the declared response headers of an HTTP default response for ListHangs
+type ListHangsResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type ListHangsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HangList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListHangsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListHangsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListHangsResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListHangsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListHangsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListHangsResponse) GetJSON200() *HangList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListHangsResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListHangsResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListHangsResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListHangsResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHangsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHangsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHangsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHangsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StartHangResponse200Headers the declared response headers of an HTTP 200 response for StartHang
+type StartHangResponse200Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse400Headers the declared response headers of an HTTP 400 response for StartHang
+type StartHangResponse400Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse401Headers the declared response headers of an HTTP 401 response for StartHang
+type StartHangResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// StartHangResponse403Headers the declared response headers of an HTTP 403 response for StartHang
+type StartHangResponse403Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse404Headers the declared response headers of an HTTP 404 response for StartHang
+type StartHangResponse404Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse409Headers the declared response headers of an HTTP 409 response for StartHang
+type StartHangResponse409Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse413Headers the declared response headers of an HTTP 413 response for StartHang
+type StartHangResponse413Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse415Headers the declared response headers of an HTTP 415 response for StartHang
+type StartHangResponse415Headers struct {
+	XRequestId *string
+}
+
+// StartHangResponse503Headers the declared response headers of an HTTP 503 response for StartHang
+type StartHangResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// StartHangResponseDefaultHeaders the declared response headers of an HTTP default response for StartHang
+type StartHangResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type StartHangResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HangList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorBody
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *ErrorBody
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StartHangResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StartHangResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *StartHangResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *StartHangResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *StartHangResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *StartHangResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *StartHangResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *StartHangResponse415Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *StartHangResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *StartHangResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r StartHangResponse) GetJSON200() *HangList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StartHangResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StartHangResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StartHangResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StartHangResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r StartHangResponse) GetJSON409() *ErrorBody {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r StartHangResponse) GetJSON413() *ErrorBody {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r StartHangResponse) GetJSON415() *ErrorBody {
+	return r.JSON415
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StartHangResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StartHangResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StartHangResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StartHangResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StartHangResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StartHangResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StopHangResponse200Headers the declared response headers of an HTTP 200 response for StopHang
+type StopHangResponse200Headers struct {
+	XRequestId *string
+}
+
+// StopHangResponse401Headers the declared response headers of an HTTP 401 response for StopHang
+type StopHangResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// StopHangResponse403Headers the declared response headers of an HTTP 403 response for StopHang
+type StopHangResponse403Headers struct {
+	XRequestId *string
+}
+
+// StopHangResponse404Headers the declared response headers of an HTTP 404 response for StopHang
+type StopHangResponse404Headers struct {
+	XRequestId *string
+}
+
+// StopHangResponse503Headers the declared response headers of an HTTP 503 response for StopHang
+type StopHangResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// StopHangResponseDefaultHeaders the declared response headers of an HTTP default response for StopHang
+type StopHangResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type StopHangResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Hang
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StopHangResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *StopHangResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *StopHangResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *StopHangResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *StopHangResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *StopHangResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r StopHangResponse) GetJSON200() *Hang {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StopHangResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StopHangResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StopHangResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StopHangResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StopHangResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StopHangResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StopHangResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StopHangResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StopHangResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10458,6 +11124,60 @@ func (c *ClientWithResponses) DeleteFaultWithResponse(ctx context.Context, id st
 	return ParseDeleteFaultResponse(rsp)
 }
 
+// ListHangsWithResponse The hung machines.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/hangs (the `ListHangs` operationId).
+func (c *ClientWithResponses) ListHangsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHangsResponse, error) {
+	rsp, err := c.ListHangs(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHangsResponse(rsp)
+}
+
+// StartHangWithBodyWithResponse Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+func (c *ClientWithResponses) StartHangWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartHangResponse, error) {
+	rsp, err := c.StartHangWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartHangResponse(rsp)
+}
+
+// StartHangWithResponse Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/hangs (the `StartHang` operationId).
+func (c *ClientWithResponses) StartHangWithResponse(ctx context.Context, body StartHangJSONRequestBody, reqEditors ...RequestEditorFn) (*StartHangResponse, error) {
+	rsp, err := c.StartHang(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartHangResponse(rsp)
+}
+
+// StopHangWithResponse Resume a hung machine: its kubelet reports again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/hangs/{instance_id} (the `StopHang` operationId).
+func (c *ClientWithResponses) StopHangWithResponse(ctx context.Context, instanceId string, reqEditors ...RequestEditorFn) (*StopHangResponse, error) {
+	rsp, err := c.StopHang(ctx, instanceId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStopHangResponse(rsp)
+}
+
 // ListInstancesWithResponse List instances, oldest first, a page at a time.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -12141,6 +12861,471 @@ func ParseDeleteFaultResponse(rsp *http.Response) (*DeleteFaultResponse, error) 
 		response.Headers503 = &headers
 	case true:
 		var headers DeleteFaultResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListHangsResponse parses an HTTP response from a ListHangsWithResponse call
+func ParseListHangsResponse(rsp *http.Response) (*ListHangsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHangsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HangList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListHangsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListHangsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListHangsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListHangsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListHangsResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStartHangResponse parses an HTTP response from a StartHangWithResponse call
+func ParseStartHangResponse(rsp *http.Response) (*StartHangResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StartHangResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HangList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StartHangResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers StartHangResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers StartHangResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers StartHangResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers StartHangResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers StartHangResponse409Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers StartHangResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers StartHangResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 503:
+		var headers StartHangResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers StartHangResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStopHangResponse parses an HTTP response from a StopHangWithResponse call
+func ParseStopHangResponse(rsp *http.Response) (*StopHangResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StopHangResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Hang
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StopHangResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers StopHangResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers StopHangResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers StopHangResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers StopHangResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers StopHangResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -497,6 +497,21 @@ async fn new_resources_stay_invisible_then_appear() {
     assert_eq!(emu.user.list_all_instances(&Default::default()).await.unwrap().len(), 1);
 }
 
+/// The lag is the public API's: the cloud's own view (the admin token, which the machines' simulated kubelets
+/// use) sees a new instance at once, so its kubelet can register while the CCM still gets 404.
+#[tokio::test]
+async fn the_admin_token_sees_lagging_resources_at_once() {
+    let emu = Emu::start().await;
+    let action = FaultAction::EventualConsistency { seconds: 30.0 };
+    emu.admin.add_fault(&rule(&["CreateInstance"], action, FaultTrigger::default())).await.unwrap();
+    let created = emu.user.create_instance(&inst("lagging"), None).await.unwrap();
+    assert_eq!(emu.user.get_instance(&created.id).await.unwrap_err().status(), Some(404));
+    assert!(emu.user.list_all_instances(&Default::default()).await.unwrap().is_empty());
+    assert_eq!(emu.admin.get_instance(&created.id).await.unwrap().id, created.id);
+    let listed = emu.admin.list_all_instances(&Default::default()).await.unwrap();
+    assert_eq!(listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), [created.id.as_str()]);
+}
+
 #[tokio::test]
 async fn the_client_can_wait_out_retry_after_itself() {
     let emu = Emu::start().await;

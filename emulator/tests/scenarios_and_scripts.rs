@@ -68,18 +68,29 @@ async fn every_shipped_scenario_runs_against_a_live_emulator() {
         ..Default::default()
     };
     admin.create_instance(&spot, None).await.unwrap();
+    // node-hang hangs the machines tagged pool=blue.
+    let blue = fakecloud_api::CreateInstanceRequest {
+        name: "blue-1".into(),
+        tags: [("pool".to_string(), "blue".to_string())].into(),
+        ..Default::default()
+    };
+    admin.create_instance(&blue, None).await.unwrap();
     for entry in std::fs::read_dir(repo().join("scenarios")).unwrap() {
         let path = entry.unwrap().path();
         // 1/50 of real time: the longest shipped scenario (110 s) takes about 2 s.
         let out = cli(&url).args(["scenario", "run", "--time-scale", "0.02"]).arg(&path).output().await.unwrap();
         let text = ok(&out, &format!("run {}", path.display()));
         assert!(text.contains("restored"), "{}: {text}", path.display());
+        if path.ends_with("node-hang.yaml") {
+            assert!(text.contains("hung 1 machines: blue-1"), "{text}");
+        }
     }
     // Everything the scenarios changed is back; the reclaimed instance stays reclaimed.
     assert!(admin.list_faults().await.unwrap().items.is_empty());
     assert!(admin.list_lb_faults().await.unwrap().items.is_empty(), "lb-flap's data-plane rules are removed");
     assert!(admin.list_rate_limits().await.unwrap().items.is_empty());
     assert!(admin.list_outages().await.unwrap().items.is_empty());
+    assert!(admin.list_hangs().await.unwrap().items.is_empty(), "node-hang's machines resume");
     assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 100);
     assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
     let listed = admin.list_all_instances(&Default::default()).await.unwrap();
@@ -149,6 +160,7 @@ async fn the_fault_scripts_change_state_and_put_it_back() {
     assert!(admin.list_faults().await.unwrap().items.is_empty());
     assert!(admin.list_rate_limits().await.unwrap().items.is_empty());
     assert!(admin.list_outages().await.unwrap().items.is_empty());
+    assert!(admin.list_hangs().await.unwrap().items.is_empty(), "node-hang's machines resume");
     assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 100);
 
     let spot = fakecloud_api::CreateInstanceRequest {

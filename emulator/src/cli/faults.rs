@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use fakecloud_api::{
     Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, LbFaultAction,
-    LbFaultMatch, NoResponseMode, OutageScope, RateLimitScope, ReclaimRequest, Service, SetRateLimitRequest,
-    SpotRandomRequest, StartOutageRequest,
+    LbFaultMatch, ListInstancesQuery, NoResponseMode, OutageScope, RateLimitScope, ReclaimRequest, Service,
+    SetRateLimitRequest, SpotRandomRequest, StartHangRequest, StartOutageRequest,
 };
 
 use super::output::Output;
@@ -316,6 +316,36 @@ pub enum OutageCmd {
     Stop { id: Option<String> },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum HangCmd {
+    /// Hang running machines: each instance stays running, its kubelet falls silent, and its Node goes NotReady
+    /// after the controller manager's grace period. Acted on by fakecloud's simulated kubelets.
+    Start {
+        #[command(flatten)]
+        which: Machines,
+    },
+    /// List the hung machines.
+    List,
+    /// Resume hung machines: their kubelets report again. With nothing named, every hung machine.
+    Stop {
+        #[command(flatten)]
+        which: Machines,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Machines {
+    /// Instance ID; repeatable.
+    #[arg(long = "id")]
+    ids: Vec<String>,
+    /// Instance (and Node) name; repeatable.
+    #[arg(long = "name")]
+    names: Vec<String>,
+    /// Every running instance with this tag, KEY=VALUE.
+    #[arg(long)]
+    tag: Option<String>,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ServiceArg {
     Compute,
@@ -452,6 +482,36 @@ pub async fn spot(client: &Client, out: &Output, cmd: SpotCmd) -> Result<()> {
                 duration_seconds: duration.map(|d| d.as_secs_f64()),
             };
             out.value(&serde_json::to_value(client.start_spot_random(&req).await?)?)
+        }
+    }
+}
+
+pub async fn hang(client: &Client, out: &Output, cmd: HangCmd) -> Result<()> {
+    match cmd {
+        HangCmd::Start { which: Machines { ids, names, tag } } => {
+            let req = StartHangRequest { instance_ids: ids, names, tag };
+            out.hangs(&client.start_hang(&req).await?.items)
+        }
+        HangCmd::List => out.hangs(&client.list_hangs().await?.items),
+        HangCmd::Stop { which: Machines { ids, names, tag } } => {
+            let tagged = match &tag {
+                Some(t) => {
+                    let q = ListInstancesQuery { tag: Some(t.clone()), page_size: Some(1000), ..Default::default() };
+                    Some(client.list_all_instances(&q).await?.into_iter().map(|i| i.id).collect::<Vec<_>>())
+                }
+                None => None,
+            };
+            let everything = ids.is_empty() && names.is_empty() && tagged.is_none();
+            let mut resumed = Vec::new();
+            for h in client.list_hangs().await?.items {
+                let named = ids.contains(&h.instance_id)
+                    || names.contains(&h.name)
+                    || tagged.as_ref().is_some_and(|t| t.contains(&h.instance_id));
+                if everything || named {
+                    resumed.push(client.stop_hang(&h.instance_id).await?);
+                }
+            }
+            out.hangs(&resumed)
         }
     }
 }

@@ -102,6 +102,9 @@ pub enum Command {
     /// Outages of the API, a service or a zone (admin).
     #[command(subcommand)]
     Outage(faults::OutageCmd),
+    /// Hung machines: the instance runs, its kubelet falls silent (admin).
+    #[command(subcommand)]
+    Hang(faults::HangCmd),
     /// Spot instance reclamation (admin).
     #[command(subcommand)]
     Spot(faults::SpotCmd),
@@ -427,6 +430,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::LbFault(cmd) => faults::lb_fault(&conn.client(true)?, &out, cmd).await,
         Command::RateLimit(cmd) => faults::rate_limit(&conn.client(true)?, &out, cmd).await,
         Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
+        Command::Hang(cmd) => faults::hang(&conn.client(true)?, &out, cmd).await,
         Command::Spot(cmd) => faults::spot(&conn.client(true)?, &out, cmd).await,
         Command::Scenario(ScenarioCmd::Run { file, keep, check, time_scale }) => {
             let plan = scenario::load(&file)?;

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Instance, LbFaultAction,
+    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Hang, Instance, LbFaultAction,
     LbFaultRule, ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
 };
 use serde::Serialize;
@@ -320,6 +320,15 @@ impl Output {
                         o.until.clone().unwrap_or_else(|| "-".into()),
                     ]
                 }),
+            )
+        })
+    }
+
+    pub fn hangs(&self, items: &[Hang]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["INSTANCE", "NAME", "HUNG SINCE"],
+                items.iter().map(|h| vec![h.instance_id.clone(), h.name.clone(), h.since.clone()]),
             )
         })
     }

@@ -17,8 +17,12 @@
 //!     add_lb_fault: {id: flap, match: {names: [web]}, action: {type: reset}, trigger: {probability: 0.5}}
 //!   - at: 30s
 //!     remove_fault: slow-routes
+//!   - at: 25s
+//!     hang: {names: [node-b]}      # node-b's kubelet falls silent; the instance keeps running
 //!   - at: 35s
 //!     remove_lb_fault: flap
+//!   - at: 38s
+//!     stop_hangs: true
 //!   - at: 40s
 //!     wait: true                  # just let time pass until here
 //! ```
@@ -26,9 +30,10 @@
 //! Each step has `at` and exactly one action: `add_fault` (the body of POST /v1/faults), `remove_fault` (an
 //! id), `add_lb_fault` (the body of POST /v1/lb-faults: a data-plane rule), `remove_lb_fault` (an id), `set_rate_limit` (`id` plus the body of PUT /v1/rate-limits/{id}), `remove_rate_limit` (an id),
 //! `start_outage` (the body of POST /v1/outages), `stop_outages` (true), `set_quota` (`name`, `limit`),
-//! `reclaim` (the body of POST /v1/spot/reclaim), `clear_faults` (true) or `wait` (true). The whole file is
-//! checked before the first step runs. At the end — and on Ctrl-C — what the scenario changed is put back
-//! (faults, data-plane faults, rate limits and outages it added are removed, quotas get their old limits), unless `--keep`.
+//! `reclaim` (the body of POST /v1/spot/reclaim), `hang` (the body of POST /v1/hangs), `stop_hangs` (true),
+//! `clear_faults` (true) or `wait` (true). The whole file is checked before the first step runs. At the end —
+//! and on Ctrl-C — what the scenario changed is put back (faults, data-plane faults, rate limits and outages it
+//! added are removed, machines it hung resume, quotas get their old limits), unless `--keep`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -36,7 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use fakecloud_api::{
     Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, QuotaName, ReclaimRequest, SetRateLimitRequest,
-    StartOutageRequest,
+    StartHangRequest, StartOutageRequest,
 };
 use serde::Deserialize;
 
@@ -76,6 +81,10 @@ pub struct Step {
     #[serde(default)]
     reclaim: Option<ReclaimRequest>,
     #[serde(default)]
+    hang: Option<StartHangRequest>,
+    #[serde(default)]
+    stop_hangs: Option<bool>,
+    #[serde(default)]
     clear_faults: Option<bool>,
     #[serde(default)]
     wait: Option<bool>,
@@ -108,6 +117,8 @@ enum Action {
     StopOutages,
     SetQuota(QuotaName, u32),
     Reclaim(ReclaimRequest),
+    Hang(StartHangRequest),
+    StopHangs,
     ClearFaults,
     Wait,
 }
@@ -146,6 +157,12 @@ impl Step {
         }
         if let Some(r) = self.reclaim {
             actions.push(Action::Reclaim(r));
+        }
+        if let Some(h) = self.hang {
+            actions.push(Action::Hang(h));
+        }
+        if self.stop_hangs == Some(true) {
+            actions.push(Action::StopHangs);
         }
         if self.clear_faults == Some(true) {
             actions.push(Action::ClearFaults);
@@ -196,6 +213,7 @@ struct Undo {
     lb_faults: Vec<String>,
     limits: Vec<String>,
     outages: Vec<String>,
+    hangs: Vec<String>,
     quotas: Vec<(QuotaName, u32)>,
 }
 
@@ -212,6 +230,9 @@ impl Undo {
         }
         for id in &self.outages {
             let _ = client.stop_outage(id).await;
+        }
+        for id in &self.hangs {
+            let _ = client.stop_hang(id).await;
         }
         for (q, limit) in self.quotas.iter().rev() {
             let _ = client.set_quota(*q, *limit).await;
@@ -274,6 +295,21 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
             let r = client.reclaim_spot(req).await?;
             let names: Vec<&str> = r.items.iter().map(|i| i.name.as_str()).collect();
             format!("reclaiming {} spot instances: {}", names.len(), names.join(", "))
+        }
+        Action::Hang(req) => {
+            let hung = client.start_hang(req).await?.items;
+            undo.hangs.extend(hung.iter().map(|h| h.instance_id.clone()));
+            let names: Vec<&str> = hung.iter().map(|h| h.name.as_str()).collect();
+            format!("hung {} machines: {}", names.len(), names.join(", "))
+        }
+        Action::StopHangs => {
+            let mut n = 0;
+            for h in client.list_hangs().await?.items {
+                client.stop_hang(&h.instance_id).await?;
+                n += 1;
+            }
+            undo.hangs.clear();
+            format!("resumed {n} hung machines")
         }
         Action::ClearFaults => {
             client.clear_faults().await?;

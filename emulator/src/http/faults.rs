@@ -1,20 +1,20 @@
 //! Fault injection API (admin): `/v1/faults`, `/v1/lb-faults`, `/v1/rate-limits`, `/v1/outages`,
-//! `/v1/spot/reclaim`.
+//! `/v1/hangs`, `/v1/spot/reclaim`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{
-    CreateFaultRuleRequest, CreateLbFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, LbFaultRule,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, Hang, HangList, LbFaultRule,
     LbFaultRuleList, Outage, OutageList, RateLimit, RateLimitList, ReclaimRequest, ReclaimResponse,
-    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
+    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartHangRequest, StartOutageRequest,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath};
 use super::{AppState, created, reply};
 use crate::error::Result;
-use crate::store::instances;
+use crate::store::{hangs, instances};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -26,6 +26,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(set_rate_limit, delete_rate_limit))
         .routes(routes!(start_outage, list_outages))
         .routes(routes!(stop_outage))
+        .routes(routes!(start_hang, list_hangs))
+        .routes(routes!(stop_hang))
         .routes(routes!(reclaim_spot))
         .routes(routes!(start_spot_random, stop_spot_random))
 }
@@ -139,6 +141,31 @@ async fn list_outages(State(st): State<AppState>) -> Response {
     responses((status = 200, body = Outage), (status = 404, body = ErrorBody)), security(("admin" = [])))]
 async fn stop_outage(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, st.faults().stop_outage(&id).await?))
+}
+
+/// Hang running machines: each instance stays `running` while its guest — and so its kubelet — stops
+/// answering; the Node goes NotReady after the controller manager's grace period. A restart ends the hang.
+#[utoipa::path(post, path = "/v1/hangs", operation_id = "StartHang", tag = "faults", request_body = StartHangRequest,
+    responses((status = 200, body = HangList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn start_hang(State(st): State<AppState>, ApiJson(req): ApiJson<StartHangRequest>) -> Result<Response> {
+    let items = hangs::start(&st.db, &st.cfg, &req).await?;
+    tracing::warn!(count = items.len(), "machines hung");
+    Ok(reply(StatusCode::OK, "", HangList { items }))
+}
+
+/// The hung machines.
+#[utoipa::path(get, path = "/v1/hangs", operation_id = "ListHangs", tag = "faults",
+    responses((status = 200, body = HangList)), security(("admin" = [])))]
+async fn list_hangs(State(st): State<AppState>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", HangList { items: hangs::list(&st.db).await? }))
+}
+
+/// Resume a hung machine: its kubelet reports again.
+#[utoipa::path(delete, path = "/v1/hangs/{instance_id}", operation_id = "StopHang", tag = "faults", params(("instance_id" = String, Path)),
+    responses((status = 200, body = Hang), (status = 404, body = ErrorBody)), security(("admin" = [])))]
+async fn stop_hang(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, hangs::stop(&st.db, &id).await?))
 }
 
 /// Reclaim spot instances after a notice: they turn `stopping`, then `terminated` with the reason

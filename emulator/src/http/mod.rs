@@ -383,7 +383,13 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                     };
                     let verdict = st.faults().judge(&call).await;
                     let resp = apply(verdict, req, next, &st, path_id.as_deref(), &mut fault).await;
-                    if mutating { resp } else { conceal(resp, &op.name, path_id.as_deref(), st.faults()).await }
+                    // Eventual consistency is the public API's lag: the admin token is the cloud's own view (its
+                    // machines — the simulated kubelets — and the operator), which sees every instance at once.
+                    if mutating || role == Role::Admin {
+                        resp
+                    } else {
+                        conceal(resp, &op.name, path_id.as_deref(), st.faults()).await
+                    }
                 }
             }
         }))

@@ -71,6 +71,7 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("StartOutageRequest", &["zone"]), zones),
         (Property("SetRateLimitRequest", &["operation"]), one_of(operations.iter().map(String::as_str).collect())),
         (Property("ReclaimRequest", &["tag"]), text(&validate::TAG_PAIR)),
+        (Property("StartHangRequest", &["tag"]), text(&validate::TAG_PAIR)),
         (Property("CreateRouteTableRequest", &["name"]), text(&validate::NAME)),
         (Property("CreateRouteRequest", &["name"]), text(&validate::ROUTE_NAME)),
         (Property("CreateLoadBalancerRequest", &["name"]), text(&validate::NAME)),

@@ -374,6 +374,61 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
     Ok(inst)
 }
 
+/// Instances an admin action names: by ID, by name (live ones), and every live instance with a tag.
+pub struct Selection<'a> {
+    pub ids: &'a [String],
+    pub names: &'a [String],
+    /// `key=value`.
+    pub tag: Option<&'a str>,
+}
+
+impl Selection<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty() && self.names.is_empty() && self.tag.is_none()
+    }
+}
+
+/// The instances `chosen` names, each once, in the order named. `tag_filter` (SQL over the instances table,
+/// `?1` is now) narrows what the tag selects; an ID or name that does not exist is an error.
+pub async fn select(
+    tx: &mut crate::db::Tx,
+    cfg: &Config,
+    chosen: &Selection<'_>,
+    tag_filter: &str,
+    now: i64,
+) -> Result<Vec<Instance>> {
+    let mut targets: Vec<Instance> = Vec::new();
+    for id in chosen.ids {
+        targets.push(fetch(&mut **tx, cfg, id, now).await?);
+    }
+    for name in chosen.names {
+        let q = format!("{SELECT} WHERE name = ?2 AND state <> 'terminated'");
+        let row: Option<Row> =
+            sqlx::query_as(sqlx::AssertSqlSafe(q)).bind(now).bind(name).fetch_optional(&mut **tx).await?;
+        let row = row.ok_or_else(|| {
+            ApiError::not_found(codes::INSTANCE_NOT_FOUND, format!("no live instance named {name:?}"))
+        })?;
+        targets.push(row.into_api(&cfg.topology.region)?);
+    }
+    if let Some(tag) = chosen.tag {
+        validate::TAG_PAIR.check("tag", tag)?;
+        let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
+        let q = format!("{SELECT} WHERE {tag_filter} AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
+        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
+            .bind(now)
+            .bind(format!("$.\"{k}\""))
+            .bind(v)
+            .fetch_all(&mut **tx)
+            .await?;
+        for r in rows {
+            targets.push(r.into_api(&cfg.topology.region)?);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    targets.retain(|i| seen.insert(i.id.clone()));
+    Ok(targets)
+}
+
 /// Reclaim spot instances: an interruption notice now, `stopping` once the notice has run out, then
 /// `terminated` after the terminate delay, with the reason `Server.SpotInstanceTermination`. Instances already
 /// interrupted are left as they are.
@@ -384,43 +439,14 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
         0.0,
         NOTICE_SECONDS_MAX,
     )?);
-    if req.instance_ids.is_empty() && req.names.is_empty() && req.tag.is_none() {
+    let chosen = Selection { ids: &req.instance_ids, names: &req.names, tag: req.tag.as_deref() };
+    if chosen.is_empty() {
         return Err(ApiError::invalid("instance_ids", "name the instances to reclaim: instance_ids, names or tag"));
     }
     let (mut tx, now) = begin(db).await?;
-    let mut targets: Vec<Instance> = Vec::new();
-    for id in &req.instance_ids {
-        targets.push(fetch(&mut *tx, cfg, id, now).await?);
-    }
-    for name in &req.names {
-        let q = format!("{SELECT} WHERE name = ?2 AND state <> 'terminated'");
-        let row: Option<Row> =
-            sqlx::query_as(sqlx::AssertSqlSafe(q)).bind(now).bind(name).fetch_optional(&mut *tx).await?;
-        let row = row.ok_or_else(|| {
-            ApiError::not_found(codes::INSTANCE_NOT_FOUND, format!("no live instance named {name:?}"))
-        })?;
-        targets.push(row.into_api(&cfg.topology.region)?);
-    }
-    if let Some(tag) = &req.tag {
-        validate::TAG_PAIR.check("tag", tag)?;
-        let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
-        let q = format!("{SELECT} WHERE market = 'spot' AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
-        let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
-            .bind(now)
-            .bind(format!("$.\"{k}\""))
-            .bind(v)
-            .fetch_all(&mut *tx)
-            .await?;
-        for r in rows {
-            targets.push(r.into_api(&cfg.topology.region)?);
-        }
-    }
+    let targets = select(&mut tx, cfg, &chosen, "market = 'spot'", now).await?;
     let mut reclaimed = Vec::new();
-    let mut seen = std::collections::HashSet::new();
     for inst in targets {
-        if !seen.insert(inst.id.clone()) {
-            continue;
-        }
         if inst.market != Market::Spot {
             return Err(ApiError::bad_request(
                 codes::NOT_SPOT,

@@ -2,6 +2,7 @@
 //! (quota, uniqueness, address free) and the write it guards can never be split by another request.
 
 pub mod audit;
+pub mod hangs;
 pub mod idempotency;
 pub mod instances;
 pub mod ipam;
@@ -30,6 +31,7 @@ pub async fn reset(db: &Db) -> Result<()> {
         "route_tables",
         "load_balancers",
         "instances",
+        "hangs",
         "ip_leases",
         "quotas",
         "idempotency_keys",
