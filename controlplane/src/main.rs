@@ -58,9 +58,13 @@ enum Command {
         /// neither FAKECLOUD_ADMIN_TOKEN nor FAKECLOUD_USER_TOKEN is set.
         #[arg(long)]
         credentials: Option<PathBuf>,
-        /// How often to read the emulator's instances.
-        #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
-        poll: f64,
+        /// How often to read the emulator's instances (and which machines are hung: `fakecloud hang`).
+        #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = seconds)]
+        poll: Duration,
+        /// How long a started machine's Node reports Ready=False (network not ready) before Ready, as a kind
+        /// node does until its CNI plugin is up (default: 10, as kind's nodes). 0: Ready at registration.
+        #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+        not_ready_for: Option<Duration>,
         /// Only instances with this tag get a kubelet (`key=value`, or `key`); on a cluster whose other nodes
         /// have real kubelets (kind), tag the simulated machines and name the tag here.
         #[arg(long, value_name = "TAG")]
@@ -107,12 +111,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up { run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean } => {
             up(&run_dir, bin_dir, apiserver_port, node_monitor_grace_period, clean).await
         }
-        Command::Kubelets { kubeconfig, emulator, credentials, poll, instance_tag, register_with_taints } => {
+        Command::Kubelets {
+            kubeconfig,
+            emulator,
+            credentials,
+            poll,
+            not_ready_for,
+            instance_tag,
+            register_with_taints,
+        } => {
+            let defaults = fakecloud_controlplane::kubelets::Options::default();
             let opts = fakecloud_controlplane::kubelets::Options {
-                poll: Duration::from_secs_f64(poll),
+                poll,
+                not_ready_for: not_ready_for.unwrap_or(defaults.not_ready_for),
                 instance_tag,
                 register_with_taints,
-                ..Default::default()
+                ..defaults
             };
             kubelets(&kubeconfig, &emulator, credentials, opts).await
         }
@@ -228,6 +242,12 @@ async fn kubelets(
         _ = sigint.recv() => {},
     }
     Ok(())
+}
+
+/// A flag's seconds (fractions allowed) as a duration.
+fn seconds(s: &str) -> Result<Duration, String> {
+    let n: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(n).map_err(|_| format!("{s}: seconds must be zero or more (and finite)"))
 }
 
 /// The emulator token: from the environment, else from the credentials file `fakecloud serve` wrote.

@@ -100,12 +100,20 @@ pub struct Setup {
     emulator: Option<&'static str>,
     kills_ccm: bool,
     pods_on: usize,
+    not_ready_for: Duration,
 }
 
 impl Setup {
     /// `ccm`: the CCM binary the local backend runs (the test's `CARGO_BIN_EXE_e2e-fakecloud-ccm`).
     pub fn new(ccm: &'static str) -> Self {
-        Self { ccm, replicas: 1, emulator: None, kills_ccm: false, pods_on: 0 }
+        Self { ccm, replicas: 1, emulator: None, kills_ccm: false, pods_on: 0, not_ready_for: Duration::ZERO }
+    }
+
+    /// The case's simulated Nodes register Ready=False (network not ready) for `window` before Ready, as kind's
+    /// nodes do; other cases' Nodes are Ready at registration, so that call counts measure the CCM's own work.
+    pub fn kubelets_start_not_ready(mut self, window: Duration) -> Self {
+        self.not_ready_for = window;
+        self
     }
 
     /// CCM replicas on the local backend (an existing deployment has its own; the shipped one has 2).
@@ -200,8 +208,9 @@ impl std::ops::Deref for Env {
     }
 }
 
-fn kubelet_options(mut opts: kubelets::Options, run: &str) -> kubelets::Options {
+fn kubelet_options(mut opts: kubelets::Options, run: &str, setup: &Setup) -> kubelets::Options {
     opts.instance_tag = Some(format!("{CASE_TAG}={run}"));
+    opts.not_ready_for = setup.not_ready_for;
     opts.register_with_taints = vec![Taint {
         key: SIMULATED_TAINT.into(),
         value: Some("true".into()),
@@ -237,7 +246,7 @@ impl Env {
             node_monitor: Duration::from_secs(1),
             route_period: Duration::from_secs(1),
         };
-        let rates = Rates { kubelets: kubelet_options(rates.kubelets, &run), ..rates };
+        let rates = Rates { kubelets: kubelet_options(rates.kubelets, &run, setup), ..rates };
         let options =
             ClusterOptions { rates, emulator_binary: setup.emulator.map(Into::into), ..ClusterOptions::default() };
         let cluster = Cluster::start_with_options(&format!("e2e case {name}"), options).await?;
@@ -276,7 +285,7 @@ impl Env {
         let probe = Probe::new(kube.clone(), cloud.clone());
         remove_leftovers(&probe).await;
         let baseline = Baseline::take(&cloud).await;
-        let kubelets = SimulatedKubelets::start(kube, cloud, kubelet_options(Rates::fast().kubelets, &run))
+        let kubelets = SimulatedKubelets::start(kube, cloud, kubelet_options(Rates::fast().kubelets, &run, setup))
             .await
             .unwrap_or_else(|e| panic!("simulated kubelets against {}: {e}", cfg.emulator));
         let env = Self {

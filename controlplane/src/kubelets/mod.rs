@@ -18,7 +18,7 @@
 mod objects;
 mod schedule;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,7 +59,16 @@ pub struct Options {
     /// Taints every Node registers with beside the uninitialized one (the kubelet's `--register-with-taints`),
     /// e.g. one that keeps real pods off machines that cannot run them.
     pub register_with_taints: Vec<Taint>,
+    /// How long a started machine's Node reports NotReady (network not ready) before Ready, as a real kubelet
+    /// does until its CNI plugin is up.
+    pub not_ready_for: Duration,
 }
+
+/// The default Ready=False window after a machine starts: a kind node's, from its kubelet's registration until
+/// the CNI config is written. On this project's kind clusters it measured 46–59 s, most of it `make kind-up`
+/// loading images before the VPC router writes the config; 10 s is the order of a node whose CNI plugin starts
+/// at once. See the README.
+pub const KIND_NOT_READY_FOR: Duration = Duration::from_secs(10);
 
 impl Default for Options {
     fn default() -> Self {
@@ -71,6 +80,7 @@ impl Default for Options {
             concurrency: 32,
             instance_tag: None,
             register_with_taints: Vec::new(),
+            not_ready_for: KIND_NOT_READY_FOR,
         }
     }
 }
@@ -152,10 +162,11 @@ impl SimulatedKubelets {
     }
 }
 
-type Running = Option<Arc<BTreeMap<String, Instance>>>;
+/// What the poller last saw: the running instances by name, and the names of the hung machines among them.
+type Running = Option<Arc<(BTreeMap<String, Instance>, BTreeSet<String>)>>;
 
-/// The instance poller: one listing of the running instances (with `tag`) per `poll`, published; failures keep
-/// the last.
+/// The instance poller: one listing of the running instances (with `tag`) and one of the hung machines per
+/// `poll`, published; failures keep the last.
 async fn poll_instances(
     cloud: fakecloud_api::Client,
     poll: Duration,
@@ -169,17 +180,27 @@ async fn poll_instances(
     let mut failing = false;
     loop {
         tick.tick().await;
-        let listed = match tokio::time::timeout(LIST_TIMEOUT, cloud.list_all_instances(&query)).await {
+        let listed = async {
+            let running = cloud.list_all_instances(&query).await?;
+            let hung = match cloud.list_hangs().await {
+                Ok(h) => h.items.into_iter().map(|h| h.name).collect(),
+                // Hangs are the admin's to see: with the user token no machine is ever hung.
+                Err(e) if e.status() == Some(403) => BTreeSet::new(),
+                Err(e) => return Err(e),
+            };
+            Ok::<_, fakecloud_api::ClientError>((running, hung))
+        };
+        let listed = match tokio::time::timeout(LIST_TIMEOUT, listed).await {
             Ok(Ok(list)) => Ok(list),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {LIST_TIMEOUT:?}")),
         };
         match listed {
-            Ok(list) => {
+            Ok((list, hung)) => {
                 if std::mem::take(&mut failing) {
                     tracing::info!("simulated kubelets: the emulator answers again");
                 }
-                publish.send_replace(Some(Arc::new(schedule::running_by_name(list))));
+                publish.send_replace(Some(Arc::new((schedule::running_by_name(list), hung))));
             }
             // Logged once per outage: a fault-injection test may keep the API failing for minutes.
             Err(e) if !failing => {
@@ -200,7 +221,12 @@ struct Sim {
 
 impl Sim {
     fn periods(&self) -> Periods {
-        Periods { poll: self.opts.poll, lease: self.opts.lease_renew, status: self.opts.status_every }
+        Periods {
+            poll: self.opts.poll,
+            lease: self.opts.lease_renew,
+            status: self.opts.status_every,
+            not_ready: self.opts.not_ready_for,
+        }
     }
 
     /// The kubelet loop.
@@ -219,15 +245,21 @@ impl Sim {
         loop {
             tick.tick().await;
             let Some(current) = running.borrow_and_update().clone() else { continue };
-            self.round(&current, &mut kubelets).await;
+            let (machines, hung) = &*current;
+            self.round(machines, hung, &mut kubelets).await;
         }
     }
 
     /// One round: plan what is due, run it with bounded concurrency, record the outcomes.
-    async fn round(self: &Arc<Self>, running: &BTreeMap<String, Instance>, kubelets: &mut HashMap<String, Kubelet>) {
+    async fn round(
+        self: &Arc<Self>,
+        running: &BTreeMap<String, Instance>,
+        hung: &BTreeSet<String>,
+        kubelets: &mut HashMap<String, Kubelet>,
+    ) {
         let now = Instant::now();
         let node_of = |name: &str| self.nodes.get(&ObjectRef::new(name));
-        let jobs = schedule::plan(running, node_of, kubelets, now, Timestamp::now());
+        let jobs = schedule::plan(running, hung, node_of, kubelets, now, Timestamp::now(), &self.periods());
         if jobs.is_empty() {
             return;
         }
@@ -271,7 +303,7 @@ impl Sim {
     async fn act(&self, job: &Job) -> Result<(), KubeletError> {
         let inst = &job.instance;
         match &job.action {
-            Action::Register => self.register(inst).await,
+            Action::Register { ready } => self.register(inst, *ready).await,
             Action::Heartbeat { uid, status, lease } => {
                 if let Some(patch) = status {
                     let nodes = Api::<Node>::all(self.kube.clone());
@@ -286,11 +318,11 @@ impl Sim {
     }
 
     /// Register the Node (one create: the API server keeps the status given on create), then its Lease.
-    async fn register(&self, inst: &Instance) -> Result<(), KubeletError> {
+    async fn register(&self, inst: &Instance, ready: bool) -> Result<(), KubeletError> {
         let nodes = Api::<Node>::all(self.kube.clone());
         let shape = self.shapes.get(&inst.instance_type).copied().unwrap_or(Shape::FALLBACK);
         let now = Timestamp::now();
-        let node = objects::node(inst, shape, &self.opts.kubelet_version, &self.opts.register_with_taints, now);
+        let node = objects::node(inst, shape, &self.opts.kubelet_version, &self.opts.register_with_taints, now, ready);
         match nodes.create(&PostParams::default(), &node).await {
             Ok(created) => {
                 tracing::info!(node = %inst.name, ip = %inst.private_ip, "registered node");
@@ -300,7 +332,7 @@ impl Sim {
             // on with that Node, as a restarted kubelet does.
             Err(kube::Error::Api(s)) if s.is_already_exists() => {
                 let current = nodes.get(&inst.name).await?;
-                let patch = objects::status_patch(inst, &current, now);
+                let patch = objects::status_patch(inst, &current, now, ready);
                 nodes.patch_status(&inst.name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
                 self.renew_lease(&inst.name, current.metadata.uid.as_deref().unwrap_or_default(), false).await
             }

@@ -34,6 +34,24 @@ const HEALTHY: [(&str, &str, &str, &str); 4] = [
     ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
 ];
 
+/// The Ready condition of a kubelet whose node network is not up yet: what a kind node reports from
+/// registration until its CNI plugin (kindnet) has written its config.
+const NETWORK_NOT_READY: (&str, &str, &str, &str) = (
+    "Ready",
+    "False",
+    "KubeletNotReady",
+    "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
+);
+
+/// The conditions a kubelet reports: all healthy, or (`ready` false) healthy but for a network not ready yet.
+fn conditions(ready: bool) -> [(&'static str, &'static str, &'static str, &'static str); 4] {
+    let mut c = HEALTHY;
+    if !ready {
+        c[3] = NETWORK_NOT_READY;
+    }
+    c
+}
+
 /// What an instance type offers a kubelet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
@@ -49,13 +67,14 @@ impl Shape {
 /// The Node a kubelet creates when it registers: labels it sets itself (never the zone, region or
 /// instance-type labels — the CCM adds those), the uninitialized taint and then `register_with_taints` (the
 /// kubelet's `--register-with-taints`), the provided-node-ip annotation, no providerID, and a full status (the
-/// API server keeps a Node's status on create, so one call registers it).
+/// API server keeps a Node's status on create, so one call registers it); `ready` false: not Ready yet.
 pub fn node(
     inst: &Instance,
     shape: Shape,
     kubelet_version: &str,
     register_with_taints: &[Taint],
     now: Timestamp,
+    ready: bool,
 ) -> Node {
     let capacity: BTreeMap<String, Quantity> = [
         ("cpu", shape.vcpus.to_string()),
@@ -102,7 +121,7 @@ pub fn node(
         status: Some(NodeStatus {
             addresses: Some(addresses(inst)),
             conditions: Some(
-                HEALTHY
+                conditions(ready)
                     .iter()
                     .map(|&(type_, status, reason, message)| NodeCondition {
                         type_: type_.into(),
@@ -146,22 +165,23 @@ fn addresses(inst: &Instance) -> Vec<NodeAddress> {
     internal.chain(std::iter::once(NodeAddress { type_: "Hostname".into(), address: inst.name.clone() })).collect()
 }
 
-/// Whether `node` shows every condition as a healthy kubelet reports it. When it does not (the controller
-/// manager marked it Unknown while this kubelet was silent), the next heartbeat must post status at once.
-pub fn reports_healthy(node: &Node) -> bool {
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
-    HEALTHY.iter().all(|&(type_, status, ..)| conditions.iter().any(|c| c.type_ == type_ && c.status == status))
+/// Whether `node` shows every condition as this kubelet reports it (`ready`: Ready or not yet). When it does
+/// not (the controller manager marked it Unknown while this kubelet was silent, or its network just came up),
+/// the next heartbeat must post status at once.
+pub fn reports(node: &Node, ready: bool) -> bool {
+    let shown = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    conditions(ready).iter().all(|&(type_, status, ..)| shown.iter().any(|c| c.type_ == type_ && c.status == status))
 }
 
 /// The strategic-merge status patch of a heartbeat, given the Node as it is now. Conditions merge by type;
 /// `lastTransitionTime` moves only for a condition whose status changes, as the kubelet's does. Addresses are
 /// sent only while the Node has none: with an external cloud provider the kubelet leaves addresses the CCM set
 /// alone.
-pub fn status_patch(inst: &Instance, current: &Node, now: Timestamp) -> serde_json::Value {
+pub fn status_patch(inst: &Instance, current: &Node, now: Timestamp, ready: bool) -> serde_json::Value {
     let status = current.status.as_ref();
     let existing = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
     let time = Time(now);
-    let conditions: Vec<NodeCondition> = HEALTHY
+    let conditions: Vec<NodeCondition> = conditions(ready)
         .iter()
         .map(|&(type_, want, reason, message)| {
             let changed = !existing.iter().any(|c| c.type_ == type_ && c.status == want);
@@ -247,7 +267,7 @@ mod tests {
     #[test]
     fn registration_is_what_an_external_cloud_provider_kubelet_posts() {
         let inst = instance("node-a", "10.0.0.7");
-        let n = node(&inst, Shape { vcpus: 4, memory_mib: 8192 }, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"));
+        let n = node(&inst, Shape { vcpus: 4, memory_mib: 8192 }, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"), true);
         let spec = n.spec.as_ref().expect("spec");
         assert_eq!(spec.provider_id, None);
         let taints = spec.taints.as_ref().expect("taints");
@@ -260,7 +280,8 @@ mod tests {
         assert_eq!(status.capacity.as_ref().expect("capacity")["cpu"], Quantity("4".into()));
         assert_eq!(status.allocatable.as_ref().expect("allocatable")["memory"], Quantity("8192Mi".into()));
         assert_eq!(status.capacity.as_ref().expect("capacity")["pods"], Quantity("110".into()));
-        assert!(reports_healthy(&n));
+        assert!(reports(&n, true));
+        assert!(!reports(&n, false));
     }
 
     #[test]
@@ -273,6 +294,7 @@ mod tests {
             "v1.37.2",
             std::slice::from_ref(&simulated),
             ts("2026-11-22T10:00:00Z"),
+            true,
         );
         let taints = n.spec.expect("spec").taints.expect("taints");
         assert_eq!(
@@ -285,9 +307,9 @@ mod tests {
     #[test]
     fn heartbeats_move_transition_times_only_on_change_and_leave_ccm_addresses_alone() {
         let inst = instance("node-a", "10.0.0.7");
-        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"));
+        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"), true);
         let later = ts("2026-11-22T10:00:20Z");
-        let p = status_patch(&inst, &n, later);
+        let p = status_patch(&inst, &n, later, true);
         assert!(p["status"].get("addresses").is_none(), "addresses are set already: {p}");
         for c in p["status"]["conditions"].as_array().expect("conditions") {
             assert!(c.get("lastTransitionTime").is_none(), "nothing changed: {c}");
@@ -300,8 +322,8 @@ mod tests {
             c.status = "Unknown".into();
         }
         status.addresses = None;
-        assert!(!reports_healthy(&n));
-        let p = status_patch(&inst, &n, later);
+        assert!(!reports(&n, true));
+        let p = status_patch(&inst, &n, later, true);
         let ready = p["status"]["conditions"]
             .as_array()
             .expect("conditions")
@@ -314,6 +336,28 @@ mod tests {
             (Some("True"), Some("2026-11-22T10:00:20Z"))
         );
         assert_eq!(p["status"]["addresses"][0]["address"], "10.0.0.7");
+    }
+
+    #[test]
+    fn a_kubelet_whose_network_is_not_up_registers_not_ready_then_turns_ready() {
+        let inst = instance("node-a", "10.0.0.7");
+        let n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"), false);
+        let ready = |conditions: &[NodeCondition]| {
+            let c = conditions.iter().find(|c| c.type_ == "Ready").expect("Ready").clone();
+            (c.status, c.reason.unwrap_or_default())
+        };
+        let status = n.status.as_ref().expect("status");
+        assert_eq!(
+            ready(status.conditions.as_deref().expect("conditions")),
+            ("False".into(), "KubeletNotReady".into())
+        );
+        assert!(reports(&n, false) && !reports(&n, true));
+        let p = status_patch(&inst, &n, ts("2026-11-22T10:00:15Z"), true);
+        let posted: Vec<NodeCondition> = serde_json::from_value(p["status"]["conditions"].clone()).expect("conditions");
+        assert_eq!(ready(&posted), ("True".into(), "KubeletReady".into()));
+        let moved: Vec<&str> =
+            posted.iter().filter(|c| c.last_transition_time.is_some()).map(|c| c.type_.as_str()).collect();
+        assert_eq!(moved, ["Ready"], "only Ready changed");
     }
 
     #[test]

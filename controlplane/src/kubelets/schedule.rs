@@ -2,7 +2,7 @@
 //! them and what each kubelet did last, it returns the API calls due now. Everything else (I/O, concurrency)
 //! lives in the parent module, so these rules are unit-tested without a cluster.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,8 @@ pub struct Periods {
     pub poll: Duration,
     pub lease: Duration,
     pub status: Duration,
+    /// How long a started machine's kubelet reports NotReady (its network not up yet) before Ready.
+    pub not_ready: Duration,
 }
 
 /// What the simulation remembers about one kubelet (one instance name).
@@ -28,6 +30,10 @@ pub struct Periods {
 pub struct Kubelet {
     /// Its instance was running at the last look: the machine is up.
     alive: bool,
+    /// Its machine is hung (see `/v1/hangs`): up, but the kubelet says nothing.
+    hung: bool,
+    /// Until when it reports NotReady after its machine started.
+    ready_at: Option<Instant>,
     /// When the Lease is due; `None`: at once (just started or resumed).
     next_lease: Option<Instant>,
     /// When the status heartbeat is due; `None`: at once.
@@ -46,8 +52,8 @@ pub struct Job {
 
 #[derive(Debug)]
 pub enum Action {
-    /// No Node of this name: create it, then its Lease.
-    Register,
+    /// No Node of this name: create it (Ready, or not yet), then its Lease.
+    Register { ready: bool },
     /// The Node exists (with this UID): post `status` (a strategic-merge patch) and/or renew the Lease.
     Heartbeat { uid: String, status: Option<serde_json::Value>, lease: bool },
 }
@@ -56,7 +62,7 @@ impl Action {
     /// (lease renewed, status posted) when the call succeeds.
     fn renews(&self) -> (bool, bool) {
         match self {
-            Action::Register => (true, true),
+            Action::Register { .. } => (true, true),
             Action::Heartbeat { status, lease, .. } => (*lease, status.is_some()),
         }
     }
@@ -68,15 +74,18 @@ pub fn running_by_name(instances: Vec<Instance>) -> BTreeMap<String, Instance> {
     instances.into_iter().map(|i| (i.name.clone(), i)).collect()
 }
 
-/// The calls due at `now`. Updates `kubelets`: a kubelet whose instance is no longer running falls silent
-/// (nothing is planned for it, so its Lease and Ready heartbeat lapse and the controller manager marks the Node
-/// unreachable); one whose instance runs again resumes at once.
+/// The calls due at `now`. Updates `kubelets`: a kubelet whose instance is no longer running, or whose machine
+/// is `hung` (by name), falls silent (nothing is planned for it, so its Lease and Ready heartbeat lapse and the
+/// controller manager marks the Node unreachable); one whose instance runs again resumes at once — NotReady for
+/// `periods.not_ready` after a start, as a real node until its network is up; at once Ready after a hang.
 pub fn plan(
     running: &BTreeMap<String, Instance>,
+    hung: &BTreeSet<String>,
     node_of: impl Fn(&str) -> Option<Arc<Node>>,
     kubelets: &mut HashMap<String, Kubelet>,
     now: Instant,
     wall: Timestamp,
+    periods: &Periods,
 ) -> Vec<Job> {
     for (name, k) in kubelets.iter_mut() {
         if k.alive && !running.contains_key(name) {
@@ -91,23 +100,34 @@ pub fn plan(
         let k = kubelets.entry(name.clone()).or_default();
         if !k.alive {
             // (Re)started machine: register or resume at once.
-            *k = Kubelet { alive: true, ..Kubelet::default() };
+            *k = Kubelet { alive: true, ready_at: Some(now + periods.not_ready), ..Kubelet::default() };
         }
-        if k.retry_at.is_some_and(|t| now < t) {
+        if hung.contains(name) != k.hung {
+            k.hung = !k.hung;
+            if k.hung {
+                tracing::info!(node = %name, "machine hung; its kubelet falls silent");
+                continue;
+            }
+            tracing::info!(node = %name, "machine resumed; its kubelet reports again");
+            (k.next_lease, k.next_status, k.retry_at) = (None, None, None);
+        }
+        if k.hung || k.retry_at.is_some_and(|t| now < t) {
             continue;
         }
+        let ready = k.ready_at.is_none_or(|t| now >= t);
         let action = match node_of(name) {
-            None => Action::Register,
+            None => Action::Register { ready },
             Some(node) => {
-                // A Node not showing Ready (marked Unknown while we were silent) gets its status at once.
-                let status_due = k.next_status.is_none_or(|t| now >= t) || !objects::reports_healthy(&node);
+                // A Node not showing what this kubelet reports (marked Unknown while it was silent, or its network
+                // just came up) gets its status at once.
+                let status_due = k.next_status.is_none_or(|t| now >= t) || !objects::reports(&node, ready);
                 let lease_due = k.next_lease.is_none_or(|t| now >= t);
                 if !status_due && !lease_due {
                     continue;
                 }
                 Action::Heartbeat {
                     uid: node.metadata.uid.clone().unwrap_or_default(),
-                    status: status_due.then(|| objects::status_patch(inst, &node, wall)),
+                    status: status_due.then(|| objects::status_patch(inst, &node, wall, ready)),
                     lease: lease_due,
                 }
             }
@@ -155,8 +175,13 @@ mod tests {
     use super::*;
     use crate::kubelets::objects::{Shape, node};
 
-    const PERIODS: Periods =
-        Periods { poll: Duration::from_secs(1), lease: Duration::from_secs(10), status: Duration::from_secs(20) };
+    const PERIODS: Periods = Periods {
+        poll: Duration::from_secs(1),
+        lease: Duration::from_secs(10),
+        status: Duration::from_secs(20),
+        not_ready: Duration::ZERO,
+    };
+    const NONE_HUNG: &BTreeSet<String> = &BTreeSet::new();
 
     fn inst(name: &str) -> Instance {
         serde_json::from_value(serde_json::json!({
@@ -169,7 +194,7 @@ mod tests {
     }
 
     fn registered(name: &str) -> Arc<Node> {
-        let mut n = node(&inst(name), Shape::FALLBACK, "v1.37.2", &[], Timestamp::now());
+        let mut n = node(&inst(name), Shape::FALLBACK, "v1.37.2", &[], Timestamp::now(), true);
         n.metadata.uid = Some(format!("uid-{name}"));
         Arc::new(n)
     }
@@ -178,7 +203,7 @@ mod tests {
         jobs.iter()
             .map(|j| {
                 let kind = match &j.action {
-                    Action::Register => "register",
+                    Action::Register { .. } => "register",
                     Action::Heartbeat { status: Some(_), lease: true, .. } => "status+lease",
                     Action::Heartbeat { status: Some(_), lease: false, .. } => "status",
                     Action::Heartbeat { status: None, .. } => "lease",
@@ -200,30 +225,36 @@ mod tests {
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name(vec![inst("a")]);
-        let jobs = plan(&running, |_| None, &mut ks, t0, wall);
+        let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &PERIODS);
         assert_eq!(kinds(&jobs), [("a".to_string(), "register")]);
         run(&jobs, &mut ks, t0);
 
         let node = registered("a");
         let seen = |_: &str| Some(node.clone());
-        assert!(plan(&running, seen, &mut ks, t0 + Duration::from_secs(1), wall).is_empty(), "nothing due yet");
+        assert!(
+            plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(1), wall, &PERIODS).is_empty(),
+            "nothing due yet"
+        );
         // The first renewal after a start comes a fraction of a period later (spread per name), then every period.
         let (lease_at, status_at) = (ks["a"].next_lease.expect("lease"), ks["a"].next_status.expect("status"));
         assert!((t0 + Duration::from_secs(5)..t0 + Duration::from_secs(10)).contains(&lease_at));
         assert!((t0 + Duration::from_secs(10)..t0 + Duration::from_secs(20)).contains(&status_at));
-        assert!(plan(&running, seen, &mut ks, lease_at - Duration::from_millis(1), wall).is_empty());
-        let jobs = plan(&running, seen, &mut ks, lease_at, wall);
+        assert!(
+            plan(&running, NONE_HUNG, seen, &mut ks, lease_at - Duration::from_millis(1), wall, &PERIODS).is_empty()
+        );
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, lease_at, wall, &PERIODS);
         assert_eq!(kinds(&jobs), [("a".to_string(), "lease")]);
         run(&jobs, &mut ks, lease_at);
         assert_eq!(ks["a"].next_lease, Some(lease_at + Duration::from_secs(10)));
-        let jobs = plan(&running, seen, &mut ks, status_at.max(lease_at + Duration::from_secs(10)), wall);
+        let jobs =
+            plan(&running, NONE_HUNG, seen, &mut ks, status_at.max(lease_at + Duration::from_secs(10)), wall, &PERIODS);
         assert_eq!(kinds(&jobs), [("a".to_string(), "status+lease")]);
 
         // Stopped: nothing planned, however long.
         let none = BTreeMap::new();
-        assert!(plan(&none, seen, &mut ks, t0 + Duration::from_secs(100), wall).is_empty());
+        assert!(plan(&none, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(100), wall, &PERIODS).is_empty());
         // Running again: status (Ready, with a transition) and Lease at once.
-        let jobs = plan(&running, seen, &mut ks, t0 + Duration::from_secs(101), wall);
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(101), wall, &PERIODS);
         assert_eq!(kinds(&jobs), [("a".to_string(), "status+lease")]);
     }
 
@@ -233,17 +264,59 @@ mod tests {
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name(vec![inst("a")]);
-        let jobs = plan(&running, |_| Some(registered("a")), &mut ks, t0, wall);
+        let jobs = plan(&running, NONE_HUNG, |_| Some(registered("a")), &mut ks, t0, wall, &PERIODS);
         run(&jobs, &mut ks, t0);
         let mut unknown = (*registered("a")).clone();
         for c in unknown.status.as_mut().and_then(|s| s.conditions.as_mut()).expect("conditions") {
             c.status = "Unknown".into();
         }
         let unknown = Arc::new(unknown);
-        let jobs = plan(&running, |_| Some(unknown.clone()), &mut ks, t0 + Duration::from_secs(1), wall);
+        let jobs =
+            plan(&running, NONE_HUNG, |_| Some(unknown.clone()), &mut ks, t0 + Duration::from_secs(1), wall, &PERIODS);
         assert_eq!(kinds(&jobs), [("a".to_string(), "status")]);
-        let jobs = plan(&running, |_| None, &mut ks, t0 + Duration::from_secs(2), wall);
+        let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0 + Duration::from_secs(2), wall, &PERIODS);
         assert_eq!(kinds(&jobs), [("a".to_string(), "register")]);
+    }
+
+    #[test]
+    fn a_started_machine_reports_not_ready_for_the_window_then_ready_at_once() {
+        let periods = Periods { not_ready: Duration::from_secs(15), ..PERIODS };
+        let t0 = Instant::now();
+        let wall = Timestamp::now();
+        let mut ks = HashMap::new();
+        let running = running_by_name(vec![inst("a")]);
+        let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &periods);
+        assert!(matches!(jobs[0].action, Action::Register { ready: false }));
+        run(&jobs, &mut ks, t0);
+        let mut not_ready = node(&inst("a"), Shape::FALLBACK, "v1.37.2", &[], wall, false);
+        not_ready.metadata.uid = Some("uid-a".into());
+        let not_ready = Arc::new(not_ready);
+        let seen = |_: &str| Some(not_ready.clone());
+        assert!(plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(1), wall, &periods).is_empty());
+        // The window is over: Ready is posted at once, not at the next status period.
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(15), wall, &periods);
+        let Action::Heartbeat { status: Some(patch), .. } = &jobs[0].action else { panic!("status due: {jobs:?}") };
+        let ready = patch["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+        assert_eq!(ready.map(|c| c["status"].clone()), Some("True".into()));
+    }
+
+    #[test]
+    fn a_hung_machine_says_nothing_and_reports_at_once_when_it_resumes() {
+        let t0 = Instant::now();
+        let wall = Timestamp::now();
+        let mut ks = HashMap::new();
+        let running = running_by_name(vec![inst("a"), inst("b")]);
+        let seen = |name: &str| Some(registered(name));
+        run(&plan(&running, NONE_HUNG, seen, &mut ks, t0, wall, &PERIODS), &mut ks, t0);
+        let hung: BTreeSet<String> = ["a".to_string()].into();
+        let later = t0 + Duration::from_secs(60);
+        let jobs = plan(&running, &hung, seen, &mut ks, later, wall, &PERIODS);
+        assert_eq!(kinds(&jobs), [("b".to_string(), "status+lease")], "only b's kubelet speaks");
+        run(&jobs, &mut ks, later);
+        // Still hung a minute on, still silent; the machine is running, so its kubelet is not forgotten.
+        assert!(plan(&running, &hung, seen, &mut ks, later + Duration::from_secs(1), wall, &PERIODS).is_empty());
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, later + Duration::from_secs(2), wall, &PERIODS);
+        assert_eq!(kinds(&jobs), [("a".to_string(), "status+lease")], "resumed: status and Lease at once");
     }
 
     #[test]
@@ -255,17 +328,20 @@ mod tests {
         let mut at = t0;
         let mut gaps = Vec::new();
         for _ in 0..6 {
-            let jobs = plan(&running, |_| None, &mut ks, at, wall);
+            let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, at, wall, &PERIODS);
             assert_eq!(jobs.len(), 1);
             ks.get_mut("a").expect("planned").failed(at, &PERIODS);
             let retry = ks["a"].retry_at.expect("retry");
-            assert!(plan(&running, |_| None, &mut ks, retry - Duration::from_millis(1), wall).is_empty());
+            assert!(
+                plan(&running, NONE_HUNG, |_| None, &mut ks, retry - Duration::from_millis(1), wall, &PERIODS)
+                    .is_empty()
+            );
             gaps.push((retry - at).as_secs());
             at = retry;
         }
         assert_eq!(gaps, [1, 2, 4, 7, 7, 7]);
         // A success clears the backoff.
-        let jobs = plan(&running, |_| None, &mut ks, at, wall);
+        let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, at, wall, &PERIODS);
         run(&jobs, &mut ks, at);
         assert_eq!(ks["a"].failures, 0);
     }
@@ -276,7 +352,7 @@ mod tests {
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name((0..1000).map(|n| inst(&format!("n{n:04}"))).collect());
-        let jobs = plan(&running, |_| None, &mut ks, t0, wall);
+        let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &PERIODS);
         run(&jobs, &mut ks, t0);
         let mut per_second = [0usize; 11];
         for k in ks.values() {

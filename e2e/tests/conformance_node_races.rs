@@ -1,0 +1,125 @@
+//! Conformance: the node races users report, made scriptable with the simulated kubelets' knobs.
+//!
+//! - **A new machine the cloud does not show yet.** A real kubelet registers `Ready=False` until its network is
+//!   up (kind: about 10 s), and a cloud's API may not list a new instance for a while (eventual consistency; it
+//!   hides the instance from the CCM's token, not from the machine itself, whose kubelet registers at once).
+//!   Upstream's lifecycle controller checks every NotReady node against the cloud with no grace period
+//!   (`node_lifecycle_controller.go` L143-180, ccm-semantics.md §2 and trap 4), so it deletes the new Node with
+//!   `DeletingNode`; the kubelet registers it again, and once the cloud shows the instance the Node is kept,
+//!   initialized and Ready.
+//! - **A hung kubelet** (`fakecloud hang`): the machine runs but says nothing; the controller manager marks
+//!   the Node NotReady after its grace period; the lifecycle controller finds the instance running and not
+//!   shut down, so the Node stays, untainted, and is Ready again when the kubelet resumes.
+//!
+//! Any backend (see `fakecloud_e2e`); both CCMs (`FAKECLOUD_E2E_CCM`).
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use fakecloud_api::{CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, FaultTrigger};
+use fakecloud_api::{StartHangRequest, codes};
+use fakecloud_e2e::{Env, SHUTDOWN_TAINT, Setup, case, condition, initialized, taint_keys, until};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+
+/// The Node's Ready status ("True", "False", "Unknown"), `None` while there is no Node.
+async fn ready(env: &Env, name: &str) -> Option<String> {
+    env.node(name).await.and_then(|n| condition(&n, "Ready")).map(|(status, _)| status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
+    const LAG: Duration = Duration::from_secs(12);
+    const NOT_READY: Duration = Duration::from_secs(25);
+    case("new-node-race", Setup::new(CCM).kubelets_start_not_ready(NOT_READY), async |env| {
+        let name = env.name("late");
+        let rule = CreateFaultRuleRequest {
+            id: Some(env.name("lag-new-instance")),
+            matcher: FaultMatch {
+                operations: vec!["CreateInstance".into()],
+                names: vec![name.clone()],
+                ..Default::default()
+            },
+            action: FaultAction::EventualConsistency { seconds: LAG.as_secs_f64() },
+            trigger: FaultTrigger::default(),
+            position: None,
+        };
+        env.cloud.add_fault(&rule).await.unwrap();
+        let created = Instant::now();
+        let inst = env.create_instance(CreateInstanceRequest { name: "late".into(), ..Default::default() }).await;
+        assert_eq!(env.cloud.get_instance(&inst.id).await.unwrap().id, inst.id, "the cloud's own view sees it");
+
+        // Registered NotReady at once, then deleted by the lifecycle controller while the CCM's reads say 404.
+        let deleting = env.event("default", &name, "DeletingNode", LAG + Duration::from_secs(20)).await;
+        let message = deleting.message.unwrap_or_default();
+        assert!(message.contains("does not exist in the cloud provider"), "{message}");
+        let deleted_after = created.elapsed();
+        eprintln!("the new Node was deleted {deleted_after:.1?} after its instance was created");
+        assert!(deleted_after < LAG, "deleted only after the cloud showed the instance ({deleted_after:?})");
+        let lookups = env.ccm_calls(&["GetInstance", "ListInstances"]).await;
+        assert!(!lookups.is_empty(), "the CCM asked the cloud before deleting");
+
+        // The kubelet registers again; once the cloud shows the instance the Node is kept and initialized, and
+        // Ready when its network is.
+        let node =
+            until(LAG + NOT_READY + Duration::from_secs(60), &format!("{name} initialized and Ready"), async || {
+                env.node(&name)
+                    .await
+                    .filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
+            })
+            .await;
+        assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.as_deref()), Some(inst.provider_id.as_str()));
+        let deletions = env.events_for(&name).await.into_iter().filter(|e| e.reason.as_deref() == Some("DeletingNode"));
+        let count: i32 = deletions.map(|e| e.count.unwrap_or(1)).sum();
+        eprintln!("{count} deletion(s) during the {LAG:?} lag; Ready {:.1?} after the create", created.elapsed());
+        assert_eq!(ready(env, &name).await.as_deref(), Some("True"), "kept once Ready");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
+    case("hung-kubelet", Setup::new(CCM), async |env| {
+        let inst = env.instance("hung", "local-1a").await;
+        let name = inst.name.clone();
+        until(Duration::from_secs(60), &format!("{name} initialized and Ready"), async || {
+            env.node(&name).await.filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
+        })
+        .await;
+
+        let lookups = async || {
+            let calls = env.ccm_calls(&["GetInstance"]).await;
+            calls.into_iter().filter(|c| c.resource_id.as_deref() == Some(inst.id.as_str()) && c.status == 200).count()
+        };
+        let before = lookups().await;
+        let hang = StartHangRequest { names: vec![name.clone()], ..Default::default() };
+        let hung = env.cloud.start_hang(&hang).await.unwrap().items;
+        assert_eq!(hung.iter().map(|h| h.instance_id.as_str()).collect::<Vec<_>>(), [inst.id.as_str()]);
+        let hung_at = Instant::now();
+        until(env.timing.node_loss(), &format!("{name} NotReady (Unknown)"), async || {
+            (ready(env, &name).await.as_deref() == Some("Unknown")).then_some(())
+        })
+        .await;
+        eprintln!("the hung machine's Node turned Unknown {:.1?} after the hang", hung_at.elapsed());
+
+        // The lifecycle controller looks at the NotReady Node, finds its instance running, and keeps it as it is.
+        until(3 * env.timing.node_monitor + Duration::from_secs(30), "a lifecycle check", async || {
+            (lookups().await > before).then_some(())
+        })
+        .await;
+        tokio::time::sleep(2 * env.timing.node_monitor).await;
+        let node = env.node(&name).await.expect("the hung machine's Node is kept");
+        assert!(!taint_keys(&node).iter().any(|k| k == SHUTDOWN_TAINT), "its instance is running, not shut down");
+        let deleting = env.events_for(&name).await.into_iter().any(|e| e.reason.as_deref() == Some("DeletingNode"));
+        assert!(!deleting, "no DeletingNode for a machine that exists");
+
+        env.cloud.stop_hang(&inst.id).await.unwrap();
+        until(Duration::from_secs(30), &format!("{name} Ready again"), async || {
+            (ready(env, &name).await.as_deref() == Some("True")).then_some(())
+        })
+        .await;
+        let err = env.cloud.stop_hang(&inst.id).await.unwrap_err();
+        assert_eq!(err.code(), Some(codes::HANG_NOT_FOUND));
+    })
+    .await;
+}
