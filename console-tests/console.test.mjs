@@ -5,7 +5,7 @@
 
 import { after, afterEach, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -194,6 +194,60 @@ test("the quota bar follows usage and the limit set in the page", async () => {
   await shot("quotas");
 });
 
+test("a rate limit set in the form shows its buckets' tokens, and is deleted", async () => {
+  // Room for this test's instances and the next ones' (the quota test left the limit at 4).
+  assert.equal((await api("PUT", "/v1/quotas/instances", { limit: 20000 }, ADMIN)).status, 200);
+  await page.click("nav button[data-view=faults]");
+  await page.fill("#rate-limit-form [name=id]", "writes");
+  await page.selectOption("#rate-limit-form [name=scope]", "operation");
+  await page.click("#rate-limit-form button[type=submit]");
+  // The API's message: scope operation needs the operation's name.
+  await page.locator("#message").getByText("operation").waitFor();
+  await page.selectOption("#rate-limit-form [name=scope]", "writes");
+  await page.fill("#rate-limit-form [name=capacity]", "3");
+  await page.fill("#rate-limit-form [name=refill_per_second]", "0.01");
+  await page.click("#rate-limit-form button[type=submit]");
+  const row = page.locator("#rate-limits-table tr", { hasText: "writes" });
+  await row.locator("[data-bucket=all]").getByText("3 / 3").waitFor();
+  await create("/v1/instances", { name: "bucket-1" });
+  await create("/v1/instances", { name: "bucket-2" });
+  await row.locator("[data-bucket=all]").getByText("1 / 3").waitFor();
+  await shot("rate-limits");
+  await row.getByRole("button", { name: "Delete" }).click();
+  await page.locator("#rate-limits-table").getByText("none").waitFor();
+});
+
+test("a latency fault added in the form delays the calls it matches", async () => {
+  await page.click("nav button[data-view=faults]");
+  await page.selectOption("#fault-form [name=type]", "latency");
+  // Only the chosen action's fields are shown.
+  assert.equal(await page.locator("#fault-form [name=code]").isVisible(), false);
+  await page.fill("#fault-form [name=id]", "slow-region");
+  await page.fill("#fault-form [name=operation]", "GetRegion");
+  await page.fill("#fault-form [name=ms]", "400");
+  await page.click("#fault-form button[type=submit]");
+  await page.locator("#faults-table tr", { hasText: "slow-region" }).getByText("latency 400ms").waitFor();
+  const t0 = Date.now();
+  assert.equal((await api("GET", "/v1/region")).status, 200);
+  assert.ok(Date.now() - t0 >= 400, `the call took ${Date.now() - t0} ms`);
+  await page.locator("#faults-table tr", { hasText: "slow-region" }).getByRole("button", { name: "Delete" }).click();
+  await page.locator("#faults-table").getByText("none").waitFor();
+  await page.selectOption("#fault-form [name=type]", "error");
+});
+
+test("a machine hung from the instances view is shown hung, then resumed", async () => {
+  const inst = await create("/v1/instances", { name: "hang-1" });
+  await page.click("nav button[data-view=instances]");
+  const row = page.locator("#instances-table tr", { hasText: inst.id });
+  await row.getByRole("button", { name: "Hang" }).click();
+  await row.getByText("hung").waitFor();
+  const hangs = await api("GET", "/v1/hangs", undefined, ADMIN);
+  assert.deepEqual(hangs.body.items.map((h) => h.instance_id), [inst.id]);
+  await row.getByRole("button", { name: "Resume" }).click();
+  await row.getByRole("button", { name: "Hang" }).waitFor();
+  assert.deepEqual((await api("GET", "/v1/hangs", undefined, ADMIN)).body.items, []);
+});
+
 test("a user token sees the cloud but not the admin views", async () => {
   await page.click("#sign-out");
   await signIn(USER);
@@ -201,6 +255,56 @@ test("a user token sees the cloud but not the admin views", async () => {
   assert.equal(await page.locator("nav button[data-view=faults]").isVisible(), false);
   assert.equal(await page.locator("nav button[data-view=audit]").isVisible(), false);
   await page.click("nav button[data-view=quotas]");
-  await page.locator("#quotas-table").getByText("3 / 4").waitFor();
+  await page.locator("#quotas-table").getByText(/^\d+ \/ 20000$/).waitFor();
   assert.equal(await page.locator("#quotas-table button").count(), 0);
+});
+
+/// Run `f(i)` for i in 0..n, `inFlight` at a time.
+async function pool(n, inFlight, f) {
+  let next = 0;
+  const worker = async () => {
+    while (next < n) await f(next++);
+  };
+  await Promise.all(Array.from({ length: inFlight }, worker));
+}
+
+/// Add `n` audit entries straight to the emulator's SQLite file (WAL: beside the running server), as `n` reads
+/// by the user would have left them — what 100,000 calls through the API would take minutes to write.
+function seedAudit(n) {
+  const sql = `WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${n})
+    INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us)
+    SELECT CAST(strftime('%s', 'now') AS INTEGER) * 1000, printf('seed%08d', i), 'user', 'GetRegion', 'GET', '/v1/region',
+           NULL, 200, NULL, 90 FROM k`;
+  const script = "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1], timeout=30)\nc.execute(sys.argv[2])\nc.commit()";
+  const r = spawnSync("python3", ["-c", script, path.join(work, "fc.db"), sql], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+}
+
+test("a big cloud stays usable: 10,000 instances paged, 100,000 audit entries with a bounded live tail", async () => {
+  await pool(10000, 32, async (i) => {
+    const { status } = await api("POST", "/v1/instances", { name: `big-${String(i).padStart(5, "0")}` });
+    assert.equal(status, 201);
+  });
+  seedAudit(100000);
+  const beyond = await api("GET", "/v1/audit?after=100000&limit=1", undefined, ADMIN);
+  assert.equal(beyond.body.items.length, 1, "the audit log holds more than 100,000 entries");
+
+  await page.click("#sign-out");
+  await signIn(ADMIN);
+  await page.getByText("signed in as admin").waitFor();
+  // Paged: one page of 50 rows in the page, and the next page a click away.
+  await page.locator("#instances-table tbody tr").nth(49).waitFor();
+  assert.equal(await page.locator("#instances-table tbody tr").count(), 50);
+  await page.locator("#instances-pager").getByRole("button", { name: "Next ›" }).click();
+  await page.locator("#instances-pager").getByText("page 2").waitFor();
+  await shot("instances-10k");
+
+  // The tail starts from the latest entries, not the whole log, and a new call still shows up at once.
+  await page.click("nav button[data-view=audit]");
+  await page.getByText("live").waitFor();
+  await create("/v1/instances", { name: "the-newest" });
+  await page.locator("#audit-table tr", { hasText: "CreateInstance" }).first().waitFor();
+  const rows = await page.locator("#audit-table tbody tr").count();
+  assert.ok(rows <= 200, `${rows} rows shown`);
+  await shot("audit-100k");
 });

@@ -194,6 +194,18 @@ pub struct RateLimit {
     pub limit: SetRateLimitRequest,
     /// Calls refused since the emulator started.
     pub refused: u64,
+    /// The buckets in use and the tokens each holds now: one (`all`) or, `per_token`, one per caller role that
+    /// has called (`user`, `admin`). A bucket not yet used is full.
+    #[serde(default)]
+    pub buckets: Vec<RateLimitBucket>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct RateLimitBucket {
+    /// `all`, or the caller role of a per-token bucket.
+    pub key: String,
+    /// Tokens now, between 0 and the capacity (fractions refill continuously).
+    pub tokens: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -1324,6 +1324,10 @@ type QuotaName string
 
 // RateLimit defines model for RateLimit.
 type RateLimit struct {
+	// Buckets The buckets in use and the tokens each holds now: one (`all`) or, `per_token`, one per caller role that
+	// has called (`user`, `admin`). A bucket not yet used is full.
+	Buckets *[]RateLimitBucket `json:"buckets,omitempty"`
+
 	// Id The limit's name, from the URL.
 	Id string `json:"id"`
 
@@ -1332,6 +1336,15 @@ type RateLimit struct {
 
 	// Refused Calls refused since the emulator started.
 	Refused int64 `json:"refused"`
+}
+
+// RateLimitBucket defines model for RateLimitBucket.
+type RateLimitBucket struct {
+	// Key `all`, or the caller role of a per-token bucket.
+	Key string `json:"key"`
+
+	// Tokens Tokens now, between 0 and the capacity (fractions refill continuously).
+	Tokens float64 `json:"tokens"`
 }
 
 // RateLimitList defines model for RateLimitList.

@@ -63,10 +63,20 @@ const admin = () => role === "admin";
 
 const loaders = {
   async instances() {
-    const reclaim = admin()
-      ? (i) => act(() => call("POST", "/v1/spot/reclaim", { instance_ids: [i.id] }))
+    const actions = admin()
+      ? {
+          reclaim: (i) => act(() => call("POST", "/v1/spot/reclaim", { instance_ids: [i.id] })),
+          hang: (i) => act(() => call("POST", "/v1/hangs", { instance_ids: [i.id] })),
+          resume: (i) => act(() => call("DELETE", `/v1/hangs/${encodeURIComponent(i.id)}`)),
+        }
       : undefined;
-    v.fillTable($("instances-table"), v.instanceColumns(reclaim), await pagers.instances.load());
+    // Hung machines are the admin's to see.
+    const [items, hangs] = await Promise.all([
+      pagers.instances.load(),
+      admin() ? call("GET", "/v1/hangs") : { items: [] },
+    ]);
+    const hung = new Set(hangs.items.map((h) => h.instance_id));
+    v.fillTable($("instances-table"), v.instanceColumns(actions, hung), items);
   },
   async "load-balancers"() {
     v.fillTable($("load-balancers-table"), v.loadBalancerColumns, await pagers["load-balancers"].load());
@@ -90,9 +100,10 @@ const loaders = {
     ]);
     const remove = (f) => act(() => call("DELETE", `/v1/faults/${encodeURIComponent(f.id)}`));
     const stop = (o) => act(() => call("DELETE", `/v1/outages/${encodeURIComponent(o.id)}`));
+    const clear = (r) => act(() => call("DELETE", `/v1/rate-limits/${encodeURIComponent(r.id)}`));
     v.fillTable($("faults-table"), v.faultColumns(remove), faults.items);
     v.fillTable($("outages-table"), v.outageColumns(stop), outages.items);
-    v.fillTable($("rate-limits-table"), v.rateLimitColumns, limits.items);
+    v.fillTable($("rate-limits-table"), v.rateLimitColumns(clear), limits.items);
   },
   audit() {
     renderTail();
@@ -189,18 +200,48 @@ setInterval(() => {
 /// The form's non-empty fields.
 const fields = (form) => Object.fromEntries([...new FormData(form)].filter(([, val]) => val !== ""));
 
+/// The fault form's action, from the fields its type shows.
+function faultAction(f) {
+  switch (f.type) {
+    case "latency":
+      return { type: "latency", ms: Number(f.ms ?? 0), jitter_ms: Number(f.jitter_ms ?? 0) };
+    case "no-response":
+      return { type: "no-response", mode: f.mode };
+    case "eventual-consistency":
+      return { type: "eventual-consistency", seconds: Number(f.seconds ?? 0) };
+    default:
+      return { type: f.type, status: Number(f.status), code: f.code ?? "" };
+  }
+}
+
+/// Show only the fields of the action type chosen.
+function onFaultType() {
+  const type = $("fault-form").elements.type.value;
+  for (const l of $("fault-form").querySelectorAll("label[data-for]")) l.hidden = !l.dataset.for.split(" ").includes(type);
+}
+
 function onFaultForm(e) {
   e.preventDefault();
   const f = fields(e.target);
-  const rule = {
-    match: f.operation ? { operations: [f.operation] } : {},
-    action: { type: "error", status: Number(f.status), code: f.code ?? "" },
-    trigger: {},
-  };
+  const rule = { match: f.operation ? { operations: [f.operation] } : {}, action: faultAction(f), trigger: {} };
   if (f.id) rule.id = f.id;
   if (f.probability) rule.trigger.probability = Number(f.probability);
   if (f.times) rule.trigger.times = Number(f.times);
   act(() => call("POST", "/v1/faults", rule));
+}
+
+function onRateLimitForm(e) {
+  e.preventDefault();
+  const f = fields(e.target);
+  const body = {
+    scope: f.scope,
+    per_token: f.per_token === "on",
+    capacity: Number(f.capacity),
+    refill_per_second: Number(f.refill_per_second),
+    status: Number(f.status),
+  };
+  if (f.operation) body.operation = f.operation;
+  act(() => call("PUT", `/v1/rate-limits/${encodeURIComponent(f.id ?? "")}`, body));
 }
 
 function onOutageForm(e) {
@@ -270,6 +311,8 @@ $("sign-in").addEventListener("submit", (e) => {
 $("sign-out").addEventListener("click", signOut);
 $("tabs").addEventListener("click", (e) => e.target.dataset?.view && show(e.target.dataset.view));
 $("fault-form").addEventListener("submit", onFaultForm);
+$("fault-form").elements.type.addEventListener("change", onFaultType);
+$("rate-limit-form").addEventListener("submit", onRateLimitForm);
 $("outage-form").addEventListener("submit", onOutageForm);
 $("audit-filters").addEventListener("input", renderTail);
 $("audit-filters").addEventListener("submit", (e) => e.preventDefault());

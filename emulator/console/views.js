@@ -31,20 +31,22 @@ export function until(time) {
   return s > 0 ? `${s}s` : "now";
 }
 
-/// A bar of `used` out of `limit`.
-export function bar(used, limit) {
+/// A bar of `used` out of `limit`, warning as it fills up; `draining`: a supply instead (rate-limit tokens),
+/// warning as it empties.
+export function bar(used, limit, draining = false) {
   const pct = limit > 0 ? Math.min(100, (100 * used) / limit) : 100;
-  const level = pct >= 100 ? "full" : pct >= 80 ? "high" : "";
+  const level = draining ? (pct <= 0 ? "full" : pct <= 20 ? "high" : "") : pct >= 100 ? "full" : pct >= 80 ? "high" : "";
   const fill = el("span", { class: `fill ${level}` });
   // Through the CSSOM: the Content-Security-Policy refuses style attributes.
   fill.style.width = `${pct.toFixed(1)}%`;
   return el("span", { class: "bar", title: `${used} of ${limit}` }, fill, el("span", { class: "label" }, `${used} / ${limit}`));
 }
 
-export const instanceColumns = (reclaim) => [
+/// `actions` (admin only): reclaim, hang and resume an instance; `hung`: the IDs of hung machines.
+export const instanceColumns = (actions, hung) => [
   ["ID", (i) => i.id],
   ["Name", (i) => i.name],
-  ["State", (i) => badge(i.state)],
+  ["State", (i) => [badge(i.state), hung.has(i.id) ? badge("hung") : ""]],
   ["Zone", (i) => i.zone],
   ["Type", (i) => i.instance_type],
   ["Private IP", (i) => i.private_ip],
@@ -53,8 +55,13 @@ export const instanceColumns = (reclaim) => [
   [
     "",
     (i) =>
-      reclaim && i.market === "spot" && i.state === "running" && !i.interruption_at
-        ? el("button", { onclick: () => reclaim(i) }, "Reclaim")
+      actions && i.state === "running"
+        ? [
+            i.market === "spot" && !i.interruption_at ? el("button", { onclick: () => actions.reclaim(i) }, "Reclaim") : "",
+            hung.has(i.id)
+              ? el("button", { onclick: () => actions.resume(i), title: "its kubelet reports again" }, "Resume")
+              : el("button", { onclick: () => actions.hang(i), title: "the instance runs, its kubelet falls silent" }, "Hang"),
+          ]
         : "",
   ],
 ];
@@ -172,12 +179,21 @@ export const outageColumns = (stop) => [
   ["", (o) => el("button", { onclick: () => stop(o) }, "Stop")],
 ];
 
-export const rateLimitColumns = [
+export const rateLimitColumns = (clear) => [
   ["ID", (r) => r.id],
   ["Scope", (r) => r.limit.operation ?? r.limit.scope],
   ["Bucket", (r) => `${r.limit.capacity} calls, +${r.limit.refill_per_second}/s${r.limit.per_token ? " per token" : ""}`],
+  // Whole tokens: a call needs one.
+  [
+    "Tokens now",
+    (r) =>
+      r.buckets.length
+        ? r.buckets.map((b) => el("div", { "data-bucket": b.key }, `${b.key} `, bar(Math.floor(b.tokens), r.limit.capacity, true)))
+        : "full (no caller yet)",
+  ],
   ["Status", (r) => r.limit.status],
   ["Refused", (r) => r.refused],
+  ["", (r) => el("button", { onclick: () => clear(r) }, "Delete")],
 ];
 
 /// An audit entry's outcome, for the chart and its colour.

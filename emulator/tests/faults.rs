@@ -322,6 +322,34 @@ fn bucket(scope: RateLimitScope, capacity: u32, refill: f64) -> SetRateLimitRequ
     SetRateLimitRequest { scope, operation: None, per_token: false, capacity, refill_per_second: refill, status: 429 }
 }
 
+/// The buckets' tokens now: what is left after the last call plus the refill since, per caller role when per
+/// token; a bucket no call has touched is full.
+#[tokio::test]
+async fn a_rate_limit_shows_the_tokens_each_bucket_holds() {
+    let emu = Emu::start().await;
+    let tokens = async |id: &str| {
+        let limits = emu.admin.list_rate_limits().await.unwrap().items;
+        let limit = limits.into_iter().find(|l| l.id == id).unwrap();
+        limit.buckets.into_iter().map(|b| (b.key, b.tokens)).collect::<Vec<_>>()
+    };
+    emu.admin.set_rate_limit("writes", &bucket(RateLimitScope::Writes, 5, 0.001)).await.unwrap();
+    assert_eq!(tokens("writes").await, [("all".to_string(), 5.0)]);
+    emu.instance("a").await;
+    emu.instance("b").await;
+    let shown = tokens("writes").await;
+    let [(key, left)] = &shown[..] else { panic!("one bucket: {shown:?}") };
+    assert_eq!(key, "all");
+    assert!((3.0..3.01).contains(left), "3 tokens left, give or take the refill: {left}");
+
+    let per_token = SetRateLimitRequest { per_token: true, ..bucket(RateLimitScope::Reads, 4, 0.001) };
+    emu.admin.set_rate_limit("reads", &per_token).await.unwrap();
+    assert!(tokens("reads").await.is_empty(), "no caller yet");
+    emu.user.region().await.unwrap();
+    let shown = tokens("reads").await;
+    assert_eq!(shown.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["user"], "a role, never the token");
+    assert!((3.0..3.01).contains(&shown[0].1), "{shown:?}");
+}
+
 #[tokio::test]
 async fn an_empty_bucket_answers_429_with_an_accurate_retry_after() {
     let emu = Emu::start().await;

@@ -282,7 +282,7 @@ impl Output {
     pub fn rate_limits(&self, items: &[RateLimit]) -> Result<()> {
         self.print(items, || {
             table(
-                &["ID", "SCOPE", "CAPACITY", "REFILL/S", "PER TOKEN", "STATUS", "REFUSED"],
+                &["ID", "SCOPE", "CAPACITY", "REFILL/S", "PER TOKEN", "TOKENS NOW", "STATUS", "REFUSED"],
                 items.iter().map(|l| {
                     let scope = match &l.limit.operation {
                         Some(op) => op.clone(),
@@ -294,6 +294,7 @@ impl Output {
                         l.limit.capacity.to_string(),
                         l.limit.refill_per_second.to_string(),
                         l.limit.per_token.to_string(),
+                        l.buckets.iter().map(|b| format!("{} {:.1}", b.key, b.tokens)).collect::<Vec<_>>().join(", "),
                         l.limit.status.to_string(),
                         l.refused.to_string(),
                     ]

@@ -1,15 +1,17 @@
 //! Token-bucket rate limits (governor's GCRA, which is a token bucket): 429 (or 503) with an accurate
 //! `Retry-After` and the `RateLimit-*` headers when a bucket is empty.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
 use fakecloud_api::limits::{
     RATE_LIMIT_CAPACITY_MAX, RATE_LIMIT_CAPACITY_MIN, REFILL_PER_SECOND_MAX, REFILL_PER_SECOND_MIN,
 };
-use fakecloud_api::{RateLimit, RateLimitScope, SetRateLimitRequest, codes};
+use fakecloud_api::{RateLimit, RateLimitBucket, RateLimitScope, SetRateLimitRequest, codes};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
@@ -26,6 +28,9 @@ pub struct ActiveLimit {
     spec: SetRateLimitRequest,
     limiter: Limiter,
     refused: AtomicU64,
+    /// What each bucket held after its last call, and when: governor cannot be asked without taking a token,
+    /// so the tokens shown are this plus the refill since. Keyed by `all` or the caller's role, never a token.
+    last_seen: Mutex<BTreeMap<&'static str, (f64, Instant)>>,
 }
 
 impl ActiveLimit {
@@ -69,6 +74,7 @@ impl ActiveLimit {
             spec,
             limiter: RateLimiter::keyed(quota).with_middleware(),
             refused: AtomicU64::new(0),
+            last_seen: Mutex::default(),
         })
     }
 
@@ -96,7 +102,11 @@ impl ActiveLimit {
             return None;
         }
         let key = if self.spec.per_token { call.token.to_string() } else { String::new() };
-        match self.limiter.check_key(&key) {
+        let shown = if self.spec.per_token { call.role.as_str() } else { "all" };
+        let checked = self.limiter.check_key(&key);
+        let left = checked.as_ref().map_or(0.0, |snapshot| f64::from(snapshot.remaining_burst_capacity()));
+        self.last_seen.lock().unwrap_or_else(|p| p.into_inner()).insert(shown, (left, Instant::now()));
+        match checked {
             Ok(_) => None,
             Err(not_until) => {
                 self.refused.fetch_add(1, Ordering::SeqCst);
@@ -124,6 +134,23 @@ impl ActiveLimit {
     }
 
     pub fn to_api(&self) -> RateLimit {
-        RateLimit { id: self.id.clone(), limit: self.spec.clone(), refused: self.refused.load(Ordering::SeqCst) }
+        let capacity = f64::from(self.spec.capacity);
+        let seen = self.last_seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut buckets: Vec<RateLimitBucket> = seen
+            .into_iter()
+            .map(|(key, (left, at))| {
+                let refilled = left + at.elapsed().as_secs_f64() * self.spec.refill_per_second;
+                RateLimitBucket { key: key.to_string(), tokens: refilled.min(capacity) }
+            })
+            .collect();
+        if buckets.is_empty() && !self.spec.per_token {
+            buckets.push(RateLimitBucket { key: "all".into(), tokens: capacity });
+        }
+        RateLimit {
+            id: self.id.clone(),
+            limit: self.spec.clone(),
+            refused: self.refused.load(Ordering::SeqCst),
+            buckets,
+        }
     }
 }
