@@ -93,6 +93,12 @@ impl Db {
         self.writer.begin().await
     }
 
+    /// [`Db::write`], with `probe` (a query for one boolean, `?1` bound to the time the write starts) answered in
+    /// the same round trip to SQLite as the write's start; returns that time and the answer.
+    pub async fn write_probing(&self, probe: &'static str) -> Result<(Tx, i64, bool), WriteError> {
+        self.writer.begin_with_probe(probe).await
+    }
+
     pub fn reader(&self) -> &SqlitePool {
         &self.reader
     }

@@ -13,7 +13,9 @@
 //! the calls already queued for the writer have had their turn, so under load they share the commit and no
 //! call waits on a timer. A batch holds at most [`MAX_CALLS`] calls. One commit per batch instead of per call is
 //! what lets concurrent writes outrun the writer's commits (BENCHMARKS.md, issue #15); a call on its own pays one
-//! task hop more than a plain transaction.
+//! task hop more than a plain transaction. For the same reason a call's audit entries are written by its batch, all
+//! in one statement just before the commit ([`Tx::commit_with_audit`]): still in the transaction of the change they
+//! record.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -23,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlx::Transaction;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
+
+use crate::store::audit::{self, Record};
 
 /// The most calls committed in one transaction: bounds what a failed commit takes with it.
 pub const MAX_CALLS: usize = 64;
@@ -70,8 +74,13 @@ pub struct WriteStats {
 #[derive(Debug)]
 struct Batch {
     tx: Transaction<'static, Sqlite>,
-    /// The calls whose changes are in `tx`, each waiting for it to be committed.
-    waiting: Vec<Answer>,
+    /// The calls whose changes are in `tx`, each waiting for it to be committed, with the index in `audit` of
+    /// its last audit entry if it has any.
+    waiting: Vec<(Answer, Option<usize>)>,
+    /// The audit entries of the calls in `waiting`, in order: those already written (`seqs` has theirs), then
+    /// those to be written before the commit.
+    audit: Vec<Record>,
+    seqs: Vec<i64>,
     /// Calls that ended without a change after reading those in `tx`, each waiting for it to be committed.
     watching: Vec<Answer>,
     /// How the last call left its savepoint.
@@ -118,6 +127,20 @@ impl Writer {
     /// Cancel-safe: the batch is never held in a local across an await, so a dropped request cannot take other
     /// calls' changes with it.
     pub async fn begin(&self) -> Result<Tx, WriteError> {
+        self.begin_probing(None).await.map(|(tx, _)| tx)
+    }
+
+    /// [`Writer::begin`], and run `probe` (a query for one boolean, its `?1` bound to the time the call took the
+    /// writer) in the same round trip as the savepoint: a hand-off to sqlx's SQLite thread saved. Returns that
+    /// time and the probe's answer.
+    pub async fn begin_with_probe(&self, probe: &'static str) -> Result<(Tx, i64, bool), WriteError> {
+        let (tx, probed) = self.begin_probing(Some(probe)).await?;
+        // (Always there: a probe was given.)
+        let (now, answer) = probed.unwrap_or_default();
+        Ok((tx, now, answer))
+    }
+
+    async fn begin_probing(&self, probe: Option<&'static str>) -> Result<(Tx, Option<(i64, bool)>), WriteError> {
         let mut slot = self.batch.clone().lock_owned().await;
         let batch = match slot.take() {
             Some(batch) if batch.waiting.len() < MAX_CALLS && batch.last != Savepoint::Broken => batch,
@@ -137,14 +160,33 @@ impl Writer {
             }
         };
         // (Were this dropped part way, running the same statements again next time is still right: they only
-        // end and open empty savepoints.)
-        if let Err(e) = sqlx::raw_sql(sql).execute(&mut *batch.tx).await {
-            tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
-            batch.last = Savepoint::Broken;
-            return Err(e.into());
-        }
+        // end and open empty savepoints, and a probe only reads.)
+        let ran = match probe {
+            None => sqlx::raw_sql(sql).execute(&mut *batch.tx).await.map(|_| None),
+            Some(probe) => {
+                let now = crate::db::now_ms();
+                // The savepoint statements and the probe as one prepared (and cached) statement list: the probe's
+                // row comes back with the savepoint's, in one round trip. (sqlx's SQLite driver runs a query of
+                // several statements; upstream calls that deprecated, launchbadge/sqlx#3108. The tests would fail
+                // on an upgrade that drops it.)
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("{sql}; {probe}")))
+                    .bind(now)
+                    .fetch_one(&mut *batch.tx)
+                    .await
+                    .map(|answer| Some((now, answer)))
+            }
+        };
+        let probed = match ran {
+            Ok(probed) => probed,
+            Err(e) => {
+                tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
+                batch.last = Savepoint::Broken;
+                return Err(e.into());
+            }
+        };
         batch.last = Savepoint::Open;
-        Ok(Tx { batch, commit_due: self.commit_due.clone() })
+        let audit_written = batch.seqs.len();
+        Ok((Tx { batch, commit_due: self.commit_due.clone(), audit_written }, probed))
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -161,19 +203,40 @@ impl Writer {
 
 impl Batch {
     async fn open(pool: &SqlitePool) -> Result<Self, sqlx::Error> {
-        Ok(Self { tx: pool.begin().await?, waiting: Vec::new(), watching: Vec::new(), last: Savepoint::None })
+        Ok(Self {
+            tx: pool.begin().await?,
+            waiting: Vec::new(),
+            audit: Vec::new(),
+            seqs: Vec::new(),
+            watching: Vec::new(),
+            last: Savepoint::None,
+        })
     }
 
-    /// Commit (a kept savepoint goes with it; an abandoned one is undone first) and answer every call waiting.
-    async fn commit(self, stats: Arc<Stats>) {
-        let Self { mut tx, waiting, watching, last } = self;
-        let committed = match last {
+    /// Write the audit entries not written yet, keeping their `seq`s.
+    async fn write_audit(&mut self) -> Result<(), sqlx::Error> {
+        let seqs = audit::insert_many(&mut self.tx, &self.audit[self.seqs.len()..]).await?;
+        self.seqs.extend(seqs);
+        Ok(())
+    }
+
+    /// Write the audit entries and commit (a kept savepoint goes with it; an abandoned one is undone first), then
+    /// answer every call waiting.
+    async fn commit(mut self, stats: Arc<Stats>) {
+        let ready = match self.last {
             Savepoint::Broken => Err(WriteError::Broken),
-            Savepoint::Open | Savepoint::Abandoned => match sqlx::raw_sql("ROLLBACK TO call").execute(&mut *tx).await {
-                Ok(_) => tx.commit().await.map_err(WriteError::from),
-                Err(e) => Err(e.into()),
-            },
-            Savepoint::None | Savepoint::Kept => tx.commit().await.map_err(WriteError::from),
+            Savepoint::Open | Savepoint::Abandoned => {
+                match sqlx::raw_sql("ROLLBACK TO call").execute(&mut *self.tx).await {
+                    Ok(_) => self.write_audit().await.map_err(WriteError::from),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Savepoint::None | Savepoint::Kept => self.write_audit().await.map_err(WriteError::from),
+        };
+        let Self { tx, waiting, watching, seqs, .. } = self;
+        let committed = match ready {
+            Ok(()) => tx.commit().await.map_err(WriteError::from),
+            Err(e) => Err(e),
         };
         match &committed {
             Ok(()) => {
@@ -182,22 +245,22 @@ impl Batch {
             }
             Err(e) => tracing::error!(error = %e, calls = waiting.len(), "cannot commit a batch of writes"),
         }
-        answer(waiting.into_iter().chain(watching), committed);
-    }
-}
-
-fn answer(calls: impl Iterator<Item = Answer>, result: Result<(), WriteError>) {
-    for call in calls {
         // A caller that went away needs no answer.
-        let _ = call.send(result.clone());
+        for (call, entry) in waiting {
+            let _ = call.send(committed.clone().map(|()| entry.and_then(|i| seqs.get(i).copied())));
+        }
+        for call in watching {
+            let _ = call.send(committed.clone().map(|()| None));
+        }
     }
 }
 
-type Answer = oneshot::Sender<Result<(), WriteError>>;
+/// Where a call is answered once its batch is committed: with the `seq` of its last audit entry, if it has one.
+type Answer = oneshot::Sender<Result<Option<i64>, WriteError>>;
 
 tokio::task_local! {
     /// The commits a call must wait for before it is answered: those of batches it read from uncommitted.
-    static UNSETTLED: RefCell<Vec<oneshot::Receiver<Result<(), WriteError>>>>;
+    static UNSETTLED: RefCell<Vec<oneshot::Receiver<Result<Option<i64>, WriteError>>>>;
 }
 
 /// Run `call`, then wait until every batch whose uncommitted changes it read (and did not itself commit with)
@@ -220,17 +283,34 @@ pub async fn settled<F: Future>(call: F) -> F::Output {
 pub struct Tx {
     batch: OwnedMappedMutexGuard<Option<Batch>, Batch>,
     commit_due: Arc<Notify>,
+    /// How many of the batch's audit entries were written when the call began.
+    audit_written: usize,
 }
 
 impl Tx {
     /// Keep this call's changes and return once they are committed with its batch.
-    pub async fn commit(mut self) -> Result<(), WriteError> {
-        self.batch.last = Savepoint::Kept;
+    pub async fn commit(self) -> Result<(), WriteError> {
+        self.commit_with_audit(Vec::new()).await.map(drop)
+    }
+
+    /// Keep this call's changes, with `entries` for the audit log (written with the batch's, in one statement
+    /// before its commit), and return once they are committed: with the last entry's `seq`, if there are any.
+    pub async fn commit_with_audit(mut self, entries: Vec<Record>) -> Result<Option<i64>, WriteError> {
+        let batch = &mut *self.batch;
+        batch.last = Savepoint::Kept;
+        let entry = (!entries.is_empty()).then(|| batch.audit.len() + entries.len() - 1);
+        batch.audit.extend(entries);
         let (answer, committed) = oneshot::channel();
-        self.batch.waiting.push(answer);
+        batch.waiting.push((answer, entry));
         // Hands the writer to the next call and wakes the committer.
         drop(self);
         committed.await.unwrap_or(Err(WriteError::Stopped))
+    }
+
+    /// Write the audit entries of the calls before this one in the batch now, for a change that must find them
+    /// in the table (a reset, which deletes them).
+    pub async fn write_queued_audit(&mut self) -> Result<(), WriteError> {
+        self.batch.write_audit().await.map_err(WriteError::from)
     }
 }
 
@@ -240,6 +320,9 @@ impl Drop for Tx {
         // is undone before the next call; it waits for the batch's commit if it read other calls' changes in it.
         if self.batch.last == Savepoint::Open {
             self.batch.last = Savepoint::Abandoned;
+            // Entries it wrote early (`write_queued_audit`) are undone with its savepoint: written again at commit.
+            let written = self.audit_written;
+            self.batch.seqs.truncate(written);
             if !self.batch.waiting.is_empty() {
                 let (answer, committed) = oneshot::channel();
                 if UNSETTLED.try_with(|u| u.borrow_mut().push(committed)).is_ok() {
@@ -321,6 +404,55 @@ mod tests {
         let names: Vec<String> =
             sqlx::query_scalar("SELECT name FROM quotas ORDER BY name").fetch_all(db.reader()).await.unwrap();
         assert_eq!(names, ["a", "c"]);
+        assert_eq!(db.write_stats(), WriteStats { batches: 1, calls: 2 });
+    }
+
+    fn entry(request_id: &str) -> Record {
+        Record {
+            time_ms: 1,
+            request_id: request_id.into(),
+            role: "user",
+            operation: "Op".into(),
+            method: "POST".into(),
+            path: "/v1/x".into(),
+            resource_id: None,
+            status: 201,
+            error_code: None,
+            latency_us: 1,
+            fault: None,
+        }
+    }
+
+    /// The audit entries of the calls in a batch are written with it, in the calls' order, each call told its
+    /// entry's `seq`; entries written early by a call that then fails are written again at the commit.
+    #[tokio::test]
+    async fn a_batch_writes_its_calls_audit_entries_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
+        let mut first = db.write().await.unwrap();
+        set_quota(&mut first, "a").await;
+        let failing = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.write().await.unwrap();
+                tx.write_queued_audit().await.unwrap();
+                set_quota(&mut tx, "b").await;
+            }
+        });
+        let last = tokio::spawn({
+            let db = db.clone();
+            async move { db.write().await.unwrap().commit_with_audit(vec![entry("r3")]).await.unwrap() }
+        });
+        tokio::task::yield_now().await;
+        let first_seq = first.commit_with_audit(vec![entry("r1"), entry("r2")]).await.unwrap();
+        failing.await.unwrap();
+        let last_seq = last.await.unwrap();
+
+        let logged: Vec<(i64, String)> =
+            sqlx::query_as("SELECT seq, request_id FROM audit_log ORDER BY seq").fetch_all(db.reader()).await.unwrap();
+        let ids: Vec<&str> = logged.iter().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(ids, ["r1", "r2", "r3"]);
+        assert_eq!((first_seq, last_seq), (Some(logged[1].0), Some(logged[2].0)));
         assert_eq!(db.write_stats(), WriteStats { batches: 1, calls: 2 });
     }
 

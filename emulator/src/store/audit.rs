@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use fakecloud_api::limits::{AUDIT_LIMIT_DEFAULT, AUDIT_LIMIT_MAX, AUDIT_LIMIT_MIN};
 use fakecloud_api::{AuditEntry, AuditQuery};
+use sqlx::SqliteConnection;
 use tokio::sync::Notify;
 
 use crate::db::{Db, Tx, now_ms, rfc3339};
@@ -87,24 +88,22 @@ pub fn request_id() -> String {
 
 /// Commit a transaction that changes state about `resource_id` (`""`: none in particular), writing the current
 /// call's audit entry in it (and, first, every entry still pending, to keep the log in order).
-pub async fn commit(mut tx: Tx, resource_id: &str) -> Result<()> {
+pub async fn commit(tx: Tx, resource_id: &str) -> Result<()> {
     let claimed = CALL.try_with(|c| c.claim(resource_id)).ok().flatten();
     let Some((record, sink)) = claimed else {
         tx.commit().await?;
         return Ok(());
     };
     let earlier = sink.take_pending();
-    let written = async {
-        insert_all(&mut tx, &earlier).await?;
-        let seq = insert(&mut tx, &record).await?;
-        tx.commit().await?;
-        Ok::<_, crate::db::WriteError>(seq)
-    }
-    .await;
-    match written {
+    let mut entries = earlier.clone();
+    entries.push(record);
+    match tx.commit_with_audit(entries).await {
         Ok(seq) => {
-            // Only now: were the commit to fail, the call's entry would still have to be written.
-            let _ = CALL.try_with(|c| c.mark_written(seq));
+            // Only now: were the commit to fail, the call's entry would still have to be written. (`seq` is
+            // there: the call gave entries.)
+            if let Some(seq) = seq {
+                let _ = CALL.try_with(|c| c.mark_written(seq));
+            }
             sink.note_written(earlier.len() + 1);
             Ok(())
         }
@@ -220,16 +219,20 @@ impl AuditSink {
         let mut tx = self.0.db.write().await?;
         let batch = self.take_pending();
         let written = async {
-            insert_all(&mut tx, &batch).await?;
             let threshold = self.0.max_entries.div_ceil(10).max(1);
             let since = self.0.since_trim.fetch_add(batch.len() as u64, Ordering::SeqCst) + batch.len() as u64;
-            if since >= threshold {
-                sqlx::query("DELETE FROM audit_log WHERE seq <= (SELECT MAX(seq) FROM audit_log) - ?1")
-                    .bind(i64::try_from(self.0.max_entries).unwrap_or(i64::MAX))
-                    .execute(&mut *tx)
-                    .await?;
-                self.0.since_trim.store(0, Ordering::SeqCst);
+            if since < threshold {
+                return tx.commit_with_audit(batch.clone()).await.map(drop);
             }
+            // The trim counts from the newest entry, so every entry before it is written first: the batch's
+            // earlier calls', then these.
+            tx.write_queued_audit().await?;
+            insert_many(&mut tx, &batch).await?;
+            sqlx::query("DELETE FROM audit_log WHERE seq <= (SELECT MAX(seq) FROM audit_log) - ?1")
+                .bind(i64::try_from(self.0.max_entries).unwrap_or(i64::MAX))
+                .execute(&mut *tx)
+                .await?;
+            self.0.since_trim.store(0, Ordering::SeqCst);
             tx.commit().await
         }
         .await;
@@ -263,31 +266,41 @@ impl AuditSink {
     }
 }
 
-async fn insert_all(tx: &mut Tx, batch: &[Record]) -> Result<(), sqlx::Error> {
-    for r in batch {
-        insert(tx, r).await?;
+/// Write `entries` in one statement (as their batch's commit does); returns their `seq`s, in order.
+pub(crate) async fn insert_many(conn: &mut SqliteConnection, entries: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(())
-}
-
-async fn insert(tx: &mut Tx, r: &Record) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
+    let rows: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|r| {
+            serde_json::json!([
+                r.time_ms,
+                r.request_id,
+                r.role,
+                r.operation,
+                r.method,
+                r.path,
+                r.resource_id,
+                r.status,
+                r.error_code,
+                r.latency_us,
+                r.fault
+            ])
+        })
+        .collect();
+    // One JSON parameter for any number of entries: one prepared statement, inserted in order.
+    let mut seqs: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq",
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, \
+         value ->> 8, value ->> 9, value ->> 10 FROM json_each(?1) ORDER BY key RETURNING seq",
     )
-    .bind(r.time_ms)
-    .bind(&r.request_id)
-    .bind(r.role)
-    .bind(&r.operation)
-    .bind(&r.method)
-    .bind(&r.path)
-    .bind(&r.resource_id)
-    .bind(i64::from(r.status))
-    .bind(&r.error_code)
-    .bind(r.latency_us)
-    .bind(&r.fault)
-    .fetch_one(&mut **tx)
-    .await
+    .bind(serde_json::Value::Array(rows).to_string())
+    .fetch_all(conn)
+    .await?;
+    // RETURNING's order is not promised; the inserts' order is, and `seq` grows with it.
+    seqs.sort_unstable();
+    Ok(seqs)
 }
 
 #[derive(sqlx::FromRow)]

@@ -9,7 +9,7 @@ use fakecloud_api::{
 };
 use sqlx::SqliteExecutor;
 
-use super::quotas::Usage;
+use super::quotas::Check;
 use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Timings};
 use crate::db::{Db, ms, new_id, now_ms, rfc3339};
@@ -134,14 +134,13 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         let inst = fetch(&mut *tx, cfg, &id, now).await?;
         return Ok((inst, true));
     }
-    quotas::check_usage(
-        &mut tx,
-        QuotaName::Instances,
-        Usage::Counter("instances_live"),
-        1,
-        &format!("creating instance {:?}", req.name),
-    )
-    .await?;
+    let quota = Check {
+        quota: QuotaName::Instances,
+        counter: Some("instances_live"),
+        adding: 1,
+        what: format!("creating instance {:?}", req.name),
+    };
+    quotas::check_all(&mut tx, &[quota]).await?;
     let id = new_id("i");
     let ip: IpAddr = match req.private_ip {
         None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),

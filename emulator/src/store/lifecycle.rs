@@ -7,14 +7,13 @@ use std::time::Duration;
 use crate::db::{Db, Tx, ms, now_ms};
 use crate::error::Result;
 
+/// Whether any transition is due at `?1`. Usually nothing is: one indexed look-up instead of four writes.
+pub const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM instances WHERE next_state_at <= ?1) \
+     OR EXISTS (SELECT 1 FROM load_balancers WHERE next_state_at <= ?1)";
+
+/// Write down every transition due at `now`.
 pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
-    // Usually nothing is due: one indexed look-up instead of four writes.
-    let due: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM instances WHERE next_state_at <= ?1) OR EXISTS (SELECT 1 FROM load_balancers WHERE next_state_at <= ?1)",
-    )
-    .bind(now)
-    .fetch_one(&mut **tx)
-    .await?;
+    let due: bool = sqlx::query_scalar(ANY_DUE).bind(now).fetch_one(&mut **tx).await?;
     if !due {
         return Ok(());
     }

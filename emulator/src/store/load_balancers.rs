@@ -10,7 +10,7 @@ use fakecloud_api::{
 };
 use sqlx::SqliteExecutor;
 
-use super::quotas::Usage;
+use super::quotas::Check;
 use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Pool};
 use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
@@ -172,25 +172,15 @@ async fn check_backends(tx: &mut Tx, backends: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Per-load-balancer quotas for a set of listeners, backends and source ranges.
-async fn check_per_lb_quotas(tx: &mut Tx, name: &str, listeners: usize, backends: usize, ranges: usize) -> Result<()> {
+/// The checks of the per-load-balancer quotas for a set of listeners, backends and source ranges.
+fn per_lb_checks(name: &str, listeners: usize, backends: usize, ranges: usize) -> [Check; 3] {
     let what = format!("load balancer {name:?}");
-    quotas::check(
-        &mut **tx,
-        QuotaName::ListenersPerLoadBalancer,
-        listeners,
-        &format!("{listeners} listeners on {what}"),
-    )
-    .await?;
-    quotas::check(&mut **tx, QuotaName::BackendsPerLoadBalancer, backends, &format!("{backends} backends on {what}"))
-        .await?;
-    quotas::check(
-        &mut **tx,
-        QuotaName::SourceRangesPerLoadBalancer,
-        ranges,
-        &format!("{ranges} source ranges on {what}"),
-    )
-    .await
+    let check = |quota, n, items| Check { quota, counter: None, adding: n, what: format!("{n} {items} on {what}") };
+    [
+        check(QuotaName::ListenersPerLoadBalancer, listeners, "listeners"),
+        check(QuotaName::BackendsPerLoadBalancer, backends, "backends"),
+        check(QuotaName::SourceRangesPerLoadBalancer, ranges, "source ranges"),
+    ]
 }
 
 fn pool_for(cfg: &Config, scheme: Scheme) -> &Pool {
@@ -220,19 +210,22 @@ pub async fn create(
         return Ok((fetch(&mut *tx, &id, now).await?, true));
     }
     check_backends(&mut tx, &req.backends).await?;
-    quotas::check_usage(
-        &mut tx,
-        QuotaName::LoadBalancers,
-        Usage::Counter("lbs_live"),
-        1,
-        &format!("creating load balancer {:?}", req.name),
-    )
-    .await?;
-    check_per_lb_quotas(&mut tx, &req.name, req.listeners.len(), req.backends.len(), req.source_ranges.len()).await?;
+    let mut checks = vec![Check {
+        quota: QuotaName::LoadBalancers,
+        counter: Some("lbs_live"),
+        adding: 1,
+        what: format!("creating load balancer {:?}", req.name),
+    }];
+    checks.extend(per_lb_checks(&req.name, req.listeners.len(), req.backends.len(), req.source_ranges.len()));
     if req.scheme == Scheme::InternetFacing {
-        let what = format!("a public address for {:?}", req.name);
-        quotas::check_usage(&mut tx, QuotaName::PublicIps, Usage::Counter("lbs_public"), 1, &what).await?;
+        checks.push(Check {
+            quota: QuotaName::PublicIps,
+            counter: Some("lbs_public"),
+            adding: 1,
+            what: format!("a public address for {:?}", req.name),
+        });
     }
+    quotas::check_all(&mut tx, &checks).await?;
     let id = new_id("lb");
     let pool = pool_for(cfg, req.scheme);
     let address: IpAddr = match req.requested_ip {
@@ -321,7 +314,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     let backends = req.backends.as_ref().unwrap_or(&current.backends);
     let ranges = req.source_ranges.as_ref().unwrap_or(&current.source_ranges);
     let health = req.health_check.as_ref().or(current.health_check.as_ref());
-    check_per_lb_quotas(&mut tx, &current.name, listeners.len(), backends.len(), ranges.len()).await?;
+    quotas::check_all(&mut tx, &per_lb_checks(&current.name, listeners.len(), backends.len(), ranges.len())).await?;
     sqlx::query(
         "UPDATE load_balancers SET listeners = ?1, backends = ?2, source_ranges = ?3, health_check = ?4, updated_at = ?5 WHERE id = ?6",
     )

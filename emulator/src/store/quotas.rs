@@ -13,45 +13,39 @@ pub async fn limit<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName) -> Result
     Ok(v.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| name.default_limit()))
 }
 
-/// Fail with the quota's error when `count` items would exceed it.
-pub async fn check<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName, count: usize, what: &str) -> Result<()> {
-    let limit = limit(exec, name).await?;
-    if count > limit as usize {
-        return Err(ApiError::quota_exceeded(name, limit, what));
-    }
-    Ok(())
+/// One quota check: `adding` more on top of the usage kept in the `counters` row `counter` (`None`: on top of
+/// nothing, for a quota on one request's items, such as a load balancer's listeners).
+pub struct Check {
+    pub quota: QuotaName,
+    pub counter: Option<&'static str>,
+    pub adding: usize,
+    /// What the request does, for the error.
+    pub what: String,
 }
 
-/// Where a maintained usage value is read from (kept by triggers; see migrations/0002).
-pub enum Usage<'k> {
-    /// A row of `counters`.
-    Counter(&'static str),
-    /// The routes of one route table.
-    RoutesIn(&'k str),
-}
-
-/// Fail with the quota's error when adding `adding` to the current usage would exceed it: one statement.
-pub async fn check_usage(
-    tx: &mut crate::db::Tx,
-    name: QuotaName,
-    usage: Usage<'_>,
-    adding: usize,
-    what: &str,
-) -> Result<()> {
-    let (sql, key) = match usage {
-        Usage::Counter(k) => {
-            ("SELECT (SELECT n FROM counters WHERE key = ?1), (SELECT limit_value FROM quotas WHERE name = ?2)", k)
+/// Fail with the error of the first of `checks` whose quota would be exceeded. Every limit and counter they
+/// need is read in one statement: a round trip to SQLite per check was most of its cost.
+pub async fn check_all(tx: &mut crate::db::Tx, checks: &[Check]) -> Result<()> {
+    let json = |v: Vec<&str>| serde_json::to_string(&v).map_err(|e| ApiError::internal(e.to_string()));
+    let names = json(checks.iter().map(|c| c.quota.as_str()).collect())?;
+    let counters = json(checks.iter().filter_map(|c| c.counter).collect())?;
+    let rows: Vec<(bool, String, i64)> = sqlx::query_as(
+        "SELECT 1, name, limit_value FROM quotas WHERE name IN (SELECT value FROM json_each(?1)) \
+         UNION ALL SELECT 0, key, n FROM counters WHERE key IN (SELECT value FROM json_each(?2))",
+    )
+    .bind(names)
+    .bind(counters)
+    .fetch_all(&mut **tx)
+    .await?;
+    let value = |is_limit: bool, key: &str| rows.iter().find(|r| r.0 == is_limit && r.1 == key).map(|r| r.2);
+    for c in checks {
+        let limit = value(true, c.quota.as_str())
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or_else(|| c.quota.default_limit());
+        let current = c.counter.and_then(|k| value(false, k)).unwrap_or(0);
+        if current as usize + c.adding > limit as usize {
+            return Err(ApiError::quota_exceeded(c.quota, limit, &c.what));
         }
-        Usage::RoutesIn(t) => (
-            "SELECT (SELECT route_count FROM route_tables WHERE id = ?1), (SELECT limit_value FROM quotas WHERE name = ?2)",
-            t,
-        ),
-    };
-    let (current, limit): (Option<i64>, Option<i64>) =
-        sqlx::query_as(sql).bind(key).bind(name.as_str()).fetch_one(&mut **tx).await?;
-    let limit = limit.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| name.default_limit());
-    if current.unwrap_or(0) as usize + adding > limit as usize {
-        return Err(ApiError::quota_exceeded(name, limit, what));
     }
     Ok(())
 }

@@ -3,8 +3,7 @@
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
 use sqlx::SqliteExecutor;
 
-use super::quotas::Usage;
-use super::{audit, begin, idempotency, quotas};
+use super::{audit, begin, idempotency};
 use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
 use crate::validate;
@@ -185,16 +184,25 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
     let destination = validate::cidr("destination", &req.destination, true)?.to_string();
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
     let (mut tx, now) = begin(db).await?;
-    let table_id = resolve(&mut *tx, table).await?;
+    // The table, the target's state, the table's route count and the quota, in one round trip to SQLite.
+    let (table_id, target_state, route_count, limit): (Option<String>, Option<String>, Option<i64>, Option<i64>) =
+        sqlx::query_as(
+            "SELECT t.id, (SELECT state FROM instances WHERE id = ?2), t.route_count, \
+             (SELECT limit_value FROM quotas WHERE name = ?3) \
+             FROM (SELECT 1) LEFT JOIN (SELECT id, route_count FROM route_tables \
+             WHERE id = ?1 OR (?1 = 'main' AND main = 1) LIMIT 1) t",
+        )
+        .bind(table)
+        .bind(&req.target_instance)
+        .bind(QuotaName::RoutesPerRouteTable.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+    let table_id = table_id.ok_or_else(|| table_not_found(table))?;
     let op_key = format!("{OPERATION_CREATE}/{table_id}");
     if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, &op_key, key, &request_json).await? {
         return Ok((fetch(&mut *tx, &id, now).await?, true));
     }
-    let target_ok: Option<String> = sqlx::query_scalar("SELECT state FROM instances WHERE id = ?1")
-        .bind(&req.target_instance)
-        .fetch_optional(&mut *tx)
-        .await?;
-    match target_ok.as_deref() {
+    match target_state.as_deref() {
         None => {
             return Err(ApiError::bad_request(
                 codes::INVALID_ROUTE_TARGET,
@@ -209,14 +217,11 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
         }
         Some(_) => {}
     }
-    quotas::check_usage(
-        &mut tx,
-        QuotaName::RoutesPerRouteTable,
-        Usage::RoutesIn(&table_id),
-        1,
-        &format!("adding a route to {table_id}"),
-    )
-    .await?;
+    let quota = QuotaName::RoutesPerRouteTable;
+    let limit = limit.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| quota.default_limit());
+    if route_count.unwrap_or(0) as usize + 1 > limit as usize {
+        return Err(ApiError::quota_exceeded(quota, limit, &format!("adding a route to {table_id}")));
+    }
     let id = new_id("r");
     let inserted = sqlx::query("INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
         .bind(&id)
