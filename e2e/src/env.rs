@@ -514,6 +514,7 @@ impl Env {
                 }
             }
             Kind::Existing { cfg, .. } => {
+                eprintln!("--- the CCM under test: {} (pods {}) ---", cfg.ccm, cfg.ccm_pods);
                 let namespace = &cfg.ccm_namespace;
                 let api = Api::<Pod>::namespaced(self.client(), namespace);
                 let pods = api.list(&ListParams::default().labels(&cfg.ccm_pods)).await;
