@@ -32,16 +32,26 @@ async fn metadata_calls(env: &Env, ids: &BTreeSet<String>) -> Vec<AuditEntry> {
 }
 
 /// A kubelet's heartbeat for a Node no simulated kubelet owns: Ready, every 2 s, so the controller manager does
-/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs.
+/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs. While the Node is
+/// uninitialized it also reports stale addresses of its own, for the CCM to replace; never after, and never over
+/// a Node changed since it was read (the patch carries its resourceVersion): merged into the CCM's list after the
+/// CCM wrote it, they would undo it, and upstream rewrites addresses only every 5 minutes.
 fn heartbeat(nodes: Api<Node>, name: String) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let status = serde_json::json!({"status": {
+            let mut status = serde_json::json!({"status": {
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
                                 "lastHeartbeatTime": now, "lastTransitionTime": now}],
-                "addresses": [{"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}],
             }});
+            if let Ok(node) = nodes.get(&name).await
+                && taint_keys(&node).iter().any(|k| k == UNINITIALIZED_TAINT)
+            {
+                status["metadata"] = serde_json::json!({"resourceVersion": node.metadata.resource_version});
+                status["status"]["addresses"] = serde_json::json!([
+                    {"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}
+                ]);
+            }
             let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status)).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
