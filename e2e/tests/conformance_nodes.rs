@@ -105,7 +105,17 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         assert_eq!(synced.involved_object.uid, na.metadata.uid);
         let ids: BTreeSet<String> = [a.id.clone(), c.id.clone()].into();
         let calls = metadata_calls(env, &ids).await;
-        assert_eq!(calls.len(), 2, "exactly one metadata call per node initialization: {calls:#?}");
+        if env.ccm_is_upstream() {
+            // Upstream's may look a node up twice: every Node Update enqueues it (k8s.io/cloud-provider v0.37.2
+            // controllers/node/node_controller.go:L150), and syncNode reads the Node from the informer's cache
+            // (L417): an Update (a heartbeat, the podCIDR) handled before the cache has the init's own PUT finds
+            // the taint still there and fetches the metadata again (L436); its PUT then conflicts and is retried
+            // from the cache (L455-466). (ccm-semantics.md, trap 19: init is a PUT from a possibly stale lister.)
+            // Seen once in three runs on kind.
+            assert!((2..=4).contains(&calls.len()), "one or two metadata calls per node initialization: {calls:#?}");
+        } else {
+            assert_eq!(calls.len(), 2, "exactly one metadata call per node initialization: {calls:#?}");
+        }
 
         // 2. An instance missing at init: the node keeps the taint, the CCM retries with backoff (several tries,
         //    not a hot loop), and initializes it once the instance appears. Ready, so the lifecycle controller
