@@ -31,27 +31,20 @@ async fn metadata_calls(env: &Env, ids: &BTreeSet<String>) -> Vec<AuditEntry> {
     calls.into_iter().filter(|c| c.resource_id.as_ref().is_none_or(|id| ids.contains(id))).collect()
 }
 
+/// A kubelet's Ready condition, as it reports it at registration and in every heartbeat.
+fn ready_now() -> serde_json::Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    serde_json::json!([{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}])
+}
+
 /// A kubelet's heartbeat for a Node no simulated kubelet owns: Ready, every 2 s, so the controller manager does
-/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs. While the Node is
-/// uninitialized it also reports stale addresses of its own, for the CCM to replace; never after, and never over
-/// a Node changed since it was read (the patch carries its resourceVersion): merged into the CCM's list after the
-/// CCM wrote it, they would undo it, and upstream rewrites addresses only every 5 minutes.
+/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs. Conditions only:
+/// addresses merged in after the CCM wrote its own would undo them (upstream rewrites them only every 5 min).
 fn heartbeat(nodes: Api<Node>, name: String) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let mut status = serde_json::json!({"status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
-                                "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            }});
-            if let Ok(node) = nodes.get(&name).await
-                && taint_keys(&node).iter().any(|k| k == UNINITIALIZED_TAINT)
-            {
-                status["metadata"] = serde_json::json!({"resourceVersion": node.metadata.resource_version});
-                status["status"]["addresses"] = serde_json::json!([
-                    {"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}
-                ]);
-            }
+            let status = serde_json::json!({"status": {"conditions": ready_now()}});
             let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status)).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
@@ -123,9 +116,15 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         let lookups_by_name =
             async || env.ccm_calls(&["ListInstances"]).await.into_iter().filter(|c| c.resource_id.is_none()).count();
         let before = lookups_by_name().await;
+        // Registered Ready, as a kubelet registers: a Node without a Ready condition is NotReady to the lifecycle
+        // controller, which would delete it at once, its instance missing (upstream's does, on its next 5 s tick).
         let ghost: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": env.name("ghost")},
             "spec": {"taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": ready_now(),
+                "addresses": [{"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}],
+            },
         }))
         .unwrap();
         nodes.create(&PostParams::default(), &ghost).await.unwrap();
