@@ -3,10 +3,10 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test test-console test-kind e2e e2e-kind e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down test test-console test-kind e2e e2e-kind e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
 deps: ## Install what the build needs (Debian packages, rustup components)
 	@bash scripts/install-deps.sh
@@ -26,7 +26,7 @@ up: deps control-plane ## Start a local cluster (control plane, emulator, simula
 down: ## Stop everything `make up` started
 	@bash scripts/down.sh
 
-kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker engine if none answers), the emulator beside it, the CCM in it
+kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker engine if none answers), the emulator beside it, the CCM in it (FAKECLOUD_KIND_CCM=fakecloud|upstream)
 	@bash scripts/kind-up.sh
 
 kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine)
@@ -49,6 +49,9 @@ e2e-upstream: deps control-plane ## The conformance cases on the local backend a
 
 e2e-kind: deps control-plane ## The conformance suite against the kind cluster of kind-up (made first if missing), no case skipped
 	@bash scripts/e2e-kind.sh
+
+e2e-kind-upstream: deps control-plane ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
+	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
 test-kind: deps control-plane ## The kind path's tests: the private engine's egress guard, then make e2e-kind (CI runs it after make test)
 	@bash scripts/kind/test-engine.sh

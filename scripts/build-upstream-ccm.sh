@@ -33,7 +33,9 @@ hash=$(
 	cd "$module_dir"
 	{
 		go version
-		find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum -o -name '*.yaml' \) -print0 | sort -z | xargs -0 sha256sum
+		# deploy/ holds manifests, not sources: editing them builds no new binary.
+		find . -path ./deploy -prune -o -type f \( -name '*.go' -o -name go.mod -o -name go.sum -o -name '*.yaml' \) -print0 |
+			sort -z | xargs -0 sha256sum
 	} | sha256sum | cut -c1-16
 )
 cache_root=${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make e2e-kind`: the conformance suite, unchanged, against the kind cluster of `make kind-up` (which this runs
 # first when the cluster is not there): the cluster's real kubelets and controller manager, the emulator in its
-# container, fakecloud-ccm as its two-replica Deployment, the VPC router as the pod network. The suite adds
+# container, the CCM as its two-replica Deployment (fakecloud-ccm, or upstream's with FAKECLOUD_KIND_CCM=upstream:
+# the one kind-up deployed), the VPC router as the pod network. The suite adds
 # simulated machines of its own and kills the CCM's leader pod and the emulator container where a case needs it.
 # Every case must run: a skipped case fails this target. Reports as `make e2e`'s, in target/nextest/e2e-existing/.
 set -euo pipefail
@@ -20,9 +21,14 @@ if ! { command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>
 	bash "$repo_root/scripts/kind-up.sh"
 	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 fi
-for f in kind.kubeconfig kind.credentials; do
+for f in kind.kubeconfig kind.credentials kind.ccm; do
 	[[ -f "$run_root/$f" ]] || die "$run_root/$f is missing (the cluster was not made by 'make kind-up'?): 'make kind-down && make kind-up'"
 done
+# The suite judges the CCM the cluster runs; asking for the other one is a mistake, not a redeploy.
+deployed=$(<"$kind_ccm_file")
+[[ -z "${FAKECLOUD_KIND_CCM:-}" || "$FAKECLOUD_KIND_CCM" == "$deployed" ]] ||
+	die "FAKECLOUD_KIND_CCM=$FAKECLOUD_KIND_CCM, but kind cluster $cluster runs the $deployed CCM: 'make kind-down' first"
+kind_ccm_select "$deployed"
 
 # shellcheck source=/dev/null
 source "$run_root/kind.credentials" # FAKECLOUD_ENDPOINT, FAKECLOUD_ADMIN_TOKEN
@@ -31,9 +37,11 @@ export FAKECLOUD_E2E_KUBECONFIG=$run_root/kind.kubeconfig
 export FAKECLOUD_E2E_EMULATOR=$FAKECLOUD_ENDPOINT
 export FAKECLOUD_E2E_EMULATOR_KILL='docker kill --signal=KILL fakecloud-emulator'
 export FAKECLOUD_E2E_EMULATOR_START='docker start fakecloud-emulator'
+# Which CCM the cases judge (and whose pods are its leader and logs).
+export FAKECLOUD_E2E_CCM=$kind_ccm FAKECLOUD_E2E_CCM_PODS=app.kubernetes.io/name=$kind_ccm_deployment
 # kind's kube-controller-manager and the Deployment's fakecloud-ccm run with the upstream defaults.
 export FAKECLOUD_E2E_NODE_GRACE=${FAKECLOUD_E2E_NODE_GRACE:-50s}
-log "running the conformance suite against kind cluster $cluster (emulator $FAKECLOUD_ENDPOINT)"
+log "running the conformance suite against kind cluster $cluster ($kind_ccm_deployment, emulator $FAKECLOUD_ENDPOINT)"
 rc=0
 bash "$repo_root/scripts/e2e.sh" "$@" || rc=$?
 junit="$repo_root/target/nextest/e2e-existing/junit.xml"

@@ -24,5 +24,5 @@ else
 	log "no container engine answers: there is no cluster or emulator container to delete"
 fi
 bash "$engine" stop
-rm -f "$run_root/kind.kubeconfig" "$run_root/kind.credentials" "$run_root/kind-config.yaml"
+rm -f "$run_root/kind.kubeconfig" "$run_root/kind.credentials" "$run_root/kind-config.yaml" "$kind_ccm_file"
 log "done: kind cluster $cluster, the emulator container and the private engine are gone"

@@ -8,8 +8,9 @@
 #  4. the emulator container on the kind network at a fixed address, the kind nodes adopted as its instances;
 #  5. the VPC's routing (vpc-router/deploy/): every node's pod network from its podCIDR, the routes between
 #     nodes from the emulator's route table — so fakecloud-ccm's route controller is what connects them;
-#  6. fakecloud-ccm as its two-replica Deployment (ccm/deploy/), and a wait until every node is Ready and
-#     initialized (providerID, zone labels, no uninitialized taint) and CoreDNS runs.
+#  6. the CCM as its two-replica Deployment: fakecloud-ccm (ccm/deploy/), or with FAKECLOUD_KIND_CCM=upstream
+#     upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/deploy/); then a wait until
+#     every node is Ready and initialized (providerID, zone labels, no uninitialized taint) and CoreDNS runs.
 # On a failure or Ctrl-C it deletes what it created, stops an engine it started, and says what went wrong.
 set -euo pipefail
 kind_script=kind-up
@@ -62,7 +63,7 @@ cleanup() {
 		esac
 	done
 	if [[ -n "$started_engine" ]]; then bash "$kind_dir/engine.sh" stop || true; fi
-	rm -f "$kubeconfig" "$run_root/kind.credentials"
+	rm -f "$kubeconfig" "$run_root/kind.credentials" "$kind_ccm_file"
 	log "logs of the engine, if it was ours: $engine_run_dir/dockerd.log"
 }
 trap cleanup EXIT
@@ -142,7 +143,7 @@ step "adopting the kind nodes as cloud instances" "$cli" adopt --kubeconfig "$ku
 # The emulator's image too: the e2e suite's pod-network case runs it as a server and a client pod; agnhost is
 # the server its load balancer traffic cases send to.
 step "loading the images into the kind nodes" \
-	kind load docker-image --name "$cluster" fakecloud/ccm:dev fakecloud/vpc-router:dev fakecloud/emulator:dev fakecloud/agnhost:dev
+	kind load docker-image --name "$cluster" "$kind_ccm_image:dev" fakecloud/vpc-router:dev fakecloud/emulator:dev fakecloud/agnhost:dev
 # The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied): the user token, as a
 # customer of the cloud has it.
 cloud_config=$(printf 'endpoint: http://%s:8787\ntoken-file: /etc/fakecloud/token\n' "$emulator_ip")
@@ -157,7 +158,8 @@ kubectl apply -f "$repo_root/vpc-router/deploy/vpc-router.yaml" >/dev/null
 pod_subnet=$(awk '$1 == "podSubnet:" { print $2; exit }' "$kind_config" | tr -d '"')
 pod_subnet=${pod_subnet:-10.244.0.0/16}
 kubectl apply -f "$repo_root/ccm/deploy/rbac.yaml" >/dev/null
-sed "s|--cluster-cidr=.*|--cluster-cidr=$pod_subnet|" "$repo_root/ccm/deploy/deployment.yaml" | kubectl apply -f - >/dev/null
+kind_ccm_manifest | sed "s|--cluster-cidr=.*|--cluster-cidr=$pod_subnet|" | kubectl apply -f - >/dev/null
+echo "$kind_ccm" >"$kind_ccm_file"
 
 # Wait until CHECK prints nothing, up to SECONDS, saying every 15 s what is still awaited.
 wait_until_none() {
@@ -175,15 +177,15 @@ uninitialized() {
 		awk '$2 == "<none>" || $3 ~ /node.cloudprovider.kubernetes.io\/uninitialized/ { print $1 }'
 }
 dns_not_running() { kubectl -n kube-system get pods -l k8s-app=kube-dns --no-headers | awk '$3 != "Running" { print $1 }'; }
-step "waiting for every node to be initialized by fakecloud-ccm" wait_until_none "nodes initialized" 300 uninitialized
+step "waiting for every node to be initialized by $kind_ccm_deployment" wait_until_none "nodes initialized" 300 uninitialized
 step "waiting for every node to be Ready (the VPC router wrote its pod network)" wait_until_none "Ready nodes" 300 not_ready
 step "waiting for CoreDNS" wait_until_none "CoreDNS running" 300 dns_not_running
-kubectl -n kube-system rollout status deployment/fakecloud-ccm --timeout=300s >/dev/null
+kubectl -n kube-system rollout status "deployment/$kind_ccm_deployment" --timeout=300s >/dev/null
 
 trap - EXIT
 cat <<MSG
 
-kind cluster $cluster is up ($((SECONDS - kind_t0)) s), with the fakecloud emulator beside it and fakecloud-ccm in it.
+kind cluster $cluster is up ($((SECONDS - kind_t0)) s), with the fakecloud emulator beside it and $kind_ccm_deployment in it.
 
   export KUBECONFIG=$kubeconfig
   source $run_root/kind.credentials    # FAKECLOUD_ENDPOINT and the emulator's tokens, for the fakecloud CLI

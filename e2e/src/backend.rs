@@ -8,11 +8,11 @@
 //! | `FAKECLOUD_ADMIN_TOKEN` | the emulator's admin token | from `FAKECLOUD_E2E_CREDENTIALS` |
 //! | `FAKECLOUD_E2E_CREDENTIALS` | a credentials file as `fakecloud serve` writes it | — |
 //! | `FAKECLOUD_E2E_CCM_NAMESPACE`, `FAKECLOUD_E2E_CCM_LEASE` | where the CCM's leader-election Lease is | `kube-system`, `cloud-controller-manager` |
-//! | `FAKECLOUD_E2E_CCM_PODS` | a label selector for the CCM's pods (their logs are shown when a case fails) | `app.kubernetes.io/name=fakecloud-ccm` |
+//! | `FAKECLOUD_E2E_CCM_PODS` | a label selector for the CCM's pods (their logs are shown when a case fails) | `app.kubernetes.io/name=fakecloud-upstream-ccm` with `FAKECLOUD_E2E_CCM=upstream`, else `app.kubernetes.io/name=fakecloud-ccm` |
 //! | `FAKECLOUD_E2E_CLUSTER_NAME` | the CCM's `--cluster-name` | `kubernetes` |
 //! | `FAKECLOUD_E2E_NODE_GRACE` | kube-controller-manager's `--node-monitor-grace-period` | `50s` |
 //! | `FAKECLOUD_E2E_NODE_MONITOR_PERIOD`, `FAKECLOUD_E2E_ROUTE_PERIOD` | the CCM's `--node-monitor-period`, `--route-reconciliation-period` | `5s`, `10s` |
-//! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags | `fakecloud` |
+//! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags; on an existing cluster, the CCM deployed there (`make e2e-kind` sets it) | `fakecloud` |
 //! | `FAKECLOUD_E2E_UPSTREAM_CCM` | the fakecloud-upstream-ccm binary, as `scripts/build-upstream-ccm.sh` prints it | — |
 //! | `FAKECLOUD_E2E_EMULATOR_KILL`, `FAKECLOUD_E2E_EMULATOR_START` | shell commands that SIGKILL the emulator and start it again on its state (without them, the case that needs it is skipped) | — |
 //!
@@ -85,6 +85,8 @@ pub struct Existing {
     pub kubeconfig: PathBuf,
     pub emulator: String,
     pub admin_token: String,
+    /// The CCM deployed (`FAKECLOUD_E2E_CCM`: `fakecloud`, `upstream` or another name), as failure reports say.
+    pub ccm: String,
     pub ccm_namespace: String,
     pub ccm_lease: String,
     pub ccm_pods: String,
@@ -135,13 +137,17 @@ impl Existing {
                  FAKECLOUD_E2E_CREDENTIALS to the credentials file"
             )
         });
+        let ccm = var("FAKECLOUD_E2E_CCM").unwrap_or_else(|| "fakecloud".into());
+        // The pods of ccm/deploy/ and of its overlay ccm-upstream/deploy/.
+        let pods = if ccm == "upstream" { "fakecloud-upstream-ccm" } else { "fakecloud-ccm" };
         Self {
             kubeconfig,
             emulator,
             admin_token,
+            ccm_pods: var("FAKECLOUD_E2E_CCM_PODS").unwrap_or_else(|| format!("app.kubernetes.io/name={pods}")),
+            ccm,
             ccm_namespace: var("FAKECLOUD_E2E_CCM_NAMESPACE").unwrap_or_else(|| "kube-system".into()),
             ccm_lease: var("FAKECLOUD_E2E_CCM_LEASE").unwrap_or_else(|| "cloud-controller-manager".into()),
-            ccm_pods: var("FAKECLOUD_E2E_CCM_PODS").unwrap_or_else(|| "app.kubernetes.io/name=fakecloud-ccm".into()),
             cluster_name: var("FAKECLOUD_E2E_CLUSTER_NAME").unwrap_or_else(|| "kubernetes".into()),
             timing: Timing {
                 node_grace: duration("FAKECLOUD_E2E_NODE_GRACE", "50s"),

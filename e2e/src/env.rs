@@ -77,6 +77,7 @@ impl Timing {
 struct LocalProcess {
     bin: std::path::PathBuf,
     args: Vec<&'static str>,
+    upstream: bool,
 }
 
 impl LocalProcess {
@@ -84,7 +85,7 @@ impl LocalProcess {
     fn new(fakecloud_ccm: &str) -> Self {
         let which = LocalCcm::from_env();
         let args = LOCAL_CCM_ARGS.iter().chain(which.extra_args()).copied().collect();
-        Self { bin: which.binary(fakecloud_ccm), args }
+        Self { bin: which.binary(fakecloud_ccm), args, upstream: matches!(which, LocalCcm::Upstream(_)) }
     }
 
     fn start(&self, cluster: &Cluster) -> Ccm {
@@ -319,6 +320,15 @@ impl Env {
         Some(env)
     }
 
+    /// Whether the CCM under test is upstream's (`FAKECLOUD_E2E_CCM=upstream`, locally or deployed): for the few
+    /// assertions where upstream's controllers really differ, each saying where upstream does it.
+    pub fn ccm_is_upstream(&self) -> bool {
+        match &self.kind {
+            Kind::Local { ccm, .. } => ccm.upstream,
+            Kind::Existing { cfg, .. } => cfg.ccm == "upstream",
+        }
+    }
+
     // ------------------------------------------------------------------------------------ the case's objects
 
     /// `base` made the case's own: `<base>-<this run's suffix>`, so names of different runs never meet on a
@@ -523,6 +533,7 @@ impl Env {
                 }
             }
             Kind::Existing { cfg, .. } => {
+                eprintln!("--- the CCM under test: {} (pods {}) ---", cfg.ccm, cfg.ccm_pods);
                 let namespace = &cfg.ccm_namespace;
                 let api = Api::<Pod>::namespaced(self.client(), namespace);
                 let pods = api.list(&ListParams::default().labels(&cfg.ccm_pods)).await;

@@ -31,17 +31,20 @@ async fn metadata_calls(env: &Env, ids: &BTreeSet<String>) -> Vec<AuditEntry> {
     calls.into_iter().filter(|c| c.resource_id.as_ref().is_none_or(|id| ids.contains(id))).collect()
 }
 
+/// A kubelet's Ready condition, as it reports it at registration and in every heartbeat.
+fn ready_now() -> serde_json::Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    serde_json::json!([{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}])
+}
+
 /// A kubelet's heartbeat for a Node no simulated kubelet owns: Ready, every 2 s, so the controller manager does
-/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs.
+/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs. Conditions only:
+/// addresses merged in after the CCM wrote its own would undo them (upstream rewrites them only every 5 min).
 fn heartbeat(nodes: Api<Node>, name: String) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let status = serde_json::json!({"status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
-                                "lastHeartbeatTime": now, "lastTransitionTime": now}],
-                "addresses": [{"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}],
-            }});
+            let status = serde_json::json!({"status": {"conditions": ready_now()}});
             let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status)).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
@@ -95,7 +98,17 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         assert_eq!(synced.involved_object.uid, na.metadata.uid);
         let ids: BTreeSet<String> = [a.id.clone(), c.id.clone()].into();
         let calls = metadata_calls(env, &ids).await;
-        assert_eq!(calls.len(), 2, "exactly one metadata call per node initialization: {calls:#?}");
+        if env.ccm_is_upstream() {
+            // Upstream's may look a node up twice: every Node Update enqueues it (k8s.io/cloud-provider v0.37.2
+            // controllers/node/node_controller.go:L150), and syncNode reads the Node from the informer's cache
+            // (L417): an Update (a heartbeat, the podCIDR) handled before the cache has the init's own PUT finds
+            // the taint still there and fetches the metadata again (L436); its PUT then conflicts and is retried
+            // from the cache (L455-466). (ccm-semantics.md, trap 19: init is a PUT from a possibly stale lister.)
+            // Seen once in three runs on kind.
+            assert!((2..=4).contains(&calls.len()), "one or two metadata calls per node initialization: {calls:#?}");
+        } else {
+            assert_eq!(calls.len(), 2, "exactly one metadata call per node initialization: {calls:#?}");
+        }
 
         // 2. An instance missing at init: the node keeps the taint, the CCM retries with backoff (several tries,
         //    not a hot loop), and initializes it once the instance appears. Ready, so the lifecycle controller
@@ -103,9 +116,15 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         let lookups_by_name =
             async || env.ccm_calls(&["ListInstances"]).await.into_iter().filter(|c| c.resource_id.is_none()).count();
         let before = lookups_by_name().await;
+        // Registered Ready, as a kubelet registers: a Node without a Ready condition is NotReady to the lifecycle
+        // controller, which would delete it at once, its instance missing (upstream's does, on its next 5 s tick).
         let ghost: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": env.name("ghost")},
             "spec": {"taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": ready_now(),
+                "addresses": [{"type": "Hostname", "address": "ghost.kubelet"}, {"type": "ExternalIP", "address": "198.51.100.7"}],
+            },
         }))
         .unwrap();
         nodes.create(&PostParams::default(), &ghost).await.unwrap();

@@ -293,7 +293,20 @@ async fn a_new_leader_re_ensures_each_load_balancer_once() {
         .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let reads = env.ccm_calls(&LB_READS).await.len() - reads;
-        assert_eq!(reads, wanting, "one lookup per LoadBalancer Service after the leader changed");
+        if env.ccm_is_upstream() {
+            // Upstream's differs, by a race: the new leader's node worker syncs every cached Service at once (each
+            // Node arrives as an Add, k8s.io/cloud-provider v0.37.2 controllers/service/controller.go:L160-163,
+            // L715-735), and a Service its service worker has cached (L328) but not yet ensured has no
+            // lastSyncedNodes (stored only in ensureLoadBalancer, L450), so nodeSyncService (L737-770) calls
+            // UpdateLoadBalancer for it: a second lookup, still no write. (ccm-semantics.md, trap 9: the skip of an
+            // unchanged node set compares with lastSyncedNodes, which a new leader starts without.)
+            assert!(
+                (wanting..=2 * wanting).contains(&reads),
+                "one or two lookups per LoadBalancer Service after the leader changed: {reads} for {wanting}"
+            );
+        } else {
+            assert_eq!(reads, wanting, "one lookup per LoadBalancer Service after the leader changed");
+        }
         assert_eq!(env.ccm_calls(&LB_WRITES).await.len(), writes, "no writes after the leader changed");
     })
     .await;

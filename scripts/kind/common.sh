@@ -33,6 +33,32 @@ dev) image_target_dir="$kind_repo_root/target/debug" ;;
 	;;
 esac
 
+# The CCM the kind path deploys (FAKECLOUD_KIND_CCM): fakecloud-ccm (ccm/deploy/), or upstream's
+# cloud-controller-manager with fakecloud's Go provider (ccm-upstream/deploy/, an overlay of the same Deployment).
+# Both run as the same ServiceAccount (ccm/deploy/rbac.yaml), with the same cloud-config Secret and Lease.
+# kind-up records its choice in $run_root/kind.ccm (kind_ccm_file), so the suite judges the CCM that runs.
+kind_ccm_select() {
+	kind_ccm=$1
+	case "$kind_ccm" in
+	fakecloud) kind_ccm_image=fakecloud/ccm kind_ccm_deployment=fakecloud-ccm ;;
+	upstream) kind_ccm_image=fakecloud/upstream-ccm kind_ccm_deployment=fakecloud-upstream-ccm ;;
+	*)
+		printf 'error: FAKECLOUD_KIND_CCM must be fakecloud or upstream, not %s\n' "'$kind_ccm'" >&2
+		exit 1
+		;;
+	esac
+}
+kind_ccm_select "${FAKECLOUD_KIND_CCM:-fakecloud}"
+kind_ccm_file="${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}/kind.ccm"
+
+# The CCM's Deployment, as kind-up applies it (before its --cluster-cidr is set); kubectl on PATH.
+kind_ccm_manifest() {
+	case "$kind_ccm" in
+	fakecloud) cat "$kind_repo_root/ccm/deploy/deployment.yaml" ;;
+	upstream) kubectl kustomize --load-restrictor=LoadRestrictionsNone "$kind_repo_root/ccm-upstream/deploy" ;;
+	esac
+}
+
 # Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
 	PATH="/usr/local/go/bin:$PATH"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's own images for the kind path: fakecloud/emulator, fakecloud/ccm and fakecloud/vpc-router (tag
-# `dev`, or FAKECLOUD_IMAGE_TAG), and fakecloud/agnhost (upstream's e2e test server, built by
-# build-node-binaries.sh, which runs first). The Rust binaries are built on the host (release profile, or
+# `dev`, or FAKECLOUD_IMAGE_TAG), fakecloud/agnhost (upstream's e2e test server, built by
+# build-node-binaries.sh, which runs first), and with FAKECLOUD_KIND_CCM=upstream fakecloud/upstream-ccm (the Go
+# binary of scripts/build-upstream-ccm.sh). The Rust binaries are built on the host (release profile, or
 # FAKECLOUD_IMAGE_PROFILE=dev for a quicker debug build) and staged into a small build context per image, so the
 # Dockerfiles in docker/ download nothing: they build the same offline (on the debootstrap base of
 # base-image.sh) and online. Needs DOCKER_HOST pointing at an engine (engine.sh env).
@@ -22,22 +23,25 @@ for name in "${!binaries[@]}"; do bins+=(--bin "${binaries[$name]}"); done
 step "building ${binaries[*]} ($image_profile profile)" \
 	cargo build --locked --quiet --profile "$image_profile" "${bins[@]}" --manifest-path "$kind_repo_root/Cargo.toml"
 
-for name in "${!binaries[@]}"; do
-	bin=${binaries[$name]}
-	context="$stage_root/$name"
+# An image of one prebuilt binary: NAME, the binary's path (staged as its file name).
+image_of() {
+	local name=$1 bin=$2 context="$stage_root/$1"
 	rm -rf "$context"
 	mkdir -p "$context"
-	cp "$image_target_dir/$bin" "$context/$bin"
+	cp "$bin" "$context/"
 	# --network none: nothing in these Dockerfiles may need a network, offline or not.
 	step "building image fakecloud/$name:$tag" \
 		docker build --quiet --network none -f "$kind_repo_root/docker/$name.Dockerfile" -t "fakecloud/$name:$tag" "$context" >/dev/null
-done
+}
+
+for name in "${!binaries[@]}"; do image_of "$name" "$image_target_dir/${binaries[$name]}"; done
 
 agnhost="$kind_bin_dir/agnhost"
 [[ -x "$agnhost" ]] || die "$agnhost is missing: run scripts/kind/build-node-binaries.sh first (make kind-up does)"
-context="$stage_root/agnhost"
-mkdir -p "$context"
-cp "$agnhost" "$context/agnhost"
-step "building image fakecloud/agnhost:$tag" \
-	docker build --quiet --network none -f "$kind_repo_root/docker/agnhost.Dockerfile" -t "fakecloud/agnhost:$tag" "$context" >/dev/null
+image_of agnhost "$agnhost"
+# Upstream's CCM only where it is the one deployed (FAKECLOUD_KIND_CCM=upstream): its Go build is the slow part.
+if [[ "$kind_ccm" == upstream ]]; then
+	upstream_ccm=$(bash "$kind_repo_root/scripts/build-upstream-ccm.sh" | tail -n 1)
+	image_of upstream-ccm "$upstream_ccm"
+fi
 rm -rf "$stage_root"
