@@ -29,8 +29,9 @@ async fn ready(env: &Env, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
-    const LAG: Duration = Duration::from_secs(12);
-    const NOT_READY: Duration = Duration::from_secs(25);
+    // Long enough for a few lifecycle passes at the default 5 s period (kind), and the window past it.
+    const LAG: Duration = Duration::from_secs(15);
+    const NOT_READY: Duration = Duration::from_secs(30);
     case("new-node-race", Setup::new(CCM).kubelets_start_not_ready(NOT_READY), async |env| {
         let name = env.name("late");
         let rule = CreateFaultRuleRequest {
@@ -55,7 +56,9 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
         assert!(message.contains("does not exist in the cloud provider"), "{message}");
         let deleted_after = created.elapsed();
         eprintln!("the new Node was deleted {deleted_after:.1?} after its instance was created");
-        assert!(deleted_after < LAG, "deleted only after the cloud showed the instance ({deleted_after:?})");
+        // The check that found no instance ran within the lag; its delete and event follow within moments.
+        let margin = Duration::from_secs(5);
+        assert!(deleted_after < LAG + margin, "deleted after the cloud showed the instance ({deleted_after:?})");
         let lookups = env.ccm_calls(&["GetInstance", "ListInstances"]).await;
         assert!(!lookups.is_empty(), "the CCM asked the cloud before deleting");
 
