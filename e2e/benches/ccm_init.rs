@@ -1,17 +1,20 @@
-//! How fast the CCM initializes nodes: N instances are created at once, the simulated kubelets register their
-//! Nodes, and the CCM (a release build, as the manifests' ServiceAccount) initializes them. Reported per N:
-//! registration→initialized latency per node (p50/p99/max, from a watch), the wall time from the first
-//! instance created to the last node initialized, cloud calls per node (the emulator's audit log), and the
-//! CCM's peak RSS.
+//! How fast a CCM initializes nodes: N instances are created at once, the simulated kubelets register their
+//! Nodes, and the CCM (as the manifests' ServiceAccount) initializes them. For fakecloud-ccm (a release build)
+//! and upstream's CCM with fakecloud's Go provider, each on a cluster of its own, one after the other for each
+//! N: registration→initialized latency per node (p50/p99/max, from a watch), the wall time from the first
+//! instance created to the last node initialized, and what [`fakecloud_e2e::bench`] measures (cloud calls, API
+//! writes, CPU, peak RSS, the steady state after); then the side-by-side table.
 //!
-//! `cargo bench -p fakecloud-e2e --bench ccm_init` (N from `FAKECLOUD_CCM_BENCH_NODES`, default `1,100,1000`;
-//! extra CCM flags from `FAKECLOUD_CCM_BENCH_ARGS`, e.g. `--kube-api-qps=200 --kube-api-burst=400`).
+//! `cargo bench -p fakecloud-e2e --bench ccm_init`; the environment is described in [`fakecloud_e2e::bench`]
+//! (`FAKECLOUD_CCM_BENCH_NODES`, default `1,100,1000`; `FAKECLOUD_CCM_BENCH_ARGS`, e.g.
+//! `--kube-api-qps=200 --kube-api-burst=400`; `FAKECLOUD_CCM_BENCH_CCMS`, default `fakecloud,upstream`).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use fakecloud_api::CreateInstanceRequest;
+use fakecloud_e2e::bench::{self, Contender, Measured, Outcome};
 use fakecloud_e2e::{Cluster, Rates, UNINITIALIZED_TAINT, taint_keys};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,14 +26,14 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
-async fn run(n: usize, extra: &[&str]) {
+async fn run(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
     // Kubelets at their default rates, as in a real cluster (the tests' 2 s Leases on 1,000 nodes would load the
     // apiserver with 500 writes a second).
-    let Some(cluster) = Cluster::start_with("CCM init benchmark", Rates::real()).await else {
-        return;
-    };
-    let ccm = cluster.ccm(CCM, extra);
-    ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
+    let cluster = Cluster::start_with("CCM init benchmark", Rates::real()).await?;
+    // Without the route controller: what follows initialization is then nothing (the steady state), and the
+    // routes have a bench of their own.
+    let args: Vec<String> = extra.iter().cloned().chain(["--configure-cloud-routes=false".into()]).collect();
+    let measured = Measured::start(&cluster, contender, &args).await;
 
     // Watch from before the first instance exists: when each Node appears, and when it loses the taint.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, Instant)>();
@@ -53,7 +56,7 @@ async fn run(n: usize, extra: &[&str]) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     while done.len() < n {
         let Ok(Some((name, tainted, at))) = tokio::time::timeout_at(deadline, rx.recv()).await else {
-            let log = ccm.log();
+            let log = measured.ccm.log();
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
             panic!(
                 "only {} of {n} nodes initialized after 600 s; the CCM's log ends:\n{}",
@@ -70,24 +73,25 @@ async fn run(n: usize, extra: &[&str]) {
     watch.abort();
     let mut lat: Vec<Duration> = done.iter().map(|(k, t)| t.saturating_duration_since(seen[k])).collect();
     lat.sort();
-    let calls = cluster.ccm_calls(&["GetInstance", "ListInstances"]).await.len();
     println!(
-        "nodes={n} create_instances={created:.1?} all_initialized={total:.1?} latency p50={:.0?} p99={:.0?} max={:.0?} \
-         cloud_calls_per_node={:.2} ccm_peak_rss={:.1}MiB",
+        "nodes={n} ccm={} flags={extra:?} create_instances={created:.1?} all_initialized={total:.1?} \
+         latency p50={:.0?} p99={:.0?} max={:.0?}",
+        contender.name,
         percentile(&lat, 0.5),
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or_default(),
-        calls as f64 / n as f64,
-        ccm.peak_rss_mib(),
     );
+    Some(measured.converged("init", n, total).await)
 }
 
 #[tokio::main]
 async fn main() {
-    let counts = std::env::var("FAKECLOUD_CCM_BENCH_NODES").unwrap_or_else(|_| "1,100,1000".into());
-    let extra = std::env::var("FAKECLOUD_CCM_BENCH_ARGS").unwrap_or_default();
-    let extra: Vec<&str> = extra.split_whitespace().collect();
-    for n in counts.split(',').filter_map(|c| c.trim().parse().ok()) {
-        run(n, &extra).await;
+    let (contenders, extra) = (bench::contenders(CCM), bench::extra_args());
+    let mut outcomes = Vec::new();
+    for n in bench::counts() {
+        for contender in &contenders {
+            outcomes.extend(run(n, contender, &extra).await);
+        }
     }
+    print!("{}", bench::comparison(&outcomes));
 }

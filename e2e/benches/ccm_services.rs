@@ -1,21 +1,26 @@
-//! The service and route controllers at scale, against their floor.
+//! The service and route controllers at scale, against their floor, for fakecloud-ccm (a release build) and
+//! upstream's CCM with fakecloud's Go provider, each on a cluster of its own, one after the other:
 //!
 //! - Services: N `type: LoadBalancer` Services created at once (3 nodes, zero provisioning delay); the wall
-//!   time until every one has its EXTERNAL-IP (from a watch), the CCM's cloud calls by operation, its peak RSS.
+//!   time until every one has its EXTERNAL-IP (from a watch).
 //! - Routes: N instances whose Nodes register at the kubelet's rates; the time until all are initialized, then
-//!   until every one has its route and `NetworkUnavailable=False`; cloud calls by operation; peak RSS.
+//!   until every one has its route and `NetworkUnavailable=False`.
+//! - Both: what [`fakecloud_e2e::bench`] measures (cloud calls, API writes, CPU, peak RSS, the steady state
+//!   after), then the side-by-side table.
 //! - The floor: the API-server writes those outcomes require (per Service the finalizer and the ingress, per
 //!   Node the condition), done by a bare client, 16 in flight; reported with the ratio CCM / floor.
 //!
-//! `cargo bench -p fakecloud-e2e --bench ccm_services` (N from `FAKECLOUD_BENCH_N`, default 1000; extra CCM
-//! flags from `FAKECLOUD_CCM_BENCH_ARGS`, e.g. `--kube-api-qps=200 --kube-api-burst=400
-//! --concurrent-service-syncs=10`; `FAKECLOUD_BENCH_PARTS=services,routes` to pick).
+//! `cargo bench -p fakecloud-e2e --bench ccm_services`; the environment is described in
+//! [`fakecloud_e2e::bench`] (`FAKECLOUD_CCM_BENCH_NODES`, default `1,100,1000`; `FAKECLOUD_CCM_BENCH_ARGS`, e.g.
+//! `--kube-api-qps=200 --kube-api-burst=400 --concurrent-service-syncs=10`; `FAKECLOUD_CCM_BENCH_CCMS`, default
+//! `fakecloud,upstream`), and `FAKECLOUD_BENCH_PARTS=services,routes` to pick.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{CreateInstanceRequest, QuotaName};
+use fakecloud_e2e::bench::{self, Contender, Measured, Outcome};
 use fakecloud_e2e::{Cluster, ClusterOptions, Rates, lb};
 use fakecloud_emulator::config::Topology;
 use futures::{StreamExt, TryStreamExt};
@@ -26,15 +31,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 const IN_FLIGHT: usize = 16;
 const DEADLINE: Duration = Duration::from_secs(1200);
-
-/// The CCM's cloud calls, counted by operation.
-async fn calls_by_operation(cluster: &Cluster) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for e in cluster.ccm_audit().await {
-        *counts.entry(e.operation).or_insert(0) += 1;
-    }
-    counts
-}
 
 /// Wait until `done` holds for `n` distinct objects seen by a watch started before `start()` runs.
 async fn watch_until<K, F>(api: Api<K>, n: usize, done: fn(&K) -> bool, start: F) -> Duration
@@ -78,20 +74,20 @@ where
     t.elapsed()
 }
 
-async fn services(n: usize, extra: &[&str]) {
+async fn services(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
     let zones: Vec<String> = ["local-1a", "local-1b", "local-1c"].iter().map(|s| s.to_string()).collect();
     // 198.18.0.0/20: 4,094 VIPs (the default public pool is a /24).
     let topology =
         Topology::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "198.18.0.0/20".parse().unwrap()).unwrap();
     let rates = Rates { lb_provision_delay: Duration::ZERO, ..Rates::real() };
     let options = ClusterOptions { rates, topology, ..ClusterOptions::default() };
-    let Some(cluster) = Cluster::start_with_options("service benchmark", options).await else { return };
+    let cluster = Cluster::start_with_options("service benchmark", options).await?;
     let limit = u32::try_from(n + 10).unwrap();
     cluster.cloud.set_quota(QuotaName::LoadBalancers, limit).await.unwrap();
     cluster.cloud.set_quota(QuotaName::PublicIps, limit).await.unwrap();
-    let ccm = cluster.ccm(CCM, extra);
-    ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
+    let mut measured = Measured::start(&cluster, contender, extra).await;
     cluster.initialized_nodes("svc-bench-node", 3, Duration::from_secs(120)).await;
+    measured.begin().await;
     cluster.create_namespace("bench").await;
     let api = Api::<Service>::namespaced(cluster.client(), "bench");
     let create = api.clone();
@@ -111,9 +107,8 @@ async fn services(n: usize, extra: &[&str]) {
             .unwrap();
     })
     .await;
-    let rss = ccm.peak_rss_mib();
-    let calls = calls_by_operation(&cluster).await;
-    drop(ccm);
+    let outcome = measured.converged("services", n, wall).await;
+    drop(measured);
 
     // The floor: per Service the finalizer and the ingress, two status patches.
     cluster.create_namespace("floor").await;
@@ -143,10 +138,11 @@ async fn services(n: usize, extra: &[&str]) {
     })
     .await;
     println!(
-        "services={n} flags={extra:?} all_external_ips={wall:.1?} ccm_peak_rss={rss:.1}MiB floor(2 writes each)={bare:.1?} \
-         ratio={:.1} cloud_calls={calls:?}",
+        "services={n} ccm={} flags={extra:?} all_external_ips={wall:.1?} floor(2 writes each)={bare:.1?} ratio={:.1}",
+        contender.name,
         wall.as_secs_f64() / bare.as_secs_f64()
     );
+    Some(outcome)
 }
 
 fn routed(n: &Node) -> bool {
@@ -161,15 +157,14 @@ fn initialized(n: &Node) -> bool {
     n.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some()
 }
 
-async fn routes(n: usize, extra: &[&str]) {
+async fn routes(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
     // /26 pod CIDRs: 1,024 nodes fit the /16 cluster CIDR (the default /24 gives 256).
     let options = ClusterOptions { rates: Rates::real(), node_cidr_mask_size: Some(26), ..ClusterOptions::default() };
-    let Some(cluster) = Cluster::start_with_options("route benchmark", options).await else { return };
+    let cluster = Cluster::start_with_options("route benchmark", options).await?;
     let limit = u32::try_from(n + 10).unwrap();
     cluster.cloud.set_quota(QuotaName::Instances, limit).await.unwrap();
     cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, limit).await.unwrap();
-    let ccm = cluster.ccm(CCM, extra);
-    ccm.wait_log("starting controllers", Duration::from_secs(60)).await;
+    let measured = Measured::start(&cluster, contender, extra).await;
     let cloud = cluster.cloud.clone();
     let t = Instant::now();
     let init = watch_until(cluster.nodes(), n, initialized, async move {
@@ -181,9 +176,8 @@ async fn routes(n: usize, extra: &[&str]) {
     .await;
     let routed_after = watch_until(cluster.nodes(), n, routed, async {}).await + init;
     let total = t.elapsed();
-    let rss = ccm.peak_rss_mib();
-    let calls = calls_by_operation(&cluster).await;
-    drop(ccm);
+    let outcome = measured.converged("routes", n, total).await;
+    drop(measured);
     // The floor: one NetworkUnavailable patch per Node.
     let nodes = cluster.nodes();
     let bare = floor(n, |i| {
@@ -199,22 +193,31 @@ async fn routes(n: usize, extra: &[&str]) {
     .await;
     let routing = routed_after.saturating_sub(init);
     println!(
-        "route_nodes={n} flags={extra:?} all_initialized={init:.1?} then_all_routed={routing:.1?} (total {total:.1?}) \
-         ccm_peak_rss={rss:.1}MiB floor(1 write each)={bare:.1?} ratio(routing/floor)={:.1} cloud_calls={calls:?}",
+        "route_nodes={n} ccm={} flags={extra:?} all_initialized={init:.1?} then_all_routed={routing:.1?} \
+         (total {total:.1?}) floor(1 write each)={bare:.1?} ratio(routing/floor)={:.1}",
+        contender.name,
         routing.as_secs_f64() / bare.as_secs_f64()
     );
+    Some(outcome)
 }
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::var("FAKECLOUD_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let extra = std::env::var("FAKECLOUD_CCM_BENCH_ARGS").unwrap_or_default();
-    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let (contenders, extra) = (bench::contenders(CCM), bench::extra_args());
     let parts = std::env::var("FAKECLOUD_BENCH_PARTS").unwrap_or_else(|_| "services,routes".into());
-    if parts.contains("services") {
-        services(n, &extra).await;
+    let mut outcomes = Vec::new();
+    // Both CCMs on the same work back to back, so that they see about the same load on the machine.
+    for n in bench::counts() {
+        if parts.contains("services") {
+            for contender in &contenders {
+                outcomes.extend(services(n, contender, &extra).await);
+            }
+        }
+        if parts.contains("routes") {
+            for contender in &contenders {
+                outcomes.extend(routes(n, contender, &extra).await);
+            }
+        }
     }
-    if parts.contains("routes") {
-        routes(n, &extra).await;
-    }
+    print!("{}", bench::comparison(&outcomes));
 }

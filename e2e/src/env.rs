@@ -43,7 +43,7 @@ const LOCAL_CCM_ARGS: [&str; 4] = [
     "--leader-elect-retry-period=1s",
 ];
 /// Where the CCM's leader-election Lease is on the local backend (the CCM's defaults).
-const LOCAL_LEASE: (&str, &str) = ("kube-system", "cloud-controller-manager");
+pub(crate) const LOCAL_LEASE: (&str, &str) = ("kube-system", "cloud-controller-manager");
 /// How many of the CCM's cloud calls a failure report shows.
 const AUDIT_TAIL: usize = 40;
 /// How many events a failure report shows.

@@ -9,11 +9,13 @@
 //! - [`local`]: the local cluster itself — the upstream control plane, an emulator, simulated kubelets, CCM
 //!   processes run as the deploy manifest's ServiceAccount — also used directly by the tests of the
 //!   `fakecloud-ccm` binary (`tests/ccm_*.rs`) and the benchmarks.
+//! - [`bench`]: what the CCM benchmarks measure of a CCM process, fakecloud-ccm and upstream's alike.
 //! - [`Probe`]: how any of them looks at a cluster (Nodes, events, the CCM's cloud calls).
 //!
 //! Setup failures panic with what failed: these are tests.
 
 pub mod backend;
+pub mod bench;
 pub mod env;
 pub mod lb;
 pub mod local;

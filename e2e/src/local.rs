@@ -106,6 +106,25 @@ async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
 /// How long the CCM's ServiceAccount token lasts: longer than any case.
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The API server's audit log, in the cluster's directory: the CCM's writes, whatever CCM it is.
+const AUDIT_LOG: &str = "apiserver-audit.log";
+/// One line per write request of the CCM's ServiceAccount, once answered; nothing else (the log backend
+/// writes each event before the response goes out, so a count read after a request has it).
+fn ccm_writes_audit_policy() -> String {
+    let (namespace, name) = SERVICE_ACCOUNT;
+    format!(
+        r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:{namespace}:{name}"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+"#
+    )
+}
+
 /// The cluster without a CCM; start CCMs with [`Cluster::ccm`]. Looks at itself through its [`Probe`].
 pub struct Cluster {
     apiserver: ControlPlane,
@@ -150,8 +169,13 @@ impl Cluster {
         if let Some(size) = options.node_cidr_mask_size {
             builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={size}"));
         }
-        let cp = builder.start().await.expect("the control plane starts");
         let dir = tempfile::tempdir().expect("a temporary directory");
+        let policy = dir.path().join("audit-policy.yaml");
+        std::fs::write(&policy, ccm_writes_audit_policy()).expect("the audit policy written");
+        builder = builder
+            .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+            .apiserver_arg(format!("--audit-log-path={}", dir.path().join(AUDIT_LOG).display()));
+        let cp = builder.start().await.expect("the control plane starts");
         Some(Self::assemble(cp, dir, kubectl, options, one_at_a_time).await)
     }
 
@@ -245,6 +269,23 @@ impl Cluster {
             .spawn()
             .expect("the CCM starts");
         Ccm { child, log, port }
+    }
+
+    /// Every API-server write of the CCM's ServiceAccount so far, oldest first, as `<verb> <resource>` (with
+    /// `/<subresource>`), from the API server's audit log.
+    pub fn ccm_writes(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.path().join(AUDIT_LOG)).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|e| {
+                let (verb, object) = (&e["verb"], &e["objectRef"]);
+                let resource = object["resource"].as_str().unwrap_or_default();
+                match object["subresource"].as_str() {
+                    Some(sub) => format!("{} {resource}/{sub}", verb.as_str().unwrap_or_default()),
+                    None => format!("{} {resource}", verb.as_str().unwrap_or_default()),
+                }
+            })
+            .collect()
     }
 
     /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.

@@ -1,0 +1,318 @@
+//! What the CCM benchmarks measure of a CCM process, the same way for fakecloud-ccm and for upstream's
+//! cloud-controller-manager with fakecloud's Go provider (issue #14), so that both run the same work with the
+//! same flags in one run and are compared line by line:
+//!
+//! - cloud calls: the emulator's audit log, the calls with the CCM's token;
+//! - API-server writes: the API server's audit log, the CCM ServiceAccount's write requests (see
+//!   [`Cluster::ccm_writes`]);
+//! - CPU seconds (user + system, all threads) and peak RSS (`VmHWM`): `/proc/<pid>`;
+//! - the steady state after: the same counters over a window with nothing to do, per minute.
+//!
+//! The environment: `FAKECLOUD_CCM_BENCH_CCMS` (`fakecloud,upstream`, the default, in that order for each N),
+//! `FAKECLOUD_CCM_BENCH_NODES` (the Ns, `1,100,1000`), `FAKECLOUD_CCM_BENCH_ARGS` (extra flags, given to both),
+//! `FAKECLOUD_CCM_BENCH_STEADY` (the steady-state window in seconds, 60), `FAKECLOUD_E2E_UPSTREAM_CCM` (the
+//! upstream binary; without it `scripts/build-upstream-ccm.sh` is run, which returns the cached one at once).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+
+use crate::env::LOCAL_LEASE;
+use crate::local::{Ccm, Cluster};
+use crate::{repo, until};
+
+/// A CCM the benchmarks run.
+#[derive(Debug, Clone)]
+pub struct Contender {
+    /// `fakecloud` or `upstream`.
+    pub name: String,
+    pub bin: PathBuf,
+}
+
+/// The CCMs `FAKECLOUD_CCM_BENCH_CCMS` names; `fakecloud_ccm` is the bench's build of fakecloud-ccm.
+pub fn contenders(fakecloud_ccm: &str) -> Vec<Contender> {
+    let names = std::env::var("FAKECLOUD_CCM_BENCH_CCMS").unwrap_or_else(|_| "fakecloud,upstream".into());
+    names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|name| {
+            let bin = match name {
+                "fakecloud" => fakecloud_ccm.into(),
+                "upstream" => upstream_binary(),
+                other => panic!("FAKECLOUD_CCM_BENCH_CCMS: {other:?} is neither `fakecloud` nor `upstream`"),
+            };
+            Contender { name: name.into(), bin }
+        })
+        .collect()
+}
+
+fn upstream_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("FAKECLOUD_E2E_UPSTREAM_CCM").filter(|v| !v.is_empty()) {
+        return bin.into();
+    }
+    let script = repo().join("scripts/build-upstream-ccm.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{} failed; or set FAKECLOUD_E2E_UPSTREAM_CCM", script.display());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout.lines().last().expect("build-upstream-ccm.sh prints the binary's path").trim().into()
+}
+
+/// The Ns of `FAKECLOUD_CCM_BENCH_NODES`.
+pub fn counts() -> Vec<usize> {
+    let counts = std::env::var("FAKECLOUD_CCM_BENCH_NODES").unwrap_or_else(|_| "1,100,1000".into());
+    counts.split(',').filter_map(|c| c.trim().parse().ok()).collect()
+}
+
+/// The extra CCM flags of `FAKECLOUD_CCM_BENCH_ARGS`, given to every CCM alike.
+pub fn extra_args() -> Vec<String> {
+    std::env::var("FAKECLOUD_CCM_BENCH_ARGS").unwrap_or_default().split_whitespace().map(String::from).collect()
+}
+
+fn steady_window() -> Duration {
+    let secs = std::env::var("FAKECLOUD_CCM_BENCH_STEADY").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    Duration::from_secs(secs)
+}
+
+/// After the CCM leads, before the work starts: upstream starts its controllers just after it wins the Lease
+/// and so, a moment later, does fakecloud-ccm; the same wait for both keeps the startup out of the clock.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// How long the CCM must make no cloud call and no API write (Lease renewals aside) for the work it was given to
+/// be over: what a watch sees converge may leave writes behind (upstream records its events asynchronously).
+const QUIET: Duration = Duration::from_secs(3);
+/// The longest wait for [`QUIET`].
+const QUIET_WITHIN: Duration = Duration::from_secs(60);
+
+/// The CCM's counters at one moment.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    pub cpu: Duration,
+    /// Cloud calls by operation.
+    pub calls: BTreeMap<String, usize>,
+    /// API-server writes by `<verb> <resource>`.
+    pub writes: BTreeMap<String, usize>,
+}
+
+fn tally(items: impl IntoIterator<Item = String>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for i in items {
+        *counts.entry(i).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn minus(now: &BTreeMap<String, usize>, then: &BTreeMap<String, usize>) -> BTreeMap<String, usize> {
+    now.iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(then.get(k).copied().unwrap_or(0))))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+impl Counters {
+    async fn read(cluster: &Cluster, ccm: &Ccm) -> Self {
+        Self {
+            cpu: cpu_time(ccm),
+            calls: tally(cluster.ccm_audit().await.into_iter().map(|e| e.operation)),
+            writes: tally(cluster.ccm_writes()),
+        }
+    }
+
+    /// What happened between `earlier` and these.
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            cpu: self.cpu.saturating_sub(earlier.cpu),
+            calls: minus(&self.calls, &earlier.calls),
+            writes: minus(&self.writes, &earlier.writes),
+        }
+    }
+
+    pub fn total_calls(&self) -> usize {
+        self.calls.values().sum()
+    }
+
+    pub fn total_writes(&self) -> usize {
+        self.writes.values().sum()
+    }
+
+    /// Cloud calls and API writes but leader election's.
+    fn activity(&self) -> (usize, usize) {
+        (self.total_calls(), self.total_writes() - self.writes.get("update leases").copied().unwrap_or(0))
+    }
+}
+
+/// User + system CPU time of all the process's threads, from `/proc/<pid>/stat` (in USER_HZ, 100 a second on
+/// every architecture Linux exports it for to userspace, whatever the kernel's own HZ).
+fn cpu_time(ccm: &Ccm) -> Duration {
+    let pid = ccm.child.id().unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces; the fields after its closing parenthesis start at 3 (state),
+    // so utime (14) and stime (15) are the 12th and 13th.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = fields.get(11..13).map(|f| f.iter().filter_map(|t| t.parse::<u64>().ok()).sum()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// A CCM being measured on a cluster of its own.
+pub struct Measured<'a> {
+    cluster: &'a Cluster,
+    pub ccm: Ccm,
+    contender: &'a Contender,
+    before: Counters,
+}
+
+impl<'a> Measured<'a> {
+    /// Start `contender` with `args`, wait until it leads and has started its controllers; the counters start
+    /// from there.
+    pub async fn start(cluster: &'a Cluster, contender: &'a Contender, args: &[String]) -> Self {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let ccm = cluster.ccm(&contender.bin, &args);
+        let (namespace, name) = LOCAL_LEASE;
+        let leases = Api::<Lease>::namespaced(cluster.client(), namespace);
+        until(Duration::from_secs(60), &format!("{} leading", contender.name), async || {
+            let holder = leases.get_opt(name).await.ok()??.spec?.holder_identity?;
+            (!holder.is_empty()).then_some(())
+        })
+        .await;
+        tokio::time::sleep(SETTLE).await;
+        let before = Counters::read(cluster, &ccm).await;
+        Self { cluster, ccm, contender, before }
+    }
+
+    /// Start counting from now (after the bench's own setup, which the CCM took part in).
+    pub async fn begin(&mut self) {
+        self.before = Counters::read(self.cluster, &self.ccm).await;
+    }
+
+    /// The work converged after `converge`: the counters since the start until the CCM is [`QUIET`], then the
+    /// steady state, printed as one line.
+    pub async fn converged(&self, bench: &str, n: usize, converge: Duration) -> Outcome {
+        let mut now = Counters::read(self.cluster, &self.ccm).await;
+        let give_up = Instant::now() + QUIET_WITHIN;
+        loop {
+            tokio::time::sleep(QUIET).await;
+            let next = Counters::read(self.cluster, &self.ccm).await;
+            let quiet = next.activity() == now.activity();
+            now = next;
+            if quiet || Instant::now() > give_up {
+                break;
+            }
+        }
+        let load_before = load_average();
+        let window = steady_window();
+        tokio::time::sleep(window).await;
+        let steady = Counters::read(self.cluster, &self.ccm).await.since(&now);
+        let outcome = Outcome {
+            bench: bench.into(),
+            ccm: self.contender.name.clone(),
+            n,
+            converge,
+            work: now.since(&self.before),
+            steady,
+            window,
+            peak_rss_mib: self.ccm.peak_rss_mib(),
+            load: format!("{load_before} / {}", load_average()),
+        };
+        println!("{outcome}");
+        outcome
+    }
+}
+
+/// One CCM's figures for one bench at one N.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub bench: String,
+    pub ccm: String,
+    pub n: usize,
+    pub converge: Duration,
+    /// From the work's start until the CCM was quiet after convergence.
+    pub work: Counters,
+    /// Over the steady-state window after.
+    pub steady: Counters,
+    pub window: Duration,
+    pub peak_rss_mib: f64,
+    /// The 1/5/15-minute load averages as the steady window starts / ends.
+    pub load: String,
+}
+
+impl Outcome {
+    fn per_minute(&self, count: usize) -> f64 {
+        count as f64 * 60.0 / self.window.as_secs_f64()
+    }
+
+    /// What the comparison table shows: (what, value, decimals).
+    fn figures(&self) -> [(&'static str, f64, usize); 8] {
+        [
+            ("time to converge (s)", self.converge.as_secs_f64(), 1),
+            ("cloud calls", self.work.total_calls() as f64, 0),
+            ("API-server writes", self.work.total_writes() as f64, 0),
+            ("CPU (s)", self.work.cpu.as_secs_f64(), 2),
+            ("peak RSS (MiB)", self.peak_rss_mib, 1),
+            ("steady: cloud calls / min", self.per_minute(self.steady.total_calls()), 1),
+            ("steady: API writes / min", self.per_minute(self.steady.total_writes()), 1),
+            ("steady: CPU (s / min)", self.steady.cpu.as_secs_f64() * 60.0 / self.window.as_secs_f64(), 2),
+        ]
+    }
+}
+
+/// The side-by-side table (Markdown) of every (bench, N) both CCMs ran: fakecloud-ccm, upstream, and upstream
+/// ÷ fakecloud (above 1: fakecloud-ccm spends less).
+pub fn comparison(outcomes: &[Outcome]) -> String {
+    let mut table = String::from(
+        "| bench | N | what | fakecloud-ccm | upstream | upstream ÷ fakecloud |\n|---|---:|---|---:|---:|---:|\n",
+    );
+    for fc in outcomes.iter().filter(|o| o.ccm == "fakecloud") {
+        let Some(up) = outcomes.iter().find(|o| o.ccm == "upstream" && o.bench == fc.bench && o.n == fc.n) else {
+            continue;
+        };
+        for ((what, a, decimals), (_, b, _)) in fc.figures().into_iter().zip(up.figures()) {
+            let ratio = if a > 0.0 { format!("{:.1}", b / a) } else { "–".into() };
+            table.push_str(&format!(
+                "| {} | {} | {what} | {a:.decimals$} | {b:.decimals$} | {ratio} |\n",
+                fc.bench, fc.n
+            ));
+        }
+    }
+    table
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bench={} ccm={} n={} converge={:.1?} cloud_calls={} api_writes={} cpu={:.2}s peak_rss={:.1}MiB | \
+             steady {:?}: cloud_calls/min={:.1} api_writes/min={:.1} cpu={:.2}s/min | load {} | calls={:?} \
+             writes={:?} steady_calls={:?} steady_writes={:?}",
+            self.bench,
+            self.ccm,
+            self.n,
+            self.converge,
+            self.work.total_calls(),
+            self.work.total_writes(),
+            self.work.cpu.as_secs_f64(),
+            self.peak_rss_mib,
+            self.window,
+            self.per_minute(self.steady.total_calls()),
+            self.per_minute(self.steady.total_writes()),
+            self.steady.cpu.as_secs_f64() * 60.0 / self.window.as_secs_f64(),
+            self.load,
+            self.work.calls,
+            self.work.writes,
+            self.steady.calls,
+            self.steady.writes,
+        )
+    }
+}
