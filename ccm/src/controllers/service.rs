@@ -168,20 +168,41 @@ pub fn in_node_set(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none() && included(node) && !has_taint(node, CLUSTER_AUTOSCALER_TAINT)
 }
 
+fn provider_id(node: &Node) -> String {
+    node.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default()
+}
+
 fn node_set(nodes: &[Arc<Node>]) -> NodeSet {
-    nodes
-        .iter()
-        .map(|n| {
-            let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
-            (n.name_any(), pid)
-        })
-        .collect()
+    nodes.iter().map(|n| (n.name_any(), provider_id(n))).collect()
 }
 
 fn stable_nodes(store: &Store<Node>) -> Vec<Arc<Node>> {
     let mut nodes: Vec<Arc<Node>> = store.state().into_iter().filter(|n| in_node_set(n)).collect();
-    nodes.sort_by_key(|n| n.name_any());
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     nodes
+}
+
+/// The node set as the node sync last saw it, kept up to date Node by Node: upstream's node handler queues a
+/// node sync only when a Node joins or leaves the set or its providerID changes (`controller.go` L693-711), so
+/// the heartbeats of a thousand kubelets (some 50 Node updates a second) never rebuild the set.
+#[derive(Default)]
+struct Members(HashMap<String, String>);
+
+impl Members {
+    /// Record the Node `name` as the cache has it now (`None`: gone); whether the set changed.
+    fn update(&mut self, name: String, now: Option<&Node>) -> bool {
+        match now.filter(|n| in_node_set(n)) {
+            Some(n) => {
+                let pid = provider_id(n);
+                if self.0.get(&name) == Some(&pid) {
+                    return false;
+                }
+                self.0.insert(name, pid);
+                true
+            }
+            None => self.0.remove(&name).is_some(),
+        }
+    }
 }
 
 fn service_ref(svc: &Service) -> ObjectReference {
@@ -399,7 +420,16 @@ async fn sync_nodes<C: Cloud>(
     requeue: mpsc::UnboundedSender<ObjectRef<Service>>,
 ) {
     let mut changes = std::pin::pin!(node_changes.ready_chunks(10_000));
-    while changes.next().await.is_some() {
+    let mut members = Members::default();
+    while let Some(names) = changes.next().await {
+        let mut changed = false;
+        for name in names {
+            let now = ctx.nodes.get(&ObjectRef::new(&name));
+            changed |= members.update(name, now.as_deref());
+        }
+        if !changed {
+            continue;
+        }
         let nodes = stable_nodes(&ctx.nodes);
         let set = node_set(&nodes);
         let stale: Vec<(ObjectRef<Service>, NodeSet)> = {
@@ -470,6 +500,23 @@ mod tests {
 
     fn node(v: serde_json::Value) -> Node {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_joining_leaving_or_a_new_provider_id_changes_the_node_set() {
+        let mut members = Members::default();
+        let mut a = node(serde_json::json!({"metadata": {"name": "a"}, "spec": {}}));
+        assert!(members.update("a".into(), Some(&a)), "a new Node joins");
+        assert!(!members.update("a".into(), Some(&a)), "a heartbeat changes nothing");
+        a.spec.get_or_insert_default().provider_id = Some("fakecloud://local-1a/i-1".into());
+        assert!(members.update("a".into(), Some(&a)), "initialized: its providerID");
+        a.metadata.labels = Some([(EXCLUDE_LABEL.to_string(), "true".to_string())].into());
+        assert!(members.update("a".into(), Some(&a)), "excluded: it leaves");
+        assert!(!members.update("a".into(), Some(&a)), "still out");
+        assert!(!members.update("a".into(), None), "deleted while out");
+        let b = node(serde_json::json!({"metadata": {"name": "b"}}));
+        assert!(members.update("b".into(), Some(&b)));
+        assert!(members.update("b".into(), None), "deleted: it leaves");
     }
 
     #[test]
