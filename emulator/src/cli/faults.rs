@@ -333,6 +333,7 @@ pub enum HangCmd {
     },
 }
 
+/// The machines a command names (a reclaim takes the spot ones, a hang the running ones).
 #[derive(Debug, clap::Args)]
 pub struct Machines {
     /// Instance ID; repeatable.
@@ -341,7 +342,7 @@ pub struct Machines {
     /// Instance (and Node) name; repeatable.
     #[arg(long = "name")]
     names: Vec<String>,
-    /// Every running instance with this tag, KEY=VALUE.
+    /// Every instance with this tag, KEY=VALUE.
     #[arg(long)]
     tag: Option<String>,
 }
@@ -357,15 +358,8 @@ pub enum ServiceArg {
 pub enum SpotCmd {
     /// Reclaim spot instances: an interruption notice, then stopping and terminated.
     Reclaim {
-        /// Instance ID; repeatable.
-        #[arg(long = "id")]
-        ids: Vec<String>,
-        /// Instance name; repeatable.
-        #[arg(long = "name")]
-        names: Vec<String>,
-        /// Every spot instance with this tag, KEY=VALUE.
-        #[arg(long)]
-        tag: Option<String>,
+        #[command(flatten)]
+        which: Machines,
         /// Time between the notice and the interruption.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
         notice: Duration,
@@ -470,7 +464,7 @@ pub async fn outage(client: &Client, out: &Output, cmd: OutageCmd) -> Result<()>
 
 pub async fn spot(client: &Client, out: &Output, cmd: SpotCmd) -> Result<()> {
     match cmd {
-        SpotCmd::Reclaim { ids, names, tag, notice } => {
+        SpotCmd::Reclaim { which: Machines { ids, names, tag }, notice } => {
             let req = ReclaimRequest { instance_ids: ids, names, tag, notice_seconds: Some(notice.as_secs_f64()) };
             out.instances(&client.reclaim_spot(&req).await?.items)
         }
