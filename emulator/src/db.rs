@@ -2,6 +2,7 @@
 //! their writes; concurrent writes share its transactions, see [`group_commit`]) and a pool of readers (WAL lets
 //! them read while the writer writes).
 
+pub mod checkpoint;
 pub mod group_commit;
 
 use std::str::FromStr;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
+use self::checkpoint::Checkpointer;
 use self::group_commit::Writer;
 pub use self::group_commit::{Tx, WriteError, WriteStats};
 use crate::config::DbLocation;
@@ -17,6 +19,8 @@ use crate::config::DbLocation;
 pub struct Db {
     writer: Writer,
     reader: SqlitePool,
+    /// The checkpointer's connection (a file database only).
+    checkpoints: Option<SqlitePool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,24 +71,29 @@ impl Db {
             .max_connections(1)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(opts.clone())
+            // The writer never checkpoints: the checkpointer does, off its path (see `checkpoint`).
+            .connect_with(opts.clone().pragma("wal_autocheckpoint", "0"))
             .await
             .map_err(open_err)?;
         sqlx::migrate!("./migrations")
             .run(&writer)
             .await
             .map_err(|source| OpenError::Migrate { path: label.clone(), source })?;
-        let reader = if readers == 0 {
-            writer.clone()
+        let (reader, checkpoints) = if readers == 0 {
+            (writer.clone(), None)
         } else {
-            SqlitePoolOptions::new()
+            let reader = SqlitePoolOptions::new()
                 .max_connections(readers)
                 .acquire_timeout(Duration::from_secs(30))
-                .connect_with(opts.read_only(true))
+                .connect_with(opts.clone().read_only(true))
                 .await
-                .map_err(open_err)?
+                .map_err(open_err)?;
+            // Read-write: a checkpoint writes the database file (it never takes the writer's lock).
+            let checkpoints = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.map_err(open_err)?;
+            (reader, Some(checkpoints))
         };
-        Ok(Self { writer: Writer::start(writer), reader })
+        let checkpointer = checkpoints.clone().map(Checkpointer::start);
+        Ok(Self { writer: Writer::start(writer, checkpointer), reader, checkpoints })
     }
 
     /// Start a write: a transaction of its own as far as the caller can tell, committed with the other writes
@@ -114,6 +123,9 @@ impl Db {
 
     pub async fn close(&self) {
         self.reader.close().await;
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.close().await;
+        }
         self.writer.pool().close().await;
     }
 }

@@ -26,6 +26,7 @@ use sqlx::Transaction;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
 
+use super::checkpoint::Checkpointer;
 use crate::store::audit::{self, Record};
 
 /// The most calls committed in one transaction: bounds what a failed commit takes with it.
@@ -62,6 +63,8 @@ pub struct Writer {
 struct Stats {
     batches: AtomicU64,
     calls: AtomicU64,
+    /// Told of every commit, to checkpoint the WAL after it (a file database only).
+    checkpointer: Option<Checkpointer>,
 }
 
 /// Batches committed and calls committed in them, since the database was opened.
@@ -105,9 +108,10 @@ enum Savepoint {
 }
 
 impl Writer {
-    /// Wrap the writer pool and start the committer task.
-    pub fn start(pool: SqlitePool) -> Self {
-        let writer = Self { pool, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats: Arc::default() };
+    /// Wrap the writer pool and start the committer task; `checkpointer` is told of every commit.
+    pub fn start(pool: SqlitePool, checkpointer: Option<Checkpointer>) -> Self {
+        let stats = Arc::new(Stats { checkpointer, ..Stats::default() });
+        let writer = Self { pool, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats };
         let committer = writer.clone();
         tokio::spawn(async move {
             loop {
@@ -242,6 +246,9 @@ impl Batch {
             Ok(()) => {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.calls.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                if let Some(checkpointer) = &stats.checkpointer {
+                    checkpointer.committed();
+                }
             }
             Err(e) => tracing::error!(error = %e, calls = waiting.len(), "cannot commit a batch of writes"),
         }
