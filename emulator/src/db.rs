@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod group_commit;
+pub mod script;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use self::checkpoint::Checkpointer;
 use self::group_commit::Writer;
-pub use self::group_commit::{Tx, WriteError, WriteStats};
+pub use self::group_commit::{Started, Tx, WriteError, WriteStats};
+pub use self::script::{NotDone, Ran, Script, Step};
 use crate::config::DbLocation;
 
 #[derive(Debug, Clone)]
@@ -102,10 +104,14 @@ impl Db {
         self.writer.begin().await
     }
 
-    /// [`Db::write`], with `probe` (a query for one boolean, `?1` bound to the time the write starts) answered in
-    /// the same round trip to SQLite as the write's start; returns that time and the answer.
-    pub async fn write_probing(&self, probe: &'static str) -> Result<(Tx, i64, bool), WriteError> {
-        self.writer.begin_with_probe(probe).await
+    /// [`Db::write`], with `probe` (a query for one boolean, `?1` bound to the time the write starts) and the
+    /// statements `call` pushes (given that time) run in the same round trip to SQLite as the write's start.
+    pub async fn write_with<R>(
+        &self,
+        probe: &'static str,
+        call: impl FnOnce(i64, &mut Script) -> R,
+    ) -> Result<Started<R>, WriteError> {
+        self.writer.begin_with(probe, call).await
     }
 
     pub fn reader(&self) -> &SqlitePool {

@@ -77,6 +77,17 @@ impl From<crate::db::WriteError> for ApiError {
     }
 }
 
+/// A statement of a list that did not run to its end: read its list's statements in order, and the first that
+/// did not is the one that failed.
+impl From<crate::db::NotDone<'_>> for ApiError {
+    fn from(e: crate::db::NotDone<'_>) -> Self {
+        match e {
+            crate::db::NotDone::Failed(e) => Self::from(e),
+            crate::db::NotDone::Skipped => Self::internal("a statement before this one failed; see the emulator log"),
+        }
+    }
+}
+
 impl From<&sqlx::Error> for ApiError {
     fn from(e: &sqlx::Error) -> Self {
         // Busy/locked means the database is momentarily contended: a retryable condition, not a bug.

@@ -26,7 +26,10 @@ use sqlx::Transaction;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
 
+use sqlx::Row;
+
 use super::checkpoint::Checkpointer;
+use super::script::{Ran, Script};
 use crate::store::audit::{self, Record};
 
 /// The most calls committed in one transaction: bounds what a failed commit takes with it.
@@ -131,20 +134,25 @@ impl Writer {
     /// Cancel-safe: the batch is never held in a local across an await, so a dropped request cannot take other
     /// calls' changes with it.
     pub async fn begin(&self) -> Result<Tx, WriteError> {
-        self.begin_probing(None).await.map(|(tx, _)| tx)
+        self.begin_running(None, |_, _| ()).await.map(|started| started.tx)
     }
 
     /// [`Writer::begin`], and run `probe` (a query for one boolean, its `?1` bound to the time the call took the
-    /// writer) in the same round trip as the savepoint: a hand-off to sqlx's SQLite thread saved. Returns that
-    /// time and the probe's answer.
-    pub async fn begin_with_probe(&self, probe: &'static str) -> Result<(Tx, i64, bool), WriteError> {
-        let (tx, probed) = self.begin_probing(Some(probe)).await?;
-        // (Always there: a probe was given.)
-        let (now, answer) = probed.unwrap_or_default();
-        Ok((tx, now, answer))
+    /// writer), then the statements `call` pushes (given that time), in the same round trip as the savepoint:
+    /// each round trip is a hand-off to sqlx's SQLite thread while every other write waits (see `script`).
+    pub async fn begin_with<R>(
+        &self,
+        probe: &'static str,
+        call: impl FnOnce(i64, &mut Script) -> R,
+    ) -> Result<Started<R>, WriteError> {
+        self.begin_running(Some(probe), call).await
     }
 
-    async fn begin_probing(&self, probe: Option<&'static str>) -> Result<(Tx, Option<(i64, bool)>), WriteError> {
+    async fn begin_running<R>(
+        &self,
+        probe: Option<&'static str>,
+        call: impl FnOnce(i64, &mut Script) -> R,
+    ) -> Result<Started<R>, WriteError> {
         let mut slot = self.batch.clone().lock_owned().await;
         let batch = match slot.take() {
             Some(batch) if batch.waiting.len() < MAX_CALLS && batch.last != Savepoint::Broken => batch,
@@ -156,41 +164,41 @@ impl Writer {
             }
         };
         let mut batch = OwnedMutexGuard::map(slot, |s| s.insert(batch));
-        let sql = match batch.last {
-            Savepoint::None => "SAVEPOINT call",
-            Savepoint::Kept => "RELEASE call; SAVEPOINT call",
+        let savepoint: &[&str] = match batch.last {
+            Savepoint::None => &["SAVEPOINT call"],
+            Savepoint::Kept => &["RELEASE call", "SAVEPOINT call"],
             Savepoint::Open | Savepoint::Abandoned | Savepoint::Broken => {
-                "ROLLBACK TO call; RELEASE call; SAVEPOINT call"
+                &["ROLLBACK TO call", "RELEASE call", "SAVEPOINT call"]
             }
         };
-        // (Were this dropped part way, running the same statements again next time is still right: they only
-        // end and open empty savepoints, and a probe only reads.)
-        let ran = match probe {
-            None => sqlx::raw_sql(sql).execute(&mut *batch.tx).await.map(|_| None),
-            Some(probe) => {
-                let now = crate::db::now_ms();
-                // The savepoint statements and the probe as one prepared (and cached) statement list: the probe's
-                // row comes back with the savepoint's, in one round trip. (sqlx's SQLite driver runs a query of
-                // several statements; upstream calls that deprecated, launchbadge/sqlx#3108. The tests would fail
-                // on an upgrade that drops it.)
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("{sql}; {probe}")))
-                    .bind(now)
-                    .fetch_one(&mut *batch.tx)
-                    .await
-                    .map(|answer| Some((now, answer)))
-            }
-        };
-        let probed = match ran {
-            Ok(probed) => probed,
-            Err(e) => {
-                tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
-                batch.last = Savepoint::Broken;
-                return Err(e.into());
-            }
+        let now = crate::db::now_ms();
+        let mut script = Script::new();
+        for statement in savepoint {
+            script.push(statement, |_| {});
+        }
+        let probe = probe.map(|probe| {
+            script.push(probe, |b| {
+                b.bind(now);
+            })
+        });
+        let ours = script.len();
+        let steps = call(now, &mut script);
+        // (Were this dropped part way, running the savepoint statements again next time is still right: they only
+        // end and open empty savepoints. The call's own statements are in its savepoint, undone with it.)
+        let mut ran = script.run(&mut batch.tx).await;
+        if let Some(e) = ran.take_failure_before(ours) {
+            tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
+            batch.last = Savepoint::Broken;
+            return Err(e.into());
+        }
+        let due = match probe.map(|step| ran.rows(step).map(|rows| rows.first().map(|r| r.try_get::<bool, _>(0)))) {
+            Some(Ok(Some(Ok(due)))) => due,
+            _ => false,
         };
         batch.last = Savepoint::Open;
         let audit_written = batch.seqs.len();
-        Ok((Tx { batch, commit_due: self.commit_due.clone(), audit_written }, probed))
+        let tx = Tx { batch, commit_due: self.commit_due.clone(), audit_written };
+        Ok(Started { tx, now, due, ran, steps })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -262,6 +270,18 @@ impl Batch {
     }
 }
 
+/// A call that has taken the writer ([`Writer::begin_with`]).
+pub struct Started<R> {
+    pub tx: Tx,
+    /// When it took the writer.
+    pub now: i64,
+    /// The probe's answer.
+    pub due: bool,
+    /// What the call's statements did, found by the steps `call` returned.
+    pub ran: Ran,
+    pub steps: R,
+}
+
 /// Where a call is answered once its batch is committed: with the `seq` of its last audit entry, if it has one.
 type Answer = oneshot::Sender<Result<Option<i64>, WriteError>>;
 
@@ -312,6 +332,15 @@ impl Tx {
         // Hands the writer to the next call and wakes the committer.
         drop(self);
         committed.await.unwrap_or(Err(WriteError::Stopped))
+    }
+
+    /// Undo everything this call has done so far, and go on in the same savepoint.
+    pub async fn undo(&mut self) -> Result<(), WriteError> {
+        if let Err(e) = sqlx::raw_sql("ROLLBACK TO call").execute(&mut *self.batch.tx).await {
+            self.batch.last = Savepoint::Broken;
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// Write the audit entries of the calls before this one in the batch now, for a change that must find them

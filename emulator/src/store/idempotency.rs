@@ -2,7 +2,10 @@
 
 use fakecloud_api::codes;
 
-use crate::db::Tx;
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use crate::db::{Script, Step, Tx};
 use crate::error::{ApiError, Result};
 
 /// What a key says about this request.
@@ -16,22 +19,32 @@ pub enum Replay {
 /// Look the key up inside the create's transaction. The same key with a different request is a conflict.
 pub async fn check(tx: &mut Tx, operation: &str, key: Option<&str>, request: &str) -> Result<Replay> {
     let Some(key) = key else { return Ok(Replay::Fresh) };
-    let row: Option<(String, String)> =
-        sqlx::query_as("SELECT request, resource_id FROM idempotency_keys WHERE operation = ?1 AND key = ?2")
-            .bind(operation)
-            .bind(key)
-            .fetch_optional(&mut **tx)
-            .await?;
-    match row {
-        None => Ok(Replay::Fresh),
-        Some((old, id)) if old == request => Ok(Replay::Existing(id)),
-        Some(_) => Err(ApiError::conflict(
-            codes::IDEMPOTENCY_KEY_REUSED,
-            format!("Idempotency-Key {key:?} was already used for a different {operation} request; use a new key"),
-        )),
-    }
+    let mut script = Script::new();
+    let lookup = push_lookup(&mut script, operation, key);
+    judge(script.run(tx).await.rows(lookup)?, operation, key, request)
 }
 
+/// The key's look-up, pushed onto a create's list: see [`judge`].
+pub fn push_lookup(script: &mut Script, operation: &str, key: &str) -> Step {
+    script.push("SELECT request, resource_id FROM idempotency_keys WHERE operation = ?1 AND key = ?2", |b| {
+        b.bind(operation.to_string()).bind(key.to_string());
+    })
+}
+
+/// What the rows of [`push_lookup`] say about this request.
+pub fn judge(rows: &[SqliteRow], operation: &str, key: &str, request: &str) -> Result<Replay> {
+    let Some(row) = rows.first() else { return Ok(Replay::Fresh) };
+    let (old, id): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+    if old == request {
+        return Ok(Replay::Existing(id));
+    }
+    Err(ApiError::conflict(
+        codes::IDEMPOTENCY_KEY_REUSED,
+        format!("Idempotency-Key {key:?} was already used for a different {operation} request; use a new key"),
+    ))
+}
+
+/// Remember what a create with `key` made, in its transaction.
 pub async fn record(
     tx: &mut Tx,
     operation: &str,
@@ -40,17 +53,33 @@ pub async fn record(
     resource_id: &str,
     now: i64,
 ) -> Result<()> {
-    if let Some(key) = key {
-        sqlx::query("INSERT INTO idempotency_keys (operation, key, request, resource_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")
-            .bind(operation)
-            .bind(key)
-            .bind(request)
-            .bind(resource_id)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-    }
+    let mut script = Script::new();
+    let Some(recorded) = push_record(&mut script, operation, key, request, resource_id, now) else { return Ok(()) };
+    script.run(tx).await.affected(recorded)?;
     Ok(())
+}
+
+/// [`record`], pushed onto a create's list after the create's own insert (so it runs only if that succeeded);
+/// `None` without a key.
+pub fn push_record(
+    script: &mut Script,
+    operation: &str,
+    key: Option<&str>,
+    request: &str,
+    resource_id: &str,
+    now: i64,
+) -> Option<Step> {
+    let key = key?;
+    Some(script.push(
+        "INSERT INTO idempotency_keys (operation, key, request, resource_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        |b| {
+            b.bind(operation.to_string())
+                .bind(key.to_string())
+                .bind(request.to_string())
+                .bind(resource_id.to_string())
+                .bind(now);
+        },
+    ))
 }
 
 /// Validate the header value.

@@ -10,9 +10,9 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Check;
-use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
+use super::{audit, begin, begin_with, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Timings};
-use crate::db::{Db, ms, new_id, now_ms, rfc3339};
+use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
@@ -128,23 +128,66 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
     validate::tags(&req.tags)?;
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
 
-    let (mut tx, now) = begin(db).await?;
-    if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, OPERATION_CREATE, key, &request_json).await?
-    {
-        let inst = fetch(&mut *tx, cfg, &id, now).await?;
-        return Ok((inst, true));
-    }
-    let quota = Check {
+    let quota = [Check {
         quota: QuotaName::Instances,
         counter: Some("instances_live"),
         adding: 1,
         what: format!("creating instance {:?}", req.name),
-    };
-    quotas::check_all(&mut tx, &[quota]).await?;
+    }];
     let id = new_id("i");
-    let ip: IpAddr = match req.private_ip {
-        None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
-        Some(ip) => {
+    let tags = serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?;
+    let ipv6_address = req.ipv6_address.map(|a| a.to_string());
+    let new = |now| NewInstance {
+        id: &id,
+        req,
+        zone: &zone,
+        instance_type: &instance_type,
+        schedule: lifecycle::schedule(now, "pending", "running", cfg.timings.boot_delay),
+        ipv6_address: ipv6_address.as_deref(),
+        tags: &tags,
+        now,
+    };
+    // The usual create (an address from the zone's pool) in the write's first round trip: the replay look-up,
+    // the quota, the lease and the insert, judged in that order below; the savepoint undoes the changes if a
+    // check refuses. Fixed addresses are checked and leased one by one.
+    let usual = req.private_ip.is_none() && req.ipv6_address.is_none();
+    let (mut tx, now, ran, (replay, quota_read, usual_steps)) = begin_with(db, |now, s| {
+        let replay = key.map(|k| idempotency::push_lookup(s, OPERATION_CREATE, k));
+        let quota_read = quotas::push_read(s, &quota);
+        let usual_steps = usual.then(|| {
+            let lease = ipam::push_lease_next(s, pool, &id);
+            let insert = new(now).push_insert(s, None);
+            let recorded = idempotency::push_record(s, OPERATION_CREATE, key, &request_json, &id, now);
+            (lease, insert, recorded)
+        });
+        (replay, quota_read, usual_steps)
+    })
+    .await?;
+    if let (Some(step), Some(key)) = (replay, key)
+        && let idempotency::Replay::Existing(id) =
+            idempotency::judge(ran.rows(step)?, OPERATION_CREATE, key, &request_json)?
+    {
+        let inst = fetch(&mut *tx, cfg, &id, now).await?;
+        return Ok((inst, true));
+    }
+    quotas::judge(&quota, ran.rows(quota_read)?)?;
+    let ip: IpAddr = match (usual_steps, req.private_ip) {
+        (Some((lease, insert, recorded)), _) => match ipam::leased(pool, &ran, lease)? {
+            Some(ip) => {
+                inserted(&mut tx, &req.name, ran.affected(insert)).await?;
+                if let Some(recorded) = recorded {
+                    ran.affected(recorded)?;
+                }
+                IpAddr::V4(ip)
+            }
+            // The top of the pool is taken: the insert found no address and failed; look for a gap.
+            None => {
+                let ip = IpAddr::V4(ipam::allocate_free(&mut tx, pool, &id).await?);
+                new(now).insert(&mut tx, ip, key, &request_json).await?;
+                ip
+            }
+        },
+        (None, Some(ip)) => {
             unicast("private_ip", ip, cfg.loopback_instances)?;
             let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
             if in_vpc && !matches!(ip, IpAddr::V4(v4) if pool.net.contains(&v4)) {
@@ -154,63 +197,18 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
                 ));
             }
             ipam::lease_fixed(&mut tx, in_vpc.then_some(pool), ip, &id).await?;
+            lease_ipv6(&mut tx, cfg, req, ip, &id).await?;
+            new(now).insert(&mut tx, ip, key, &request_json).await?;
+            ip
+        }
+        (None, None) => {
+            let ip = IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?);
+            lease_ipv6(&mut tx, cfg, req, ip, &id).await?;
+            new(now).insert(&mut tx, ip, key, &request_json).await?;
             ip
         }
     };
-    if let Some(v6) = req.ipv6_address {
-        if ip.is_ipv6() {
-            return Err(ApiError::invalid(
-                "ipv6_address",
-                format!("private_ip {ip} is IPv6 already; ipv6_address is the IPv6 address beside an IPv4 private_ip"),
-            ));
-        }
-        if v6.to_ipv4_mapped().is_some() {
-            return Err(ApiError::invalid("ipv6_address", format!("{v6} is an IPv4-mapped address, not an IPv6 one")));
-        }
-        unicast("ipv6_address", IpAddr::V6(v6), cfg.loopback_instances)?;
-        ipam::lease_fixed(&mut tx, None, IpAddr::V6(v6), &id).await?;
-    }
-    let ipv6_address = req.ipv6_address.map(|a| a.to_string());
-    let (state, next_state, next_at) = lifecycle::schedule(now, "pending", "running", cfg.timings.boot_delay);
-    let tags = serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?;
-    let inserted = sqlx::query(
-        "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, ipv6_address, tags, created_at, state_changed_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)",
-    )
-    .bind(&id)
-    .bind(&req.name)
-    .bind(&zone)
-    .bind(&instance_type)
-    .bind(req.market.as_str())
-    .bind(state)
-    .bind(next_state)
-    .bind(next_at)
-    .bind(ip.to_string())
-    .bind(&ipv6_address)
-    .bind(&tags)
-    .bind(now)
-    .execute(&mut *tx)
-    .await;
-    if let Err(e) = inserted {
-        // The unique index on live names is the check; find the holder only to say who it is.
-        if is_unique_violation(&e) {
-            let holder: Option<String> =
-                sqlx::query_scalar("SELECT id FROM instances WHERE name = ?1 AND state <> 'terminated'")
-                    .bind(&req.name)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            return Err(ApiError::conflict(
-                codes::INSTANCE_NAME_IN_USE,
-                format!(
-                    "instance name {:?} is in use by {}; terminate it or pick another name",
-                    req.name,
-                    holder.unwrap_or_default()
-                ),
-            ));
-        }
-        return Err(e.into());
-    }
-    idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
+    let state = new(now).schedule.0;
     audit::commit(tx, &id).await?;
     let row = Row {
         seq: 0,
@@ -229,6 +227,96 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         interruption_at: None,
     };
     Ok((row.into_api(&topo.region)?, false))
+}
+
+/// The IPv6 address beside `ip`, if the request names one: checked, then leased to `id`.
+async fn lease_ipv6(tx: &mut Tx, cfg: &Config, req: &CreateInstanceRequest, ip: IpAddr, id: &str) -> Result<()> {
+    let Some(v6) = req.ipv6_address else { return Ok(()) };
+    if ip.is_ipv6() {
+        return Err(ApiError::invalid(
+            "ipv6_address",
+            format!("private_ip {ip} is IPv6 already; ipv6_address is the IPv6 address beside an IPv4 private_ip"),
+        ));
+    }
+    if v6.to_ipv4_mapped().is_some() {
+        return Err(ApiError::invalid("ipv6_address", format!("{v6} is an IPv4-mapped address, not an IPv6 one")));
+    }
+    unicast("ipv6_address", IpAddr::V6(v6), cfg.loopback_instances)?;
+    ipam::lease_fixed(tx, None, IpAddr::V6(v6), id).await
+}
+
+/// A new instance's row, as the create writes it.
+struct NewInstance<'a> {
+    id: &'a str,
+    req: &'a CreateInstanceRequest,
+    zone: &'a str,
+    instance_type: &'a str,
+    schedule: (&'static str, Option<&'static str>, Option<i64>),
+    ipv6_address: Option<&'a str>,
+    tags: &'a str,
+    now: i64,
+}
+
+impl NewInstance<'_> {
+    /// Push its insert; with no `ip`, its address is the one just leased to it (none leased: the insert fails on
+    /// the missing address).
+    fn push_insert(&self, script: &mut Script, ip: Option<IpAddr>) -> Step {
+        let (state, next_state, next_at) = self.schedule;
+        script.push(
+            "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, ipv6_address, tags, created_at, state_changed_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, COALESCE(?9, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?10, ?11, ?12, ?12)",
+            |b| {
+                b.bind(self.id.to_string())
+                    .bind(self.req.name.clone())
+                    .bind(self.zone.to_string())
+                    .bind(self.instance_type.to_string())
+                    .bind(self.req.market.as_str())
+                    .bind(state)
+                    .bind(next_state)
+                    .bind(next_at)
+                    .bind(ip.map(|ip| ip.to_string()))
+                    .bind(self.ipv6_address.map(str::to_string))
+                    .bind(self.tags.to_string())
+                    .bind(self.now);
+            },
+        )
+    }
+
+    /// Insert it at `ip`, and remember `key` for it.
+    async fn insert(&self, tx: &mut Tx, ip: IpAddr, key: Option<&str>, request_json: &str) -> Result<()> {
+        let mut script = Script::new();
+        let insert = self.push_insert(&mut script, Some(ip));
+        let recorded = idempotency::push_record(&mut script, OPERATION_CREATE, key, request_json, self.id, self.now);
+        let ran = script.run(tx).await;
+        inserted(tx, &self.req.name, ran.affected(insert)).await?;
+        if let Some(recorded) = recorded {
+            ran.affected(recorded)?;
+        }
+        Ok(())
+    }
+}
+
+/// The insert's outcome: a name held by a live instance is a conflict naming the holder.
+async fn inserted(tx: &mut Tx, name: &str, outcome: std::result::Result<u64, NotDone<'_>>) -> Result<()> {
+    match outcome {
+        Ok(_) => Ok(()),
+        // The unique index on live names is the check; find the holder only to say who it is.
+        Err(NotDone::Failed(e)) if is_unique_violation(e) => {
+            let holder: Option<String> =
+                sqlx::query_scalar("SELECT id FROM instances WHERE name = ?1 AND state <> 'terminated'")
+                    .bind(name)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            Err(ApiError::conflict(
+                codes::INSTANCE_NAME_IN_USE,
+                format!(
+                    "instance name {name:?} is in use by {}; terminate it or pick another name",
+                    holder.unwrap_or_default()
+                ),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A machine's own address is one it can be reached at: not the unspecified or broadcast address, loopback,

@@ -6,7 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use fakecloud_api::codes;
 
 use crate::config::Pool;
-use crate::db::Tx;
+use sqlx::Row;
+
+use crate::db::{NotDone, Ran, Script, Step, Tx};
 use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
 
 /// Pool key for fixed addresses outside the VPC (adopted machines).
@@ -24,27 +26,42 @@ const LEASE_NEXT: &str = "INSERT INTO ip_leases (pool, ip, addr, owner) \
 
 /// Lease the lowest free address of `pool` to `owner`.
 pub async fn allocate(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4Addr> {
-    let next: std::result::Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(LEASE_NEXT)
-        .bind(&pool.name)
-        .bind(i64::from(pool.first))
-        .bind(i64::from(pool.last))
-        .bind(i64::from(u32::from(pool.net.network())))
-        .bind(owner)
-        .fetch_optional(&mut **tx)
-        .await;
-    match next {
-        Ok(Some(offset)) => {
-            // Between the pool's first and last offsets, both u32, by the statement's WHERE.
-            let offset = u32::try_from(offset)
-                .map_err(|_| ApiError::internal(format!("leased offset {offset} is outside pool {}", pool.net)))?;
-            return Ok(pool.addr(offset));
-        }
-        // The top of the pool is taken (look for a gap), or the address is leased elsewhere (the path below
-        // fails the same way and names it): nothing was written.
-        Ok(None) => {}
-        Err(e) if is_unique_violation(&e) => {}
-        Err(e) => return Err(e.into()),
+    let mut script = Script::new();
+    let next = push_lease_next(&mut script, pool, owner);
+    match leased(pool, &script.run(tx).await, next)? {
+        Some(addr) => Ok(addr),
+        None => allocate_free(tx, pool, owner).await,
     }
+}
+
+/// The usual allocation, one past the pool's highest lease, pushed onto a write's list: see [`leased`].
+pub fn push_lease_next(script: &mut Script, pool: &Pool, owner: &str) -> Step {
+    script.push(LEASE_NEXT, |b| {
+        b.bind(pool.name.clone())
+            .bind(i64::from(pool.first))
+            .bind(i64::from(pool.last))
+            .bind(i64::from(u32::from(pool.net.network())))
+            .bind(owner.to_string());
+    })
+}
+
+/// The address [`push_lease_next`] leased, or `None` if it leased none: the top of the pool is taken, or the
+/// address is leased elsewhere (then [`allocate_free`] finds one, or fails naming why).
+pub fn leased(pool: &Pool, ran: &Ran, step: Step) -> Result<Option<Ipv4Addr>> {
+    let offset: Option<i64> = match ran.rows(step) {
+        Ok(rows) => rows.first().map(|r| r.try_get(0)).transpose()?,
+        Err(NotDone::Failed(e)) if is_unique_violation(e) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(offset) = offset else { return Ok(None) };
+    // Between the pool's first and last offsets, both u32, by the statement's WHERE.
+    let offset = u32::try_from(offset)
+        .map_err(|_| ApiError::internal(format!("leased offset {offset} is outside pool {}", pool.net)))?;
+    Ok(Some(pool.addr(offset)))
+}
+
+/// Lease the lowest free address of `pool` to `owner` when the one past the highest lease is not to be had.
+pub async fn allocate_free(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4Addr> {
     let offset = next_free(tx, pool).await?.ok_or_else(|| {
         ApiError::new(
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,

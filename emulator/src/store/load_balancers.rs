@@ -8,13 +8,14 @@ use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, IpMode, ListLoadBalancersQuery, Listener,
     LoadBalancer, LoadBalancerList, LoadBalancerState, QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
 };
-use sqlx::SqliteExecutor;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row as _, SqliteExecutor};
 
 use super::quotas::Check;
-use super::{audit, begin, idempotency, ipam, lifecycle, quotas};
+use super::{audit, begin, begin_with, idempotency, ipam, lifecycle, quotas};
 use crate::config::{Config, Pool};
-use crate::db::{Db, Tx, ms, new_id, now_ms, rfc3339};
-use crate::error::{ApiError, Result, conflict_on_unique};
+use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
+use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
@@ -154,15 +155,31 @@ fn check_source_ranges(ranges: &[String]) -> Result<()> {
 }
 
 /// Backends must be distinct instances that exist (terminated ones still count as existing while listed).
+/// Check that every backend is listed once and exists.
 async fn check_backends(tx: &mut Tx, backends: &[String]) -> Result<()> {
+    let mut script = Script::new();
+    let missing = push_missing_backends(&mut script, backends);
+    judge_backends(backends, script.run(tx).await.rows(missing)?)
+}
+
+/// Which of `backends` are no instance, pushed onto a write's list: see [`judge_backends`].
+fn push_missing_backends(script: &mut Script, backends: &[String]) -> Step {
+    // (Serialising a list of strings cannot fail.)
+    let list = serde_json::to_string(backends).unwrap_or_default();
+    script.push("SELECT value FROM json_each(?1) WHERE value NOT IN (SELECT id FROM instances)", |b| {
+        b.bind(list);
+    })
+}
+
+/// The first backend listed twice or missing (the rows of [`push_missing_backends`]), in the request's order.
+fn judge_backends(backends: &[String], missing: &[SqliteRow]) -> Result<()> {
+    let missing: HashSet<String> = missing.iter().map(|r| r.try_get(0)).collect::<Result<_, sqlx::Error>>()?;
     let mut seen = HashSet::new();
     for (i, b) in backends.iter().enumerate() {
         if !seen.insert(b) {
             return Err(ApiError::bad_request(codes::INVALID_BACKEND, format!("backends[{i}]: {b} is listed twice")));
         }
-        let exists: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM instances WHERE id = ?1").bind(b).fetch_optional(&mut **tx).await?;
-        if exists.is_none() {
+        if missing.contains(b) {
             return Err(ApiError::bad_request(
                 codes::INVALID_BACKEND,
                 format!("backends[{i}]: instance {b} does not exist"),
@@ -204,12 +221,6 @@ pub async fn create(
         check_health(hc)?;
     }
     let request_json = json(req)?;
-    let (mut tx, now) = begin(db).await?;
-    if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, OPERATION_CREATE, key, &request_json).await?
-    {
-        return Ok((fetch(&mut *tx, &id, now).await?, true));
-    }
-    check_backends(&mut tx, &req.backends).await?;
     let mut checks = vec![Check {
         quota: QuotaName::LoadBalancers,
         counter: Some("lbs_live"),
@@ -225,11 +236,70 @@ pub async fn create(
             what: format!("a public address for {:?}", req.name),
         });
     }
-    quotas::check_all(&mut tx, &checks).await?;
     let id = new_id("lb");
     let pool = pool_for(cfg, req.scheme);
-    let address: IpAddr = match req.requested_ip {
-        Some(ip) => {
+    let dns_name =
+        format!("{}-{}.{}.lb.fakecloud.test", req.name.to_ascii_lowercase(), &id[3..11], cfg.topology.region);
+    let row = |now, address: String| -> Result<Row> {
+        let (state, _, _) = lifecycle::schedule(now, "provisioning", "active", cfg.timings.lb_provision_delay);
+        Ok(Row {
+            seq: 0,
+            id: id.clone(),
+            name: req.name.clone(),
+            scheme: req.scheme.as_str().to_string(),
+            state: state.to_string(),
+            listeners: json(&req.listeners)?,
+            backends: json(&req.backends)?,
+            health_check: req.health_check.as_ref().map(json).transpose()?,
+            source_ranges: json(&req.source_ranges)?,
+            requested_ip: req.requested_ip.map(|ip| ip.to_string()),
+            address,
+            dns_name: dns_name.clone(),
+            created_at: now,
+            updated_at: now,
+        })
+    };
+    // The checks, the lease and the insert in the write's first round trip, judged in the order of the checks
+    // below; the savepoint undoes the changes if one refuses. A requested address is checked and leased after.
+    let new = row(0, String::new())?;
+    let (mut tx, now, ran, (replay, missing, quota_read, usual_steps)) = begin_with(db, |now, s| {
+        let replay = key.map(|k| idempotency::push_lookup(s, OPERATION_CREATE, k));
+        let missing = push_missing_backends(s, &req.backends);
+        let quota_read = quotas::push_read(s, &checks);
+        let usual_steps = req.requested_ip.is_none().then(|| {
+            let lease = ipam::push_lease_next(s, pool, &id);
+            let inserting = push_insert(s, &new, now, cfg, None);
+            let recorded = idempotency::push_record(s, OPERATION_CREATE, key, &request_json, &id, now);
+            (lease, inserting, recorded)
+        });
+        (replay, missing, quota_read, usual_steps)
+    })
+    .await?;
+    if let (Some(step), Some(key)) = (replay, key)
+        && let idempotency::Replay::Existing(id) =
+            idempotency::judge(ran.rows(step)?, OPERATION_CREATE, key, &request_json)?
+    {
+        return Ok((fetch(&mut *tx, &id, now).await?, true));
+    }
+    judge_backends(&req.backends, ran.rows(missing)?)?;
+    quotas::judge(&checks, ran.rows(quota_read)?)?;
+    let address: IpAddr = match (usual_steps, req.requested_ip) {
+        (Some((lease, inserting, recorded)), _) => match ipam::leased(pool, &ran, lease)? {
+            Some(address) => {
+                inserted(&req.name, ran.affected(inserting))?;
+                if let Some(recorded) = recorded {
+                    ran.affected(recorded)?;
+                }
+                IpAddr::V4(address)
+            }
+            // The top of the pool is taken: the insert found no address and failed; look for a gap.
+            None => {
+                let address = IpAddr::V4(ipam::allocate_free(&mut tx, pool, &id).await?);
+                insert(&mut tx, &new, now, cfg, address, key, &request_json).await?;
+                address
+            }
+        },
+        (None, Some(ip)) => {
             ipam::lease_fixed(&mut tx, Some(pool), ip, &id).await.map_err(|e| match e.code.as_ref() {
                 codes::INVALID_ADDRESS => ApiError::bad_request(
                     codes::INVALID_ADDRESS,
@@ -237,56 +307,81 @@ pub async fn create(
                 ),
                 _ => e,
             })?;
+            insert(&mut tx, &new, now, cfg, ip, key, &request_json).await?;
             ip
         }
-        None => IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?),
+        (None, None) => {
+            let address = IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?);
+            insert(&mut tx, &new, now, cfg, address, key, &request_json).await?;
+            address
+        }
     };
-    let dns_name =
-        format!("{}-{}.{}.lb.fakecloud.test", req.name.to_ascii_lowercase(), &id[3..11], cfg.topology.region);
-    let (state, next_state, next_at) =
-        lifecycle::schedule(now, "provisioning", "active", cfg.timings.lb_provision_delay);
-    let row = Row {
-        seq: 0,
-        id: id.clone(),
-        name: req.name.clone(),
-        scheme: req.scheme.as_str().to_string(),
-        state: state.to_string(),
-        listeners: json(&req.listeners)?,
-        backends: json(&req.backends)?,
-        health_check: req.health_check.as_ref().map(json).transpose()?,
-        source_ranges: json(&req.source_ranges)?,
-        requested_ip: req.requested_ip.map(|ip| ip.to_string()),
-        address: address.to_string(),
-        dns_name,
-        created_at: now,
-        updated_at: now,
-    };
-    sqlx::query(
-        "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
-         source_ranges, requested_ip, address, dns_name, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
-    )
-    .bind(&row.id)
-    .bind(&row.name)
-    .bind(&row.scheme)
-    .bind(state)
-    .bind(next_state)
-    .bind(next_at)
-    .bind(&row.listeners)
-    .bind(&row.backends)
-    .bind(&row.health_check)
-    .bind(&row.source_ranges)
-    .bind(&row.requested_ip)
-    .bind(&row.address)
-    .bind(&row.dns_name)
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .map_err(conflict_on_unique(codes::LOAD_BALANCER_ALREADY_EXISTS, || format!("load balancer name {:?} is in use", req.name)))?;
-    idempotency::record(&mut tx, OPERATION_CREATE, key, &request_json, &id, now).await?;
+    let row = row(now, address.to_string())?;
     audit::commit(tx, &id).await?;
     let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;
     Ok((lb, false))
+}
+
+/// Push a new load balancer's insert: `lb`'s request fields (not its time, state or address), created at `now`
+/// in the state the provisioning delay gives, at `address` or, with none, the one just leased to it (none
+/// leased: the insert fails on the missing address).
+fn push_insert(script: &mut Script, lb: &Row, now: i64, cfg: &Config, address: Option<IpAddr>) -> Step {
+    let (state, next_state, next_at) =
+        lifecycle::schedule(now, "provisioning", "active", cfg.timings.lb_provision_delay);
+    script.push(
+        "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
+         source_ranges, requested_ip, address, dns_name, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?13, ?14, ?14)",
+        |b| {
+            b.bind(lb.id.as_str())
+                .bind(lb.name.as_str())
+                .bind(lb.scheme.as_str())
+                .bind(state)
+                .bind(next_state)
+                .bind(next_at)
+                .bind(lb.listeners.as_str())
+                .bind(lb.backends.as_str())
+                .bind(lb.health_check.as_deref())
+                .bind(lb.source_ranges.as_str())
+                .bind(lb.requested_ip.as_deref())
+                .bind(address.map(|a| a.to_string()))
+                .bind(lb.dns_name.as_str())
+                .bind(now);
+        },
+    )
+}
+
+/// Insert a new load balancer at `address` ([`push_insert`]), and remember `key` for it.
+async fn insert(
+    tx: &mut Tx,
+    lb: &Row,
+    now: i64,
+    cfg: &Config,
+    address: IpAddr,
+    key: Option<&str>,
+    request_json: &str,
+) -> Result<()> {
+    let mut script = Script::new();
+    let inserting = push_insert(&mut script, lb, now, cfg, Some(address));
+    let recorded = idempotency::push_record(&mut script, OPERATION_CREATE, key, request_json, &lb.id, now);
+    let ran = script.run(tx).await;
+    inserted(&lb.name, ran.affected(inserting))?;
+    if let Some(recorded) = recorded {
+        ran.affected(recorded)?;
+    }
+    Ok(())
+}
+
+/// The insert's outcome: a name in use is a conflict.
+fn inserted(name: &str, outcome: std::result::Result<u64, NotDone<'_>>) -> Result<()> {
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(NotDone::Failed(e)) if is_unique_violation(e) => Err(ApiError::conflict(
+            codes::LOAD_BALANCER_ALREADY_EXISTS,
+            format!("load balancer name {name:?} is in use"),
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Result<LoadBalancer> {

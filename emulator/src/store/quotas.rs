@@ -1,7 +1,10 @@
 //! Quota limits (defaults unless set) and region-wide usage.
 
 use fakecloud_api::{Quota, QuotaName};
-use sqlx::SqliteExecutor;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteExecutor};
+
+use crate::db::{Script, Step};
 
 use crate::error::{ApiError, Result};
 
@@ -23,20 +26,33 @@ pub struct Check {
     pub what: String,
 }
 
-/// Fail with the error of the first of `checks` whose quota would be exceeded. Every limit and counter they
-/// need is read in one statement: a round trip to SQLite per check was most of its cost.
-pub async fn check_all(tx: &mut crate::db::Tx, checks: &[Check]) -> Result<()> {
-    let json = |v: Vec<&str>| serde_json::to_string(&v).map_err(|e| ApiError::internal(e.to_string()));
-    let names = json(checks.iter().map(|c| c.quota.as_str()).collect())?;
-    let counters = json(checks.iter().filter_map(|c| c.counter).collect())?;
-    let rows: Vec<(bool, String, i64)> = sqlx::query_as(
+/// Read every limit and counter `checks` need, in one statement: pushed onto a write's list, and judged with
+/// [`judge`] once it has run.
+pub fn push_read(script: &mut Script, checks: &[Check]) -> Step {
+    let names: Vec<&str> = checks.iter().map(|c| c.quota.as_str()).collect();
+    let counters: Vec<&str> = checks.iter().filter_map(|c| c.counter).collect();
+    // (Serialising a list of strings cannot fail.)
+    let json = |v: Vec<&str>| serde_json::to_string(&v).unwrap_or_default();
+    script.push(
         "SELECT 1, name, limit_value FROM quotas WHERE name IN (SELECT value FROM json_each(?1)) \
          UNION ALL SELECT 0, key, n FROM counters WHERE key IN (SELECT value FROM json_each(?2))",
+        |b| {
+            b.bind(json(names)).bind(json(counters));
+        },
     )
-    .bind(names)
-    .bind(counters)
-    .fetch_all(&mut **tx)
-    .await?;
+}
+
+/// Fail with the error of the first of `checks` whose quota would be exceeded.
+pub async fn check_all(tx: &mut crate::db::Tx, checks: &[Check]) -> Result<()> {
+    let mut script = Script::new();
+    let read = push_read(&mut script, checks);
+    judge(checks, script.run(tx).await.rows(read)?)
+}
+
+/// Fail with the error of the first of `checks` whose quota would be exceeded, from the rows of [`push_read`].
+pub fn judge(checks: &[Check], rows: &[SqliteRow]) -> Result<()> {
+    let rows: Vec<(bool, String, i64)> =
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect::<Result<_, sqlx::Error>>()?;
     let value = |is_limit: bool, key: &str| rows.iter().find(|r| r.0 == is_limit && r.1 == key).map(|r| r.2);
     for c in checks {
         let limit = value(true, c.quota.as_str())

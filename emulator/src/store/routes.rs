@@ -1,10 +1,10 @@
 //! Route tables and their routes. The route quota is enforced here, inside the create's transaction.
 
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
-use sqlx::SqliteExecutor;
+use sqlx::{Row, SqliteExecutor};
 
-use super::{audit, begin, idempotency};
-use crate::db::{Db, Tx, new_id, now_ms, rfc3339};
+use super::{audit, begin, begin_with, idempotency};
+use crate::db::{Db, NotDone, Script, Step, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
 use crate::validate;
 
@@ -183,20 +183,30 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
     // Stored canonically, so the unique index sees one network however it is written.
     let destination = validate::cidr("destination", &req.destination, true)?.to_string();
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
-    let (mut tx, now) = begin(db).await?;
-    // The table, the target's state, the table's route count and the quota, in one round trip to SQLite.
-    let (table_id, target_state, route_count, limit): (Option<String>, Option<String>, Option<i64>, Option<i64>) =
-        sqlx::query_as(
+    let id = new_id("r");
+    let new = |now| NewRoute { id: &id, table, req, destination: &destination, now };
+    // The checks and, with no key to look up first, the insert, in the write's first round trip: judged in
+    // order below (the table, the key, the target, the quota, then the insert's own conflict); the savepoint
+    // undoes the insert if a check refuses.
+    let (mut tx, now, ran, (checks, insert)) = begin_with(db, |now, s| {
+        // The table, the target's state, the table's route count and the quota.
+        let checks = s.push(
             "SELECT t.id, (SELECT state FROM instances WHERE id = ?2), t.route_count, \
              (SELECT limit_value FROM quotas WHERE name = ?3) \
              FROM (SELECT 1) LEFT JOIN (SELECT id, route_count FROM route_tables \
              WHERE id = ?1 OR (?1 = 'main' AND main = 1) LIMIT 1) t",
-        )
-        .bind(table)
-        .bind(&req.target_instance)
-        .bind(QuotaName::RoutesPerRouteTable.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
+            |b| {
+                b.bind(table).bind(req.target_instance.as_str()).bind(QuotaName::RoutesPerRouteTable.as_str());
+            },
+        );
+        // With a key, the create waits for its look-up: the key's operation names the table the checks find.
+        let insert = key.is_none().then(|| new(now).push_insert(s));
+        (checks, insert)
+    })
+    .await?;
+    let row = ran.rows(checks)?.first().ok_or_else(|| ApiError::internal("the route checks returned no row"))?;
+    let (table_id, target_state, route_count, limit): (Option<String>, Option<String>, Option<i64>, Option<i64>) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
     let table_id = table_id.ok_or_else(|| table_not_found(table))?;
     let op_key = format!("{OPERATION_CREATE}/{table_id}");
     if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, &op_key, key, &request_json).await? {
@@ -222,36 +232,19 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
     if route_count.unwrap_or(0) as usize + 1 > limit as usize {
         return Err(ApiError::quota_exceeded(quota, limit, &format!("adding a route to {table_id}")));
     }
-    let id = new_id("r");
-    let inserted = sqlx::query("INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-        .bind(&id)
-        .bind(&table_id)
-        .bind(&req.name)
-        .bind(&destination)
-        .bind(&req.target_instance)
-        .bind(now)
-        .execute(&mut *tx)
-        .await;
-    if let Err(e) = inserted {
-        // The unique index is the check; find the holder only to name it.
-        if is_unique_violation(&e) {
-            let holder: Option<(String, String)> =
-                sqlx::query_as("SELECT id, name FROM routes WHERE route_table_id = ?1 AND destination = ?2")
-                    .bind(&table_id)
-                    .bind(&destination)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            let (id, name) = holder.unwrap_or_default();
-            return Err(ApiError::conflict(
-                codes::ROUTE_ALREADY_EXISTS,
-                format!(
-                    "route table {table_id} already has a route to {destination}: {id} ({name:?}); delete it first"
-                ),
-            ));
+    match insert {
+        Some(insert) => inserted(&mut tx, &table_id, &destination, ran.affected(insert)).await?,
+        None => {
+            let mut script = Script::new();
+            let insert = new(now).push_insert(&mut script);
+            let recorded = idempotency::push_record(&mut script, &op_key, key, &request_json, &id, now);
+            let ran = script.run(&mut tx).await;
+            inserted(&mut tx, &table_id, &destination, ran.affected(insert)).await?;
+            if let Some(recorded) = recorded {
+                ran.affected(recorded)?;
+            }
         }
-        return Err(e.into());
     }
-    idempotency::record(&mut tx, &op_key, key, &request_json, &id, now).await?;
     audit::commit(tx, &id).await?;
     let route = RouteRow {
         id,
@@ -263,6 +256,63 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
         created_at: now,
     };
     Ok((route.into(), false))
+}
+
+/// A new route's row, as the create writes it.
+struct NewRoute<'a> {
+    id: &'a str,
+    /// The table as the caller named it (an ID, or `main`): the insert finds it, as the checks do.
+    table: &'a str,
+    req: &'a CreateRouteRequest,
+    destination: &'a str,
+    now: i64,
+}
+
+impl NewRoute<'_> {
+    /// Push its insert; it inserts nothing if the table does not exist (the checks say so).
+    fn push_insert(&self, script: &mut Script) -> Step {
+        script.push(
+            "INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) \
+             SELECT ?1, id, ?3, ?4, ?5, ?6 FROM route_tables WHERE id = ?2 OR (?2 = 'main' AND main = 1) LIMIT 1",
+            |b| {
+                b.bind(self.id)
+                    .bind(self.table)
+                    .bind(self.req.name.as_str())
+                    .bind(self.destination)
+                    .bind(self.req.target_instance.as_str())
+                    .bind(self.now);
+            },
+        )
+    }
+}
+
+/// The insert's outcome: a destination the table routes already is a conflict naming the route.
+async fn inserted(
+    tx: &mut Tx,
+    table_id: &str,
+    destination: &str,
+    outcome: std::result::Result<u64, NotDone<'_>>,
+) -> Result<()> {
+    match outcome {
+        Ok(_) => Ok(()),
+        // The unique index is the check; find the holder only to name it.
+        Err(NotDone::Failed(e)) if is_unique_violation(e) => {
+            let holder: Option<(String, String)> =
+                sqlx::query_as("SELECT id, name FROM routes WHERE route_table_id = ?1 AND destination = ?2")
+                    .bind(table_id)
+                    .bind(destination)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            let (id, name) = holder.unwrap_or_default();
+            Err(ApiError::conflict(
+                codes::ROUTE_ALREADY_EXISTS,
+                format!(
+                    "route table {table_id} already has a route to {destination}: {id} ({name:?}); delete it first"
+                ),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
