@@ -22,11 +22,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sqlx::Transaction;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Row, Transaction};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
-
-use sqlx::Row;
 
 use super::checkpoint::Checkpointer;
 use super::script::{Ran, Script};
@@ -191,11 +189,18 @@ impl Writer {
             batch.last = Savepoint::Broken;
             return Err(e.into());
         }
-        let due = match probe.map(|step| ran.rows(step).map(|rows| rows.first().map(|r| r.try_get::<bool, _>(0)))) {
-            Some(Ok(Some(Ok(due)))) => due,
-            _ => false,
-        };
         batch.last = Savepoint::Open;
+        // (The probe ran: a failure before the call's own statements was taken above.)
+        let due = match probe.and_then(|step| ran.rows(step).ok()?.first().map(|row| row.try_get::<bool, _>(0))) {
+            Some(Ok(due)) => due,
+            Some(Err(e)) => {
+                // The call's statements ran: its savepoint is undone before the next call.
+                batch.last = Savepoint::Abandoned;
+                return Err(e.into());
+            }
+            // No probe (or, impossibly, no row from one): nothing due.
+            None => false,
+        };
         let audit_written = batch.seqs.len();
         let tx = Tx { batch, commit_due: self.commit_due.clone(), audit_written };
         Ok(Started { tx, now, due, ran, steps })

@@ -155,7 +155,6 @@ fn check_source_ranges(ranges: &[String]) -> Result<()> {
 }
 
 /// Backends must be distinct instances that exist (terminated ones still count as existing while listed).
-/// Check that every backend is listed once and exists.
 async fn check_backends(tx: &mut Tx, backends: &[String]) -> Result<()> {
     let mut script = Script::new();
     let missing = push_missing_backends(&mut script, backends);
