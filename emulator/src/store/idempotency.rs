@@ -44,23 +44,8 @@ pub fn judge(rows: &[SqliteRow], operation: &str, key: &str, request: &str) -> R
     ))
 }
 
-/// Remember what a create with `key` made, in its transaction.
-pub async fn record(
-    tx: &mut Tx,
-    operation: &str,
-    key: Option<&str>,
-    request: &str,
-    resource_id: &str,
-    now: i64,
-) -> Result<()> {
-    let mut script = Script::new();
-    let Some(recorded) = push_record(&mut script, operation, key, request, resource_id, now) else { return Ok(()) };
-    script.run(tx).await.affected(recorded)?;
-    Ok(())
-}
-
-/// [`record`], pushed onto a create's list after the create's own insert (so it runs only if that succeeded);
-/// `None` without a key.
+/// Remember what a create with `key` made, pushed onto its list after the create's own insert (so it runs only
+/// if that succeeded); `None` without a key.
 pub fn push_record(
     script: &mut Script,
     operation: &str,
