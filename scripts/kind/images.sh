@@ -15,6 +15,10 @@ tag=${FAKECLOUD_IMAGE_TAG:-dev}
 # image name -> binary it carries
 declare -A binaries=([emulator]=fakecloud [ccm]=fakecloud-ccm [vpc-router]=fakecloud-vpc-router)
 stage_root="${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}/image-context"
+# Every image built here carries this label: what a rebuild leaves untagged (the old binary's layer) is pruned
+# by it, and never anyone else's image. Without that, each run with a new binary left its old image behind in the
+# engine's data-root, and the disk filled over repeated runs.
+label=org.fakecloud.image
 
 bash "$(dirname "${BASH_SOURCE[0]}")/base-image.sh"
 
@@ -28,10 +32,13 @@ image_of() {
 	local name=$1 bin=$2 context="$stage_root/$1"
 	rm -rf "$context"
 	mkdir -p "$context"
-	cp "$bin" "$context/"
+	# Without its debug info (symbols stay, so a backtrace still names functions): a debug build's binary is
+	# mostly DWARF, and every kind node holds each image twice (its layers and the unpacked copy).
+	objcopy --strip-debug "$bin" "$context/${bin##*/}"
 	# --network none: nothing in these Dockerfiles may need a network, offline or not.
-	step "building image fakecloud/$name:$tag" \
-		docker build --quiet --network none -f "$kind_repo_root/docker/$name.Dockerfile" -t "fakecloud/$name:$tag" "$context" >/dev/null
+	step "building image fakecloud/$name:$tag ($(du -m "$context/${bin##*/}" | cut -f1) MB binary)" \
+		docker build --quiet --network none --label "$label=$name" -f "$kind_repo_root/docker/$name.Dockerfile" \
+		-t "fakecloud/$name:$tag" "$context" >/dev/null
 }
 
 for name in "${!binaries[@]}"; do image_of "$name" "$image_target_dir/${binaries[$name]}"; done
@@ -45,3 +52,4 @@ if [[ "$kind_ccm" == upstream ]]; then
 	image_of upstream-ccm "$upstream_ccm"
 fi
 rm -rf "$stage_root"
+docker image prune -f --filter "label=$label" >/dev/null
