@@ -44,9 +44,18 @@ nodes=$(grep -cE '^\s*- role:' "$kind_config")
 need_gb=$((nodes * 3 + 2))
 [[ -n "$(docker image ls -q "$kind_node_image" 2>/dev/null)" ]] || need_gb=$((need_gb + 10))
 mkdir -p "$cache_root"
-avail_gb=$(df --output=avail -BG "$cache_root" | tail -1 | tr -dc 0-9)
+free_gb() { df --output=avail -BG "$cache_root" | tail -1 | tr -dc 0-9; }
+avail_gb=$(free_gb)
+if ((avail_gb < need_gb)) && [[ "${DOCKER_HOST:-}" == "unix://$engine_socket" ]]; then
+	# Everything in the private engine is ours: what earlier runs left untagged, and the build cache, go first.
+	log "only ${avail_gb} GB free of the ${need_gb} GB needed: pruning the private engine's untagged images and build cache"
+	docker image prune -f >/dev/null 2>&1 || true
+	docker builder prune -af >/dev/null 2>&1 || true
+	avail_gb=$(free_gb)
+fi
 ((avail_gb >= need_gb)) ||
-	die "about ${need_gb} GB of free disk are needed under $cache_root for $nodes kind nodes (and the image builds), and only ${avail_gb} GB are free"
+	die "about ${need_gb} GB of free disk are needed under $cache_root for $nodes kind nodes (and the image builds), and only ${avail_gb} GB are free. What is largest there:
+$(du -xsh "$cache_root"/*/* 2>/dev/null | sort -rh | head -n 6 | sed 's/^/  /')"
 
 created=()
 cleanup() {
