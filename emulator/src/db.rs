@@ -73,8 +73,10 @@ impl Db {
             .max_connections(1)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(30))
-            // The writer never checkpoints: the checkpointer does, off its path (see `checkpoint`).
-            .connect_with(opts.clone().pragma("wal_autocheckpoint", "0"))
+            // The writer never checkpoints: the checkpointer does, off its path (see `checkpoint`). Its savepoint
+            // journals (one per call in a batch) stay in memory: in temp files they were written, and the files
+            // created and deleted, every batch (BENCHMARKS.md, issue #15).
+            .connect_with(opts.clone().pragma("wal_autocheckpoint", "0").pragma("temp_store", "memory"))
             .await
             .map_err(open_err)?;
         sqlx::migrate!("./migrations")
