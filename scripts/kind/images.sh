@@ -30,13 +30,14 @@ step "building ${binaries[*]} ($image_profile profile)" \
 # An image of one prebuilt binary: NAME, the binary's path (staged as its file name).
 image_of() {
 	local name=$1 bin=$2 context="$stage_root/$1"
+	local staged="$context/${bin##*/}"
 	rm -rf "$context"
 	mkdir -p "$context"
 	# Without its debug info (symbols stay, so a backtrace still names functions): a debug build's binary is
 	# mostly DWARF, and every kind node holds each image twice (its layers and the unpacked copy).
-	objcopy --strip-debug "$bin" "$context/${bin##*/}"
+	objcopy --strip-debug "$bin" "$staged"
 	# --network none: nothing in these Dockerfiles may need a network, offline or not.
-	step "building image fakecloud/$name:$tag ($(du -m "$context/${bin##*/}" | cut -f1) MB binary)" \
+	step "building image fakecloud/$name:$tag ($(du -m "$staged" | cut -f1) MB binary)" \
 		docker build --quiet --network none --label "$label=$name" -f "$kind_repo_root/docker/$name.Dockerfile" \
 		-t "fakecloud/$name:$tag" "$context" >/dev/null
 }
