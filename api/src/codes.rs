@@ -20,10 +20,12 @@ pub const LOAD_BALANCER_NOT_FOUND: &str = "LoadBalancerNotFound";
 pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
 pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
 pub const HANG_NOT_FOUND: &str = "HangNotFound";
-// 405 / 413 / 415
+// 405 / 408 / 413 / 415 / 429
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";
+pub const REQUEST_TIMEOUT: &str = "RequestTimeout";
 pub const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
+pub const TOO_MANY_STREAMS: &str = "TooManyStreams";
 // 409
 pub const INSTANCE_NAME_IN_USE: &str = "InstanceNameInUse";
 pub const INCORRECT_INSTANCE_STATE: &str = "IncorrectInstanceState";

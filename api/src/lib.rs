@@ -6,6 +6,7 @@ pub mod cloud_config;
 pub mod codes;
 pub mod faults;
 pub mod limits;
+pub mod net;
 pub mod types;
 
 pub use client::{ApiError, Client, ClientError, RetryPolicy};

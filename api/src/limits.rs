@@ -37,6 +37,9 @@ pub const AUDIT_LIMIT_DEFAULT: u32 = 1000;
 pub const AUDIT_STREAM_SECONDS_MIN: u32 = 1;
 pub const AUDIT_STREAM_SECONDS_MAX: u32 = 3600;
 pub const AUDIT_STREAM_SECONDS_DEFAULT: u32 = 300;
+/// Audit streams open at once with one token (only the admin token may stream): each polls the log, and a
+/// thousand would take the database's readers from every other call.
+pub const AUDIT_STREAMS_PER_TOKEN: u32 = 8;
 /// Ports: 0 is not a port.
 pub const PORT_MIN: u16 = 1;
 /// A health check's interval, in seconds.

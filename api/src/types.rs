@@ -120,8 +120,10 @@ pub struct CreateInstanceRequest {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
     /// A fixed private IP, to adopt an existing machine (such as a kind node). Inside the VPC it must lie in the
-    /// zone's subnet; outside it, any address not in use is accepted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// zone's subnet; outside it, in a network the emulator adopts machines from (`serve --adopt-networks`, a
+    /// kind network say), or on loopback with `serve --loopback-instances`. Never a load balancer's address or
+    /// the emulator host's own. An IPv4-mapped IPv6 address is read as the IPv4 address it maps.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::net::deserialize_canonical")]
     #[schema(value_type = Option<String>)]
     pub private_ip: Option<IpAddr>,
     /// A fixed IPv6 address beside an IPv4 `private_ip`, to adopt a dual-stack machine (such as a node of a
@@ -515,8 +517,9 @@ pub struct CreateLoadBalancerRequest {
     pub health_check: Option<HealthCheck>,
     #[serde(default)]
     pub source_ranges: Vec<String>,
-    /// Must be free and inside the pool of the scheme.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Must be free and inside the pool of the scheme. An IPv4-mapped IPv6 address is read as the IPv4 address
+    /// it maps.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::net::deserialize_canonical")]
     #[schema(value_type = Option<String>)]
     pub requested_ip: Option<IpAddr>,
 }

@@ -22,8 +22,44 @@ pub struct Config {
     pub connections: crate::listener::Limits,
     /// Serve every active load balancer's listeners (the data plane); off by default.
     pub serve_load_balancers: bool,
+    /// What the data plane may hold open, when it is served.
+    pub data_plane: DataPlaneLimits,
     /// Accept a loopback `private_ip` for an adopted instance (backends that are processes on this host).
     pub loopback_instances: bool,
+    /// Networks outside the VPC whose machines may be adopted (a kind network): a fixed `private_ip` or
+    /// `ipv6_address` may lie in them (see `addresses`).
+    pub adopt_networks: Vec<ipnet::IpNet>,
+}
+
+/// What the load balancer data plane may hold open (`serve --lb-*`), so that no client of a load balancer —
+/// however many connections or UDP clients it opens, however long it keeps them quiet — takes more than its
+/// share, or the open files the API needs.
+#[derive(Debug, Clone)]
+pub struct DataPlaneLimits {
+    /// TCP connections open at once on one listener.
+    pub connections_per_listener: u32,
+    /// TCP connections open at once on one load balancer, across its listeners.
+    pub connections_per_lb: u32,
+    /// UDP sessions open at once on one load balancer, across its listeners.
+    pub udp_sessions_per_lb: u32,
+    /// How long a proxied TCP connection may pass no byte either way before it is closed.
+    pub idle_timeout: Duration,
+    /// Open files the data plane may hold: a listening socket each, two per TCP connection (the client's and
+    /// the backend's), one per UDP session and per health check under way. Apart from the API's connections.
+    pub max_files: u32,
+}
+
+impl Default for DataPlaneLimits {
+    fn default() -> Self {
+        Self {
+            connections_per_listener: 1024,
+            connections_per_lb: 4096,
+            udp_sessions_per_lb: 4096,
+            // As a network load balancer's (AWS NLB: 350 s for TCP).
+            idle_timeout: Duration::from_secs(350),
+            max_files: crate::listener::default_max_connections() / 2,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -203,7 +239,9 @@ impl Default for Config {
             snapshot_dir: None,
             connections: crate::listener::Limits::default(),
             serve_load_balancers: false,
+            data_plane: DataPlaneLimits::default(),
             loopback_instances: false,
+            adopt_networks: Vec::new(),
         }
     }
 }

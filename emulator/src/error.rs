@@ -6,11 +6,25 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::{ErrorBody, ErrorDetail, QuotaName, codes};
 
+/// Headers an error's extra headers may not set: the answer's framing and the connection's fate are the
+/// server's (a `Content-Length` that disagrees with the body, or a `Transfer-Encoding`, would break the
+/// exchange: the client would read a truncated or garbled answer while the audit says it got an error).
+pub const SERVER_HEADERS: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+];
+
 /// The error code of a response, for the audit log and metrics.
 #[derive(Debug, Clone)]
 pub struct ErrorCode(pub String);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ApiError {
     pub status: StatusCode,
@@ -112,7 +126,9 @@ impl IntoResponse for ApiError {
         let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
         let mut resp = (self.status, axum::Json(body)).into_response();
         for (k, v) in &self.headers {
-            if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+            if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str()))
+                && !SERVER_HEADERS.contains(&k.as_str())
+            {
                 resp.headers_mut().insert(k, v);
             }
         }

@@ -2,11 +2,13 @@
 //! log) served over HTTP from a SQLite file.
 //!
 //! - [`config`]: what the cloud looks like (region, zones, pools) and how fast it moves.
+//! - [`addresses`]: which addresses a machine may have (and so the data plane may forward to).
 //! - [`store`]: the SQL, one module per resource; quotas and idempotency are enforced there.
 //! - [`http`]: handlers per resource, auth, audit and metrics.
 //! - [`dataplane`]: the load balancers' listeners, proxy and health checks (`serve --serve-load-balancers`).
 //! - [`server`]: start it all (used by `fakecloud serve` and by tests).
 
+pub mod addresses;
 pub mod cli;
 pub mod config;
 pub mod credentials;

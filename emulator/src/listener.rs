@@ -1,7 +1,10 @@
 //! Serving HTTP/1 connections with the limits a server on a shared machine needs: a request's head must arrive
 //! within the header-read timeout of its first byte, a keep-alive connection may sit idle only for the idle
-//! timeout, and at most `max_connections` are open at once. At that cap, idle keep-alive connections are closed
-//! to make room for new ones; when every connection is busy, new ones wait in the listen backlog.
+//! timeout, an answer the client stops reading is given up after the idle timeout without progress, and at most
+//! `max_connections` are open at once. At that cap, idle keep-alive connections are closed to make room for new
+//! ones; when every connection is busy, new ones wait in the listen backlog. A connection is busy from its
+//! request's head to its answer's last byte: a long answer (the audit stream) is never cut as idle. (A request's
+//! body has a deadline of its own, which the gatekeeper keeps: see `http`.)
 
 use std::io;
 use std::pin::Pin;
@@ -20,10 +23,13 @@ use tower::ServiceExt;
 /// File descriptors kept back from connections: the database, its WAL, the listener, logs.
 const RESERVED_FDS: u64 = 128;
 
-/// The connection limits (`fakecloud serve --header-read-timeout`, `--idle-timeout`, `--max-connections`).
+/// The connection limits (`fakecloud serve --header-read-timeout`, `--body-read-timeout`, `--idle-timeout`,
+/// `--max-connections`).
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub header_read_timeout: Duration,
+    /// From the end of a request's head to the end of its body, however it trickles in.
+    pub body_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: u32,
 }
@@ -32,6 +38,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: default_max_connections(),
         }
@@ -143,28 +150,93 @@ enum Phase {
     Busy,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Now {
+    phase: Phase,
+    since: Instant,
+    /// Since when a write has waited for the client to read (its receive window full), if one does.
+    stalled: Option<Instant>,
+}
+
 #[derive(Debug)]
 struct Activity {
-    now: Mutex<(Phase, Instant)>,
+    now: Mutex<Now>,
     changed: Notify,
 }
 
 impl Activity {
-    fn get(&self) -> (Phase, Instant) {
-        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+    fn new() -> Self {
+        Self {
+            now: Mutex::new(Now { phase: Phase::Idle, since: Instant::now(), stalled: None }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Now> {
+        self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self) -> Now {
+        *self.lock()
     }
 
     fn set(&self, phase: Phase) {
-        *self.now.lock().unwrap_or_else(|p| p.into_inner()) = (phase, Instant::now());
+        let mut now = self.lock();
+        (now.phase, now.since) = (phase, Instant::now());
         self.changed.notify_one();
     }
 
     fn bytes_arrived(&self) {
-        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
-        if now.0 == Phase::Idle {
-            *now = (Phase::Head, Instant::now());
+        let mut now = self.lock();
+        if now.phase == Phase::Idle {
+            (now.phase, now.since) = (Phase::Head, Instant::now());
             self.changed.notify_one();
         }
+    }
+
+    /// A write found the client not reading (`true`), or went through (`false`).
+    fn write_stalled(&self, stalled: bool) {
+        let mut now = self.lock();
+        match (stalled, now.stalled) {
+            (true, None) => {
+                now.stalled = Some(Instant::now());
+                self.changed.notify_one();
+            }
+            (false, Some(_)) => now.stalled = None,
+            _ => {}
+        }
+    }
+}
+
+/// A response body that marks its connection idle once it has been sent (or dropped unsent).
+struct Answer {
+    body: axum::body::Body,
+    activity: Arc<Activity>,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        self.activity.set(Phase::Idle);
+    }
+}
+
+impl hyper::body::Body for Answer {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -175,7 +247,7 @@ async fn connection(
     make_room: &Notify,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let activity = Arc::new(Activity { now: Mutex::new((Phase::Idle, Instant::now())), changed: Notify::new() });
+    let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched { stream, activity: activity.clone() });
     let calls = activity.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
@@ -183,22 +255,27 @@ async fn connection(
         calls.set(Phase::Busy);
         async move {
             let resp = router.oneshot(req.map(axum::body::Body::new)).await;
-            calls.set(Phase::Idle);
-            resp
+            // Busy until the answer's last byte is handed over (see `Answer`).
+            resp.map(|r| r.map(|body| Answer { body, activity: calls }))
         }
     });
     let conn = hyper::server::conn::http1::Builder::new().header_read_timeout(None).serve_connection(io, service);
     tokio::pin!(conn);
     loop {
-        let (phase, since) = activity.get();
+        let Now { phase, since, stalled } = activity.get();
         // checked_add: a timeout too long for the clock is no timeout.
         let deadline = match phase {
             Phase::Idle => since.checked_add(limits.idle_timeout),
             Phase::Head => since.checked_add(limits.header_read_timeout),
-            Phase::Busy => None,
+            // A call may take as long as it takes; a client that stops reading its answer may not.
+            Phase::Busy => stalled.and_then(|s| s.checked_add(limits.idle_timeout)),
         };
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            tracing::debug!(?phase, "closing a connection: timed out waiting for a request");
+            let why = match phase {
+                Phase::Busy => "the client stopped reading its answer",
+                _ => "timed out waiting for a request",
+            };
+            tracing::debug!(?phase, "closing a connection: {why}");
             return;
         }
         tokio::select! {
@@ -244,7 +321,9 @@ impl AsyncRead for Watched {
 
 impl AsyncWrite for Watched {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let written = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.activity.write_stalled(written.is_pending());
+        written
     }
 
     fn poll_write_vectored(
@@ -252,7 +331,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.activity.write_stalled(written.is_pending());
+        written
     }
 
     fn is_write_vectored(&self) -> bool {

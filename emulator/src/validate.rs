@@ -41,7 +41,11 @@ impl Text {
     }
 
     pub fn check(&self, field: &str, value: &str) -> Result<()> {
-        if self.matches(value) { Ok(()) } else { Err(ApiError::invalid(field, format!("{value:?} {}", self.says))) }
+        if self.matches(value) {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(field, format!("{} {}", quoted(value), self.says)))
+        }
     }
 
     /// The rule as JSON Schema keywords.
@@ -51,6 +55,20 @@ impl Text {
             s["pattern"] = p.into();
         }
         s
+    }
+}
+
+/// The longest value an error message repeats, in characters: a 100 KB value is not sent back whole.
+const ECHO_MAX_CHARS: usize = 64;
+
+/// `value` quoted for an error message; a long one cut after [`ECHO_MAX_CHARS`], saying how long it was.
+pub fn quoted(value: &str) -> String {
+    let n = value.chars().count();
+    if n <= ECHO_MAX_CHARS {
+        format!("{value:?}")
+    } else {
+        let head: String = value.chars().take(ECHO_MAX_CHARS).collect();
+        format!("{head:?}... ({n} characters)")
     }
 }
 
@@ -96,6 +114,18 @@ pub static IDEMPOTENCY_KEY: Text =
     Text::new(Some(r"^[!-~]+$"), 1, 255, "must be 1-255 printable ASCII characters without spaces");
 /// A page token is the position after which the next page starts.
 pub static PAGE_TOKEN: Text = Text::new(Some(r"^[0-9]+$"), 1, 18, "is not a page token this API returned");
+/// An HTTP health check's path: an origin-form request target (RFC 9112 3.2.1), a path with an optional query,
+/// in the characters RFC 3986 allows there — no space, no control character, so it cannot end the request line
+/// and write headers or a second request of its own.
+pub static HEALTH_CHECK_PATH: Text = Text::new(
+    Some(r"^/[A-Za-z0-9._~!$&'()*+,;=:@/%?-]*$"),
+    1,
+    1024,
+    "is not a health check path: '/' then at most 1023 of the characters a URL path and query may hold (letters, \
+     digits and -._~!$&'()*+,;=:@/%?; no spaces)",
+);
+/// An ID in a path (`/v1/instances/{id}`): the IDs this API hands out are far shorter.
+pub static PATH_ID: Text = Text::new(None, 1, 128, "is not an ID this API returned (at most 128 characters)");
 /// A snapshot's file name.
 pub static SNAPSHOT_NAME: Text = Text::new(
     Some(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"),
@@ -138,7 +168,7 @@ pub fn cidr(field: &str, value: &str, strict: bool) -> Result<IpNet> {
         })
     })?;
     let prefix: u8 = prefix.parse().map_err(|_| bad(""))?;
-    let net = IpNet::new(addr, prefix).map_err(|_| bad(""))?;
+    let net = fakecloud_api::net::canonical_net(IpNet::new(addr, prefix).map_err(|_| bad(""))?);
     if strict && net.trunc() != net {
         return Err(ApiError::bad_request(
             codes::INVALID_CIDR,
@@ -215,6 +245,8 @@ mod tests {
             &TAG_PAIR,
             &FAULT_CODE,
             &IDEMPOTENCY_KEY,
+            &HEALTH_CHECK_PATH,
+            &PATH_ID,
             &PAGE_TOKEN,
             &SNAPSHOT_NAME,
         ] {
@@ -238,6 +270,26 @@ mod tests {
             assert!(cidr("destination", zeros, false).unwrap_err().message.contains("leading zeros"), "{zeros}");
         }
         assert_eq!(cidr("destination", "FD00:0::/64", true).unwrap().to_string(), "fd00::/64");
+        // IPv4-mapped networks are the IPv4 networks they map.
+        assert_eq!(cidr("destination", "::ffff:10.244.1.0/120", true).unwrap().to_string(), "10.244.1.0/24");
+        assert_eq!(cidr("source_ranges[0]", "::ffff:127.0.0.1/128", false).unwrap().to_string(), "127.0.0.1/32");
+    }
+
+    #[test]
+    fn health_check_paths_are_request_targets() {
+        for ok in ["/", "/healthz", "/a/b?x=1&y=%20", "/~user/p;v=1"] {
+            assert!(HEALTH_CHECK_PATH.matches(ok), "{ok}");
+        }
+        for bad in ["", "x", "/x HTTP/1.1", "/x\r\nHost: internal", "/\t", &format!("/{}", "a".repeat(1024))] {
+            assert!(!HEALTH_CHECK_PATH.matches(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn long_values_are_not_echoed_whole() {
+        let err = IDEMPOTENCY_KEY.check("Idempotency-Key", &"k".repeat(60_000)).unwrap_err();
+        assert!(err.message.len() < 300 && err.message.contains("60000 characters"), "{}", err.message);
+        assert_eq!(quoted("abc"), "\"abc\"");
     }
 
     #[test]

@@ -218,3 +218,40 @@ async fn the_openapi_document_states_responses_and_bounds_as_enforced() {
     assert_eq!(param("/v1/instances", "state")["enum"].as_array().map(Vec::len), Some(6));
     assert_eq!(param("/v1/audit", "status")["maximum"].as_u64(), Some(u64::from(u16::MAX)));
 }
+
+/// Each open audit stream polls the log: a token may hold only a few at once, so a thousand cannot take the
+/// database's readers from every other call. The one past the cap is refused (429, counted), and a stream that
+/// ends gives its place back.
+#[tokio::test]
+async fn audit_streams_are_bounded_per_token() {
+    let emu = Emu::start().await;
+    let open = |seconds: u32| {
+        reqwest::Client::new()
+            .get(format!("{}/v1/audit/stream?max_seconds={seconds}", emu.url()))
+            .bearer_auth(common::ADMIN)
+            .send()
+    };
+    let cap = fakecloud_api::limits::AUDIT_STREAMS_PER_TOKEN;
+    let mut streams = Vec::new();
+    for _ in 0..cap {
+        let s = open(60).await.unwrap();
+        assert_eq!(s.status(), 200);
+        streams.push(s);
+    }
+    let refused = open(60).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: fakecloud_api::ErrorBody = refused.json().await.unwrap();
+    assert_eq!(body.error.code, fakecloud_api::codes::TOO_MANY_STREAMS, "{}", body.error.message);
+    // The other calls are answered meanwhile.
+    emu.user.list_instances(&Default::default()).await.unwrap();
+    let metrics = reqwest::get(format!("{}/metrics", emu.url())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("fakecloud_audit_streams_refused_total 1"), "{metrics}");
+    // A stream closed by its client gives its place back.
+    drop(streams.pop());
+    common::eventually(std::time::Duration::from_secs(30), "a place for a new stream", || async {
+        let s = open(1).await.unwrap();
+        (s.status() == 200).then_some(())
+    })
+    .await;
+}

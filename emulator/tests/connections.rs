@@ -140,3 +140,73 @@ async fn read_answer(conn: &mut TcpStream) -> String {
     }
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// A body that trickles in — a byte every 200 ms, of a declared 100,000 — holds its connection only until the
+/// body-read timeout: it is answered 408 and closed, and the clients it would have locked out get answers.
+#[tokio::test]
+async fn a_trickling_body_is_cut_at_the_body_read_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--body-read-timeout", "1s", "--max-connections", "4"];
+    let (_child, url, _) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut trickles = Vec::new();
+    // As many as the emulator takes connections: without the timeout they would hold every one for good.
+    for _ in 0..4 {
+        let conn = TcpStream::connect(&addr).await.unwrap();
+        let (mut read, mut write) = conn.into_split();
+        let head = format!(
+            "POST /v1/instances HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {USER}\r\nContent-Type: application/json\r\n\
+             Content-Length: 100000\r\n\r\n{{"
+        );
+        write.write_all(head.as_bytes()).await.unwrap();
+        let dripping = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if write.write_all(b" ").await.is_err() {
+                    return;
+                }
+            }
+        });
+        trickles.push(tokio::spawn(async move {
+            let mut answer = Vec::new();
+            // Until the server closes: the answer, then the end of the connection.
+            let _ = tokio::time::timeout(Duration::from_secs(60), read.read_to_end(&mut answer)).await;
+            dripping.abort();
+            String::from_utf8_lossy(&answer).into_owned()
+        }));
+    }
+    let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(60)).unwrap();
+    client.region().await.expect("an answer once the trickling bodies are cut");
+    for t in trickles {
+        let answer = t.await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("RequestTimeout") && answer.contains("--body-read-timeout"), "{answer}");
+    }
+}
+
+/// The audit stream is one long answer: it runs to its `max_seconds` past the idle timeout, and is not closed
+/// to make room for new connections at the cap (it is busy, not idle).
+#[tokio::test]
+async fn a_live_audit_stream_outlasts_the_idle_timeout_and_the_connection_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--idle-timeout", "1s", "--max-connections", "2"];
+    let (_child, url, _) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
+    let started = Instant::now();
+    let stream = reqwest::Client::new()
+        .get(format!("{url}/v1/audit/stream?max_seconds=4"))
+        .bearer_auth(common::ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    // New connections, one after another, each a call that the stream then shows; at the cap of two, the idle
+    // ones make room, never the stream.
+    for _ in 0..3 {
+        let fresh = Client::new(&url, USER).unwrap();
+        fresh.region().await.unwrap();
+    }
+    let body = tokio::time::timeout(Duration::from_secs(60), stream.text()).await.unwrap().unwrap();
+    let lasted = started.elapsed();
+    assert!(lasted >= Duration::from_millis(3500), "the stream was cut after {lasted:?}: {body}");
+    assert_eq!(body.matches("\"operation\":\"GetRegion\"").count(), 3, "every call is in the stream: {body}");
+}

@@ -134,8 +134,17 @@ async fn echo(stream: &mut TcpStream, text: &str) -> Option<String> {
 
 /// The emulator serving load balancers from the pool `127.77.{net}.0/24`.
 async fn emulator(db: &std::path::Path, net: u8) -> (Child, Client, std::sync::Arc<std::sync::Mutex<String>>) {
+    emulator_with(db, net, &[]).await
+}
+
+/// [`emulator`], with more flags.
+async fn emulator_with(
+    db: &std::path::Path,
+    net: u8,
+    more: &[&str],
+) -> (Child, Client, std::sync::Arc<std::sync::Mutex<String>>) {
     let pool = format!("127.77.{net}.0/24");
-    let flags = [
+    let mut flags = vec![
         "--serve-load-balancers",
         "--loopback-instances",
         "--public-pool",
@@ -145,6 +154,7 @@ async fn emulator(db: &std::path::Path, net: u8) -> (Child, Client, std::sync::A
         "--lb-delete-delay",
         "0s",
     ];
+    flags.extend_from_slice(more);
     let (child, url, log) = spawn_emulator_with(db, &flags, None).await;
     (child, Client::new(&url, USER).unwrap(), log)
 }
@@ -735,4 +745,280 @@ async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
         tokio::time::timeout(Duration::from_millis(300), a.recv_from(&mut buf)).await.is_err().then_some(())
     })
     .await;
+}
+
+/// Connect to `to` and keep the connection if a backend greets it; `None` if it is closed at once.
+async fn held(to: SocketAddr) -> Option<TcpStream> {
+    hello_from(None, to).await.map(|(_, stream)| stream)
+}
+
+#[tokio::test]
+async fn connections_past_a_listener_or_load_balancer_limit_are_refused_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = ["--lb-max-connections-per-listener", "3", "--lb-max-connections", "4"];
+    let (_emu, c, _log) = emulator_with(&dir.path().join("fc.db"), 9, &limits).await;
+    let bs = backends(&c, 9, &["b1"]).await;
+    let req = CreateLoadBalancerRequest {
+        name: "web".into(),
+        listeners: vec![tcp(18001, bs.port)],
+        backends: bs.instances.clone(),
+        ..Default::default()
+    };
+    let created = c.create_load_balancer(&req, None).await.unwrap();
+    assert_eq!(created.ip_mode, fakecloud_api::IpMode::Proxy, "a create answers as a get does");
+    let lb = create_lb(&c, CreateLoadBalancerRequest { name: "web2".into(), ..req }).await;
+    let update = UpdateLoadBalancerRequest {
+        listeners: Some(vec![tcp(18001, bs.port), tcp(18002, bs.port)]),
+        ..Default::default()
+    };
+    let patched = c.update_load_balancer(&lb.id, &update).await.unwrap();
+    assert_eq!(patched.ip_mode, fakecloud_api::IpMode::Proxy, "an update answers as a get does");
+    let vip = lb.address.unwrap();
+    let (p1, p2) = (SocketAddr::new(vip, 18001), SocketAddr::new(vip, 18002));
+    answers(p2, &["b1"]).await;
+
+    // Three on the first listener, its limit; the fourth is closed at once.
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(held(p1).await.expect("a connection under the listener's limit"));
+    }
+    assert!(held(p1).await.is_none(), "a fourth connection on a listener that takes three");
+    // One more on the second listener makes four on the load balancer, its limit.
+    open.push(held(p2).await.expect("the load balancer's fourth connection"));
+    assert!(held(p2).await.is_none(), "a fifth connection on a load balancer that takes four");
+
+    let text = metrics(&c).await;
+    for outcome in ["refused_listener_full", "refused_lb_full"] {
+        assert!(text.contains(&format!("outcome=\"{outcome}\"")), "{outcome}: {text}");
+    }
+    let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane.unwrap();
+    assert_eq!(dp.state, DataPlaneState::Degraded, "{dp:?}");
+    assert!(
+        dp.reasons.iter().any(|r| r.contains("TCP/18001") && r.contains("--lb-max-connections-per-listener")),
+        "{dp:?}"
+    );
+    assert!(dp.reasons.iter().any(|r| r.contains("--lb-max-connections)")), "{dp:?}");
+
+    // Closed connections give their places back.
+    drop(open);
+    answers(p1, &["b1"]).await;
+    let deleted = c.delete_load_balancer(&lb.id).await.unwrap();
+    assert_eq!(deleted.ip_mode, fakecloud_api::IpMode::Proxy, "a delete answers as a get does");
+}
+
+#[tokio::test]
+async fn a_proxied_connection_that_passes_nothing_is_closed_at_the_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator_with(&dir.path().join("fc.db"), 10, &["--lb-idle-timeout", "1s"]).await;
+    let bs = backends(&c, 10, &["b1"]).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![tcp(18001, bs.port)],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    answers(to, &["b1"]).await;
+    // A connection that talks keeps going past the idle timeout...
+    let (_, mut busy) = hello_from(None, to).await.unwrap();
+    for n in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(echo(&mut busy, &format!("{n}")).await, Some(format!("b1:{n}")), "a busy connection was cut");
+    }
+    // ...and one that stays quiet is closed (without the timeout it would stay open for good).
+    let (_, mut quiet) = hello_from(None, to).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(60), quiet.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a quiet connection was not closed: {read:?}");
+    assert!(metrics(&c).await.contains("fakecloud_lb_connections_idle_closed_total"), "idle closes are counted");
+}
+
+#[tokio::test]
+async fn udp_sessions_are_bounded_per_load_balancer_across_its_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator_with(&dir.path().join("fc.db"), 11, &["--lb-max-udp-sessions", "2"]).await;
+    let bs = backends(&c, 11, &["b1"]).await;
+    let echo_socket = tokio::net::UdpSocket::bind((ip("127.78.11.1"), bs.port)).await.unwrap();
+    let _echo = udp_echo("b1", echo_socket);
+    let udp = |port| Listener { protocol: Protocol::Udp, port, backend_port: bs.port };
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "dns".into(),
+            listeners: vec![udp(18053), udp(18054)],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let vip = lb.address.unwrap();
+    let (l1, l2) = (SocketAddr::new(vip, 18053), SocketAddr::new(vip, 18054));
+    let a = tokio::net::UdpSocket::bind((ip("127.79.11.1"), 0)).await.unwrap();
+    let b = tokio::net::UdpSocket::bind((ip("127.79.11.2"), 0)).await.unwrap();
+    assert_eq!(udp_ask(&a, l1, "a").await, "b1:a");
+    assert_eq!(udp_ask(&b, l2, "b").await, "b1:b");
+    // Two sessions on the load balancer, one per listener: a third client gets nothing on either.
+    let late = tokio::net::UdpSocket::bind((ip("127.79.11.3"), 0)).await.unwrap();
+    for to in [l1, l2] {
+        late.send_to(b"anyone?", to).await.unwrap();
+        let mut buf = [0u8; 64];
+        let answer = tokio::time::timeout(Duration::from_millis(500), late.recv_from(&mut buf)).await;
+        assert!(answer.is_err(), "a session past the load balancer's limit was answered on {to}");
+    }
+    assert!(metrics(&c).await.contains("outcome=\"refused_sessions_full\""));
+    let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane.unwrap();
+    assert!(dp.reasons.iter().any(|r| r.contains("UDP/") && r.contains("--lb-max-udp-sessions")), "{dp:?}");
+    // The sessions already open carry on.
+    assert_eq!(udp_ask(&a, l1, "again").await, "b1:again");
+}
+
+/// Write straight into the emulator's database, as an older emulator (which did not check) might have.
+async fn stored(db: &std::path::Path, sql: &'static str, bind: &str) {
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", db.display())).await.unwrap();
+    sqlx::query(sql).bind(bind.to_string()).execute(&pool).await.unwrap();
+    pool.close().await;
+}
+
+/// The open files of process `pid`.
+fn open_files(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_load_balancer_never_forwards_to_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fc.db");
+    let (emu, c, _log) = emulator(&db, 12).await;
+    let bs = backends(&c, 12, &["b1"]).await;
+    let port = 18971;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![tcp(port, port)],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let vip = lb.address.unwrap();
+    // The VIP, written as an IPv4-mapped address, is still the load balancer's own.
+    let mapped = format!("::ffff:{vip}");
+    let req = CreateInstanceRequest { name: "loop".into(), private_ip: Some(ip(&mapped)), ..Default::default() };
+    let err = c.create_instance(&req, None).await.unwrap_err();
+    assert_eq!(err.code(), Some(fakecloud_api::codes::INVALID_ADDRESS), "{err}");
+    assert!(err.to_string().contains("public pool"), "{err}");
+
+    // An older emulator took it: the backend's address in the database is the VIP. One connection must not
+    // make the data plane connect to itself over and over.
+    stored(&db, "UPDATE instances SET private_ip = ?1", &mapped).await;
+    let pid = emu.id().unwrap();
+    eventually(FOLLOW, "the backend to be taken out", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        let h = lb.backend_health.first()?;
+        (h.state == BackendState::Unhealthy).then_some(())
+    })
+    .await;
+    let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane.unwrap();
+    assert!(dp.reasons.iter().any(|r| r.contains("not forwarded to") && r.contains("public pool")), "{dp:?}");
+    let before = open_files(pid);
+    for _ in 0..3 {
+        assert!(hello(SocketAddr::new(vip, port)).await.is_none(), "a connection to the load balancer was forwarded");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = open_files(pid);
+    assert!(after < before + 20, "open files went from {before} to {after}");
+    c.list_instances(&Default::default()).await.expect("the API still answers");
+}
+
+#[tokio::test]
+async fn a_health_check_path_cannot_write_a_request_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fc.db");
+    let (_emu, c, _log) = emulator(&db, 13).await;
+    let backend_ip = ip("127.78.13.1");
+    let (port, health_port) = free_ports(backend_ip).await;
+    // The backend's health port records every byte the checks send.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let health = TcpListener::bind((backend_ip, health_port)).await.unwrap();
+    let recorder = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = health.accept().await {
+                let mut buf = vec![0u8; 4096];
+                let n = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await.ok().and_then(Result::ok);
+                seen.lock().unwrap().extend_from_slice(&buf[..n.unwrap_or(0)]);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+            }
+        })
+    };
+    let b1 = instance(&c, "node-1", backend_ip).await;
+    let smuggled = "/x HTTP/1.1\r\nHost: internal\r\n\r\nSET pwned 1\r\n";
+    let check = |path: &str| HealthCheck {
+        protocol: HealthCheckProtocol::Http,
+        port: health_port,
+        path: Some(path.into()),
+        interval_seconds: 1,
+    };
+    let req = CreateLoadBalancerRequest {
+        name: "web".into(),
+        listeners: vec![tcp(18001, port)],
+        backends: vec![b1],
+        health_check: Some(check(smuggled)),
+        ..Default::default()
+    };
+    let err = c.create_load_balancer(&req, None).await.unwrap_err();
+    assert_eq!(err.status(), Some(400), "{err}");
+    assert!(err.to_string().contains("health_check.path"), "{err}");
+
+    // Stored anyway (an older emulator): the checks do not send it.
+    let lb = create_lb(&c, CreateLoadBalancerRequest { health_check: Some(check("/healthz")), ..req }).await;
+    eventually(FOLLOW, "a check with the good path", || async {
+        String::from_utf8_lossy(&seen.lock().unwrap()).contains("GET /healthz HTTP/1.1").then_some(())
+    })
+    .await;
+    let spec = serde_json::json!({"protocol": "HTTP", "port": health_port, "path": smuggled, "interval_seconds": 1});
+    stored(&db, "UPDATE load_balancers SET health_check = ?1", &spec.to_string()).await;
+    let health = eventually(FOLLOW, "the check to refuse the stored path", || async {
+        let lb = c.get_load_balancer(&lb.id).await.unwrap();
+        let h = lb.backend_health.first()?.clone();
+        let refused = h.last_error.as_deref().is_some_and(|e| e.contains("not a request target"));
+        (refused && h.state == BackendState::Unhealthy).then_some(h)
+    })
+    .await;
+    assert!(health.last_error.is_some());
+    assert!(!String::from_utf8_lossy(&seen.lock().unwrap()).contains("pwned"), "the smuggled request was sent");
+    recorder.abort();
+}
+
+#[tokio::test]
+async fn source_ranges_are_networks_in_their_ipv4_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 14).await;
+    let bs = backends(&c, 14, &["b1"]).await;
+    let req = CreateLoadBalancerRequest {
+        name: "web".into(),
+        listeners: vec![tcp(18001, bs.port)],
+        backends: bs.instances.clone(),
+        source_ranges: vec!["::ffff:127.79.14.5/128".into(), "127.79.14.200/25".into()],
+        ..Default::default()
+    };
+    let lb = create_lb(&c, req.clone()).await;
+    assert_eq!(lb.source_ranges, ["127.79.14.5/32", "127.79.14.128/25"]);
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    // The IPv4-mapped range lets its client in (stored as written, it would match no one).
+    eventually(FOLLOW, "the client of the mapped range to be let in", || async {
+        hello_from(Some(ip("127.79.14.5")), to).await.map(drop)
+    })
+    .await;
+    assert!(hello_from(Some(ip("127.79.14.6")), to).await.is_none(), "a client outside the ranges got in");
+    // A list without an IPv4 range would refuse every client of an IPv4 address: it is refused instead.
+    let only_v6 = CreateLoadBalancerRequest { name: "v6".into(), source_ranges: vec!["::/0".into()], ..req };
+    let err = c.create_load_balancer(&only_v6, None).await.unwrap_err();
+    assert_eq!(err.status(), Some(400), "{err}");
+    assert!(err.to_string().contains("no IPv4 range"), "{err}");
 }

@@ -286,3 +286,43 @@ async fn the_bearer_scheme_is_case_insensitive() {
         assert_eq!(resp.unwrap().status().as_u16(), 401, "{value}");
     }
 }
+
+/// What a client sends is bounded before it is used, repeated or written down: an ID in the path far longer
+/// than any this API hands out, and an idempotency key longer than the API takes, are refused with a message
+/// that does not send them back whole — on every call, not only the creates that read the key.
+#[tokio::test]
+async fn long_ids_and_keys_are_refused_without_being_echoed() {
+    let emu = Emu::start().await;
+    // As long as a URL may make it (the http crate's limit is 64 KiB).
+    let id = "i-".to_string() + &"a".repeat(60_000);
+    let (status, body) = emu.raw(reqwest::Method::GET, &format!("/v1/instances/{id}"), Some(USER), None).await;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.len() < 300 && message.contains("60002 characters"), "{}", &message[..message.len().min(300)]);
+    let key = "k".repeat(60_000);
+    for (method, path, body) in [
+        (reqwest::Method::POST, "/v1/instances", r#"{"name":"a"}"#),
+        (reqwest::Method::POST, "/v1/route-tables", r#"{"name":"rt"}"#),
+        (reqwest::Method::GET, "/v1/instances", ""),
+    ] {
+        let mut req = reqwest::Client::new()
+            .request(method.clone(), format!("{}{path}", emu.url()))
+            .bearer_auth(USER)
+            .header("Idempotency-Key", &key);
+        if !body.is_empty() {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 400, "{method} {path}");
+        let text = resp.text().await.unwrap();
+        assert!(
+            text.len() < 400 && text.contains("Idempotency-Key"),
+            "{method} {path}: {}",
+            &text[..text.len().min(400)]
+        );
+    }
+    // Nothing was made, and the audit log holds neither whole.
+    assert!(emu.user.list_instances(&Default::default()).await.unwrap().items.is_empty());
+    let audit = emu.admin.audit(&Default::default()).await.unwrap().items;
+    assert!(audit.iter().all(|e| e.path.len() <= 1024 && e.resource_id.as_ref().is_none_or(|r| r.len() <= 128)));
+}

@@ -74,6 +74,45 @@ async fn an_error_rule_answers_with_its_status_code_and_headers() {
     emu.user.create_load_balancer(&lb("a"), None).await.unwrap();
 }
 
+/// A rule's headers may not frame the answer or end the connection: those are the server's (a Content-Length
+/// of 0 on an answer with a body, or a Transfer-Encoding, left the client with an empty or garbled answer while
+/// the audit said it got the error).
+#[tokio::test]
+async fn an_error_rule_may_not_set_the_answers_framing() {
+    let emu = Emu::start().await;
+    for (name, value) in [
+        ("Content-Length", "0"),
+        ("Transfer-Encoding", "chunked"),
+        ("connection", "close"),
+        ("Keep-Alive", "timeout=1"),
+        ("Upgrade", "h2c"),
+    ] {
+        let mut action = error(503, "Busy");
+        if let FaultAction::Error { headers, .. } = &mut action {
+            headers.insert(name.into(), value.into());
+        }
+        let err = emu.admin.add_fault(&rule(&[], action, FaultTrigger::default())).await.unwrap_err();
+        assert_eq!(err.status(), Some(400), "{name}: {err}");
+        assert!(err.to_string().contains("set by the server"), "{name}: {err}");
+    }
+    // Any other header still goes out with the error.
+    let mut action = error(503, "Busy");
+    if let FaultAction::Error { headers, .. } = &mut action {
+        headers.insert("X-Amzn-ErrorType".into(), "Throttling".into());
+    }
+    emu.admin.add_fault(&rule(&["ListInstances"], action, FaultTrigger::default())).await.unwrap();
+    let resp = reqwest::Client::new()
+        .get(format!("{}/v1/instances", emu.url()))
+        .bearer_auth(common::USER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["x-amzn-errortype"], "Throttling");
+    let body: fakecloud_api::ErrorBody = resp.json().await.unwrap();
+    assert_eq!(body.error.code, "Busy");
+}
+
 #[tokio::test]
 async fn skip_then_times_counts_matching_calls() {
     let emu = Emu::start().await;

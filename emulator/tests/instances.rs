@@ -6,7 +6,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{Emu, wait_state};
+use common::{Emu, kind_config, wait_state};
 use fakecloud_api::{CreateInstanceRequest, InstanceState, ListInstancesQuery, Market, codes};
 use fakecloud_emulator::config::{Config, Timings};
 
@@ -100,8 +100,8 @@ async fn private_ips_come_from_the_zone_and_are_never_shared() {
 
 #[tokio::test]
 async fn fixed_private_ips_adopt_machines() {
-    let emu = Emu::start().await;
-    // A kind node's address, outside the VPC: accepted as is.
+    let emu = Emu::adopting().await;
+    // A kind node's address, outside the VPC but in a network the emulator adopts from: accepted as is.
     let adopted = CreateInstanceRequest { private_ip: Some("172.18.0.3".parse().unwrap()), ..req("kind-worker") };
     assert_eq!(emu.user.create_instance(&adopted, None).await.unwrap().private_ip.to_string(), "172.18.0.3");
     let twice = CreateInstanceRequest { private_ip: Some("172.18.0.3".parse().unwrap()), ..req("kind-worker2") };
@@ -125,7 +125,7 @@ async fn fixed_private_ips_adopt_machines() {
 
 #[tokio::test]
 async fn dual_stack_machines_are_adopted_with_both_addresses() {
-    let emu = Emu::start().await;
+    let emu = Emu::adopting().await;
     let v6 = |s: &str| Some(s.parse::<std::net::Ipv6Addr>().unwrap());
     let dual = CreateInstanceRequest {
         private_ip: Some("172.18.0.3".parse().unwrap()),
@@ -272,7 +272,7 @@ async fn region_describes_zones_and_types() {
 /// multicast or link-local (in either family).
 #[tokio::test]
 async fn unusable_private_ips_are_refused() {
-    let emu = Emu::start().await;
+    let emu = Emu::adopting().await;
     for ip in [
         "0.0.0.0",
         "255.255.255.255",
@@ -296,7 +296,7 @@ async fn unusable_private_ips_are_refused() {
         assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_ADDRESS)), "{ip}: {err}");
         assert!(err.to_string().contains("private_ip"), "{ip}: {err}");
     }
-    // An ordinary address outside the VPC (a kind node's) is still adopted.
+    // An ordinary address outside the VPC, in a network the emulator adopts from (a kind node's), is adopted.
     let req = CreateInstanceRequest {
         name: "kind-node".into(),
         private_ip: Some("172.18.0.2".parse().unwrap()),
@@ -322,4 +322,45 @@ async fn loopback_private_ips_are_accepted_only_when_the_emulator_allows_them() 
     assert_eq!(err.status(), Some(409), "{err}");
     let err = emu.user.create_instance(&adopt("multicast", "224.0.0.1"), None).await.unwrap_err();
     assert_eq!(err.code(), Some(codes::INVALID_ADDRESS), "{err}");
+}
+
+/// A machine's address is one a real cloud would give it: in the VPC (or a network the emulator adopts machines
+/// from), never a load balancer's, never the emulator host's own, whichever way it is written.
+#[tokio::test]
+async fn machines_are_only_where_machines_can_be() {
+    let host_ip = nix::ifaddrs::getifaddrs()
+        .unwrap()
+        .filter_map(|i| i.address?.as_sockaddr_in().map(|a| std::net::IpAddr::V4(a.ip())))
+        .find(|ip| !ip.is_loopback());
+    // The emulator adopts from the kind network and from the host's own network (as a user might, by mistake).
+    let mut cfg = kind_config();
+    if let Some(ip) = host_ip {
+        cfg.adopt_networks.push(ipnet::IpNet::new(ip, 32).unwrap());
+    }
+    let emu = Emu::with_config(cfg).await;
+    let adopt = |name: &str, ip: &str| CreateInstanceRequest { private_ip: Some(ip.parse().unwrap()), ..req(name) };
+    let refused = async |name: &str, ip: &str, says: &str| {
+        let err = emu.user.create_instance(&adopt(name, ip), None).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_ADDRESS)), "{ip}: {err}");
+        assert!(err.to_string().contains(says), "{ip}: {err}");
+    };
+    // An IPv4-mapped address is the IPv4 address it maps: in use is in use.
+    let first = emu.user.create_instance(&adopt("a", "10.0.0.2"), None).await.unwrap();
+    assert_eq!(first.private_ip.to_string(), "10.0.0.2");
+    let err = emu.user.create_instance(&adopt("b", "::ffff:10.0.0.2"), None).await.unwrap_err();
+    assert_eq!((err.status(), err.code()), (Some(409), Some(codes::ADDRESS_IN_USE)), "{err}");
+    let mapped = emu.user.create_instance(&adopt("c", "::ffff:172.18.0.9"), None).await.unwrap();
+    assert_eq!(mapped.private_ip.to_string(), "172.18.0.9", "stored in its IPv4 form");
+    // Off the VPC and the adopted networks, as a real cloud refuses a private IP outside its subnets.
+    for off in ["198.51.100.9", "0.0.0.1", "::ffff:198.51.100.9", "2001:db8::5"] {
+        refused("d", off, "--adopt-networks").await;
+    }
+    // A load balancer's addresses: the public pool and the internal load balancers' subnet, in either form.
+    refused("e", "203.0.113.7", "public pool").await;
+    refused("e", "::ffff:203.0.113.7", "public pool").await;
+    refused("e", "10.0.192.5", "internal load balancers").await;
+    // The emulator's host's own address, even inside a network it adopts from.
+    if let Some(ip) = host_ip {
+        refused("f", &ip.to_string(), "this host's own address").await;
+    }
 }

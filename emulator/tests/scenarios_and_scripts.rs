@@ -194,3 +194,54 @@ async fn ctrl_c_restores_too() {
     assert!(!status.success());
     assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
 }
+
+/// The whole file is checked before its first step: a bad request in step 2 is found before step 1 has changed
+/// anything, by `--check` too, and an absurd `--time-scale` is an error, not a crash.
+#[tokio::test]
+async fn a_scenario_is_checked_whole_before_its_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let file = dir.path().join("bad-step-2.yaml");
+    std::fs::write(
+        &file,
+        "steps:\n  - at: 0s\n    set_quota: {name: load-balancers, limit: 2}\n  - at: 1s\n    \
+         set_rate_limit: {id: writes, scope: writes, capacity: 0, refill_per_second: 1}\n",
+    )
+    .unwrap();
+    for args in [&["scenario", "run"][..], &["scenario", "run", "--check"]] {
+        let out = cli(&url).args(args).arg(&file).output().await.unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(said.contains("steps[1]") && said.contains("capacity"), "{args:?}: {said}");
+    }
+    assert_eq!(
+        admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit,
+        QuotaName::LoadBalancers.default_limit(),
+        "step 1 ran"
+    );
+    // A zone the emulator does not have is found before anything runs too.
+    std::fs::write(
+        &file,
+        "steps:\n  - at: 0s\n    set_quota: {name: load-balancers, limit: 2}\n  - at: 1s\n    \
+         start_outage: {scope: zone, zone: mars-1a}\n",
+    )
+    .unwrap();
+    let out = cli(&url).args(["scenario", "run"]).arg(&file).output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("mars-1a"), "{said}");
+    assert_eq!(
+        admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit,
+        QuotaName::LoadBalancers.default_limit(),
+        "step 1 ran"
+    );
+
+    let good = std::fs::read_dir(repo().join("scenarios")).unwrap().next().unwrap().unwrap().path();
+    for scale in ["1e308", "0", "-1", "NaN", "inf"] {
+        let out =
+            cli(&url).args(["scenario", "run", &format!("--time-scale={scale}")]).arg(&good).output().await.unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && said.contains("--time-scale"), "{scale}: {said}");
+        assert!(!said.contains("panicked"), "{scale}: {said}");
+    }
+}

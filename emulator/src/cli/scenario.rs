@@ -45,6 +45,10 @@ use fakecloud_api::{
 };
 use serde::Deserialize;
 
+use crate::error::ApiError;
+use crate::faults::check;
+use crate::store;
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -178,6 +182,30 @@ impl Step {
     }
 }
 
+impl Action {
+    /// The checks the emulator makes of the step's request, made before the first step runs: a bad step 5 is
+    /// found before step 1 has changed anything. `zones`: the region's, once known.
+    fn check(&self, operations: &[String], zones: Option<&[&str]>) -> std::result::Result<(), ApiError> {
+        match self {
+            Action::AddFault(req) => check::rule(req, operations),
+            Action::AddLbFault(req) => check::lb_rule(req),
+            Action::SetRateLimit(id, limit) => check::limit(id, limit, operations),
+            Action::StartOutage(req) => check::outage(req, zones),
+            Action::Reclaim(req) => store::instances::check_reclaim(req).map(drop),
+            Action::Hang(req) => store::hangs::check(req).map(drop),
+            Action::RemoveFault(id) | Action::RemoveLbFault(id) | Action::RemoveRateLimit(id) => {
+                crate::validate::NAME.check("id", id)
+            }
+            Action::SetQuota(..) | Action::StopOutages | Action::StopHangs | Action::ClearFaults | Action::Wait => {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The longest a scenario may stretch or shrink its times: `--time-scale` between its inverse and it.
+const TIME_SCALE_MAX: f64 = 1000.0;
+
 /// A checked scenario: its name and its steps in time order.
 pub struct Plan {
     pub name: String,
@@ -191,6 +219,7 @@ pub fn load(path: &Path) -> Result<Plan> {
     if scenario.steps.is_empty() {
         bail!("{}: no steps", path.display());
     }
+    let operations = crate::http::operation_names();
     let mut steps = Vec::new();
     for (n, step) in scenario.steps.into_iter().enumerate() {
         let (at, action) = step.check(n)?;
@@ -199,6 +228,9 @@ pub fn load(path: &Path) -> Result<Plan> {
         {
             bail!("steps[{n}].at: {at:?} is before the step above it; list steps in time order");
         }
+        action
+            .check(&operations, None)
+            .map_err(|e| anyhow::anyhow!("{}: steps[{n}] (at {at:?}): {}", path.display(), e.message))?;
         steps.push((at, action));
     }
     let name =
@@ -322,18 +354,35 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
 /// Run the plan, printing each step as it happens; restore on the way out unless `keep`. `time_scale` stretches
 /// or compresses the step times (0.1 runs ten times faster); durations inside the steps are not changed.
 pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> Result<()> {
-    if !(time_scale.is_finite() && time_scale > 0.0) {
-        bail!("--time-scale must be above 0");
+    if !(1.0 / TIME_SCALE_MAX..=TIME_SCALE_MAX).contains(&time_scale) {
+        bail!("--time-scale must be between {} and {TIME_SCALE_MAX} (got {time_scale})", 1.0 / TIME_SCALE_MAX);
     }
-    let scaled = |d: Duration| d.mul_f64(time_scale);
-    let span = plan.steps.last().map(|s| scaled(s.0)).unwrap_or_default();
+    let mut times = Vec::with_capacity(plan.steps.len());
+    for (at, _) in &plan.steps {
+        times.push(
+            Duration::try_from_secs_f64(at.as_secs_f64() * time_scale)
+                .with_context(|| format!("--time-scale {time_scale} makes the step at {at:?} too far away"))?,
+        );
+    }
+    // The zones are the emulator's: an outage's zone is checked against them before anything runs.
+    let region = client.region().await.context("reading the region (its zones) before the first step")?;
+    let zones: Vec<&str> = region.zones.iter().map(|z| z.name.as_str()).collect();
+    for (n, (at, action)) in plan.steps.iter().enumerate() {
+        // Only the zone is new here: everything else was checked when the file was loaded.
+        if let Action::StartOutage(req) = action
+            && let Err(e) = check::outage(req, Some(&zones))
+        {
+            bail!("{}: steps[{n}] (at {at:?}): {}", plan.name, e.message);
+        }
+    }
+    let span = times.last().copied().unwrap_or_default();
     eprintln!("scenario {}: {} steps over {span:?}", plan.name, plan.steps.len());
     let start = Instant::now();
     let mut undo = Undo::default();
     let result = async {
-        for (n, (at, action)) in plan.steps.iter().enumerate() {
+        for (n, ((at, action), scaled)) in plan.steps.iter().zip(&times).enumerate() {
             tokio::select! {
-                _ = tokio::time::sleep(scaled(*at).saturating_sub(start.elapsed())) => {}
+                _ = tokio::time::sleep(scaled.saturating_sub(start.elapsed())) => {}
                 _ = tokio::signal::ctrl_c() => bail!("interrupted before step {}", n + 1),
             }
             let said = step(client, action, &mut undo).await.with_context(|| format!("step {} (at {at:?})", n + 1))?;

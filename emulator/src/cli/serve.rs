@@ -8,7 +8,7 @@ use clap::Args;
 use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT, ENV_USER_TOKEN};
 use ipnet::Ipv4Net;
 
-use crate::config::{Config, DbLocation, Timings, Topology};
+use crate::config::{Config, DataPlaneLimits, DbLocation, Timings, Topology};
 use crate::credentials::{self, Source};
 use crate::listener;
 use crate::server::Server;
@@ -72,11 +72,17 @@ pub struct ServeArgs {
     /// Time a request's head may take to arrive, from its first byte.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub header_read_timeout: Duration,
-    /// Time a keep-alive connection may wait for its next request before it is closed.
+    /// Time a request's body may take to arrive, from the end of its head, however slowly it trickles in: past
+    /// it the call is answered 408 and the connection closed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub body_read_timeout: Duration,
+    /// Time a keep-alive connection may wait for its next request before it is closed; also how long an answer
+    /// may wait for a client that stopped reading it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub idle_timeout: Duration,
     /// Client connections open at once; at the cap idle ones are closed to make room, busy ones make new ones
-    /// wait (default: the open-file limit, raised to its hard limit, less 128).
+    /// wait (default: the open-file limit, raised to its hard limit, less 128; half of that with
+    /// --serve-load-balancers, whose data plane gets the other half: see --lb-max-files).
     #[arg(long)]
     pub max_connections: Option<u32>,
     /// Serve the load balancers' data plane: accept TCP (and UDP, a session per client address) on every
@@ -87,6 +93,27 @@ pub struct ServeArgs {
     /// balancer (`data_plane`).
     #[arg(long, env = "FAKECLOUD_SERVE_LOAD_BALANCERS", default_value_t = false)]
     pub serve_load_balancers: bool,
+    /// Data plane: TCP connections open at once on one listener; past it a new one is closed at once
+    /// (`outcome="refused_listener_full"`, and a reason in the load balancer's `data_plane`).
+    #[arg(long, default_value_t = 1024)]
+    pub lb_max_connections_per_listener: u32,
+    /// Data plane: TCP connections open at once on one load balancer, across its listeners
+    /// (`outcome="refused_lb_full"`).
+    #[arg(long, default_value_t = 4096)]
+    pub lb_max_connections: u32,
+    /// Data plane: UDP sessions (client addresses) open at once on one load balancer, across its listeners
+    /// (`outcome="refused_sessions_full"`).
+    #[arg(long, default_value_t = 4096)]
+    pub lb_max_udp_sessions: u32,
+    /// Data plane: how long a proxied TCP connection may pass no byte either way before it is closed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "350s")]
+    pub lb_idle_timeout: Duration,
+    /// Data plane: open files it may hold — a listening socket each, two per TCP connection, one per UDP session
+    /// and per health check under way — apart from the API's connections, so that a flood of load balancer
+    /// traffic never starves the API (`outcome="refused_files_full"`). Default: half of what the open-file limit
+    /// leaves (the API's connections get the other half).
+    #[arg(long)]
+    pub lb_max_files: Option<u32>,
     /// Make every address of the public pool this host's own at start (a `local` route on lo, in the emulator's
     /// network namespace; needs CAP_NET_ADMIN), so the load balancers' addresses answer on the network the
     /// emulator sits on: on kind, a slice of the kind network that the host and the pods reach.
@@ -96,6 +123,12 @@ pub struct ServeArgs {
     /// on this host, for the data plane on one machine.
     #[arg(long, env = "FAKECLOUD_LOOPBACK_INSTANCES", default_value_t = false)]
     pub loopback_instances: bool,
+    /// Networks outside the VPC whose machines may be adopted as instances (a fixed `private_ip` or
+    /// `ipv6_address` in them), comma-separated: e.g. a kind network's subnets, as `make kind-up` passes them.
+    /// Outside the VPC and these, a fixed address is refused, as a real cloud refuses a private IP outside its
+    /// subnets.
+    #[arg(long, env = "FAKECLOUD_ADOPT_NETWORKS", value_delimiter = ',')]
+    pub adopt_networks: Vec<ipnet::IpNet>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -121,6 +154,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     listener::raise_fd_limit();
     let topology =
         Topology::new(&args.region, &args.zones, args.vpc_cidr, args.public_pool).map_err(anyhow::Error::msg)?;
+    let (max_connections, lb_max_files) = share_open_files(
+        listener::default_max_connections(),
+        args.max_connections,
+        args.lb_max_files,
+        args.serve_load_balancers,
+    )?;
     let cfg = Config {
         topology,
         timings: Timings {
@@ -136,11 +175,20 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         snapshot_dir: args.snapshot_dir,
         connections: listener::Limits {
             header_read_timeout: args.header_read_timeout,
+            body_read_timeout: args.body_read_timeout,
             idle_timeout: args.idle_timeout,
-            max_connections: args.max_connections.unwrap_or_else(listener::default_max_connections),
+            max_connections,
         },
         serve_load_balancers: args.serve_load_balancers,
+        data_plane: DataPlaneLimits {
+            connections_per_listener: args.lb_max_connections_per_listener.max(1),
+            connections_per_lb: args.lb_max_connections.max(1),
+            udp_sessions_per_lb: args.lb_max_udp_sessions.max(1),
+            idle_timeout: args.lb_idle_timeout,
+            max_files: lb_max_files,
+        },
         loopback_instances: args.loopback_instances,
+        adopt_networks: args.adopt_networks.into_iter().map(fakecloud_api::net::canonical_net).collect(),
     };
     if args.hold_public_pool {
         crate::dataplane::pool::hold(args.public_pool).await?;
@@ -179,6 +227,33 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The fewest open files the data plane can work with: a few listeners, connections and health checks.
+const DATA_PLANE_FILES_MIN: u32 = 64;
+
+/// How the `available` open files (the limit less what the process keeps for itself) are shared between the
+/// API's connections and the data plane's files: as the flags say, else half each when the data plane is
+/// served (and all to the API when it is not). Refused when the two would need more than there is.
+fn share_open_files(available: u32, api: Option<u32>, data_plane: Option<u32>, serving: bool) -> Result<(u32, u32)> {
+    if !serving {
+        return Ok((api.unwrap_or(available), data_plane.unwrap_or(0)));
+    }
+    let (api, data_plane) = match (api, data_plane) {
+        (Some(a), Some(d)) => (a, d),
+        (Some(a), None) => (a, available.saturating_sub(a)),
+        (None, Some(d)) => (available.saturating_sub(d), d),
+        (None, None) => (available / 2, available - available / 2),
+    };
+    if api < 1 || data_plane < DATA_PLANE_FILES_MIN || u64::from(api) + u64::from(data_plane) > u64::from(available) {
+        anyhow::bail!(
+            "--max-connections {api} and --lb-max-files {data_plane} do not fit the {available} open files this \
+             process may use (its open-file limit less 128 it keeps for itself): the data plane needs at least \
+             {DATA_PLANE_FILES_MIN} and the two together at most {available}; lower one, or raise the limit \
+             (ulimit -n)"
+        );
+    }
+    Ok((api, data_plane))
+}
+
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -191,5 +266,21 @@ async fn shutdown_signal() {
         Err(_) => {
             let _ = ctrl_c.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_and_the_data_plane_share_the_open_files() {
+        assert_eq!(share_open_files(1000, None, None, false).unwrap(), (1000, 0));
+        assert_eq!(share_open_files(1000, None, None, true).unwrap(), (500, 500));
+        assert_eq!(share_open_files(1000, Some(100), None, true).unwrap(), (100, 900));
+        assert_eq!(share_open_files(1000, None, Some(900), true).unwrap(), (100, 900));
+        let err = share_open_files(1000, Some(600), Some(600), true).unwrap_err().to_string();
+        assert!(err.contains("--max-connections 600 and --lb-max-files 600"), "{err}");
+        assert!(share_open_files(1000, Some(990), None, true).is_err(), "10 files are too few for the data plane");
     }
 }

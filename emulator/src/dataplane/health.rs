@@ -20,11 +20,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::budget::Budget;
 use super::faults::Faults;
 use super::status::Status;
 use crate::db::{now_ms, rfc3339};
 use crate::faults::{LbEvent, LbSubject, LbVerdict};
 use crate::http::metrics::{BackendLabels, DataPlaneMetrics};
+use crate::validate;
 
 /// Failed checks in a row that turn a healthy backend unhealthy.
 pub const UNHEALTHY_THRESHOLD: u32 = 2;
@@ -116,12 +118,13 @@ pub async fn run(
     status: Status,
     metrics: DataPlaneMetrics,
     faults: Faults,
+    budget: Budget,
 ) {
     let mut rules_changed = faults.changed();
     let mut trackers: HashMap<String, Tracker> = HashMap::new();
     loop {
         let current = spec.borrow_and_update().clone();
-        let results = check_all(&current, &faults).await;
+        let results = check_all(&current, &faults, &budget).await;
         let now = now_ms();
         trackers.retain(|id, _| {
             let kept = current.backends.iter().any(|b| &b.instance == id);
@@ -181,7 +184,7 @@ pub async fn run(
 }
 
 /// Probe every backend at once; one result per backend, in order. A black-holed backend fails without a probe.
-async fn check_all(spec: &Spec, faults: &Faults) -> Vec<Result<(), String>> {
+async fn check_all(spec: &Spec, faults: &Faults, budget: &Budget) -> Vec<Result<(), String>> {
     let probes = spec.backends.iter().map(|b| async move {
         let ip = b.addr.clone()?;
         let event = LbEvent::HealthCheck { backend: &b.instance };
@@ -190,21 +193,28 @@ async fn check_all(spec: &Spec, faults: &Faults) -> Vec<Result<(), String>> {
         }
         match &spec.check {
             None => Ok(()),
-            Some(check) => probe(ip, check).await,
+            Some(check) => probe(ip, check, budget).await,
         }
     });
     futures::future::join_all(probes).await
 }
 
-/// One check of one backend, within the interval (at most [`PROBE_TIMEOUT_MAX`]).
-async fn probe(ip: IpAddr, check: &HealthCheck) -> Result<(), String> {
+/// One check of one backend, within the interval (at most [`PROBE_TIMEOUT_MAX`]), on a file of the data
+/// plane's budget.
+async fn probe(ip: IpAddr, check: &HealthCheck, budget: &Budget) -> Result<(), String> {
     let addr = SocketAddr::new(ip, check.port);
+    let path = check.path.as_deref().unwrap_or("/");
+    // The API refuses such a path; one stored by an older emulator is not sent either.
+    if check.protocol == HealthCheckProtocol::Http && !validate::HEALTH_CHECK_PATH.matches(path) {
+        return Err(format!("the health check's path {} is not a request target; not sent", validate::quoted(path)));
+    }
     let limit = Duration::from_secs(u64::from(check.interval_seconds.max(1))).min(PROBE_TIMEOUT_MAX);
     let attempt = async {
+        let _file = budget.for_probe().await;
         let mut stream = TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
-        match (check.protocol, check.path.as_deref()) {
-            (HealthCheckProtocol::Http, path) => http_get(&mut stream, addr, path.unwrap_or("/")).await,
-            (HealthCheckProtocol::Tcp, _) => Ok(()),
+        match check.protocol {
+            HealthCheckProtocol::Http => http_get(&mut stream, addr, path).await,
+            HealthCheckProtocol::Tcp => Ok(()),
         }
     };
     tokio::time::timeout(limit, attempt).await.unwrap_or_else(|_| Err(format!("{addr}: no answer within {limit:?}")))

@@ -9,7 +9,12 @@
 //! and established connections are untouched. Health checks run per load balancer (see [`health`]).
 //!
 //! UDP listeners are served too, by sessions per client address (see [`udp`]).
+//!
+//! Nothing a client does to a load balancer takes more than the data plane's budget of open files, apart from
+//! the API's, or more than its load balancer's and listener's share of it (see [`budget`]); a backend is only
+//! an address a machine may have (see `crate::addresses`): never a load balancer's own, never this host's.
 
+mod budget;
 mod faults;
 mod health;
 pub mod pool;
@@ -26,10 +31,13 @@ use fakecloud_api::{InstanceState, ListenerState, LoadBalancer, Protocol};
 use ipnet::IpNet;
 use tokio::sync::{Notify, watch};
 
+use self::budget::{Budget, Caps};
 pub use self::faults::Faults;
 use self::health::Healthy;
-use self::proxy::Route;
+use self::proxy::{Route, Shared};
 pub use self::status::Status;
+use crate::addresses::{self, HostAddresses};
+use crate::config::Config;
 use crate::db::Db;
 use crate::error::Result;
 use crate::faults::LbSubject;
@@ -48,10 +56,17 @@ pub struct DataPlane {
 
 impl DataPlane {
     /// Start the supervisor; it runs until the returned task is aborted, which closes every listener.
-    pub fn spawn(db: Db, metrics: DataPlaneMetrics, faults: Faults) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn spawn(
+        db: Db,
+        cfg: Config,
+        metrics: DataPlaneMetrics,
+        faults: Faults,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
         let wake = Arc::new(Notify::new());
         let status = Status::default();
-        let supervisor = Supervisor { db, metrics, faults, status: status.clone(), served: HashMap::new() };
+        let budget = Budget::new(cfg.data_plane.clone());
+        let supervisor =
+            Supervisor { db, cfg, metrics, faults, budget, status: status.clone(), served: HashMap::new() };
         let task = tokio::spawn(supervisor.run(wake.clone()));
         (Self { wake, status }, task)
     }
@@ -79,8 +94,11 @@ impl Drop for AbortOnDrop {
 
 struct Supervisor {
     db: Db,
+    /// Which addresses a backend may have.
+    cfg: Config,
     metrics: DataPlaneMetrics,
     faults: Faults,
+    budget: Budget,
     status: Status,
     /// By load balancer ID.
     served: HashMap<String, Served>,
@@ -91,6 +109,7 @@ struct Served {
     address: IpAddr,
     spec: watch::Sender<health::Spec>,
     healthy: watch::Receiver<Healthy>,
+    caps: Caps,
     _checker: AbortOnDrop,
     listeners: HashMap<(Protocol, u16), Slot>,
 }
@@ -120,6 +139,7 @@ impl Supervisor {
         // Only the instances behind a load balancer: the table may hold thousands more.
         let backends: Vec<&str> = lbs.iter().flat_map(|lb| lb.backends.iter().map(String::as_str)).collect();
         let instances = store::instances::addresses(&self.db, &backends).await?;
+        let host = HostAddresses::read();
         let mut seen = HashSet::new();
         for lb in lbs {
             let Some(address) = lb.address else { continue };
@@ -132,7 +152,10 @@ impl Supervisor {
                     .map(|id| health::Backend {
                         instance: id.clone(),
                         addr: match instances.get(id) {
-                            Some((ip, InstanceState::Running)) => Ok(*ip),
+                            Some((ip, InstanceState::Running)) => match addresses::refusal(*ip, &self.cfg, &host) {
+                                None => Ok(*ip),
+                                Some(why) => Err(format!("not forwarded to: {why}")),
+                            },
                             Some((_, state)) => Err(format!("instance {id} is {state}")),
                             None => Err(format!("instance {id} does not exist")),
                         },
@@ -158,7 +181,15 @@ impl Supervisor {
                 changed
             });
             let served = self.served.entry(lb.id.clone()).or_insert(served);
-            sync_listeners(&lb, served, &self.status, &self.metrics, &self.faults).await;
+            let shared = Shared {
+                healthy: served.healthy.clone(),
+                metrics: self.metrics.clone(),
+                faults: self.faults.clone(),
+                budget: self.budget.clone(),
+                caps: served.caps.clone(),
+                status: self.status.clone(),
+            };
+            sync_listeners(&lb, served, shared).await;
         }
         let gone: Vec<String> = self.served.keys().filter(|id| !seen.contains(*id)).cloned().collect();
         for id in gone {
@@ -180,11 +211,13 @@ impl Supervisor {
             self.status.clone(),
             self.metrics.clone(),
             self.faults.clone(),
+            self.budget.clone(),
         ));
         Served {
             address,
             spec: spec_tx,
             healthy: healthy_rx,
+            caps: self.budget.caps(),
             _checker: AbortOnDrop(checker),
             listeners: HashMap::new(),
         }
@@ -205,18 +238,14 @@ impl Supervisor {
 
 /// Bind `lb`'s new listeners (and retry failed ones), close the ones it no longer has, and swap the route of
 /// the ones that stay.
-async fn sync_listeners(
-    lb: &LoadBalancer,
-    served: &mut Served,
-    status: &Status,
-    metrics: &DataPlaneMetrics,
-    faults: &Faults,
-) {
+async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, shared: Shared) {
+    let status = &shared.status;
     let source_ranges: Vec<IpNet> = lb
         .source_ranges
         .iter()
         .filter_map(|r| {
-            let net = r.parse().ok();
+            // Canonical, as the API stores them now: a range stored by an older emulator may be IPv4-mapped.
+            let net = r.parse().ok().map(fakecloud_api::net::canonical_net);
             if net.is_none() {
                 tracing::warn!(lb = %lb.id, range = %r, "stored source range does not parse; ignored");
             }
@@ -241,8 +270,7 @@ async fn sync_listeners(
             continue;
         }
         let addr = SocketAddr::new(served.address, port);
-        let healthy = served.healthy.clone();
-        match proxy::Listener::start(&lb.id, protocol, addr, route, healthy, metrics.clone(), faults.clone()).await {
+        match proxy::Listener::start(&lb.id, protocol, addr, route, shared.clone()).await {
             Ok(l) => {
                 tracing::info!(lb = %lb.id, %addr, "data plane: listening");
                 status.set_listener(&lb.id, protocol, port, ListenerState::Listening, None);

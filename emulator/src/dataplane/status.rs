@@ -4,11 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use fakecloud_api::{
     BackendHealth, BackendState, DataPlaneState, DataPlaneStatus, IpMode, ListenerState, ListenerStatus, LoadBalancer,
     LoadBalancerState, Protocol,
 };
+
+use super::budget::Limit;
 
 #[derive(Clone, Debug, Default)]
 pub struct Status(Arc<Mutex<HashMap<String, LbStatus>>>);
@@ -17,7 +20,20 @@ pub struct Status(Arc<Mutex<HashMap<String, LbStatus>>>);
 struct LbStatus {
     listeners: BTreeMap<(Protocol, u16), ListenerStatus>,
     backends: HashMap<String, BackendHealth>,
+    refusals: BTreeMap<(Protocol, u16, Limit), Refusals>,
 }
+
+/// Connections (sessions) one listener refused at one limit.
+#[derive(Debug)]
+struct Refusals {
+    count: u64,
+    last: Instant,
+    /// The limit in words.
+    limit: String,
+}
+
+/// How long a refusal at a limit is among a load balancer's reasons after the last one.
+const REFUSALS_SHOWN_FOR: Duration = Duration::from_secs(60);
 
 impl Status {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, LbStatus>> {
@@ -42,6 +58,19 @@ impl Status {
         self.lock().entry(lb.to_string()).or_default().backends = backends;
     }
 
+    /// A listener of `lb` refused a connection (a UDP session) at `limit`, described by `describe`.
+    pub fn refused(&self, lb: &str, protocol: Protocol, port: u16, limit: Limit, describe: impl FnOnce() -> String) {
+        let mut map = self.lock();
+        let r = map
+            .entry(lb.to_string())
+            .or_default()
+            .refusals
+            .entry((protocol, port, limit))
+            .or_insert_with(|| Refusals { count: 0, last: Instant::now(), limit: describe() });
+        r.count += 1;
+        r.last = Instant::now();
+    }
+
     pub fn remove(&self, lb: &str) {
         self.lock().remove(lb);
     }
@@ -58,13 +87,34 @@ impl Status {
         lb.listener_status =
             lb.listeners.iter().filter_map(|l| s.listeners.get(&(l.protocol, l.port)).cloned()).collect();
         lb.backend_health = lb.backends.iter().filter_map(|b| s.backends.get(b).cloned()).collect();
-        lb.data_plane = Some(summarize(&lb.listener_status, &lb.backends, &lb.backend_health));
+        let refused: Vec<String> = s
+            .refusals
+            .iter()
+            .filter(|(_, r)| r.last.elapsed() < REFUSALS_SHOWN_FOR)
+            .map(|((protocol, port, _), r)| {
+                let what = if *protocol == Protocol::Udp { "sessions" } else { "connections" };
+                format!(
+                    "listener {}/{port} refused {} {what} at {}, the last {} s ago",
+                    protocol.as_str(),
+                    r.count,
+                    r.limit,
+                    r.last.elapsed().as_secs()
+                )
+            })
+            .collect();
+        lb.data_plane = Some(summarize(&lb.listener_status, &lb.backends, &lb.backend_health, refused));
     }
 }
 
 /// What a load balancer's listeners and backends add up to: down when no listener listens or no backend is
-/// healthy (nothing gets through), degraded when some of either are out, serving otherwise.
-fn summarize(listeners: &[ListenerStatus], backends: &[String], health: &[BackendHealth]) -> DataPlaneStatus {
+/// healthy (nothing gets through), degraded when some of either are out or connections were `refused` at a
+/// limit lately, serving otherwise.
+fn summarize(
+    listeners: &[ListenerStatus],
+    backends: &[String],
+    health: &[BackendHealth],
+    refused: Vec<String>,
+) -> DataPlaneStatus {
     let mut reasons = Vec::new();
     for l in listeners.iter().filter(|l| l.state != ListenerState::Listening) {
         let what = format!("listener {}/{} {}", l.protocol.as_str(), l.port, l.state.as_str());
@@ -87,6 +137,7 @@ fn summarize(listeners: &[ListenerStatus], backends: &[String], health: &[Backen
     if backends.is_empty() {
         reasons.push("no backends".to_string());
     }
+    reasons.extend(refused);
     let listening = listeners.iter().any(|l| l.state == ListenerState::Listening);
     let state = if !listening || healthy == 0 {
         DataPlaneState::Down
@@ -116,27 +167,31 @@ mod tests {
         use ListenerState::*;
         let ids = ["i-1".to_string(), "i-2".to_string()];
         let up = [backend("i-1", Healthy, None), backend("i-2", Healthy, None)];
-        let ok = summarize(&[listener(80, Listening, None)], &ids, &up);
+        let ok = summarize(&[listener(80, Listening, None)], &ids, &up, vec![]);
         assert_eq!((ok.state, ok.reasons.len()), (DataPlaneState::Serving, 0));
 
         let taken = listener(81, Failed, Some("cannot listen on 127.0.0.1:81: Address in use"));
-        let half = summarize(&[listener(80, Listening, None), taken.clone()], &ids, &up);
+        let half = summarize(&[listener(80, Listening, None), taken.clone()], &ids, &up, vec![]);
         assert_eq!(half.state, DataPlaneState::Degraded);
         assert_eq!(half.reasons, ["listener TCP/81 failed: cannot listen on 127.0.0.1:81: Address in use"]);
 
-        let none = summarize(&[taken], &ids, &up);
+        let none = summarize(&[taken], &ids, &up, vec![]);
         assert_eq!(none.state, DataPlaneState::Down);
 
         let one_down = [backend("i-1", Healthy, None), backend("i-2", Unhealthy, Some("connect refused"))];
-        let sick = summarize(&[listener(80, Listening, None)], &ids, &one_down);
+        let sick = summarize(&[listener(80, Listening, None)], &ids, &one_down, vec![]);
         assert_eq!(
             (sick.state, sick.reasons.as_slice()),
             (DataPlaneState::Degraded, &["backend i-2 unhealthy: connect refused".to_string()][..])
         );
 
-        let all_down = summarize(&[listener(80, Listening, None)], &ids, &[backend("i-1", Unknown, None)]);
+        let all_down = summarize(&[listener(80, Listening, None)], &ids, &[backend("i-1", Unknown, None)], vec![]);
         assert_eq!(all_down.state, DataPlaneState::Down);
         assert_eq!(all_down.reasons, ["backend i-1 unknown", "backend i-2 not checked yet"]);
-        assert_eq!(summarize(&[listener(80, Listening, None)], &[], &[]).reasons, ["no backends"]);
+        assert_eq!(summarize(&[listener(80, Listening, None)], &[], &[], vec![]).reasons, ["no backends"]);
+
+        let refused = vec!["listener TCP/80 refused 3 connections at the limit of 2 connections per listener".into()];
+        let full = summarize(&[listener(80, Listening, None)], &ids, &up, refused.clone());
+        assert_eq!((full.state, full.reasons), (DataPlaneState::Degraded, refused));
     }
 }

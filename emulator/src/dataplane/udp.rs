@@ -1,9 +1,10 @@
 //! One UDP listener of a load balancer. UDP has no connections, so the datagrams of one client address make a
 //! session: the first opens an upstream socket connected to one healthy backend (in turn, as TCP connections
 //! are spread), and every datagram after it goes there; what the backend answers goes back to the client from
-//! the load balancer's address. A session ends after [`IDLE`] without a datagram either way, and at most
-//! [`SESSIONS_MAX`] are open at once: a new client past that is dropped until one ends. Source ranges are
-//! checked on every datagram; with no healthy backend, a new client's datagrams are dropped.
+//! the load balancer's address. A session ends after [`IDLE`] without a datagram either way. Sessions are
+//! bounded per load balancer, across its UDP listeners, and each takes a file of the data plane's budget (see
+//! [`super::budget`]): a new client past either is dropped until a session ends. Source ranges are checked on
+//! every datagram; with no healthy backend, a new client's datagrams are dropped.
 //!
 //! Data-plane fault rules act on TCP connections; UDP sessions are not faulted.
 
@@ -14,17 +15,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
 use super::AbortOnDrop;
+use super::budget::{Budget, Caps, Limit};
 use super::health::Healthy;
-use super::proxy::{ACCEPT_BACKOFF, Counters, Route};
+use super::proxy::{ACCEPT_BACKOFF, Ctx, Route};
 
 /// How long a session lives without a datagram either way (as conntrack's UDP stream timeout, 120 s, roughly).
 const IDLE: Duration = Duration::from_secs(120);
-/// Sessions open at once on one listener.
-const SESSIONS_MAX: usize = 4096;
 /// How often idle sessions are looked for.
 const SWEEP: Duration = Duration::from_secs(5);
 /// The largest datagram: the most a UDP payload can be.
@@ -36,18 +36,21 @@ struct Session {
     /// When a datagram last went either way, in ms since the listener started.
     last: Arc<AtomicU64>,
     _replies: AbortOnDrop,
+    _held: Held,
 }
 
-/// The open sessions, by client address; bounded, and swept of idle ones.
+/// A session's place under its load balancer's cap and its socket's file, given back when it ends.
+type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// This listener's open sessions, by client address; swept of idle ones.
 struct Sessions {
     by_client: HashMap<SocketAddr, Session>,
-    max: usize,
     idle_ms: u64,
 }
 
 impl Sessions {
-    fn new(max: usize, idle: Duration) -> Self {
-        Self { by_client: HashMap::new(), max, idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX) }
+    fn new(idle: Duration) -> Self {
+        Self { by_client: HashMap::new(), idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX) }
     }
 
     /// `client`'s session, if open, marked as used at `now`.
@@ -63,12 +66,17 @@ impl Sessions {
         self.by_client.retain(|_, s| now.saturating_sub(s.last.load(Ordering::Relaxed)) < idle);
     }
 
-    /// Whether a new session fits, after ending the idle ones.
-    fn has_room(&mut self, now: u64) -> bool {
-        if self.by_client.len() >= self.max {
+    /// Room for a new session under the load balancer's cap and the budget (after ending this listener's idle
+    /// sessions, if that is what it takes), or the limit that refuses it.
+    fn room(&mut self, caps: &Caps, budget: &Budget, now: u64) -> Result<Held, Limit> {
+        let take = || -> Result<Held, Limit> {
+            let slot = caps.udp_sessions.clone().try_acquire_owned().map_err(|_| Limit::UdpSessions)?;
+            Ok((slot, budget.for_traffic(1).ok_or(Limit::Files)?))
+        };
+        take().or_else(|_| {
             self.sweep(now);
-        }
-        self.by_client.len() < self.max
+            take()
+        })
     }
 }
 
@@ -83,11 +91,11 @@ pub async fn receive_loop(
     socket: UdpSocket,
     route: watch::Receiver<Arc<Route>>,
     healthy: watch::Receiver<Healthy>,
-    counters: Counters,
+    ctx: Ctx,
 ) {
     let socket = Arc::new(socket);
     let epoch = Instant::now();
-    let mut sessions = Sessions::new(SESSIONS_MAX, IDLE);
+    let mut sessions = Sessions::new(IDLE);
     let mut buf = vec![0u8; DATAGRAM_MAX];
     let mut sweep = tokio::time::interval(SWEEP);
     let mut turn: usize = 0;
@@ -96,7 +104,7 @@ pub async fn receive_loop(
             received = socket.recv_from(&mut buf) => match received {
                 Ok(r) => r,
                 Err(e) => {
-                    tracing::warn!(lb = %counters.lb, port = counters.port, error = %e, "load balancer UDP listener cannot receive");
+                    tracing::warn!(lb = %ctx.lb, port = ctx.port, error = %e, "load balancer UDP listener cannot receive");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
@@ -109,41 +117,44 @@ pub async fn receive_loop(
         let datagram = &buf[..n];
         let current = route.borrow().clone();
         if !current.allows(client.ip()) {
-            counters.count("refused_source");
+            ctx.count("refused_source");
             continue;
         }
         let now = since(epoch);
         if let Some(s) = sessions.touch(client, now) {
             if let Err(e) = s.upstream.send(datagram).await {
-                tracing::debug!(lb = %counters.lb, %client, error = %e, "UDP: cannot forward a datagram");
+                tracing::debug!(lb = %ctx.lb, %client, error = %e, "UDP: cannot forward a datagram");
             }
-            continue;
-        }
-        if !sessions.has_room(now) {
-            counters.count("refused_sessions_full");
-            tracing::debug!(lb = %counters.lb, port = counters.port, %client, "UDP: too many sessions; dropped");
             continue;
         }
         let backends = healthy.borrow().clone();
         if backends.is_empty() {
-            counters.count("refused_no_backend");
+            ctx.count("refused_no_backend");
             continue;
         }
+        let held = match sessions.room(&ctx.caps, &ctx.budget, now) {
+            Ok(held) => held,
+            Err(limit) => {
+                ctx.refuse(limit);
+                tracing::debug!(lb = %ctx.lb, port = ctx.port, %client, ?limit, "UDP: at a limit; dropped");
+                continue;
+            }
+        };
         let (instance, ip) = &backends[turn % backends.len()];
         turn = turn.wrapping_add(1);
         let backend = SocketAddr::new(*ip, current.backend_port);
-        match open(&socket, client, backend, epoch, now).await {
+        match open(&socket, client, backend, epoch, now, held).await {
             Ok(session) => {
-                counters.count("accepted");
-                tracing::debug!(lb = %counters.lb, %client, %instance, "UDP: session opened");
+                ctx.count("accepted");
+                tracing::debug!(lb = %ctx.lb, %client, %instance, "UDP: session opened");
                 if let Err(e) = session.upstream.send(datagram).await {
-                    tracing::debug!(lb = %counters.lb, %client, error = %e, "UDP: cannot forward a datagram");
+                    tracing::debug!(lb = %ctx.lb, %client, error = %e, "UDP: cannot forward a datagram");
                 }
                 sessions.by_client.insert(client, session);
             }
             Err(e) => {
-                counters.count("backend_failed");
-                tracing::debug!(lb = %counters.lb, %backend, error = %e, "UDP: cannot open a socket to the backend");
+                ctx.count("backend_failed");
+                tracing::debug!(lb = %ctx.lb, %backend, error = %e, "UDP: cannot open a socket to the backend");
             }
         }
     }
@@ -157,6 +168,7 @@ async fn open(
     backend: SocketAddr,
     epoch: Instant,
     now: u64,
+    held: Held,
 ) -> std::io::Result<Session> {
     let any = match backend.ip() {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -179,7 +191,7 @@ async fn open(
             }
         }
     });
-    Ok(Session { upstream, last, _replies: AbortOnDrop(replies) })
+    Ok(Session { upstream, last, _replies: AbortOnDrop(replies), _held: held })
 }
 
 #[cfg(test)]
@@ -187,10 +199,16 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::config::DataPlaneLimits;
 
-    async fn session(last: u64) -> Session {
+    async fn session(last: u64, held: Held) -> Session {
         let upstream = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
-        Session { upstream, last: Arc::new(AtomicU64::new(last)), _replies: AbortOnDrop(tokio::spawn(async {})) }
+        Session {
+            upstream,
+            last: Arc::new(AtomicU64::new(last)),
+            _replies: AbortOnDrop(tokio::spawn(async {})),
+            _held: held,
+        }
     }
 
     fn client(port: u16) -> SocketAddr {
@@ -198,20 +216,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn sessions_end_when_idle_and_are_bounded() {
-        let mut s = Sessions::new(2, Duration::from_millis(100));
-        s.by_client.insert(client(1), session(0).await);
-        s.by_client.insert(client(2), session(0).await);
-        // Full, and nothing idle yet: no room.
-        assert!(!s.has_room(50));
-        // A datagram keeps client 1's session alive; client 2's ends.
+    async fn sessions_end_when_idle_and_are_bounded_per_load_balancer() {
+        let limits = DataPlaneLimits { udp_sessions_per_lb: 2, max_files: 1000, ..DataPlaneLimits::default() };
+        let budget = Budget::new(limits);
+        let caps = budget.caps();
+        let mut s = Sessions::new(Duration::from_millis(100));
+        let mut other_listener = Sessions::new(Duration::from_millis(100));
+        let held = s.room(&caps, &budget, 0).unwrap();
+        s.by_client.insert(client(1), session(0, held).await);
+        // The load balancer's other listener takes the second place.
+        let held = other_listener.room(&caps, &budget, 0).unwrap();
+        other_listener.by_client.insert(client(2), session(0, held).await);
+        // Full, and nothing idle yet: no room on either listener.
+        assert_eq!(s.room(&caps, &budget, 50).err(), Some(Limit::UdpSessions));
+        // A datagram keeps client 1's session alive; once the other listener's idle session ends, there is room.
         assert!(s.touch(client(1), 90).is_some());
-        assert!(s.has_room(120));
-        assert!(s.touch(client(2), 120).is_none());
-        assert_eq!(s.by_client.len(), 1);
+        assert_eq!(
+            s.room(&caps, &budget, 120).err(),
+            Some(Limit::UdpSessions),
+            "the other listener's is not this one's to end"
+        );
+        other_listener.sweep(120);
+        assert!(s.room(&caps, &budget, 120).is_ok());
         s.sweep(189);
         assert_eq!(s.by_client.len(), 1, "used at 90: idle for 100 ms only at 190");
         s.sweep(190);
         assert!(s.by_client.is_empty());
+    }
+
+    #[tokio::test]
+    async fn sessions_take_files_from_the_budget() {
+        let budget = Budget::new(DataPlaneLimits { max_files: 4, ..DataPlaneLimits::default() });
+        let caps = budget.caps();
+        let mut s = Sessions::new(Duration::from_secs(60));
+        // 4 files, a quarter kept for listeners and health checks.
+        let held: Vec<Held> = (0..3).map(|_| s.room(&caps, &budget, 0).unwrap()).collect();
+        assert_eq!(s.room(&caps, &budget, 0).err(), Some(Limit::Files));
+        drop(held);
+        assert!(s.room(&caps, &budget, 0).is_ok());
     }
 }

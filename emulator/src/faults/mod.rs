@@ -287,10 +287,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- rules
 
     pub async fn add_rule(&self, req: CreateFaultRuleRequest) -> Result<FaultRule> {
-        if let Some(p) = req.position {
-            let p = u64::try_from(p).unwrap_or(u64::MAX);
-            crate::validate::in_range("position", p, 0, fakecloud_api::limits::FAULT_COUNT_MAX)?;
-        }
+        check_position(req.position)?;
         let _edit = self.edit.lock().await;
         let mut rules = self.rules.write().await;
         let id = self.rule_id("rule", "fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
@@ -480,5 +477,50 @@ impl FaultEngine {
         self.forget("outage", id).await?;
         tracing::info!(outage = %id, "outage stopped");
         Ok(outages.remove(at).to_api())
+    }
+}
+
+fn check_position(position: Option<usize>) -> Result<()> {
+    if let Some(p) = position {
+        let p = u64::try_from(p).unwrap_or(u64::MAX);
+        crate::validate::in_range("position", p, 0, fakecloud_api::limits::FAULT_COUNT_MAX)?;
+    }
+    Ok(())
+}
+
+/// The checks each fault request gets when it is made, without making it — for a scenario file, checked whole
+/// before its first step (`fakecloud scenario run`). What depends on the engine's state (an ID in use) is
+/// left to the call itself.
+pub mod check {
+    use fakecloud_api::{CreateFaultRuleRequest, CreateLbFaultRuleRequest, SetRateLimitRequest, StartOutageRequest};
+
+    use super::{ActiveLbRule, ActiveLimit, ActiveOutage, ActiveRule, check_position};
+    use crate::db::now_ms;
+    use crate::error::Result;
+
+    /// An ID for a rule the request leaves unnamed (the engine would pick one).
+    const UNNAMED: &str = "unnamed";
+
+    pub fn rule(req: &CreateFaultRuleRequest, operations: &[String]) -> Result<()> {
+        check_position(req.position)?;
+        let id = req.id.clone().unwrap_or_else(|| UNNAMED.into());
+        let (m, a, t) = (req.matcher.clone(), req.action.clone(), req.trigger.clone());
+        ActiveRule::new(id, m, a, t, operations, 0, now_ms()).map(drop)
+    }
+
+    pub fn lb_rule(req: &CreateLbFaultRuleRequest) -> Result<()> {
+        let id = req.id.clone().unwrap_or_else(|| UNNAMED.into());
+        ActiveLbRule::new(id, req.matcher.clone(), req.action.clone(), req.trigger.clone(), 0, now_ms()).map(drop)
+    }
+
+    pub fn limit(id: &str, spec: &SetRateLimitRequest, operations: &[String]) -> Result<()> {
+        crate::validate::NAME.check("id", id)?;
+        ActiveLimit::new(id, spec.clone(), operations).map(drop)
+    }
+
+    /// `zones`: the region's, when known; without them a zone outage's zone is not checked.
+    pub fn outage(req: &StartOutageRequest, zones: Option<&[&str]>) -> Result<()> {
+        let own: Vec<&str> = req.zone.iter().map(String::as_str).collect();
+        ActiveOutage::new(UNNAMED.into(), req.clone(), zones.unwrap_or(&own), now_ms()).map(drop)
     }
 }

@@ -77,10 +77,22 @@ fn check_action(action: &FaultAction) -> Result<()> {
             error_status("action.status", *status)?;
             validate::FAULT_CODE.check("action.code", code)?;
             for (k, v) in headers {
-                let ok = axum::http::HeaderName::try_from(k.as_str()).is_ok()
-                    && axum::http::HeaderValue::try_from(v.as_str()).is_ok();
-                if !ok {
-                    return Err(invalid(&format!("action.headers.{k}"), "is not a valid HTTP header"));
+                let field = format!("action.headers.{}", validate::quoted(k));
+                let Ok(name) = axum::http::HeaderName::try_from(k.as_str()) else {
+                    return Err(invalid(&field, "is not a valid HTTP header name"));
+                };
+                if axum::http::HeaderValue::try_from(v.as_str()).is_err() {
+                    return Err(invalid(&field, "has a value that is not a valid HTTP header value"));
+                }
+                if crate::error::SERVER_HEADERS.contains(&name.as_str()) {
+                    return Err(invalid(
+                        &field,
+                        format!(
+                            "is set by the server (it frames the answer or ends the connection); a fault's headers \
+                             may not set {}",
+                            crate::error::SERVER_HEADERS.join(", ")
+                        ),
+                    ));
                 }
             }
         }

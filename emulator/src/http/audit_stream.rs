@@ -8,12 +8,14 @@
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::limits::{
     AUDIT_LIMIT_MAX, AUDIT_STREAM_SECONDS_DEFAULT, AUDIT_STREAM_SECONDS_MAX, AUDIT_STREAM_SECONDS_MIN,
+    AUDIT_STREAMS_PER_TOKEN,
 };
-use fakecloud_api::{AuditEntry, AuditQuery, AuditStreamQuery, ErrorBody};
+use fakecloud_api::{AuditEntry, AuditQuery, AuditStreamQuery, ErrorBody, codes};
 use futures::StreamExt;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -21,7 +23,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::extract::ApiQuery;
 use crate::db::Db;
-use crate::error::Result;
+use crate::error::{ApiError, Result};
 use crate::store::audit;
 use crate::validate;
 
@@ -41,7 +43,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "`event: audit`, `id: <seq>`, `data: <AuditEntry as JSON>` per entry, and keep-alive comments"),
-        (status = 400, body = ErrorBody)),
+        (status = 400, body = ErrorBody),
+        (status = 429, body = ErrorBody, description = "TooManyStreams: the token has as many streams open as it may")),
     security(("admin" = [])))]
 async fn stream_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditStreamQuery>) -> Result<Response> {
     let seconds = validate::in_range(
@@ -50,6 +53,19 @@ async fn stream_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditStr
         AUDIT_STREAM_SECONDS_MIN,
         AUDIT_STREAM_SECONDS_MAX,
     )?;
+    let Ok(slot) = st.audit_streams.clone().try_acquire_owned() else {
+        st.metrics.audit_streams_refused.inc();
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            codes::TOO_MANY_STREAMS,
+            format!(
+                "{AUDIT_STREAMS_PER_TOKEN} audit streams are open with this token, the most at once; close one or wait \
+                 for one to end (each ends after its max_seconds), and read GET /v1/audit?after=<seq> meanwhile"
+            ),
+        );
+        e.headers = vec![("Retry-After".into(), "5".into())];
+        return Err(e);
+    };
     st.audit.flush().await;
     let after = match q.after {
         Some(after) => after,
@@ -60,6 +76,7 @@ async fn stream_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditStr
         after,
         until: Instant::now() + Duration::from_secs(u64::from(seconds)),
         stopping: st.stopping.subscribe(),
+        _slot: slot,
     };
     let events = futures::stream::unfold(tail, Tail::next_batch)
         .flat_map(futures::stream::iter)
@@ -73,6 +90,8 @@ struct Tail {
     after: i64,
     until: Instant,
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// One of the token's streams ([`AUDIT_STREAMS_PER_TOKEN`]), given back when the stream ends.
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Tail {

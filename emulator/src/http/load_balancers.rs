@@ -35,7 +35,7 @@ async fn create_load_balancer(
 ) -> Result<Response> {
     let key = idempotency_key(&headers)?;
     let (lb, replayed) = load_balancers::create(&st.db, &st.cfg, &req, key.as_deref()).await?;
-    Ok(created(&lb.id.clone(), lb, replayed))
+    Ok(created(&lb.id.clone(), shown(&st, lb), replayed))
 }
 
 #[utoipa::path(get, path = "/v1/load-balancers", operation_id = "ListLoadBalancers", tag = "load-balancers",
@@ -46,9 +46,7 @@ async fn list_load_balancers(
     ApiQuery(q): ApiQuery<ListLoadBalancersQuery>,
 ) -> Result<Response> {
     let mut list = load_balancers::list(&st.db, &q).await?;
-    if let Some(dataplane) = &st.dataplane {
-        list.items.iter_mut().for_each(|lb| dataplane.annotate(lb));
-    }
+    list.items = list.items.into_iter().map(|lb| shown(&st, lb)).collect();
     Ok(reply(StatusCode::OK, "", list))
 }
 
@@ -57,11 +55,7 @@ async fn list_load_balancers(
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
 async fn get_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    let mut lb = load_balancers::get(&st.db, &id).await?;
-    if let Some(dataplane) = &st.dataplane {
-        dataplane.annotate(&mut lb);
-    }
-    Ok(reply(StatusCode::OK, &id, lb))
+    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::get(&st.db, &id).await?)))
 }
 
 /// Change listeners, backends, source ranges or the health check; fields left out stay as they are.
@@ -74,7 +68,7 @@ async fn update_load_balancer(
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<UpdateLoadBalancerRequest>,
 ) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, load_balancers::update(&st.db, &id, &req).await?))
+    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::update(&st.db, &id, &req).await?)))
 }
 
 /// Delete: the load balancer is `deleting`, then gone.
@@ -82,5 +76,15 @@ async fn update_load_balancer(
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
 async fn delete_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, load_balancers::delete(&st.db, &st.cfg, &id).await?))
+    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::delete(&st.db, &st.cfg, &id).await?)))
+}
+
+/// A load balancer as every call answers it: with the data plane on, its `ip_mode` (proxy), listeners' states
+/// and backends' health — the same from a create, an update or a delete as from a get, since a CCM builds a
+/// Service's status from whichever answer it has last.
+fn shown(st: &AppState, mut lb: LoadBalancer) -> LoadBalancer {
+    if let Some(dataplane) = &st.dataplane {
+        dataplane.annotate(&mut lb);
+    }
+    lb
 }

@@ -42,7 +42,8 @@ pub struct ConnectionLabels {
     pub port: u16,
     /// `accepted` (forwarded to a backend), `refused_source` (outside the source ranges), `refused_no_backend`
     /// (no healthy backend), `backend_failed` (no healthy backend could be connected to), `reset_by_fault` (reset
-    /// by a data-plane fault rule before it was forwarded), `refused_sessions_full` (UDP: too many sessions).
+    /// by a data-plane fault rule before it was forwarded), or refused at a limit (`dataplane::budget`):
+    /// `refused_listener_full`, `refused_lb_full`, `refused_sessions_full` (UDP), `refused_files_full`.
     pub outcome: &'static str,
 }
 
@@ -69,6 +70,8 @@ pub struct DataPlaneMetrics {
     pub backend_healthy: Family<BackendLabels, Gauge>,
     /// Connections and health checks a data-plane fault rule changed.
     pub faults: Family<LbFaultLabels, Counter>,
+    /// Proxied connections closed for passing no byte for the idle timeout (`outcome` is `idle`).
+    pub idle_closed: Family<ConnectionLabels, Counter>,
 }
 
 pub struct Metrics {
@@ -78,6 +81,8 @@ pub struct Metrics {
     requests: Family<CallLabels, Counter>,
     latency: Family<OperationLabels, Histogram>,
     resources: Family<ResourceLabels, Gauge>,
+    /// Audit streams refused: the token had as many open as it may.
+    pub audit_streams_refused: Counter,
     /// Mirrors of the writer's own counts (see db::group_commit), brought up to date at each scrape.
     write_batches: Counter,
     write_calls: Counter,
@@ -122,6 +127,17 @@ impl Default for Metrics {
             "Connections reset or delayed and health checks failed by a data-plane fault rule, by load balancer, rule and action",
             dataplane.faults.clone(),
         );
+        registry.register(
+            "lb_connections_idle_closed",
+            "Proxied load balancer connections closed after passing no byte for --lb-idle-timeout",
+            dataplane.idle_closed.clone(),
+        );
+        let audit_streams_refused = Counter::default();
+        registry.register(
+            "audit_streams_refused",
+            "Audit streams refused because the token had as many open as it may",
+            audit_streams_refused.clone(),
+        );
         let (write_batches, write_calls) = (Counter::default(), Counter::default());
         registry.register(
             "write_batches",
@@ -129,7 +145,17 @@ impl Default for Metrics {
             write_batches.clone(),
         );
         registry.register("write_calls", "Writes committed, several to a transaction under load", write_calls.clone());
-        Self { registry, dataplane, faults, requests, latency, resources, write_batches, write_calls }
+        Self {
+            registry,
+            dataplane,
+            faults,
+            requests,
+            latency,
+            resources,
+            audit_streams_refused,
+            write_batches,
+            write_calls,
+        }
     }
 }
 

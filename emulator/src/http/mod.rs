@@ -44,9 +44,12 @@ use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
 use crate::store::audit::{AuditSink, CallContext, Record};
+use crate::validate;
 
 /// The largest request body read, in bytes.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// The most of a request's path its audit entry keeps.
+const AUDITED_PATH_MAX_CHARS: usize = 1024;
 
 /// Everything a handler needs.
 #[derive(Clone, Debug)]
@@ -69,6 +72,8 @@ pub struct Inner {
     openapi: String,
     /// Turns true when the server shuts down: open calls that would run on (audit streams) end then.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The audit streams the admin token may have open (only it may stream).
+    audit_streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -214,6 +219,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(faults::router())
 }
 
+/// The API's operation names, sorted: what fault rules and rate limits may name.
+pub fn operation_names() -> Vec<String> {
+    Operations::from_spec(&api_routes().split_for_parts().1).names()
+}
+
 /// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
 pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppState), ApiError> {
     assemble(api_routes(), db, cfg, tokens).await
@@ -236,7 +246,7 @@ async fn assemble(
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
     let dataplane = cfg.serve_load_balancers.then(|| {
         let faults = crate::dataplane::Faults::new(faults.clone(), metrics.dataplane.clone(), audit.clone());
-        let (dataplane, supervisor) = DataPlane::spawn(db.clone(), metrics.dataplane.clone(), faults);
+        let (dataplane, supervisor) = DataPlane::spawn(db.clone(), cfg.clone(), metrics.dataplane.clone(), faults);
         background.push(supervisor);
         dataplane
     });
@@ -254,6 +264,7 @@ async fn assemble(
         operations,
         openapi,
         stopping: tokio::sync::watch::Sender::new(false),
+        audit_streams: Arc::new(tokio::sync::Semaphore::new(fakecloud_api::limits::AUDIT_STREAMS_PER_TOKEN as usize)),
     }));
     let router = router
         .route("/healthz", get(|| async { "ok" }))
@@ -296,7 +307,8 @@ async fn serve_openapi(State(st): State<AppState>) -> Response {
 async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    // A path is audited as long as a path of this API can be; a longer one (64 KB, say) only to that length.
+    let path: String = req.uri().path().chars().take(AUDITED_PATH_MAX_CHARS).collect();
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
     let op = route.as_deref().and_then(|r| st.operations.get(&method, r)).cloned();
     let mutating = !matches!(method, Method::GET | Method::HEAD);
@@ -306,11 +318,17 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     }
     let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
     let (mut parts, body) = req.into_parts();
-    let (body, body_read) = ReadToEnd::watch(&parts.headers, body);
-    let path_id = RawPathParams::from_request_parts(&mut parts, &())
+    let (body, body_read) = BodyWatch::watch(&parts.headers, body, st.cfg.connections.body_read_timeout);
+    let path_params: Vec<String> = RawPathParams::from_request_parts(&mut parts, &())
         .await
-        .ok()
-        .and_then(|p| p.iter().last().map(|(_, v)| v.to_string()));
+        .map(|p| p.iter().map(|(_, v)| v.to_string()).collect())
+        .unwrap_or_default();
+    // An ID far longer than any this API hands out is refused, not looked up, repeated or audited whole.
+    let bad_input = path_params
+        .iter()
+        .find_map(|v| validate::PATH_ID.check("path", v).err())
+        .or_else(|| extract::idempotency_key(&parts.headers).err());
+    let path_id = path_params.last().filter(|_| bad_input.is_none()).cloned();
     let req = Request::from_parts(parts, body);
     let request_id = uuid::Uuid::new_v4().simple().to_string();
     let entry = Record {
@@ -359,6 +377,7 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                 (Some(op), Some(role)) if role < op.role => {
                     ApiError::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, format!("{} needs the admin token", op.name)).into_response()
                 }
+                (Some(_), Some(_)) if bad_input.is_some() => bad_input.clone().map(IntoResponse::into_response).unwrap_or_default(),
                 (Some(op), Some(role)) => {
                     let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
                     let admin_only = op.role == Role::Admin;
@@ -398,10 +417,24 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
-    // Answered before its body was read (refused, say): the rest of the body may still be on its way, and a
-    // client that pooled the connection would send its next request after it. Say the connection is done.
-    if body_read.is_some_and(|read| !read.load(Ordering::Acquire)) {
-        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if let Some(read) = &body_read {
+        // The body did not arrive in time: whatever the call made of a cut-off body, the answer is that.
+        if read.timed_out.load(Ordering::Acquire) {
+            let timeout = st.cfg.connections.body_read_timeout;
+            resp = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                codes::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {timeout:?} of the request's head (--body-read-timeout)"
+                ),
+            )
+            .into_response();
+        }
+        // Answered before its body was read (refused, say): the rest of the body may still be on its way, and a
+        // client that pooled the connection would send its next request after it. Say the connection is done.
+        if !read.done.load(Ordering::Acquire) {
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
     }
     let status = resp.status().as_u16();
     // Whatever changed (a load balancer, an instance behind one, a reset), the data plane follows it now.
@@ -435,27 +468,47 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
     resp
 }
 
-/// A request body that notes when it has been read to its end.
-struct ReadToEnd {
+/// A request body that notes when it has been read to its end, and fails once its deadline has passed: a body
+/// that trickles in (a byte every few seconds) holds its connection no longer than the body-read timeout.
+struct BodyWatch {
     inner: axum::body::Body,
-    done: Arc<AtomicBool>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    read: Arc<BodyRead>,
 }
 
-impl ReadToEnd {
-    /// `body`, and a flag that turns true once it has been read, if the headers say there is one.
-    fn watch(headers: &axum::http::HeaderMap, body: axum::body::Body) -> (axum::body::Body, Option<Arc<AtomicBool>>) {
+/// What became of a watched body.
+#[derive(Debug, Default)]
+struct BodyRead {
+    done: AtomicBool,
+    timed_out: AtomicBool,
+}
+
+impl BodyWatch {
+    /// `body`, and what becomes of it, if the headers say there is one.
+    fn watch(
+        headers: &axum::http::HeaderMap,
+        body: axum::body::Body,
+        timeout: std::time::Duration,
+    ) -> (axum::body::Body, Option<Arc<BodyRead>>) {
         let length =
             headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
         let declared = length.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING);
         if !declared {
             return (body, None);
         }
-        let done = Arc::new(AtomicBool::new(false));
-        (axum::body::Body::new(Self { inner: body, done: done.clone() }), Some(done))
+        let read = Arc::new(BodyRead::default());
+        // A timeout too long for the clock is none.
+        let deadline = tokio::time::Instant::now().checked_add(timeout).unwrap_or_else(far_future);
+        let watched = Self { inner: body, deadline: Box::pin(tokio::time::sleep_until(deadline)), read: read.clone() };
+        (axum::body::Body::new(watched), Some(read))
     }
 }
 
-impl hyper::body::Body for ReadToEnd {
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365)
+}
+
+impl hyper::body::Body for BodyWatch {
     type Data = axum::body::Bytes;
     type Error = axum::Error;
 
@@ -463,9 +516,14 @@ impl hyper::body::Body for ReadToEnd {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
         let frame = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(frame, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
-            self.done.store(true, Ordering::Release);
+        if matches!(frame, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.done.store(true, Ordering::Release);
+        }
+        if frame.is_pending() && self.deadline.as_mut().poll(cx).is_ready() {
+            self.read.timed_out.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(axum::Error::new("the request body did not arrive in time"))));
         }
         frame
     }

@@ -80,6 +80,7 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("Listener", &["port"]), port.clone()),
         (Property("Listener", &["backend_port"]), port.clone()),
         (Property("HealthCheck", &["port"]), port),
+        (Property("HealthCheck", &["path"]), text(&validate::HEALTH_CHECK_PATH)),
         (
             Property("HealthCheck", &["interval_seconds"]),
             json!({"minimum": HEALTH_INTERVAL_MIN, "maximum": HEALTH_INTERVAL_MAX}),
@@ -235,6 +236,15 @@ fn complete_responses(path: &str, op: &mut Value) {
     let params = op.get("parameters").and_then(Value::as_array).cloned().unwrap_or_default();
     let param_in = |place: &str| params.iter().any(|p| p.get("in").and_then(Value::as_str) == Some(place));
     let idempotent = params.iter().any(|p| p.get("name").and_then(Value::as_str) == Some(IDEMPOTENCY_KEY_HEADER));
+    // The gatekeeper's bound on IDs in the path (`validate::PATH_ID`).
+    for p in op.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
+        if p.get("in").and_then(Value::as_str) == Some("path")
+            && let Some(schema) = p.get_mut("schema").and_then(Value::as_object_mut)
+            && let Value::Object(bound) = validate::PATH_ID.schema()
+        {
+            schema.extend(bound);
+        }
+    }
     let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { return };
     if idempotent && let Some(created) = responses.get("201").cloned() {
         let mut replay = created;
@@ -257,6 +267,7 @@ fn complete_responses(path: &str, op: &mut Value) {
     if param_in("path") {
         let what = path.trim_start_matches("/v1/").split('/').next().unwrap_or("resource");
         add(responses, "404", error(&format!("An ID in the path names no {what} (e.g. RouteTableNotFound)")));
+        add(responses, "400", error("An ID in the path is longer than any this API hands out, or a header is invalid"));
     }
     if has_body {
         add(responses, "413", error(&format!("PayloadTooLarge: the body is over {} bytes", super::MAX_BODY_BYTES)));

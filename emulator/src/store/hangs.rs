@@ -22,13 +22,17 @@ fn hang((instance_id, name, since): (String, String, i64)) -> Hang {
     Hang { instance_id, name, since: rfc3339(since) }
 }
 
+/// Every check of a [`start`] that needs no instance: that it names some.
+pub fn check(req: &StartHangRequest) -> Result<Selection<'_>> {
+    let chosen = Selection { ids: &req.instance_ids, names: &req.names, tag: req.tag.as_deref() };
+    chosen.check("machines to hang")?;
+    Ok(chosen)
+}
+
 /// Hang the machines `req` names. Each must be running (a stopped machine has no guest to hang); one already
 /// hung stays hung since its first hang.
 pub async fn start(db: &Db, cfg: &Config, req: &StartHangRequest) -> Result<Vec<Hang>> {
-    let chosen = Selection { ids: &req.instance_ids, names: &req.names, tag: req.tag.as_deref() };
-    if chosen.is_empty() {
-        return Err(ApiError::invalid("instance_ids", "name the machines to hang: instance_ids, names or tag"));
-    }
+    let chosen = check(req)?;
     let (mut tx, now) = begin(db).await?;
     let targets = instances::select(&mut tx, cfg, &chosen, concat!(state_at!(), " = 'running'"), now).await?;
     for inst in &targets {

@@ -11,7 +11,7 @@ use sqlx::SqliteExecutor;
 
 use super::quotas::Check;
 use super::{audit, begin, begin_with, idempotency, ipam, lifecycle, quotas};
-use crate::config::{Config, Timings};
+use crate::config::{Config, Pool, Timings};
 use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
@@ -126,6 +126,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         ));
     }
     validate::tags(&req.tags)?;
+    check_fixed_addresses(req, cfg, &zone, pool)?;
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
 
     let quota = [Check {
@@ -188,22 +189,15 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
             }
         },
         (None, Some(ip)) => {
-            unicast("private_ip", ip, cfg.loopback_instances)?;
             let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
-            if in_vpc && !matches!(ip, IpAddr::V4(v4) if pool.net.contains(&v4)) {
-                return Err(ApiError::bad_request(
-                    codes::INVALID_ADDRESS,
-                    format!("private_ip: {ip} is in the VPC but not in zone {zone}'s subnet {}", pool.net),
-                ));
-            }
             ipam::lease_fixed(&mut tx, in_vpc.then_some(pool), ip, &id).await?;
-            lease_ipv6(&mut tx, cfg, req, ip, &id).await?;
+            lease_ipv6(&mut tx, req, &id).await?;
             new(now).insert(&mut tx, ip, key, &request_json).await?;
             ip
         }
         (None, None) => {
             let ip = IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?);
-            lease_ipv6(&mut tx, cfg, req, ip, &id).await?;
+            lease_ipv6(&mut tx, req, &id).await?;
             new(now).insert(&mut tx, ip, key, &request_json).await?;
             ip
         }
@@ -229,20 +223,44 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
     Ok((row.into_api(&topo.region)?, false))
 }
 
-/// The IPv6 address beside `ip`, if the request names one: checked, then leased to `id`.
-async fn lease_ipv6(tx: &mut Tx, cfg: &Config, req: &CreateInstanceRequest, ip: IpAddr, id: &str) -> Result<()> {
-    let Some(v6) = req.ipv6_address else { return Ok(()) };
-    if ip.is_ipv6() {
-        return Err(ApiError::invalid(
-            "ipv6_address",
-            format!("private_ip {ip} is IPv6 already; ipv6_address is the IPv6 address beside an IPv4 private_ip"),
-        ));
+/// The IPv6 address the request names beside its IPv4 one, if any ([`check_fixed_addresses`]): leased to `id`.
+async fn lease_ipv6(tx: &mut Tx, req: &CreateInstanceRequest, id: &str) -> Result<()> {
+    match req.ipv6_address {
+        Some(v6) => ipam::lease_fixed(tx, None, IpAddr::V6(v6), id).await,
+        None => Ok(()),
     }
-    if v6.to_ipv4_mapped().is_some() {
-        return Err(ApiError::invalid("ipv6_address", format!("{v6} is an IPv4-mapped address, not an IPv6 one")));
+}
+
+/// The fixed addresses a create names, checked before its transaction: addresses a machine may have (see
+/// [`crate::addresses`]), inside the VPC in `zone`'s subnet, and an IPv6 address only beside an IPv4 one.
+fn check_fixed_addresses(req: &CreateInstanceRequest, cfg: &Config, zone: &str, pool: &Pool) -> Result<()> {
+    let host = crate::addresses::HostAddresses::read();
+    let machine = |field: &str, ip: IpAddr| match crate::addresses::refusal(ip, cfg, &host) {
+        Some(why) => Err(ApiError::bad_request(codes::INVALID_ADDRESS, format!("{field}: {why}"))),
+        None => Ok(()),
+    };
+    if let Some(v6) = req.ipv6_address {
+        if let Some(ip @ IpAddr::V6(_)) = req.private_ip {
+            return Err(ApiError::invalid(
+                "ipv6_address",
+                format!("private_ip {ip} is IPv6 already; ipv6_address is the IPv6 address beside an IPv4 private_ip"),
+            ));
+        }
+        if v6.to_ipv4_mapped().is_some() {
+            return Err(ApiError::invalid("ipv6_address", format!("{v6} is an IPv4-mapped address, not an IPv6 one")));
+        }
+        machine("ipv6_address", IpAddr::V6(v6))?;
     }
-    unicast("ipv6_address", IpAddr::V6(v6), cfg.loopback_instances)?;
-    ipam::lease_fixed(tx, None, IpAddr::V6(v6), id).await
+    if let Some(ip) = req.private_ip {
+        machine("private_ip", ip)?;
+        if matches!(ip, IpAddr::V4(v4) if cfg.topology.vpc.contains(&v4) && !pool.net.contains(&v4)) {
+            return Err(ApiError::bad_request(
+                codes::INVALID_ADDRESS,
+                format!("private_ip: {ip} is in the VPC but not in zone {zone}'s subnet {}", pool.net),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A new instance's row, as the create writes it.
@@ -316,35 +334,6 @@ async fn inserted(tx: &mut Tx, name: &str, outcome: std::result::Result<u64, Not
             ))
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-/// A machine's own address is one it can be reached at: not the unspecified or broadcast address, loopback,
-/// multicast or link-local (IPv4-mapped IPv6 addresses count as their IPv4 address). With `loopback_ok`
-/// (`serve --loopback-instances`), loopback is accepted: the instances are processes on the emulator's host,
-/// as load balancer backends are in a data plane on one machine.
-fn unicast(field: &str, ip: IpAddr, loopback_ok: bool) -> Result<()> {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    let kind = match ip {
-        _ if ip.is_unspecified() => Some("the unspecified address"),
-        _ if ip.is_loopback() && !loopback_ok => {
-            Some("a loopback address (accepted only with `fakecloud serve --loopback-instances`)")
-        }
-        _ if ip.is_multicast() => Some("a multicast address"),
-        IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
-        IpAddr::V4(v4) if v4.is_link_local() => Some("a link-local address"),
-        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("a link-local address"),
-        _ => None,
-    };
-    match kind {
-        Some(kind) => Err(ApiError::bad_request(
-            codes::INVALID_ADDRESS,
-            format!("{field}: {ip} is {kind}; a machine's address must be one it can be reached at"),
-        )),
-        None => Ok(()),
     }
 }
 
@@ -470,13 +459,28 @@ pub struct Selection<'a> {
 }
 
 impl Selection<'_> {
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty() && self.names.is_empty() && self.tag.is_none()
+    /// It names at least one machine, and its tag is `key=value`; `what` says which ("machines to hang").
+    pub fn check(&self, what: &str) -> Result<()> {
+        if self.ids.is_empty() && self.names.is_empty() && self.tag.is_none() {
+            return Err(ApiError::invalid("instance_ids", format!("name the {what}: instance_ids, names or tag")));
+        }
+        match self.tag {
+            Some(tag) => validate::TAG_PAIR.check("tag", tag),
+            None => Ok(()),
+        }
     }
 }
 
-/// The instances `chosen` names, each once, in the order named. `tag_filter` (SQL over the instances table,
-/// `?1` is now) narrows what the tag selects; an ID or name that does not exist is an error.
+/// Every check of a [`reclaim`] that needs no instance: the notice, and that it names some. The notice.
+pub fn check_reclaim(req: &ReclaimRequest) -> Result<std::time::Duration> {
+    let notice = validate::in_range("notice_seconds", req.notice_seconds.unwrap_or(120.0), 0.0, NOTICE_SECONDS_MAX)?;
+    Selection { ids: &req.instance_ids, names: &req.names, tag: req.tag.as_deref() }.check("instances to reclaim")?;
+    Ok(std::time::Duration::from_secs_f64(notice))
+}
+
+/// The instances `chosen` (checked: [`Selection::check`]) names, each once, in the order named. `tag_filter`
+/// (SQL over the instances table, `?1` is now) narrows what the tag selects; an ID or name that does not exist
+/// is an error.
 pub async fn select(
     tx: &mut crate::db::Tx,
     cfg: &Config,
@@ -498,7 +502,6 @@ pub async fn select(
         targets.push(row.into_api(&cfg.topology.region)?);
     }
     if let Some(tag) = chosen.tag {
-        validate::TAG_PAIR.check("tag", tag)?;
         let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
         let q = format!("{SELECT} WHERE {tag_filter} AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
         let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
@@ -520,16 +523,8 @@ pub async fn select(
 /// `terminated` after the terminate delay, with the reason `Server.SpotInstanceTermination`. Instances already
 /// interrupted are left as they are.
 pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<Instance>> {
-    let notice = std::time::Duration::from_secs_f64(validate::in_range(
-        "notice_seconds",
-        req.notice_seconds.unwrap_or(120.0),
-        0.0,
-        NOTICE_SECONDS_MAX,
-    )?);
+    let notice = check_reclaim(req)?;
     let chosen = Selection { ids: &req.instance_ids, names: &req.names, tag: req.tag.as_deref() };
-    if chosen.is_empty() {
-        return Err(ApiError::invalid("instance_ids", "name the instances to reclaim: instance_ids, names or tag"));
-    }
     let (mut tx, now) = begin(db).await?;
     let targets = select(&mut tx, cfg, &chosen, "market = 'spot'", now).await?;
     let mut reclaimed = Vec::new();
@@ -577,7 +572,8 @@ pub async fn addresses(db: &Db, ids: &[&str]) -> Result<std::collections::HashMa
     let mut out = std::collections::HashMap::new();
     for (id, ip, state) in rows {
         let corrupt = || ApiError::internal(format!("stored instance {id} has an invalid private_ip or state"));
-        let ip: IpAddr = ip.parse().map_err(|_| corrupt())?;
+        // Canonical, as the API takes addresses now: one stored by an older emulator may be IPv4-mapped.
+        let ip = fakecloud_api::net::canonical(ip.parse().map_err(|_| corrupt())?);
         let state = InstanceState::parse(&state).ok_or_else(corrupt)?;
         out.insert(id, (ip, state));
     }

@@ -136,8 +136,8 @@ fn check_health(hc: &HealthCheck) -> Result<()> {
     validate::port("health_check.port", hc.port)?;
     validate::in_range("health_check.interval_seconds", hc.interval_seconds, HEALTH_INTERVAL_MIN, HEALTH_INTERVAL_MAX)?;
     match (hc.protocol, &hc.path) {
-        (HealthCheckProtocol::Http, Some(p)) if p.starts_with('/') => Ok(()),
-        (HealthCheckProtocol::Http, _) => {
+        (HealthCheckProtocol::Http, Some(p)) => validate::HEALTH_CHECK_PATH.check("health_check.path", p),
+        (HealthCheckProtocol::Http, None) => {
             Err(ApiError::invalid("health_check.path", "HTTP health checks need a path starting with '/'"))
         }
         (HealthCheckProtocol::Tcp, Some(_)) => {
@@ -147,11 +147,25 @@ fn check_health(hc: &HealthCheck) -> Result<()> {
     }
 }
 
-fn check_source_ranges(ranges: &[String]) -> Result<()> {
+/// Source ranges as stored: each a network (host bits cleared, as Kubernetes' own parsing of
+/// `loadBalancerSourceRanges` takes them: `127.0.0.1/8` is `127.0.0.0/8`), IPv4-mapped ones as IPv4. Load
+/// balancers' addresses are IPv4, so their clients are: a list without an IPv4 range would refuse every one.
+fn check_source_ranges(ranges: &[String]) -> Result<Vec<String>> {
+    let mut nets = Vec::with_capacity(ranges.len());
     for (i, r) in ranges.iter().enumerate() {
-        validate::cidr(&format!("source_ranges[{i}]"), r, false)?;
+        nets.push(validate::cidr(&format!("source_ranges[{i}]"), r, false)?.trunc());
     }
-    Ok(())
+    if !nets.is_empty() && !nets.iter().any(|n| matches!(n, ipnet::IpNet::V4(_))) {
+        return Err(ApiError::invalid(
+            "source_ranges",
+            format!(
+                "{} holds no IPv4 range, and load balancers' addresses are IPv4: every client would be refused; \
+                 add the IPv4 ranges to allow (0.0.0.0/0 for every client), or leave source_ranges empty",
+                validate::quoted(&ranges.join(","))
+            ),
+        ));
+    }
+    Ok(nets.iter().map(ToString::to_string).collect())
 }
 
 /// Backends must be distinct instances that exist (terminated ones still count as existing while listed).
@@ -215,7 +229,7 @@ pub async fn create(
 ) -> Result<(LoadBalancer, bool)> {
     validate::NAME.check("name", &req.name)?;
     check_listeners(&req.listeners)?;
-    check_source_ranges(&req.source_ranges)?;
+    let source_ranges = check_source_ranges(&req.source_ranges)?;
     if let Some(hc) = &req.health_check {
         check_health(hc)?;
     }
@@ -250,7 +264,7 @@ pub async fn create(
             listeners: json(&req.listeners)?,
             backends: json(&req.backends)?,
             health_check: req.health_check.as_ref().map(json).transpose()?,
-            source_ranges: json(&req.source_ranges)?,
+            source_ranges: json(&source_ranges)?,
             requested_ip: req.requested_ip.map(|ip| ip.to_string()),
             address,
             dns_name: dns_name.clone(),
@@ -387,9 +401,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     if let Some(l) = &req.listeners {
         check_listeners(l)?;
     }
-    if let Some(r) = &req.source_ranges {
-        check_source_ranges(r)?;
-    }
+    let source_ranges = req.source_ranges.as_deref().map(check_source_ranges).transpose()?;
     if let Some(hc) = &req.health_check {
         check_health(hc)?;
     }
@@ -406,7 +418,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     }
     let listeners = req.listeners.as_ref().unwrap_or(&current.listeners);
     let backends = req.backends.as_ref().unwrap_or(&current.backends);
-    let ranges = req.source_ranges.as_ref().unwrap_or(&current.source_ranges);
+    let ranges = source_ranges.as_ref().unwrap_or(&current.source_ranges);
     let health = req.health_check.as_ref().or(current.health_check.as_ref());
     quotas::check_all(&mut tx, &per_lb_checks(&current.name, listeners.len(), backends.len(), ranges.len())).await?;
     sqlx::query(

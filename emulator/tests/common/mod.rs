@@ -39,6 +39,11 @@ impl Emu {
         Self::with_config(cfg).await
     }
 
+    /// Every transition immediate, and machines of a kind network ([`KIND_NETWORKS`]) adopted as instances.
+    pub async fn adopting() -> Self {
+        Self::with_config(kind_config()).await
+    }
+
     pub async fn with_config(cfg: Config) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg.clone(), tokens())
@@ -101,6 +106,18 @@ impl Emu {
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap();
         (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+    }
+}
+
+/// A kind network's subnets, as `make kind-up` gives them to `serve --adopt-networks`.
+pub const KIND_NETWORKS: [&str; 2] = ["172.18.0.0/16", "fc00:f853:ccd:e793::/64"];
+
+/// Every transition immediate, and machines of [`KIND_NETWORKS`] adopted.
+pub fn kind_config() -> Config {
+    Config {
+        timings: Timings::instant(),
+        adopt_networks: KIND_NETWORKS.iter().map(|n| n.parse().unwrap()).collect(),
+        ..Config::default()
     }
 }
 
