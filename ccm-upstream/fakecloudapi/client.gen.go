@@ -830,7 +830,9 @@ type CreateInstanceRequest struct {
 	Name string `json:"name"`
 
 	// PrivateIp A fixed private IP, to adopt an existing machine (such as a kind node). Inside the VPC it must lie in the
-	// zone's subnet; outside it, any address not in use is accepted.
+	// zone's subnet; outside it, in a network the emulator adopts machines from (`serve --adopt-networks`, a
+	// kind network say), or on loopback with `serve --loopback-instances`. Never a load balancer's address or
+	// the emulator host's own. An IPv4-mapped IPv6 address is read as the IPv4 address it maps.
 	PrivateIp *string            `json:"private_ip,omitempty"`
 	Tags      *map[string]string `json:"tags,omitempty"`
 
@@ -868,7 +870,8 @@ type CreateLoadBalancerRequest struct {
 	Listeners   []Listener   `json:"listeners"`
 	Name        string       `json:"name"`
 
-	// RequestedIp Must be free and inside the pool of the scheme.
+	// RequestedIp Must be free and inside the pool of the scheme. An IPv4-mapped IPv6 address is read as the IPv4 address
+	// it maps.
 	RequestedIp  *string   `json:"requested_ip,omitempty"`
 	Scheme       *Scheme   `json:"scheme,omitempty"`
 	SourceRanges *[]string `json:"source_ranges,omitempty"`
@@ -5833,6 +5836,11 @@ type StreamAuditResponse403Headers struct {
 	XRequestId *string
 }
 
+// StreamAuditResponse429Headers the declared response headers of an HTTP 429 response for StreamAudit
+type StreamAuditResponse429Headers struct {
+	XRequestId *string
+}
+
 // StreamAuditResponse503Headers the declared response headers of an HTTP 503 response for StreamAudit
 type StreamAuditResponse503Headers struct {
 	RetryAfter *string
@@ -5853,6 +5861,8 @@ type StreamAuditResponse struct {
 	JSON401 *ErrorBody
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *ErrorBody
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *ErrorBody
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ErrorBody
 	// JSONDefault the response for an HTTP default `application/json` response
@@ -5865,6 +5875,8 @@ type StreamAuditResponse struct {
 	Headers401 *StreamAuditResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *StreamAuditResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StreamAuditResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *StreamAuditResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5884,6 +5896,11 @@ func (r StreamAuditResponse) GetJSON401() *ErrorBody {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r StreamAuditResponse) GetJSON403() *ErrorBody {
 	return r.JSON403
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r StreamAuditResponse) GetJSON429() *ErrorBody {
+	return r.JSON429
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -6304,6 +6321,11 @@ type DeleteFaultResponse200Headers struct {
 	XRequestId *string
 }
 
+// DeleteFaultResponse400Headers the declared response headers of an HTTP 400 response for DeleteFault
+type DeleteFaultResponse400Headers struct {
+	XRequestId *string
+}
+
 // DeleteFaultResponse401Headers the declared response headers of an HTTP 401 response for DeleteFault
 type DeleteFaultResponse401Headers struct {
 	WWWAuthenticate *string
@@ -6336,6 +6358,8 @@ type DeleteFaultResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *FaultRule
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -6348,6 +6372,8 @@ type DeleteFaultResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteFaultResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteFaultResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteFaultResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -6363,6 +6389,11 @@ type DeleteFaultResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeleteFaultResponse) GetJSON200() *FaultRule {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteFaultResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -6706,6 +6737,11 @@ type StopHangResponse200Headers struct {
 	XRequestId *string
 }
 
+// StopHangResponse400Headers the declared response headers of an HTTP 400 response for StopHang
+type StopHangResponse400Headers struct {
+	XRequestId *string
+}
+
 // StopHangResponse401Headers the declared response headers of an HTTP 401 response for StopHang
 type StopHangResponse401Headers struct {
 	WWWAuthenticate *string
@@ -6738,6 +6774,8 @@ type StopHangResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Hang
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -6750,6 +6788,8 @@ type StopHangResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *StopHangResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StopHangResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *StopHangResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -6765,6 +6805,11 @@ type StopHangResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r StopHangResponse) GetJSON200() *Hang {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StopHangResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7109,6 +7154,11 @@ type GetInstanceResponse200Headers struct {
 	XRequestId *string
 }
 
+// GetInstanceResponse400Headers the declared response headers of an HTTP 400 response for GetInstance
+type GetInstanceResponse400Headers struct {
+	XRequestId *string
+}
+
 // GetInstanceResponse401Headers the declared response headers of an HTTP 401 response for GetInstance
 type GetInstanceResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7136,6 +7186,8 @@ type GetInstanceResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Instance
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -7146,6 +7198,8 @@ type GetInstanceResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetInstanceResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetInstanceResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetInstanceResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -7159,6 +7213,11 @@ type GetInstanceResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetInstanceResponse) GetJSON200() *Instance {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetInstanceResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7215,6 +7274,11 @@ type StartInstanceResponse200Headers struct {
 	XRequestId *string
 }
 
+// StartInstanceResponse400Headers the declared response headers of an HTTP 400 response for StartInstance
+type StartInstanceResponse400Headers struct {
+	XRequestId *string
+}
+
 // StartInstanceResponse401Headers the declared response headers of an HTTP 401 response for StartInstance
 type StartInstanceResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7247,6 +7311,8 @@ type StartInstanceResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Instance
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -7259,6 +7325,8 @@ type StartInstanceResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *StartInstanceResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StartInstanceResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *StartInstanceResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -7274,6 +7342,11 @@ type StartInstanceResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r StartInstanceResponse) GetJSON200() *Instance {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StartInstanceResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7335,6 +7408,11 @@ type StopInstanceResponse200Headers struct {
 	XRequestId *string
 }
 
+// StopInstanceResponse400Headers the declared response headers of an HTTP 400 response for StopInstance
+type StopInstanceResponse400Headers struct {
+	XRequestId *string
+}
+
 // StopInstanceResponse401Headers the declared response headers of an HTTP 401 response for StopInstance
 type StopInstanceResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7367,6 +7445,8 @@ type StopInstanceResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Instance
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -7379,6 +7459,8 @@ type StopInstanceResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *StopInstanceResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StopInstanceResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *StopInstanceResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -7394,6 +7476,11 @@ type StopInstanceResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r StopInstanceResponse) GetJSON200() *Instance {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StopInstanceResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7455,6 +7542,11 @@ type TerminateInstanceResponse200Headers struct {
 	XRequestId *string
 }
 
+// TerminateInstanceResponse400Headers the declared response headers of an HTTP 400 response for TerminateInstance
+type TerminateInstanceResponse400Headers struct {
+	XRequestId *string
+}
+
 // TerminateInstanceResponse401Headers the declared response headers of an HTTP 401 response for TerminateInstance
 type TerminateInstanceResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7482,6 +7574,8 @@ type TerminateInstanceResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Instance
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -7492,6 +7586,8 @@ type TerminateInstanceResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *TerminateInstanceResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TerminateInstanceResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *TerminateInstanceResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -7505,6 +7601,11 @@ type TerminateInstanceResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r TerminateInstanceResponse) GetJSON200() *Instance {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TerminateInstanceResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -7829,6 +7930,11 @@ type DeleteLbFaultResponse200Headers struct {
 	XRequestId *string
 }
 
+// DeleteLbFaultResponse400Headers the declared response headers of an HTTP 400 response for DeleteLbFault
+type DeleteLbFaultResponse400Headers struct {
+	XRequestId *string
+}
+
 // DeleteLbFaultResponse401Headers the declared response headers of an HTTP 401 response for DeleteLbFault
 type DeleteLbFaultResponse401Headers struct {
 	WWWAuthenticate *string
@@ -7861,6 +7967,8 @@ type DeleteLbFaultResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *LbFaultRule
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -7873,6 +7981,8 @@ type DeleteLbFaultResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteLbFaultResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteLbFaultResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteLbFaultResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -7888,6 +7998,11 @@ type DeleteLbFaultResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeleteLbFaultResponse) GetJSON200() *LbFaultRule {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteLbFaultResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8232,6 +8347,11 @@ type DeleteLoadBalancerResponse200Headers struct {
 	XRequestId *string
 }
 
+// DeleteLoadBalancerResponse400Headers the declared response headers of an HTTP 400 response for DeleteLoadBalancer
+type DeleteLoadBalancerResponse400Headers struct {
+	XRequestId *string
+}
+
 // DeleteLoadBalancerResponse401Headers the declared response headers of an HTTP 401 response for DeleteLoadBalancer
 type DeleteLoadBalancerResponse401Headers struct {
 	WWWAuthenticate *string
@@ -8259,6 +8379,8 @@ type DeleteLoadBalancerResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *LoadBalancer
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8269,6 +8391,8 @@ type DeleteLoadBalancerResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteLoadBalancerResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteLoadBalancerResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteLoadBalancerResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -8282,6 +8406,11 @@ type DeleteLoadBalancerResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeleteLoadBalancerResponse) GetJSON200() *LoadBalancer {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteLoadBalancerResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8338,6 +8467,11 @@ type GetLoadBalancerResponse200Headers struct {
 	XRequestId *string
 }
 
+// GetLoadBalancerResponse400Headers the declared response headers of an HTTP 400 response for GetLoadBalancer
+type GetLoadBalancerResponse400Headers struct {
+	XRequestId *string
+}
+
 // GetLoadBalancerResponse401Headers the declared response headers of an HTTP 401 response for GetLoadBalancer
 type GetLoadBalancerResponse401Headers struct {
 	WWWAuthenticate *string
@@ -8365,6 +8499,8 @@ type GetLoadBalancerResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *LoadBalancer
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -8375,6 +8511,8 @@ type GetLoadBalancerResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetLoadBalancerResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetLoadBalancerResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetLoadBalancerResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -8388,6 +8526,11 @@ type GetLoadBalancerResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetLoadBalancerResponse) GetJSON200() *LoadBalancer {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetLoadBalancerResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -8874,6 +9017,11 @@ type StopOutageResponse200Headers struct {
 	XRequestId *string
 }
 
+// StopOutageResponse400Headers the declared response headers of an HTTP 400 response for StopOutage
+type StopOutageResponse400Headers struct {
+	XRequestId *string
+}
+
 // StopOutageResponse401Headers the declared response headers of an HTTP 401 response for StopOutage
 type StopOutageResponse401Headers struct {
 	WWWAuthenticate *string
@@ -8906,6 +9054,8 @@ type StopOutageResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Outage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -8918,6 +9068,8 @@ type StopOutageResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *StopOutageResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StopOutageResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *StopOutageResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -8933,6 +9085,11 @@ type StopOutageResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r StopOutageResponse) GetJSON200() *Outage {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StopOutageResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9086,6 +9243,11 @@ type GetQuotaResponse200Headers struct {
 	XRequestId *string
 }
 
+// GetQuotaResponse400Headers the declared response headers of an HTTP 400 response for GetQuota
+type GetQuotaResponse400Headers struct {
+	XRequestId *string
+}
+
 // GetQuotaResponse401Headers the declared response headers of an HTTP 401 response for GetQuota
 type GetQuotaResponse401Headers struct {
 	WWWAuthenticate *string
@@ -9113,6 +9275,8 @@ type GetQuotaResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Quota
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -9123,6 +9287,8 @@ type GetQuotaResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetQuotaResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetQuotaResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetQuotaResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -9136,6 +9302,11 @@ type GetQuotaResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetQuotaResponse) GetJSON200() *Quota {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetQuotaResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -9460,6 +9631,11 @@ type DeleteRateLimitResponse200Headers struct {
 	XRequestId *string
 }
 
+// DeleteRateLimitResponse400Headers the declared response headers of an HTTP 400 response for DeleteRateLimit
+type DeleteRateLimitResponse400Headers struct {
+	XRequestId *string
+}
+
 // DeleteRateLimitResponse401Headers the declared response headers of an HTTP 401 response for DeleteRateLimit
 type DeleteRateLimitResponse401Headers struct {
 	WWWAuthenticate *string
@@ -9492,6 +9668,8 @@ type DeleteRateLimitResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RateLimit
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -9504,6 +9682,8 @@ type DeleteRateLimitResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteRateLimitResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteRateLimitResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteRateLimitResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -9519,6 +9699,11 @@ type DeleteRateLimitResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeleteRateLimitResponse) GetJSON200() *RateLimit {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteRateLimitResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -10074,6 +10259,11 @@ type DeleteRouteTableResponse200Headers struct {
 	XRequestId *string
 }
 
+// DeleteRouteTableResponse400Headers the declared response headers of an HTTP 400 response for DeleteRouteTable
+type DeleteRouteTableResponse400Headers struct {
+	XRequestId *string
+}
+
 // DeleteRouteTableResponse401Headers the declared response headers of an HTTP 401 response for DeleteRouteTable
 type DeleteRouteTableResponse401Headers struct {
 	WWWAuthenticate *string
@@ -10106,6 +10296,8 @@ type DeleteRouteTableResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RouteTable
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -10118,6 +10310,8 @@ type DeleteRouteTableResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteRouteTableResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteRouteTableResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteRouteTableResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -10133,6 +10327,11 @@ type DeleteRouteTableResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeleteRouteTableResponse) GetJSON200() *RouteTable {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteRouteTableResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -10194,6 +10393,11 @@ type ListRoutesResponse200Headers struct {
 	XRequestId *string
 }
 
+// ListRoutesResponse400Headers the declared response headers of an HTTP 400 response for ListRoutes
+type ListRoutesResponse400Headers struct {
+	XRequestId *string
+}
+
 // ListRoutesResponse401Headers the declared response headers of an HTTP 401 response for ListRoutes
 type ListRoutesResponse401Headers struct {
 	WWWAuthenticate *string
@@ -10221,6 +10425,8 @@ type ListRoutesResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RouteList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -10231,6 +10437,8 @@ type ListRoutesResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListRoutesResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListRoutesResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListRoutesResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -10244,6 +10452,11 @@ type ListRoutesResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListRoutesResponse) GetJSON200() *RouteList {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListRoutesResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -10491,6 +10704,11 @@ type DeleteRouteResponse200Headers struct {
 	XRequestId *string
 }
 
+// DeleteRouteResponse400Headers the declared response headers of an HTTP 400 response for DeleteRoute
+type DeleteRouteResponse400Headers struct {
+	XRequestId *string
+}
+
 // DeleteRouteResponse401Headers the declared response headers of an HTTP 401 response for DeleteRoute
 type DeleteRouteResponse401Headers struct {
 	WWWAuthenticate *string
@@ -10518,6 +10736,8 @@ type DeleteRouteResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Route
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *ErrorBody
 	// JSON404 the response for an HTTP 404 `application/json` response
@@ -10528,6 +10748,8 @@ type DeleteRouteResponse struct {
 	JSONDefault *ErrorBody
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteRouteResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteRouteResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DeleteRouteResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
@@ -10541,6 +10763,11 @@ type DeleteRouteResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeleteRouteResponse) GetJSON200() *Route {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteRouteResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -12222,6 +12449,13 @@ func ParseStreamAuditResponse(rsp *http.Response) (*StreamAuditResponse, error) 
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12286,6 +12520,16 @@ func ParseStreamAuditResponse(rsp *http.Response) (*StreamAuditResponse, error) 
 			headers.XRequestId = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers StreamAuditResponse429Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers StreamAuditResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12770,6 +13014,13 @@ func ParseDeleteFaultResponse(rsp *http.Response) (*DeleteFaultResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12818,6 +13069,16 @@ func ParseDeleteFaultResponse(rsp *http.Response) (*DeleteFaultResponse, error) 
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteFaultResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteFaultResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -13235,6 +13496,13 @@ func ParseStopHangResponse(rsp *http.Response) (*StopHangResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13283,6 +13551,16 @@ func ParseStopHangResponse(rsp *http.Response) (*StopHangResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers StopHangResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers StopHangResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -13707,6 +13985,13 @@ func ParseGetInstanceResponse(rsp *http.Response) (*GetInstanceResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13748,6 +14033,16 @@ func ParseGetInstanceResponse(rsp *http.Response) (*GetInstanceResponse, error) 
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetInstanceResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetInstanceResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -13828,6 +14123,13 @@ func ParseStartInstanceResponse(rsp *http.Response) (*StartInstanceResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13876,6 +14178,16 @@ func ParseStartInstanceResponse(rsp *http.Response) (*StartInstanceResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers StartInstanceResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers StartInstanceResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -13966,6 +14278,13 @@ func ParseStopInstanceResponse(rsp *http.Response) (*StopInstanceResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14014,6 +14333,16 @@ func ParseStopInstanceResponse(rsp *http.Response) (*StopInstanceResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers StopInstanceResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers StopInstanceResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -14104,6 +14433,13 @@ func ParseTerminateInstanceResponse(rsp *http.Response) (*TerminateInstanceRespo
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14145,6 +14481,16 @@ func ParseTerminateInstanceResponse(rsp *http.Response) (*TerminateInstanceRespo
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TerminateInstanceResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers TerminateInstanceResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -14535,6 +14881,13 @@ func ParseDeleteLbFaultResponse(rsp *http.Response) (*DeleteLbFaultResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14583,6 +14936,16 @@ func ParseDeleteLbFaultResponse(rsp *http.Response) (*DeleteLbFaultResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteLbFaultResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteLbFaultResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -15007,6 +15370,13 @@ func ParseDeleteLoadBalancerResponse(rsp *http.Response) (*DeleteLoadBalancerRes
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15048,6 +15418,16 @@ func ParseDeleteLoadBalancerResponse(rsp *http.Response) (*DeleteLoadBalancerRes
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteLoadBalancerResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteLoadBalancerResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -15128,6 +15508,13 @@ func ParseGetLoadBalancerResponse(rsp *http.Response) (*GetLoadBalancerResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15169,6 +15556,16 @@ func ParseGetLoadBalancerResponse(rsp *http.Response) (*GetLoadBalancerResponse,
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetLoadBalancerResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetLoadBalancerResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -15748,6 +16145,13 @@ func ParseStopOutageResponse(rsp *http.Response) (*StopOutageResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15796,6 +16200,16 @@ func ParseStopOutageResponse(rsp *http.Response) (*StopOutageResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers StopOutageResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers StopOutageResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -15990,6 +16404,13 @@ func ParseGetQuotaResponse(rsp *http.Response) (*GetQuotaResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16031,6 +16452,16 @@ func ParseGetQuotaResponse(rsp *http.Response) (*GetQuotaResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetQuotaResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetQuotaResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -16421,6 +16852,13 @@ func ParseDeleteRateLimitResponse(rsp *http.Response) (*DeleteRateLimitResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16469,6 +16907,16 @@ func ParseDeleteRateLimitResponse(rsp *http.Response) (*DeleteRateLimitResponse,
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteRateLimitResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteRateLimitResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -17128,6 +17576,13 @@ func ParseDeleteRouteTableResponse(rsp *http.Response) (*DeleteRouteTableRespons
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17176,6 +17631,16 @@ func ParseDeleteRouteTableResponse(rsp *http.Response) (*DeleteRouteTableRespons
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteRouteTableResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteRouteTableResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -17266,6 +17731,13 @@ func ParseListRoutesResponse(rsp *http.Response) (*ListRoutesResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17307,6 +17779,16 @@ func ParseListRoutesResponse(rsp *http.Response) (*ListRoutesResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListRoutesResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListRoutesResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -17617,6 +18099,13 @@ func ParseDeleteRouteResponse(rsp *http.Response) (*DeleteRouteResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17658,6 +18147,16 @@ func ParseDeleteRouteResponse(rsp *http.Response) (*DeleteRouteResponse, error) 
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteRouteResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteRouteResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
