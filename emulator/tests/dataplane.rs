@@ -1022,3 +1022,319 @@ async fn source_ranges_are_networks_in_their_ipv4_form() {
     assert_eq!(err.status(), Some(400), "{err}");
     assert!(err.to_string().contains("no IPv4 range"), "{err}");
 }
+
+/// The API stays up whatever the data plane suffers: an emulator with 600 open files (so the flood below is more
+/// than it could hold: 700 TCP connections take two files each), a flood of connections and UDP clients to one
+/// load balancer held open, and API calls all the while. The data plane refuses past its own budget of files;
+/// the API keeps its share. (How fast it answers meanwhile is measured in `make bench`.)
+#[tokio::test]
+async fn a_flood_of_connections_and_udp_clients_never_starves_the_api() {
+    // This process holds the flood: 1,000 sockets and more.
+    fakecloud_emulator::listener::raise_fd_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--serve-load-balancers",
+        "--loopback-instances",
+        "--public-pool",
+        "127.77.15.0/24",
+        "--lb-provision-delay",
+        "0s",
+    ];
+    let (emu, url, _log) = spawn_emulator_with(&dir.path().join("fc.db"), &flags, Some(600)).await;
+    let c = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(60)).unwrap();
+    let bs = backends(&c, 15, &["b1"]).await;
+    let _udp_echo = udp_echo("b1", tokio::net::UdpSocket::bind((ip("127.78.15.1"), bs.port)).await.unwrap());
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "web".into(),
+            listeners: vec![
+                tcp(18001, bs.port),
+                Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port },
+            ],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (tcp_to, udp_to) = (SocketAddr::new(lb.address.unwrap(), 18001), SocketAddr::new(lb.address.unwrap(), 18053));
+    answers(tcp_to, &["b1"]).await;
+
+    let flood = tokio::spawn(async move {
+        let mut held = Vec::new();
+        for _ in 0..700 {
+            if let Ok(Ok(s)) = tokio::time::timeout(IO, TcpStream::connect(tcp_to)).await {
+                held.push(s);
+            }
+        }
+        let mut clients = Vec::new();
+        for k in 0..300u32 {
+            let from = ip(&format!("127.79.15.{}", 1 + k % 250));
+            let Ok(s) = tokio::net::UdpSocket::bind((from, 0)).await else { continue };
+            let _ = s.send_to(b"flood", udp_to).await;
+            clients.push(s);
+        }
+        (held, clients)
+    });
+    // API calls, one after another, while the flood comes in and while it is held.
+    let mut slowest = Duration::ZERO;
+    let mut calls = 0;
+    let mut n = 0;
+    while !flood.is_finished() || n < 20 {
+        let started = std::time::Instant::now();
+        c.list_instances(&Default::default()).await.expect("the API answers during the flood");
+        c.get_load_balancer(&lb.id).await.expect("the API answers during the flood");
+        let made = CreateInstanceRequest { name: format!("during-{calls}"), ..Default::default() };
+        c.create_instance(&made, None).await.expect("the API writes during the flood");
+        slowest = slowest.max(started.elapsed() / 3);
+        calls += 3;
+        if flood.is_finished() {
+            n += 1;
+        }
+    }
+    let (held, clients) = flood.await.unwrap();
+    eprintln!(
+        "{calls} API calls during a flood of {} connections and {} UDP clients; the slowest took {slowest:?}",
+        held.len(),
+        clients.len()
+    );
+    let text = metrics(&c).await;
+    assert!(text.contains("outcome=\"refused_files_full\""), "the data plane refused past its budget: {text}");
+    let dp = c.get_load_balancer(&lb.id).await.unwrap().data_plane.unwrap();
+    assert!(dp.reasons.iter().any(|r| r.contains("--lb-max-files")), "{dp:?}");
+    let open = open_files(emu.id().unwrap());
+    assert!(open < 600, "the emulator holds {open} files, at its limit");
+    drop((held, clients));
+    // Once the flood is gone, the load balancer carries traffic again.
+    answers(tcp_to, &["b1"]).await;
+}
+
+/// What one case of the hostile property test does: a load balancer as a careless or hostile user would
+/// configure it, backends with whatever addresses, and clients that connect, trickle, reset and flood.
+#[derive(Debug, Clone)]
+struct Hostile {
+    backends: Vec<&'static str>,
+    listeners: Vec<(Protocol, u16, u16)>,
+    health_path: Option<&'static str>,
+    source_ranges: Vec<&'static str>,
+    clients: Vec<Behaviour>,
+}
+
+#[derive(Debug, Clone)]
+enum Behaviour {
+    ConnectAndClose,
+    Trickle(u8),
+    Reset,
+    HalfClose,
+    Flood(u8),
+    UdpBurst(u8),
+}
+
+fn hostile() -> impl proptest::strategy::Strategy<Value = Hostile> {
+    use proptest::prelude::*;
+    let backend = prop::sample::select(vec![
+        "127.78.16.1",
+        "127.78.16.2",
+        "::ffff:127.78.16.1",
+        "127.77.16.1",
+        "::ffff:127.77.16.1",
+        "127.77.16.200",
+        "0.0.0.0",
+        "224.0.0.1",
+        "198.51.100.3",
+        "10.0.0.77",
+        "::1",
+    ]);
+    let listener = (prop::sample::select(vec![Protocol::Tcp, Protocol::Udp]), 18101u16..18104, 18101u16..18104);
+    let path = prop::sample::select(vec![
+        "/healthz",
+        "/",
+        "/x HTTP/1.1\r\nHost: internal\r\n\r\nSET pwned 1\r\n",
+        "/a b",
+        "healthz",
+        "/%0d%0aX: y",
+        "",
+    ]);
+    let range = prop::sample::select(vec![
+        "127.79.16.0/24",
+        "127.0.0.1/8",
+        "::ffff:127.79.16.7/128",
+        "::/0",
+        "0.0.0.0/0",
+        "10.0.0.0/33",
+        "not a range",
+        "127.79.16.300/24",
+    ]);
+    let behaviour = prop_oneof![
+        Just(Behaviour::ConnectAndClose),
+        (1u8..5).prop_map(Behaviour::Trickle),
+        Just(Behaviour::Reset),
+        Just(Behaviour::HalfClose),
+        (1u8..40).prop_map(Behaviour::Flood),
+        (1u8..40).prop_map(Behaviour::UdpBurst),
+    ];
+    (
+        prop::collection::vec(backend, 0..4),
+        prop::collection::vec(listener, 1..4),
+        prop::option::of(path),
+        prop::collection::vec(range, 0..3),
+        prop::collection::vec(behaviour, 1..6),
+    )
+        .prop_map(|(backends, listeners, health_path, source_ranges, clients)| Hostile {
+            backends,
+            listeners,
+            health_path,
+            source_ranges,
+            clients,
+        })
+}
+
+/// Carry out `h` against the emulator at `c` (its load balancers in 127.77.16.0/24); what the API answered
+/// that it must not have (a 5xx, no answer) is the error. Whether the clients met a served load balancer.
+async fn hostile_case(c: &Client, admin: &Client, h: &Hostile, ports: (u16, u16)) -> Result<bool, String> {
+    let api = |what: &str, e: fakecloud_api::ClientError| match e.status() {
+        Some(s) if s < 500 => Ok(()),
+        _ => Err(format!("{what}: {e}")),
+    };
+    let mut instances = Vec::new();
+    for (k, addr) in h.backends.iter().enumerate() {
+        let req = CreateInstanceRequest { name: format!("b{k}"), private_ip: Some(ip(addr)), ..Default::default() };
+        match c.create_instance(&req, None).await {
+            Ok(i) => instances.push(i.id),
+            Err(e) => api(&format!("instance at {addr}"), e)?,
+        }
+    }
+    let req = CreateLoadBalancerRequest {
+        name: "hostile".into(),
+        listeners: h
+            .listeners
+            .iter()
+            .map(|(protocol, port, backend_port)| Listener {
+                protocol: *protocol,
+                port: *port,
+                backend_port: *backend_port,
+            })
+            .collect(),
+        backends: instances,
+        health_check: h.health_path.map(|p| HealthCheck {
+            protocol: HealthCheckProtocol::Http,
+            port: ports.1,
+            path: Some(p.to_string()),
+            interval_seconds: 1,
+        }),
+        source_ranges: h.source_ranges.iter().map(|r| r.to_string()).collect(),
+        ..Default::default()
+    };
+    let lb = match c.create_load_balancer(&req, None).await {
+        Ok(lb) => Some(lb),
+        Err(e) => {
+            api("load balancer", e)?;
+            None
+        }
+    };
+    let mut met = false;
+    if let Some(lb) = &lb {
+        // Its listeners are served within a second of the create.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let served = c.get_load_balancer(&lb.id).await.map_err(|e| format!("get: {e}"))?;
+        if let Some(vip) = served.address {
+            met = !served.listener_status.is_empty();
+            for b in &h.clients {
+                let (_, port, _) = h.listeners[0];
+                behave(b, SocketAddr::new(vip, port)).await;
+            }
+        }
+        c.get_load_balancer(&lb.id).await.map_err(|e| format!("get after the clients: {e}"))?;
+    }
+    c.list_load_balancers(&Default::default()).await.map_err(|e| format!("list: {e}"))?;
+    admin.reset().await.map_err(|e| format!("reset: {e}"))?;
+    Ok(met)
+}
+
+async fn behave(b: &Behaviour, to: SocketAddr) {
+    let from = ip("127.79.16.7");
+    let connect = || async {
+        let socket = TcpSocket::new_v4().ok()?;
+        socket.bind(SocketAddr::new(from, 0)).ok()?;
+        tokio::time::timeout(IO, socket.connect(to)).await.ok()?.ok()
+    };
+    match b {
+        Behaviour::ConnectAndClose => drop(connect().await),
+        Behaviour::Trickle(n) => {
+            if let Some(mut s) = connect().await {
+                for _ in 0..*n {
+                    if s.write_all(b"x").await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+            }
+        }
+        Behaviour::Reset => {
+            if let Some(s) = connect().await {
+                let _ = s.set_zero_linger();
+            }
+        }
+        Behaviour::HalfClose => {
+            if let Some(mut s) = connect().await {
+                let _ = s.shutdown().await;
+                let mut buf = [0u8; 64];
+                let _ = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+            }
+        }
+        Behaviour::Flood(n) => {
+            let mut held = Vec::new();
+            for _ in 0..*n {
+                held.extend(connect().await);
+            }
+        }
+        Behaviour::UdpBurst(n) => {
+            for k in 0..*n {
+                if let Ok(s) = tokio::net::UdpSocket::bind((ip(&format!("127.79.16.{}", 10 + k)), 0)).await {
+                    let _ = s.send_to(b"burst", to).await;
+                }
+            }
+        }
+    }
+}
+
+/// Load balancers, backends and clients as a careless CI job or an attacker would make them: whatever they do,
+/// the emulator answers every API call with no 5xx, never panics, and stays up (a bounded number of cases).
+#[test]
+fn hostile_load_balancers_and_clients_never_take_the_emulator_down() {
+    use proptest::test_runner::{Config, TestError, TestRunner};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut emu, c, log) = rt.block_on(emulator(&dir.path().join("fc.db"), 16));
+    let admin = Client::new(c.endpoint(), ADMIN).unwrap();
+    // Backends that answer on 127.78.16.1-2, for the cases that reach them.
+    let ports = rt.block_on(free_ports(ip("127.78.16.1")));
+    let _servers = rt.block_on(async {
+        let mut servers = Vec::new();
+        for (name, addr) in [("b1", "127.78.16.1"), ("b2", "127.78.16.2")] {
+            servers.push(Backend::start(name, ip(addr), ports.0, ports.1).await);
+        }
+        servers
+    });
+    let config = Config { cases: 24, failure_persistence: None, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(
+        config,
+        proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha),
+    );
+    let served = std::sync::atomic::AtomicU32::new(0);
+    let result = runner.run(&hostile(), |h| {
+        let met =
+            rt.block_on(hostile_case(&c, &admin, &h, ports)).map_err(proptest::test_runner::TestCaseError::fail)?;
+        served.fetch_add(u32::from(met), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    });
+    if let Err(TestError::Fail(why, case)) = result {
+        panic!("{why}\ncase: {case:?}");
+    }
+    // The generator is only useful if clients meet served load balancers in a fair share of the cases.
+    let served = served.into_inner();
+    assert!(served >= 6, "clients met a served load balancer in only {served} of 24 cases");
+    assert!(emu.try_wait().unwrap().is_none(), "the emulator exited");
+    let log = log.lock().unwrap().clone();
+    assert!(!log.contains("panicked"), "the emulator panicked: {log}");
+}
