@@ -3,7 +3,9 @@
 //! nothing.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+mod common;
+
+use std::time::{Duration, Instant};
 
 use fakecloud_api::{Client, CreateInstanceRequest, InstanceState};
 use fakecloud_controlplane::{Binaries, ControlPlane};
@@ -44,7 +46,12 @@ async fn nodes_without_instances_are_adopted_once() {
     let server = Server::start(
         "127.0.0.1:0",
         &DbLocation::File(dir.path().join("fc.db")),
-        Config { timings, ..Config::default() },
+        // The kind network the nodes below sit on, as `make kind-up` tells its emulator.
+        Config {
+            timings,
+            adopt_networks: vec!["172.18.0.0/16".parse().unwrap(), "fc00:f853:ccd:e793::/64".parse().unwrap()],
+            ..Config::default()
+        },
         Tokens { user: USER.into(), admin: ADMIN.into() },
     )
     .await
@@ -99,10 +106,9 @@ async fn nodes_without_instances_are_adopted_once() {
     // An adopted machine that was terminated since is not brought back by a rerun (same Node, same key).
     let cp_inst = all.iter().find(|i| i.name == "kind-control-plane").unwrap();
     cloud.terminate_instance(&cp_inst.id).await.unwrap();
-    for _ in 0..50 {
-        if cloud.get_instance(&cp_inst.id).await.unwrap().state == InstanceState::Terminated {
-            break;
-        }
+    let terminating = Instant::now();
+    while cloud.get_instance(&cp_inst.id).await.unwrap().state != InstanceState::Terminated {
+        assert!(terminating.elapsed() < common::HANG, "{} still not terminated", cp_inst.id);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let third = adopt(cp.client(), &cloud).await.unwrap();

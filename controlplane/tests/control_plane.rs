@@ -4,8 +4,12 @@
 //! under CI (`CI` set) and is skipped with a message elsewhere, so a developer's plain
 //! `cargo test` does not force a 7-minute Go build.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use common::HANG;
 
 use fakecloud_controlplane::{Binaries, ControlPlane, Error, pinned_kubernetes_version};
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, ServiceAccount, Taint};
@@ -78,7 +82,8 @@ async fn node_gets_pod_cidr_version_is_pinned_and_service_account_kubeconfig_wor
         .expect("control plane starts");
     let ready_after = started.elapsed();
     eprintln!("control plane ready in {ready_after:.1?} ({})", cp.apiserver_url());
-    assert!(ready_after < Duration::from_secs(30), "time to ready {ready_after:?} is far above the 15 s target");
+    // A hang detector: how fast it starts is measured above (and in BENCHMARKS.md), not judged on a busy machine.
+    assert!(ready_after < HANG, "time to ready {ready_after:?}: a hang");
     let run_dir = cp.run_dir().to_path_buf();
     let client = cp.client();
 
@@ -91,7 +96,7 @@ async fn node_gets_pod_cidr_version_is_pinned_and_service_account_kubeconfig_wor
     let nodes: Api<Node> = Api::all(client.clone());
     nodes.create(&PostParams::default(), &node("worker-1")).await.expect("create node");
     let created = Instant::now();
-    let deadline = created + Duration::from_secs(20);
+    let deadline = created + HANG;
     let pod_cidr = loop {
         let node = nodes.get("worker-1").await.expect("get node");
         if let Some(cidr) = node.spec.as_ref().and_then(|s| s.pod_cidr.clone()) {
@@ -99,7 +104,7 @@ async fn node_gets_pod_cidr_version_is_pinned_and_service_account_kubeconfig_wor
         }
         assert!(
             Instant::now() < deadline,
-            "no spec.podCIDR within 20 s; see {}",
+            "no spec.podCIDR within {HANG:?}; see {}",
             cp.log_dir().join("kube-controller-manager.log").display()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

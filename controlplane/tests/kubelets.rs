@@ -4,6 +4,8 @@
 //! is down.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
+
+use common::HANG;
 
 const TOKEN: &str = "kubelet-test-token-0123456789";
 
@@ -96,7 +100,7 @@ fn mib(q: &Quantity) -> u64 {
 async fn stays(nodes: &Api<Node>, period: Duration, what: &str, check: impl Fn(&BTreeMap<String, Node>) -> bool) {
     let start = Instant::now();
     while start.elapsed() < period {
-        let all = until(nodes, Duration::from_secs(5), "a Node listing", |_| true).await;
+        let all = until(nodes, HANG, "a Node listing", |_| true).await;
         if !check(&all) {
             let seen: Vec<(String, Option<String>)> = all.iter().map(|(k, n)| (k.clone(), ready(n))).collect();
             panic!("after {:?}, no longer {what}; nodes and Ready: {seen:?}", start.elapsed());
@@ -132,7 +136,7 @@ async fn nodes_follow_their_instances() {
     let leases = Api::<Lease>::namespaced(cp.client(), LEASE_NAMESPACE);
     let region = cloud.region().await.unwrap();
 
-    let all = until(&nodes, Duration::from_secs(30), "3 Ready nodes with pod CIDRs", |all| {
+    let all = until(&nodes, HANG, "3 Ready nodes with pod CIDRs", |all| {
         all.len() == 3
             && all
                 .values()
@@ -200,7 +204,7 @@ async fn nodes_follow_their_instances() {
     // a dies, b stops: both fall silent and the controller manager marks them unreachable; c is untouched.
     cloud.terminate_instance(&a.id).await.unwrap();
     cloud.stop_instance(&b.id).await.unwrap();
-    until(&nodes, Duration::from_secs(40), "a and b NotReady (unreachable), c Ready", |all| {
+    until(&nodes, HANG, "a and b NotReady (unreachable), c Ready", |all| {
         ["node-a", "node-b"].iter().all(|n| {
             all.get(*n)
                 .is_some_and(|n| ready(n).as_deref() != Some("True") && has_taint(n, "node.kubernetes.io/unreachable"))
@@ -210,7 +214,7 @@ async fn nodes_follow_their_instances() {
 
     // b runs again: its kubelet resumes and the node is Ready again; a stays down (and is not deleted by us).
     cloud.start_instance(&b.id).await.unwrap();
-    let all = until(&nodes, Duration::from_secs(30), "b Ready again", |all| {
+    let all = until(&nodes, HANG, "b Ready again", |all| {
         all.get("node-b")
             .is_some_and(|n| ready(n).as_deref() == Some("True") && !has_taint(n, "node.kubernetes.io/unreachable"))
     })
@@ -221,7 +225,7 @@ async fn nodes_follow_their_instances() {
     // A Node deleted while its instance runs is registered again, as a kubelet would.
     let old_uid = all["node-c"].metadata.uid.clone();
     nodes.delete("node-c", &Default::default()).await.unwrap();
-    let all = until(&nodes, Duration::from_secs(30), "node-c registered again", |all| {
+    let all = until(&nodes, HANG, "node-c registered again", |all| {
         all.get("node-c").is_some_and(|n| {
             n.metadata.uid != old_uid && n.metadata.deletion_timestamp.is_none() && ready(n).as_deref() == Some("True")
         })
@@ -272,7 +276,7 @@ async fn two_hundred_nodes_stay_ready() {
     let all_ready =
         |all: &BTreeMap<String, Node>| all.len() == count && all.values().all(|n| ready(n).as_deref() == Some("True"));
     let started = Instant::now();
-    until(&nodes, Duration::from_secs(180), "all nodes Ready", all_ready).await;
+    until(&nodes, HANG, "all nodes Ready", all_ready).await;
     eprintln!("{count} nodes registered and Ready in {:?}", started.elapsed());
     // Well past the 8 s grace period: the lease renewals keep every node Ready.
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -303,7 +307,7 @@ async fn a_tag_limits_the_kubelets_to_their_own_machines() {
     };
     cloud.create_instance(&req, None).await.unwrap();
     let nodes = Api::<Node>::all(cp.client());
-    let all = until(&nodes, Duration::from_secs(30), "sim-1 registered", |all| all.contains_key("sim-1")).await;
+    let all = until(&nodes, HANG, "sim-1 registered", |all| all.contains_key("sim-1")).await;
     let taints = all["sim-1"].spec.as_ref().unwrap().taints.clone().unwrap();
     // (The controller manager may add its not-ready taint behind them for a moment.)
     let keys: Vec<&str> = taints.iter().map(|t| t.key.as_str()).collect();

@@ -182,7 +182,7 @@ impl<'a> Measured<'a> {
         let ccm = cluster.ccm(&contender.bin, &args);
         let (namespace, name) = LOCAL_LEASE;
         let leases = Api::<Lease>::namespaced(cluster.client(), namespace);
-        until(Duration::from_secs(60), &format!("{} leading", contender.name), async || {
+        until(crate::HANG, &format!("{} leading", contender.name), async || {
             let holder = leases.get_opt(name).await.ok()??.spec?.holder_identity?;
             (!holder.is_empty()).then_some(())
         })

@@ -27,7 +27,7 @@ use tokio::sync::Mutex;
 
 use crate::backend::{Backend, Existing, LocalCcm};
 use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
-use crate::{Probe, condition, poll, until};
+use crate::{HANG, Probe, condition, poll, until};
 
 /// The tag on every machine the suite makes; its value names the case run.
 pub const CASE_TAG: &str = "fakecloud.io/e2e-case";
@@ -61,14 +61,15 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// From a machine falling silent to the CCM having acted on its NotReady Node, with room for a loaded host.
+    /// From a machine falling silent to the CCM having acted on its NotReady Node, with room for a loaded host
+    /// ([`HANG`]: only a hang takes longer).
     pub fn node_loss(&self) -> Duration {
-        self.node_grace + 2 * self.node_monitor + Duration::from_secs(30)
+        self.node_grace + 2 * self.node_monitor + HANG
     }
 
-    /// From a change to the route controller having acted on it, with room for a loaded host.
+    /// From a change to the route controller having acted on it, with room for a loaded host ([`HANG`]).
     pub fn routes(&self) -> Duration {
-        3 * self.route_period + Duration::from_secs(30)
+        3 * self.route_period + HANG
     }
 }
 
@@ -262,7 +263,7 @@ impl Env {
             namespaces: Default::default(),
             kind: Kind::Local { cluster: Box::new(cluster), ccm, replicas: Mutex::new(replicas) },
         };
-        env.wait_for_leader(None, Duration::from_secs(30)).await;
+        env.wait_for_leader(None, HANG).await;
         Some(env)
     }
 
@@ -303,7 +304,7 @@ impl Env {
                 _one_at_a_time: one_at_a_time,
             },
         };
-        let holder = env.wait_for_leader(None, Duration::from_secs(60)).await;
+        let holder = env.wait_for_leader(None, HANG).await;
         let pod_nodes = env.pod_nodes().await.len();
         if pod_nodes < setup.pods_on {
             eprintln!(
@@ -366,7 +367,7 @@ impl Env {
             let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
             instances.push(self.create_instance(req).await);
         }
-        self.wait_initialized(&instances, Duration::from_secs(60)).await;
+        self.wait_initialized(&instances, HANG).await;
         instances
     }
 
@@ -404,7 +405,7 @@ impl Env {
     /// The CCM's leader dies at once — SIGKILL of the process, or its pod force-deleted — and is replaced
     /// as a Deployment replaces it; returns once another instance of the CCM leads.
     pub async fn kill_ccm_leader(&self) {
-        let holder = self.wait_for_leader(None, Duration::from_secs(60)).await;
+        let holder = self.wait_for_leader(None, HANG).await;
         match &self.kind {
             Kind::Local { cluster, ccm, replicas } => {
                 let mut replicas = replicas.lock().await;
@@ -425,7 +426,7 @@ impl Env {
                     .expect("the leader's pod is deleted");
             }
         }
-        self.wait_for_leader(Some(&holder), Duration::from_secs(90)).await;
+        self.wait_for_leader(Some(&holder), HANG).await;
     }
 
     /// SIGKILL the emulator: no shutdown, no flush.
@@ -448,8 +449,7 @@ impl Env {
             },
             Kind::Existing { cfg, .. } => {
                 shell(cfg.emulator_start.as_deref().unwrap_or_default());
-                until(Duration::from_secs(60), "the emulator answering again", async || self.cloud.region().await.ok())
-                    .await;
+                until(HANG, "the emulator answering again", async || self.cloud.region().await.ok()).await;
             }
         }
     }

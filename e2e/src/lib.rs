@@ -36,6 +36,12 @@ pub const SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-mana
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 
+/// How long a wait for something that must happen (a leader, a Node initialized, an event, an EXTERNAL-IP, an
+/// answer through a load balancer) may take before the suite calls it a hang: far past anything the cluster and
+/// the CCM take on a busy 2-core CI machine. A hang detector, never a speed claim; what the cluster's own
+/// periods add to it is in [`Timing`].
+pub const HANG: Duration = Duration::from_secs(120);
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }

@@ -25,7 +25,7 @@ use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 
-use crate::{Probe, SERVICE_ACCOUNT, repo, until};
+use crate::{HANG, Probe, SERVICE_ACCOUNT, repo, until};
 
 /// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
 /// never faulted), and its calls are told apart in the audit log.
@@ -361,7 +361,7 @@ impl EmulatorProcess {
             .spawn()
             .expect("the emulator starts");
         let serving = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
-        until(Duration::from_secs(30), "the emulator serving", async || {
+        until(HANG, "the emulator serving", async || {
             let now = std::fs::read_to_string(log).unwrap_or_default().matches("fakecloud: serving").count();
             (now > serving).then_some(())
         })
@@ -435,7 +435,7 @@ impl Ccm {
     /// not answer.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         let out = std::process::Command::new("curl")
-            .args(["-sk", "--max-time", "5", "-w", "\n%{http_code}"])
+            .args(["-sk", "--max-time", &HANG.as_secs().to_string(), "-w", "\n%{http_code}"])
             .arg(format!("https://127.0.0.1:{}{path}", self.port))
             .output()
             .expect("curl runs");

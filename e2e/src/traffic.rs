@@ -17,8 +17,9 @@ pub const DEFAULT_AGNHOST_IMAGE: &str = "fakecloud/agnhost:dev";
 pub const NETEXEC_PORT: u16 = 8080;
 /// The port `netexec` answers UDP on: a `hostname` datagram gets the pod's name back.
 pub const NETEXEC_UDP_PORT: u16 = 8081;
-/// How long one exchange may take before it counts as failed.
-const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one exchange may take before it counts as failed: the checks on what comes back depend on it, so
+/// only a hang takes this long (a refused or closed connection fails at once).
+const EXCHANGE_TIMEOUT: Duration = crate::HANG;
 
 /// The agnhost image the cases run (`FAKECLOUD_E2E_AGNHOST_IMAGE`, else [`DEFAULT_AGNHOST_IMAGE`]).
 pub fn agnhost_image() -> String {
@@ -46,7 +47,7 @@ pub fn netexec_pod(name: &str, app: &str, node: &str) -> Pod {
 /// Create `netexec_pod(name, app, node)` in `pods`' namespace and wait until it is Ready.
 pub async fn start_netexec(pods: &Api<Pod>, name: &str, app: &str, node: &str) {
     pods.create(&PostParams::default(), &netexec_pod(name, app, node)).await.expect("the netexec pod is created");
-    crate::until(Duration::from_secs(120), &format!("pod {name} ready"), async || {
+    crate::until(crate::HANG, &format!("pod {name} ready"), async || {
         let conditions = pods.get(name).await.ok()?.status?.conditions?;
         conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
     })

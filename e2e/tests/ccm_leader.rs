@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use fakecloud_api::CreateInstanceRequest;
-use fakecloud_e2e::{Cluster, UNINITIALIZED_TAINT, taint_keys, until};
+use fakecloud_e2e::{Cluster, HANG, UNINITIALIZED_TAINT, taint_keys, until};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -29,12 +29,10 @@ async fn one_replica_leads_and_the_other_takes_over() {
     };
     let leases = Api::<Lease>::namespaced(cluster.client(), "kube-system");
     let mut replicas = [cluster.ccm(CCM, &[]), cluster.ccm(CCM, &[])];
-    let leader = until(Duration::from_secs(30), "exactly one leader", async || {
-        match (replicas[0].leads()?, replicas[1].leads()?) {
-            (true, false) => Some(0),
-            (false, true) => Some(1),
-            _ => None,
-        }
+    let leader = until(HANG, "exactly one leader", async || match (replicas[0].leads()?, replicas[1].leads()?) {
+        (true, false) => Some(0),
+        (false, true) => Some(1),
+        _ => None,
     })
     .await;
     let follower = 1 - leader;
@@ -52,15 +50,16 @@ async fn one_replica_leads_and_the_other_takes_over() {
         async move { cloud.create_instance(&req, None).await.unwrap() }
     };
     create("before-failover").await;
-    initialized(&cluster, "before-failover", Duration::from_secs(30)).await;
+    initialized(&cluster, "before-failover", HANG).await;
 
     // The leader dies without a word; a node joins. The follower takes over and initializes it.
     replicas[leader].kill().await;
     let killed = Instant::now();
     create("after-failover").await;
-    initialized(&cluster, "after-failover", Duration::from_secs(30)).await;
+    initialized(&cluster, "after-failover", HANG).await;
     let took = killed.elapsed();
     eprintln!("failover: the new leader initialized a node {took:.1?} after the old one was killed");
+    // The point of the test, not a hang detector: the shipped 15 s lease and 2 s retry promise this.
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert_eq!(replicas[follower].leads(), Some(true));
     let lease = leases.get("cloud-controller-manager").await.unwrap().spec.unwrap();
@@ -81,7 +80,8 @@ async fn one_replica_leads_and_the_other_takes_over() {
         }
     });
     let stolen = Instant::now();
-    let code = replicas[follower].exit_code(Duration::from_secs(25)).await;
+    // It would lead on for good if it did not give up: only a hang reaches the bound.
+    let code = replicas[follower].exit_code(HANG).await;
     thief.abort();
     eprintln!("the leader exited {:.1?} after its Lease was taken", stolen.elapsed());
     assert_eq!(code, Some(1), "{}", replicas[follower].log());

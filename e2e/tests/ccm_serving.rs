@@ -4,9 +4,7 @@
 //! node initializations.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
-
-use fakecloud_e2e::{Cluster, repo};
+use fakecloud_e2e::{Cluster, HANG, repo};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
@@ -48,8 +46,8 @@ async fn manifests_rbac_health_and_metrics() {
     }
 
     let ccm = cluster.ccm(CCM, &[]);
-    ccm.wait_log("starting controllers", Duration::from_secs(30)).await;
-    cluster.initialized_nodes("served", 2, Duration::from_secs(30)).await;
+    ccm.wait_log("starting controllers", HANG).await;
+    cluster.initialized_nodes("served", 2, HANG).await;
 
     // Served: the health checks upstream has, and the metrics.
     let (status, body) = ccm.get("/healthz?verbose").unwrap();

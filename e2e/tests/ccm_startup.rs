@@ -3,9 +3,7 @@
 //! controllers at once, and `--secure-port=0` serves nothing.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
-
-use fakecloud_e2e::until;
+use fakecloud_e2e::{HANG, until};
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
@@ -47,7 +45,7 @@ async fn start_ccm(
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    until(Duration::from_secs(20), "controllers started", async || {
+    until(HANG, "controllers started", async || {
         std::fs::read_to_string(&log).unwrap().contains("starting controllers").then_some(())
     })
     .await;
@@ -110,10 +108,7 @@ async fn without_leader_election_controllers_start_at_once() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let health = until(Duration::from_secs(10), "/healthz", async || {
-        Some(get("/healthz?verbose")).filter(|b| b.contains("passed"))
-    })
-    .await;
+    let health = until(HANG, "/healthz", async || Some(get("/healthz?verbose")).filter(|b| b.contains("passed"))).await;
     assert_eq!(health, "[+]cloud-node-controller ok\n[+]cloud-node-lifecycle-controller ok\nhealthz check passed\n");
     assert!(!get("/metrics").contains("leader_election_master_status{"), "no lease, no leader metric");
     assert!(ccm.try_wait().unwrap().is_none(), "still running without an apiserver");

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use fakecloud_api::LoadBalancerState;
-use fakecloud_e2e::{Env, Setup, case, lb, until};
+use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, PostParams};
 
@@ -46,7 +46,7 @@ async fn exactly_one_lb_each(env: &Env, services: &Api<Service>, expected: usize
 
 async fn all_have_ips(services: &Api<Service>, names: &[String]) {
     for name in names {
-        lb::wait_for_ip(services, name, Duration::from_secs(120)).await;
+        lb::wait_for_ip(services, name, HANG).await;
     }
 }
 
@@ -81,12 +81,12 @@ async fn a_ccm_killed_at_random_points_leaks_nothing_and_creates_nothing_twice()
             tokio::time::sleep(moment(seed, 2)).await;
             env.kill_ccm_leader().await;
             for n in &names[..2] {
-                until(Duration::from_secs(90), &format!("{ns}/{n} gone"), async || {
+                until(HANG, &format!("{ns}/{n} gone"), async || {
                     matches!(services.get_opt(n).await, Ok(None)).then_some(())
                 })
                 .await;
             }
-            until(Duration::from_secs(30), "the deleted Services' load balancers gone", async || {
+            until(HANG, "the deleted Services' load balancers gone", async || {
                 let lbs = env.cloud.list_all_load_balancers().await.ok()?;
                 let mine = lbs.iter().filter(|l| made.contains(&l.name) && l.state != LoadBalancerState::Deleting);
                 (mine.count() == live).then_some(())
@@ -127,7 +127,7 @@ async fn an_emulator_killed_while_provisioning_leaves_no_duplicate_and_all_conve
         let names: Vec<String> = (0..4).map(|i| format!("svc-{i}")).collect();
         let made: BTreeSet<String> = create(&services, &names).await.into_iter().collect();
         // Some load balancers exist and are still provisioning when the cloud dies.
-        until(Duration::from_secs(30), "a load balancer provisioning", async || {
+        until(HANG, "a load balancer provisioning", async || {
             let lbs = env.cloud.list_all_load_balancers().await.ok()?;
             lbs.iter().any(|l| l.state == LoadBalancerState::Provisioning).then_some(())
         })

@@ -7,12 +7,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fakecloud_api::{
     AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, OutageScope, StartOutageRequest,
 };
-use fakecloud_e2e::{Env, Setup, case, lb, until};
+use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -50,7 +50,7 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
         };
         env.cloud.add_fault(&rule).await.unwrap();
         services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        lb::wait_for_ip(&services, "web", Duration::from_secs(60)).await;
+        lb::wait_for_ip(&services, "web", HANG).await;
 
         let calls = env.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await;
         let creates: Vec<&AuditEntry> = calls.iter().filter(|e| e.operation == "CreateLoadBalancer").collect();
@@ -101,7 +101,7 @@ async fn a_create_whose_answer_is_lost_makes_one_load_balancer() {
         env.cloud.add_fault(&rule).await.unwrap();
         let web =
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        lb::wait_for_ip(&services, "web", Duration::from_secs(60)).await;
+        lb::wait_for_ip(&services, "web", HANG).await;
         let lbs = env.cloud.list_all_load_balancers().await.unwrap();
         let mine: Vec<_> = lbs.iter().filter(|l| l.name == lb::name(&web)).collect();
         assert_eq!(mine.len(), 1, "one load balancer for the Service: {lbs:#?}");
@@ -111,7 +111,7 @@ async fn a_create_whose_answer_is_lost_makes_one_load_balancer() {
         // (201) nor a clash with the first (409).
         let retries = &creates[1..];
         assert!(retries.iter().all(|c| c.status == 200), "no second create: {creates:#?}");
-        let failed = env.event(&ns, "web", "SyncLoadBalancerFailed", Duration::from_secs(10)).await;
+        let failed = env.event(&ns, "web", "SyncLoadBalancerFailed", HANG).await;
         assert!(failed.message.as_deref().is_some_and(|m| m.contains("InternalError")), "{:?}", failed.message);
     })
     .await;
@@ -121,19 +121,21 @@ async fn a_create_whose_answer_is_lost_makes_one_load_balancer() {
 async fn services_wait_out_a_load_balancing_outage_and_converge() {
     case("lb-outage", Setup::new(CCM), async |env| {
         let (ns, services) = started(env, "outage").await;
+        // Until it is ended below, once the failures were seen: an outage of a fixed length could end before a
+        // busy machine showed them.
         let outage = StartOutageRequest {
             scope: OutageScope::Service,
             service: Some(fakecloud_api::Service::LoadBalancing),
             zone: None,
-            duration_seconds: Some(10.0),
+            duration_seconds: None,
         };
-        env.cloud.start_outage(&outage).await.unwrap();
+        let outage = env.cloud.start_outage(&outage).await.unwrap();
         for name in ["a", "b", "c"] {
             services.create(&PostParams::default(), &lb::service(name, 80, serde_json::json!({}))).await.unwrap();
         }
         // During the outage: pending, each with a SyncLoadBalancerFailed that says the service is unavailable.
         for name in ["a", "b", "c"] {
-            let ev = until(Duration::from_secs(8), &format!("{name}'s SyncLoadBalancerFailed"), async || {
+            let ev = until(HANG, &format!("{name}'s SyncLoadBalancerFailed"), async || {
                 let events = env.events_in(&ns, name).await;
                 events.into_iter().find(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
             })
@@ -141,9 +143,10 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
             assert!(ev.message.as_deref().unwrap().contains("ServiceUnavailable"), "{:?}", ev.message);
             assert_eq!(lb::ingress_ip(&services.get(name).await.unwrap()), None, "<pending> during the outage");
         }
+        env.cloud.stop_outage(&outage.id).await.unwrap();
         // After it: all converge, with no restart.
         for name in ["a", "b", "c"] {
-            lb::wait_for_ip(&services, name, Duration::from_secs(40)).await;
+            lb::wait_for_ip(&services, name, HANG).await;
         }
         let names: Vec<String> = services.list(&Default::default()).await.unwrap().items.iter().map(lb::name).collect();
         let lbs = env.cloud.list_all_load_balancers().await.unwrap();
@@ -203,7 +206,7 @@ async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balance
             .then_some(())
         })
         .await;
-        let ev = env.event(&ns, "web", "UpdatedLoadBalancer", Duration::from_secs(10)).await;
+        let ev = env.event(&ns, "web", "UpdatedLoadBalancer", HANG).await;
         assert_eq!(ev.message.as_deref(), Some("Updated load balancer with new hosts"));
         assert!(env.node(&on_demand.name).await.is_some(), "the on-demand node is untouched");
     })
@@ -218,7 +221,7 @@ async fn a_zone_outage_shuts_down_that_zones_nodes_only_and_they_come_back() {
             names.push(env.instance(name, zone).await.name);
         }
         let (dark_a, dark_b, lit_c) = (&names[0], &names[1], &names[2]);
-        until(Duration::from_secs(60), "three initialized nodes", async || {
+        until(HANG, "three initialized nodes", async || {
             let nodes = env.node_list().await;
             let mine = nodes.iter().filter(|n| n.metadata.name.as_ref().is_some_and(|m| names.contains(m)));
             (mine.filter(|n| fakecloud_e2e::initialized(n)).count() == 3).then_some(())
@@ -230,15 +233,17 @@ async fn a_zone_outage_shuts_down_that_zones_nodes_only_and_they_come_back() {
 
         // local-1a goes dark: its instances read as stopped and its kubelets fall silent. Upstream's lifecycle
         // controller then sees NotReady nodes whose instances are shut down: shutdown taint, no deletion. (Long
-        // enough for the cluster's grace period to run out, and then some.)
+        // enough for the cluster's grace period to run out, and then some; ended below, so never before the taint
+        // was seen, however slow the machine.)
         let dark_for = env.timing.node_grace + 4 * env.timing.node_monitor + Duration::from_secs(15);
         let outage = StartOutageRequest {
             scope: OutageScope::Zone,
             service: None,
             zone: Some("local-1a".into()),
-            duration_seconds: Some(dark_for.as_secs_f64()),
+            duration_seconds: None,
         };
-        env.cloud.start_outage(&outage).await.unwrap();
+        let darkened = Instant::now();
+        let outage = env.cloud.start_outage(&outage).await.unwrap();
         until(env.timing.node_loss(), "local-1a's nodes tainted shutdown", async || {
             let a = env.node(dark_a).await?;
             let b = env.node(dark_b).await?;
@@ -253,8 +258,11 @@ async fn a_zone_outage_shuts_down_that_zones_nodes_only_and_they_come_back() {
             "a dark zone is not a deleted one"
         );
 
-        // The zone comes back: the kubelets beat again, the nodes turn Ready and lose the taint.
-        until(dark_for + env.timing.node_loss(), "local-1a's nodes back", async || {
+        // The zone comes back (after dark_for at least): the kubelets beat again, the nodes turn Ready and lose the
+        // taint.
+        tokio::time::sleep(dark_for.saturating_sub(darkened.elapsed())).await;
+        env.cloud.stop_outage(&outage.id).await.unwrap();
+        until(env.timing.node_loss(), "local-1a's nodes back", async || {
             let a = env.node(dark_a).await?;
             let b = env.node(dark_b).await?;
             (!shutdown(&a) && !shutdown(&b)).then_some(())

@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use fakecloud_api::{BackendState, ListenerState, LoadBalancer, RateLimitScope, SetRateLimitRequest};
 use fakecloud_e2e::traffic::{self, Conn};
-use fakecloud_e2e::{Env, Setup, case, lb, until};
+use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = HANG;
 
 /// The Service's load balancer in the cloud, once the data plane serves it (its listeners have a status).
 async fn cloud_lb(env: &Env, svc: &Service) -> LoadBalancer {
@@ -42,7 +42,7 @@ async fn cloud_lb(env: &Env, svc: &Service) -> LoadBalancer {
 /// EXTERNAL-IP once `GET /hostname` answers there.
 async fn expose(services: &Api<Service>, name: &str, extra_spec: serde_json::Value) -> (Service, String) {
     let svc = services.create(&PostParams::default(), &lb::service(name, 80, extra_spec)).await.unwrap();
-    let ip = lb::wait_for_ip(services, name, Duration::from_secs(60)).await;
+    let ip = lb::wait_for_ip(services, name, HANG).await;
     until(WAIT, &format!("http://{ip}/hostname answering"), async || {
         traffic::get(&ip, 80, "/hostname").await.ok().filter(|a| a.status == 200)
     })
@@ -282,7 +282,7 @@ async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_list
         // A new port while the new leader starts: it must update the load balancer through the throttle, and
         // the listener on port 80, unchanged, must not notice.
         patch(&services, "web", ports(&[("web", 80, "TCP"), ("alt", 81, "TCP")])).await;
-        until(Duration::from_secs(120), "port 81 answering (added by the new leader)", async || {
+        until(HANG, "port 81 answering (added by the new leader)", async || {
             traffic::get(&ip, 81, "/hostname").await.ok().filter(|a| a.status == 200)
         })
         .await;

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use fakecloud_api::{QuotaName, Route};
-use fakecloud_e2e::{Setup, case, condition, until};
+use fakecloud_e2e::{HANG, Setup, case, condition, until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
 
@@ -59,7 +59,7 @@ async fn pod_traffic_between_nodes_follows_the_cloud_route_table() {
         let listen = format!("{any}:{PORT}");
         let server = ["fakecloud", "serve", "--listen", &listen, "--db", ":memory:"];
         pods.create(&PostParams::default(), &pod("server", &server_node_name, &image, &server)).await.unwrap();
-        let server_ips = until(Duration::from_secs(120), "the server pod running with its IPs", async || {
+        let server_ips = until(HANG, "the server pod running with its IPs", async || {
             let status = pods.get("server").await.ok()?.status?;
             let ips: Vec<IpAddr> = status.pod_ips?.iter().filter_map(|p| p.ip.parse().ok()).collect();
             (status.phase.as_deref() == Some("Running") && ips.len() == pod_cidrs.len()).then_some(ips)

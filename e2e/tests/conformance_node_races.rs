@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use fakecloud_api::{CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, FaultTrigger};
 use fakecloud_api::{StartHangRequest, codes};
-use fakecloud_e2e::{Env, SHUTDOWN_TAINT, Setup, case, condition, initialized, taint_keys, until};
+use fakecloud_e2e::{Env, HANG, SHUTDOWN_TAINT, Setup, case, condition, initialized, taint_keys, until};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
@@ -51,7 +51,7 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
         assert_eq!(env.cloud.get_instance(&inst.id).await.unwrap().id, inst.id, "the cloud's own view sees it");
 
         // Registered NotReady at once, then deleted by the lifecycle controller while the CCM's reads say 404.
-        let deleting = env.event("default", &name, "DeletingNode", LAG + Duration::from_secs(20)).await;
+        let deleting = env.event("default", &name, "DeletingNode", LAG + HANG).await;
         let message = deleting.message.unwrap_or_default();
         assert!(message.contains("does not exist in the cloud provider"), "{message}");
         let deleted_after = created.elapsed();
@@ -64,13 +64,10 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
 
         // The kubelet registers again; once the cloud shows the instance the Node is kept and initialized, and
         // Ready when its network is.
-        let node =
-            until(LAG + NOT_READY + Duration::from_secs(60), &format!("{name} initialized and Ready"), async || {
-                env.node(&name)
-                    .await
-                    .filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
-            })
-            .await;
+        let node = until(LAG + NOT_READY + HANG, &format!("{name} initialized and Ready"), async || {
+            env.node(&name).await.filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
+        })
+        .await;
         assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.as_deref()), Some(inst.provider_id.as_str()));
         let deletions = env.events_for(&name).await.into_iter().filter(|e| e.reason.as_deref() == Some("DeletingNode"));
         let count: i32 = deletions.map(|e| e.count.unwrap_or(1)).sum();
@@ -85,7 +82,7 @@ async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
     case("hung-kubelet", Setup::new(CCM), async |env| {
         let inst = env.instance("hung", "local-1a").await;
         let name = inst.name.clone();
-        until(Duration::from_secs(60), &format!("{name} initialized and Ready"), async || {
+        until(HANG, &format!("{name} initialized and Ready"), async || {
             env.node(&name).await.filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
         })
         .await;
@@ -106,7 +103,7 @@ async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
         eprintln!("the hung machine's Node turned Unknown {:.1?} after the hang", hung_at.elapsed());
 
         // The lifecycle controller looks at the NotReady Node, finds its instance running, and keeps it as it is.
-        until(3 * env.timing.node_monitor + Duration::from_secs(30), "a lifecycle check", async || {
+        until(3 * env.timing.node_monitor + HANG, "a lifecycle check", async || {
             (lookups().await > before).then_some(())
         })
         .await;
@@ -117,7 +114,7 @@ async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
         assert!(!deleting, "no DeletingNode for a machine that exists");
 
         env.cloud.stop_hang(&inst.id).await.unwrap();
-        until(Duration::from_secs(30), &format!("{name} Ready again"), async || {
+        until(HANG, &format!("{name} Ready again"), async || {
             (ready(env, &name).await.as_deref() == Some("True")).then_some(())
         })
         .await;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::AuditEntry;
-use fakecloud_e2e::{Env, SHUTDOWN_TAINT, Setup, UNINITIALIZED_TAINT, case, initialized, taint_keys, until};
+use fakecloud_e2e::{Env, HANG, SHUTDOWN_TAINT, Setup, UNINITIALIZED_TAINT, case, initialized, taint_keys, until};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
@@ -61,8 +61,8 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         let started = Instant::now();
         let a = env.instance("node-a", "local-1b").await;
         let c = env.instance("node-c", "local-1c").await;
-        let na = wait_initialized(env, &a.name, Duration::from_secs(30)).await;
-        wait_initialized(env, &c.name, Duration::from_secs(30)).await;
+        let na = wait_initialized(env, &a.name, HANG).await;
+        wait_initialized(env, &c.name, HANG).await;
         eprintln!("2 nodes registered and initialized {:.1?} after their instances were created", started.elapsed());
         assert_eq!(na.spec.as_ref().unwrap().provider_id.as_deref(), Some(a.provider_id.as_str()));
         // (The controller manager may add its own not-ready taint for a moment; the CCM's is what matters.)
@@ -90,7 +90,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         // The provided node IP first (the kubelet's annotation), then the Hostname.
         let want = vec![("InternalIP".to_string(), a.private_ip.to_string()), ("Hostname".to_string(), a.name.clone())];
         assert_eq!(addresses(&na), want);
-        let synced = env.event("default", &a.name, "Synced", Duration::from_secs(10)).await;
+        let synced = env.event("default", &a.name, "Synced", HANG).await;
         assert_eq!(synced.message.as_deref(), Some("Node synced successfully"));
         assert_eq!(synced.type_.as_deref(), Some("Normal"));
         assert_eq!(synced.source.as_ref().and_then(|s| s.component.as_deref()), Some("cloud-node-controller"));
@@ -139,10 +139,10 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         // 5 ms doubling: about 10 tries in 3 s (a hot loop would make hundreds).
         assert!((3..=25).contains(&tries), "{tries} lookups of the missing instance in 3 s");
         let g = env.instance("ghost", "local-1a").await;
-        let ng = wait_initialized(env, &g.name, Duration::from_secs(60)).await;
+        let ng = wait_initialized(env, &g.name, HANG).await;
         beating.abort();
         assert_eq!(ng.spec.as_ref().unwrap().provider_id.as_deref(), Some(g.provider_id.as_str()));
-        let ng = until(Duration::from_secs(10), "ghost's addresses", async || {
+        let ng = until(HANG, "ghost's addresses", async || {
             env.node(&g.name).await.filter(|n| addresses(n).first().is_some_and(|a| a.0 == "InternalIP"))
         })
         .await;
@@ -158,7 +158,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         until(env.timing.node_loss(), "node-a deleted", async || env.node_gone(&a.name).await.then_some(())).await;
         eprintln!("node-a deleted {:.1?} after its instance was terminated", t.elapsed());
         // Events are written in the background, as client-go's broadcaster does.
-        let deleting = env.event("default", &a.name, "DeletingNode", Duration::from_secs(10)).await;
+        let deleting = env.event("default", &a.name, "DeletingNode", HANG).await;
         let expected = format!("Deleting node {} because it does not exist in the cloud provider", a.name);
         assert_eq!(deleting.message, Some(expected));
         assert_eq!(

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use fakecloud_api::{QuotaName, Route};
-use fakecloud_e2e::{Setup, case, condition, until};
+use fakecloud_e2e::{HANG, Setup, case, condition, until};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
@@ -69,7 +69,7 @@ async fn routes_follow_nodes_and_the_route_quota() {
         }
         let refused = all.iter().find(|n| condition(n, "NetworkUnavailable").is_some_and(|c| c.0 == "True")).unwrap();
         let refused_name = refused.metadata.name.clone().unwrap();
-        let ev = env.event("default", &refused_name, "FailedToCreateRoute", Duration::from_secs(15)).await;
+        let ev = env.event("default", &refused_name, "FailedToCreateRoute", HANG).await;
         let msg = ev.message.unwrap_or_default();
         assert!(msg.starts_with("Could not create route "), "{msg}");
         assert!(msg.contains("RouteLimitExceeded"), "the event names the quota: {msg}");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fakecloud_api::{LoadBalancer, LoadBalancerState, Protocol, QuotaName};
 use fakecloud_e2e::lb::{self, finalizers};
-use fakecloud_e2e::{Env, Setup, case, until};
+use fakecloud_e2e::{Env, HANG, Setup, case, until};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
@@ -66,7 +66,7 @@ async fn the_external_ip_lifecycle() {
 
     // 1. `<pending>` while the cloud provisions, with the finalizer already on; then the VIP.
     let web = services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-    let provisioning = until(Duration::from_secs(30), "the load balancer provisioning", async || {
+    let provisioning = until(HANG, "the load balancer provisioning", async || {
         cloud_lb(env, &web).await.filter(|lb| lb.state == LoadBalancerState::Provisioning)
     })
     .await;
@@ -74,7 +74,7 @@ async fn the_external_ip_lifecycle() {
     assert!(finalizers(&now).contains(&FINALIZER.to_string()), "the finalizer comes before the cloud call");
     assert_eq!(lb::ingress_ip(&now), None, "<pending> while provisioning");
     let ip =
-        lb::wait_for_ip(&services, "web", Duration::from_secs(30)).await;
+        lb::wait_for_ip(&services, "web", HANG).await;
     let lb = cloud_lb(env, &web).await.unwrap();
     assert_eq!(lb.id, provisioning.id, "one load balancer, never a second");
     assert_eq!(lb.state, LoadBalancerState::Active);
@@ -96,7 +96,7 @@ async fn the_external_ip_lifecycle() {
     assert_eq!(ingress.ip_mode.as_deref(), Some(want), "ipMode is the cloud's or the apiserver's default");
     assert_eq!(ingress.hostname, None);
     for reason in ["EnsuringLoadBalancer", "EnsuredLoadBalancer"] {
-        let ev = env.event(ns, "web", reason, Duration::from_secs(10)).await;
+        let ev = env.event(ns, "web", reason, HANG).await;
         assert_eq!(ev.type_.as_deref(), Some("Normal"));
         assert_eq!(ev.source.as_ref().and_then(|s| s.component.as_deref()), Some("service-controller"));
     }
@@ -104,7 +104,7 @@ async fn the_external_ip_lifecycle() {
     // 2. A port changed: the listener follows, the IP stays.
     let patch = serde_json::json!({"spec": {"ports": [{"name": "web", "port": 8081, "targetPort": 8080, "protocol": "TCP", "nodePort": node_port}]}});
     services.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-    until(Duration::from_secs(30), "the listener on 8081", async || {
+    until(HANG, "the listener on 8081", async || {
         cloud_lb(env, &web).await.filter(|lb| lb.listeners.iter().any(|l| l.port == 8081)).map(|_| ())
     })
     .await;
@@ -112,14 +112,14 @@ async fn the_external_ip_lifecycle() {
 
     // 3. A node joins: a backend more. A node labelled excluded: a backend less. One update each.
     let joined = env.initialized_nodes("lb-late", 1).await.remove(0);
-    until(Duration::from_secs(30), "the new node as a backend", async || {
+    until(HANG, "the new node as a backend", async || {
         cloud_lb(env, &web).await.filter(|lb| lb.backends.contains(&joined.id)).map(|_| ())
     })
     .await;
-    env.event(ns, "web", "UpdatedLoadBalancer", Duration::from_secs(10)).await;
+    env.event(ns, "web", "UpdatedLoadBalancer", HANG).await;
     let label = serde_json::json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
     env.nodes().patch(&instances[0].name, &PatchParams::default(), &Patch::Merge(label)).await.unwrap();
-    until(Duration::from_secs(30), "the excluded node out of the backends", async || {
+    until(HANG, "the excluded node out of the backends", async || {
         cloud_lb(env, &web).await.filter(|lb| !lb.backends.contains(&instances[0].id)).map(|_| ())
     })
     .await;
@@ -145,12 +145,12 @@ async fn the_external_ip_lifecycle() {
     // 6. Switched to ClusterIP: the load balancer deleted, the finalizer removed, the ingress cleared.
     let to_cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP", "ports": [{"name": "web", "port": 8081, "targetPort": 8080, "protocol": "TCP", "nodePort": null}]}});
     services.patch("web", &PatchParams::default(), &Patch::Merge(to_cluster_ip)).await.unwrap();
-    let cleaned = until(Duration::from_secs(30), "web cleaned up", async || {
+    let cleaned = until(HANG, "web cleaned up", async || {
         get(&services, "web").await.filter(|s| finalizers(s).is_empty() && lb::ingress_ip(s).is_none())
     })
     .await;
     assert_eq!(cleaned.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
-    until(Duration::from_secs(30), "web's load balancer gone", async || {
+    until(HANG, "web's load balancer gone", async || {
         cloud_lb(env, &web).await.is_none().then_some(())
     })
     .await;
@@ -161,13 +161,13 @@ async fn the_external_ip_lifecycle() {
 
     // 7. A LoadBalancer Service deleted: its load balancer goes, then the Service (the finalizer held it).
     let api = services.create(&PostParams::default(), &lb::service("api", 443, serde_json::json!({}))).await.unwrap();
-    lb::wait_for_ip(&services, "api", Duration::from_secs(30)).await;
+    lb::wait_for_ip(&services, "api", HANG).await;
     services.delete("api", &DeleteParams::default()).await.unwrap();
-    until(Duration::from_secs(30), "the api Service gone", async || {
+    until(HANG, "the api Service gone", async || {
         matches!(services.get_opt("api").await, Ok(None)).then_some(())
     })
     .await;
-    until(Duration::from_secs(30), "api's load balancer gone", async || {
+    until(HANG, "api's load balancer gone", async || {
         cloud_lb(env, &api).await.is_none().then_some(())
     })
     .await;
@@ -188,11 +188,7 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
         let spec = serde_json::json!({"loadBalancerSourceRanges": ["198.51.100.0/24", "203.0.113.7/32"],
             "loadBalancerIP": requested, "allocateLoadBalancerNodePorts": false});
         let edge = services.create(&PostParams::default(), &lb::service("edge", 443, spec)).await.unwrap();
-        assert_eq!(
-            lb::wait_for_ip(&services, "edge", Duration::from_secs(30)).await,
-            requested,
-            "the requested IP is the EXTERNAL-IP"
-        );
+        assert_eq!(lb::wait_for_ip(&services, "edge", HANG).await, requested, "the requested IP is the EXTERNAL-IP");
         let lb = cloud_lb(env, &edge).await.unwrap();
         assert_eq!(lb.source_ranges, ["198.51.100.0/24", "203.0.113.7/32"]);
         assert_eq!(lb.requested_ip.map(|i| i.to_string()), Some(requested));
@@ -211,8 +207,7 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
             .collect(),
         );
         let inside = services.create(&PostParams::default(), &inside).await.unwrap();
-        let vip: std::net::IpAddr =
-            lb::wait_for_ip(&services, "inside", Duration::from_secs(30)).await.parse().unwrap();
+        let vip: std::net::IpAddr = lb::wait_for_ip(&services, "inside", HANG).await.parse().unwrap();
         let lb = cloud_lb(env, &inside).await.unwrap();
         assert_eq!(lb.scheme, fakecloud_api::Scheme::Internal);
         let subnet: ipnet::IpNet = env.cloud.region().await.unwrap().internal_lb_subnet.parse().unwrap();
@@ -229,7 +224,7 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
         bad.metadata.annotations =
             Some([("service.beta.kubernetes.io/fakecloud-load-balancer-internal".into(), "yes".into())].into());
         let bad = services.create(&PostParams::default(), &bad).await.unwrap();
-        let failed = env.event(ns, "bad", "SyncLoadBalancerFailed", Duration::from_secs(30)).await;
+        let failed = env.event(ns, "bad", "SyncLoadBalancerFailed", HANG).await;
         let msg = failed.message.unwrap_or_default();
         assert_eq!(failed.type_.as_deref(), Some("Warning"));
         assert!(msg.contains("fakecloud-load-balancer-internal") && msg.contains("\"true\" or \"false\""), "{msg}");
@@ -247,11 +242,11 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
         let ns = &env.namespace("lb-quota").await;
         let services = Api::<Service>::namespaced(env.client(), ns);
         services.create(&PostParams::default(), &lb::service("first", 80, serde_json::json!({}))).await.unwrap();
-        lb::wait_for_ip(&services, "first", Duration::from_secs(30)).await;
+        lb::wait_for_ip(&services, "first", HANG).await;
 
         // The quota is used up: the second stays <pending>, and the event says which quota.
         services.create(&PostParams::default(), &lb::service("second", 80, serde_json::json!({}))).await.unwrap();
-        let failed = env.event(ns, "second", "SyncLoadBalancerFailed", Duration::from_secs(30)).await;
+        let failed = env.event(ns, "second", "SyncLoadBalancerFailed", HANG).await;
         let msg = failed.message.unwrap_or_default();
         assert_eq!(failed.type_.as_deref(), Some("Warning"));
         assert!(msg.starts_with("Error syncing load balancer: failed to ensure load balancer: "), "{msg}");
@@ -260,7 +255,7 @@ async fn a_load_balancer_quota_keeps_services_pending_until_raised() {
 
         // Raised: it heals on the next retry (5 s, then 10 s, ...), without a restart.
         env.cloud.set_quota(QuotaName::LoadBalancers, others + 10).await.unwrap();
-        lb::wait_for_ip(&services, "second", Duration::from_secs(60)).await;
+        lb::wait_for_ip(&services, "second", HANG).await;
     })
     .await;
 }
@@ -273,7 +268,7 @@ async fn a_new_leader_re_ensures_each_load_balancer_once() {
         let services = Api::<Service>::namespaced(env.client(), ns);
         for name in ["first", "second"] {
             services.create(&PostParams::default(), &lb::service(name, 80, serde_json::json!({}))).await.unwrap();
-            lb::wait_for_ip(&services, name, Duration::from_secs(30)).await;
+            lb::wait_for_ip(&services, name, HANG).await;
         }
 
         // The leader killed: the next one re-ensures each load balancer once (one lookup per LoadBalancer Service
@@ -287,7 +282,7 @@ async fn a_new_leader_re_ensures_each_load_balancer_once() {
         let wanting = wanting.count();
         let (reads, writes) = (env.ccm_calls(&LB_READS).await.len(), env.ccm_calls(&LB_WRITES).await.len());
         env.kill_ccm_leader().await;
-        until(Duration::from_secs(60), "every Service re-ensured", async || {
+        until(HANG, "every Service re-ensured", async || {
             (env.ccm_calls(&LB_READS).await.len() - reads >= wanting).then_some(())
         })
         .await;

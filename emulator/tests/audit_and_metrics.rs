@@ -249,7 +249,7 @@ async fn audit_streams_are_bounded_per_token() {
     assert!(metrics.contains("fakecloud_audit_streams_refused_total 1"), "{metrics}");
     // A stream closed by its client gives its place back.
     drop(streams.pop());
-    common::eventually(std::time::Duration::from_secs(30), "a place for a new stream", || async {
+    common::eventually(common::HANG, "a place for a new stream", || async {
         let s = open(1).await.unwrap();
         (s.status() == 200).then_some(())
     })

@@ -9,7 +9,6 @@
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use common::{ADMIN, Emu};
 use fakecloud_api::{
@@ -301,7 +300,7 @@ fn every_request_body_gets_an_answer_and_every_refusal_is_the_envelope() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let emu = rt.block_on(Emu::start());
     let url = emu.url();
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let http = reqwest::Client::builder().timeout(common::HANG).build().unwrap();
     let doc: Value = rt.block_on(async { http.get(format!("{url}/openapi.json")).send().await?.json().await }).unwrap();
     let (table, lb, instance) = rt.block_on(async {
         let table = emu.admin.create_route_table(&CreateRouteTableRequest { name: "props".into() }).await.unwrap();

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::USER;
+use common::{HANG, USER};
 use fakecloud_api::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -33,7 +33,7 @@ async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
 
     // A connection that never says anything.
     let mut silent = TcpStream::connect(addr).await.unwrap();
-    let took = closed_within(&mut silent, Duration::from_secs(5)).await;
+    let took = closed_within(&mut silent, HANG).await;
     assert!(took >= Duration::from_millis(900), "closed after {took:?}, before the idle timeout");
 
     // A keep-alive connection after its answer.
@@ -42,9 +42,10 @@ async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
     let mut answer = [0u8; 512];
     let n = kept.read(&mut answer).await.unwrap();
     assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer[..n]));
-    closed_within(&mut kept, Duration::from_secs(5)).await;
+    closed_within(&mut kept, HANG).await;
 
-    // A head that trickles in, a line every 200 ms: not idle, yet closed at the header-read timeout.
+    // A head that trickles in, a line every 200 ms and never ends: not idle, yet closed at the header-read
+    // timeout. Without it the read below would wait for good, so only a hang reaches the bound.
     let slow = TcpStream::connect(addr).await.unwrap();
     let (mut read, mut write) = slow.into_split();
     let trickle = tokio::spawn(async move {
@@ -57,10 +58,11 @@ async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
     });
     let started = Instant::now();
     let mut buf = [0u8; 512];
-    let n = tokio::time::timeout(Duration::from_secs(5), read.read(&mut buf)).await.unwrap().unwrap_or(0);
+    let read = tokio::time::timeout(HANG, read.read(&mut buf)).await;
     let took = started.elapsed();
+    assert!(read.is_ok() && took < HANG, "a trickling head held its connection for {took:?}");
+    let n = read.unwrap().unwrap_or(0);
     assert!(n == 0 || !buf[..n].starts_with(b"HTTP/1.1 200"), "a trickling head was answered");
-    assert!(took < Duration::from_secs(3), "a trickling head held its connection for {took:?}");
     trickle.abort();
 }
 
@@ -69,22 +71,24 @@ async fn a_thousand_idle_connections_do_not_lock_other_clients_out() {
     // This process holds 1,100 sockets; the emulator may hold only 256 files, so its default cap is 128.
     fakecloud_emulator::listener::raise_fd_limit();
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, log) = common::spawn_emulator_with(&dir.path().join("fc.db"), &[], Some(256)).await;
+    // An idle timeout of an hour: a client locked out would wait that long, far past the bound below.
+    let flags = ["--idle-timeout", "3600s"];
+    let (_child, url, log) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, Some(256)).await;
     let addr = url.trim_start_matches("http://").to_string();
     let mut idle = Vec::new();
     for _ in 0..1100 {
-        // A connect the emulator's backlog has no room for hangs: stop there.
-        match tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(&addr)).await {
+        // A connect the emulator's backlog has no room for hangs: stop there (and fail below).
+        match tokio::time::timeout(HANG, TcpStream::connect(&addr)).await {
             Ok(Ok(conn)) => idle.push(conn),
             _ => break,
         }
     }
-    let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(10)).unwrap();
+    let client = Client::new(&url, USER).unwrap().with_timeout(HANG).unwrap();
     let started = Instant::now();
     client.region().await.expect("an answer while up to 1,100 connections sit idle");
-    assert!(started.elapsed() < Duration::from_secs(5), "answered only after {:?}", started.elapsed());
+    assert!(started.elapsed() < HANG, "answered only after {:?}", started.elapsed());
     assert_eq!(idle.len(), 1100, "every connection was taken");
-    common::eventually(Duration::from_secs(5), "the connection limit to be logged", || async {
+    common::eventually(HANG, "the connection limit to be logged", || async {
         log.lock().unwrap().contains("connection limit reached").then_some(())
     })
     .await;
@@ -128,16 +132,35 @@ async fn a_refusal_before_the_body_leaves_the_connection_usable_or_says_close() 
     }
 }
 
-/// What the server sends until it pauses (one answer; ours are small) or closes.
+/// One answer: read until its head and the body its `Content-Length` (or its last chunk) says are in, or the
+/// server closes. What came until then if neither happens before [`HANG`]: waiting for the whole answer, not for
+/// a pause, keeps a slow server from reading as a short one.
 async fn read_answer(conn: &mut TcpStream) -> String {
     let mut buf = vec![0u8; 8192];
     let mut got = Vec::new();
-    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(500), conn.read(&mut buf)).await {
-        if n == 0 {
-            break;
+    let whole = |got: &[u8]| {
+        let text = String::from_utf8_lossy(got).to_ascii_lowercase();
+        let Some(end) = text.find("\r\n\r\n") else { return false };
+        let head = &text[..end];
+        let length =
+            head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+        match length {
+            Some(length) => got.len() >= end + 4 + length,
+            None => head.contains("transfer-encoding: chunked") && text.ends_with("0\r\n\r\n"),
         }
-        got.extend_from_slice(&buf[..n]);
-    }
+    };
+    let _ = tokio::time::timeout(HANG, async {
+        while let Ok(n) = conn.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if whole(&got) {
+                break;
+            }
+        }
+    })
+    .await;
     String::from_utf8_lossy(&got).into_owned()
 }
 
@@ -170,12 +193,12 @@ async fn a_trickling_body_is_cut_at_the_body_read_timeout() {
         trickles.push(tokio::spawn(async move {
             let mut answer = Vec::new();
             // Until the server closes: the answer, then the end of the connection.
-            let _ = tokio::time::timeout(Duration::from_secs(60), read.read_to_end(&mut answer)).await;
+            let _ = tokio::time::timeout(HANG, read.read_to_end(&mut answer)).await;
             dripping.abort();
             String::from_utf8_lossy(&answer).into_owned()
         }));
     }
-    let client = Client::new(&url, USER).unwrap().with_timeout(Duration::from_secs(60)).unwrap();
+    let client = Client::new(&url, USER).unwrap().with_timeout(HANG).unwrap();
     client.region().await.expect("an answer once the trickling bodies are cut");
     for t in trickles {
         let answer = t.await.unwrap();
@@ -205,7 +228,7 @@ async fn a_live_audit_stream_outlasts_the_idle_timeout_and_the_connection_cap() 
         let fresh = Client::new(&url, USER).unwrap();
         fresh.region().await.unwrap();
     }
-    let body = tokio::time::timeout(Duration::from_secs(60), stream.text()).await.unwrap().unwrap();
+    let body = tokio::time::timeout(HANG, stream.text()).await.unwrap().unwrap();
     let lasted = started.elapsed();
     assert!(lasted >= Duration::from_millis(3500), "the stream was cut after {lasted:?}: {body}");
     assert_eq!(body.matches("\"operation\":\"GetRegion\"").count(), 3, "every call is in the stream: {body}");

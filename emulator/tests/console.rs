@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{ADMIN, Emu, USER};
+use common::{ADMIN, Emu, HANG, USER};
 use fakecloud_api::{AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch};
 
 #[tokio::test]
@@ -48,7 +48,7 @@ async fn the_console_is_served_without_a_token_and_with_a_strict_policy() {
 async fn read_events(resp: &mut reqwest::Response, want: usize) -> (Vec<AuditEntry>, bool) {
     let mut text = String::new();
     let mut entries = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + HANG;
     while entries.len() < want {
         let left = deadline.saturating_duration_since(Instant::now());
         let Some(chunk) = tokio::time::timeout(left, resp.chunk()).await.expect("events in time").unwrap() else {
@@ -94,10 +94,11 @@ async fn the_audit_stream_sends_earlier_and_new_calls_live_then_ends() {
     assert_eq!(ops, ["StreamAudit", "CreateInstance", "GetInstance"]);
     assert!(live.windows(2).all(|w| w[0].seq < w[1].seq));
 
-    // Bounded: the stream ends after max_seconds, so a client (or a test tool) is never left hanging.
+    // Bounded: the stream ends after max_seconds, so a client (or a test tool) is never left hanging (without
+    // max_seconds it would run for the default 300 s, far past the bound).
     let started = Instant::now();
     let (_, ended) = read_events(&mut resp, usize::MAX).await;
-    assert!(ended && started.elapsed() < Duration::from_secs(5));
+    assert!(ended && started.elapsed() < HANG);
 
     // A reconnecting client passes the last seq it saw and misses nothing, repeats nothing.
     let mut resp = stream(&emu, &format!("?after={}&max_seconds=1", live[1].seq), ADMIN).send().await.unwrap();
@@ -127,7 +128,8 @@ async fn an_open_stream_does_not_hold_up_shutdown() {
     read_events(&mut resp, 1).await;
     let started = Instant::now();
     emu.server.take().unwrap().shutdown().await;
-    assert!(started.elapsed() < Duration::from_secs(3), "shutdown waited {:?}", started.elapsed());
+    // Held up, shutdown would wait for the stream's default 300 s: far past the bound.
+    assert!(started.elapsed() < HANG, "shutdown waited {:?}", started.elapsed());
     let (_, ended) = read_events(&mut resp, usize::MAX).await;
     assert!(ended);
 }
@@ -139,15 +141,16 @@ async fn a_lagging_write_does_not_hold_the_stream_back() {
     let lag = CreateFaultRuleRequest {
         id: None,
         matcher: FaultMatch { operations: vec!["CreateInstance".into()], ..Default::default() },
-        action: FaultAction::EventualConsistency { seconds: 60.0 },
+        // Ten times the bound below: a stream held back by the lag could not pass.
+        action: FaultAction::EventualConsistency { seconds: 600.0 },
         trigger: Default::default(),
         position: None,
     };
     emu.admin.add_fault(&lag).await.unwrap();
     emu.instance("lagging").await;
     let started = Instant::now();
-    let mut resp = stream(&emu, "?max_seconds=60", ADMIN).send().await.unwrap();
+    let mut resp = stream(&emu, "?max_seconds=600", ADMIN).send().await.unwrap();
     let (entries, _) = read_events(&mut resp, 2).await;
     assert_eq!(entries[1].operation, "CreateInstance");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(started.elapsed() < HANG, "{:?}", started.elapsed());
 }

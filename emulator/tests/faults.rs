@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Emu, eventually, wait_state};
+use common::{Emu, HANG, eventually, wait_state};
 use fakecloud_api::limits::FAULT_COUNT_MAX;
 use fakecloud_api::{
     AuditQuery, CreateFaultRuleRequest, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
@@ -155,7 +155,8 @@ async fn latency_delays_the_call() {
     let t = Instant::now();
     emu.user.region().await.unwrap();
     let took = t.elapsed();
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
+    // Not sooner than the latency; the upper bound only catches a hang (read as seconds, it would be 300 s).
+    assert!(took >= Duration::from_millis(300) && took < HANG, "{took:?}");
 }
 
 #[tokio::test]
@@ -166,12 +167,13 @@ async fn no_response_closes_or_hangs() {
     let err = emu.user.region().await.unwrap_err();
     assert!(err.status().is_none(), "no HTTP answer, got {err}");
 
-    let hang = FaultAction::NoResponse { mode: NoResponseMode::Hang, hang_seconds: Some(5.0) };
+    // Held ten times the bound below: an answer after the hang could not pass for the client's own timeout.
+    let hang = FaultAction::NoResponse { mode: NoResponseMode::Hang, hang_seconds: Some(600.0) };
     emu.admin.add_fault(&rule(&["ListInstances"], hang, FaultTrigger::default())).await.unwrap();
     let impatient = emu.user.clone().with_timeout(Duration::from_millis(300)).unwrap();
     let t = Instant::now();
     let err = impatient.list_instances(&Default::default()).await.unwrap_err();
-    assert!(err.status().is_none() && t.elapsed() < Duration::from_secs(3), "{err} after {:?}", t.elapsed());
+    assert!(err.status().is_none() && t.elapsed() < HANG, "{err} after {:?}", t.elapsed());
 }
 
 #[tokio::test]
@@ -194,11 +196,25 @@ async fn apply_then_fail_really_applies() {
 #[tokio::test]
 async fn a_window_expires() {
     let emu = Emu::start().await;
-    let trigger = FaultTrigger { duration_seconds: Some(0.4), ..Default::default() };
-    let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "InternalError"), trigger)).await.unwrap();
-    assert!(r.active_until.is_some());
-    assert!(emu.user.region().await.is_err());
-    eventually(Duration::from_secs(3), "the window to end", || async { emu.user.region().await.ok() }).await;
+    // A call inside the window fails. On a busy machine the rule's write and the call may outlast a short window,
+    // which then cannot tell: the rule goes and a window ten times longer is tried.
+    let mut looked = false;
+    for window in [0.4, 4.0, 40.0] {
+        let trigger = FaultTrigger { duration_seconds: Some(window), ..Default::default() };
+        let t = Instant::now();
+        let r = emu.admin.add_fault(&rule(&["GetRegion"], error(500, "InternalError"), trigger)).await.unwrap();
+        assert!(r.active_until.is_some());
+        let failed = emu.user.region().await.is_err();
+        if !failed && t.elapsed().as_secs_f64() >= window {
+            let _ = emu.admin.delete_fault(&r.id).await;
+            continue;
+        }
+        assert!(failed);
+        looked = true;
+        break;
+    }
+    assert!(looked, "never called inside the window");
+    eventually(HANG, "the window to end", || async { emu.user.region().await.ok() }).await;
     let future = FaultTrigger { from: Some("2999-01-01T00:00:00Z".into()), ..Default::default() };
     emu.admin.add_fault(&rule(&["GetRegion"], error(500, "InternalError"), future)).await.unwrap();
     emu.user.region().await.unwrap();
@@ -419,7 +435,8 @@ async fn an_empty_bucket_answers_429_with_an_accurate_retry_after() {
 #[tokio::test]
 async fn buckets_can_be_per_token_and_answer_503() {
     let emu = Emu::start().await;
-    let mut spec = bucket(RateLimitScope::Reads, 1, 0.1);
+    // A token every 1,000 s: the second call finds the bucket empty however long the first took.
+    let mut spec = bucket(RateLimitScope::Reads, 1, 0.001);
     spec.per_token = true;
     spec.status = 503;
     emu.admin.set_rate_limit("reads", &spec).await.unwrap();
@@ -452,17 +469,25 @@ async fn a_service_outage_fails_that_service_only_and_ends() {
     emu.admin.stop_outage(&outage.id).await.unwrap();
     emu.user.create_load_balancer(&lb("a"), None).await.unwrap();
 
-    emu.admin
-        .start_outage(&StartOutageRequest {
-            scope: OutageScope::Api,
-            service: None,
-            zone: None,
-            duration_seconds: Some(0.3),
-        })
-        .await
-        .unwrap();
-    assert_eq!(emu.user.region().await.unwrap_err().status(), Some(503));
-    eventually(Duration::from_secs(3), "the API outage to end", || async { emu.user.region().await.ok() }).await;
+    // A call inside the outage is refused. On a busy machine the outage's write and the call may outlast a short
+    // one, which then cannot tell: it is stopped and one ten times longer is tried.
+    let mut looked = false;
+    for seconds in [0.3, 3.0, 30.0] {
+        let t = Instant::now();
+        let api_down =
+            StartOutageRequest { scope: OutageScope::Api, service: None, zone: None, duration_seconds: Some(seconds) };
+        let outage = emu.admin.start_outage(&api_down).await.unwrap();
+        let answer = emu.user.region().await;
+        if answer.is_ok() && t.elapsed().as_secs_f64() >= seconds {
+            let _ = emu.admin.stop_outage(&outage.id).await;
+            continue;
+        }
+        assert_eq!(answer.unwrap_err().status(), Some(503));
+        looked = true;
+        break;
+    }
+    assert!(looked, "never called inside the outage");
+    eventually(HANG, "the API outage to end", || async { emu.user.region().await.ok() }).await;
 }
 
 #[tokio::test]
@@ -506,62 +531,107 @@ async fn a_zone_outage_makes_its_instances_unreachable() {
 
 #[tokio::test]
 async fn spot_reclamation_gives_notice_then_terminates() {
-    let emu = Emu::with_timings(Timings { terminate_delay: Duration::from_millis(300), ..Timings::instant() }).await;
-    let spot = emu
-        .user
-        .create_instance(&CreateInstanceRequest { market: Market::Spot, ..inst("spot-1") }, None)
-        .await
-        .unwrap();
-    let on_demand = emu.instance("od-1").await;
-    let err = emu
-        .admin
-        .reclaim_spot(&ReclaimRequest { instance_ids: vec![on_demand.id], ..Default::default() })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Some(codes::NOT_SPOT));
+    // The notice and the stopping state last only a while: a look that came too late to tell (a busy machine)
+    // runs the case again, on a fresh emulator, with both ten times longer.
+    for scale in [1, 10, 100] {
+        let delay = Duration::from_millis(300 * scale);
+        let emu = Emu::with_timings(Timings { terminate_delay: delay, ..Timings::instant() }).await;
+        let spot = emu
+            .user
+            .create_instance(&CreateInstanceRequest { market: Market::Spot, ..inst("spot-1") }, None)
+            .await
+            .unwrap();
+        let on_demand = emu.instance("od-1").await;
+        let err = emu
+            .admin
+            .reclaim_spot(&ReclaimRequest { instance_ids: vec![on_demand.id], ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(codes::NOT_SPOT));
 
-    let r = emu
-        .admin
-        .reclaim_spot(&ReclaimRequest { names: vec!["spot-1".into()], notice_seconds: Some(0.5), ..Default::default() })
-        .await
-        .unwrap();
-    let noticed = &r.items[0];
-    assert_eq!(
-        (noticed.state, noticed.state_reason.as_deref()),
-        (InstanceState::Running, Some("Server.SpotInstanceTermination"))
-    );
-    assert!(noticed.interruption_at.is_some());
-    let stopping = wait_state(&emu.user, &spot.id, InstanceState::Stopping).await;
-    assert_eq!(stopping.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
-    let gone = wait_state(&emu.user, &spot.id, InstanceState::Terminated).await;
-    assert_eq!(gone.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
-    // Still terminated once the background ticker (every 250 ms) has written the transition down.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let later = emu.user.get_instance(&spot.id).await.unwrap();
-    assert_eq!((later.state, later.state_changed_at), (InstanceState::Terminated, gone.state_changed_at));
-    // Its address and name are free again.
-    emu.user
-        .create_instance(&CreateInstanceRequest { private_ip: Some(spot.private_ip), ..inst("spot-1") }, None)
-        .await
-        .unwrap();
+        let notice = 0.5 * scale as f64;
+        let asked = Instant::now();
+        let r = emu
+            .admin
+            .reclaim_spot(&ReclaimRequest {
+                names: vec!["spot-1".into()],
+                notice_seconds: Some(notice),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let noticed = &r.items[0];
+        if noticed.state != InstanceState::Running && asked.elapsed().as_secs_f64() >= notice {
+            continue;
+        }
+        assert_eq!(
+            (noticed.state, noticed.state_reason.as_deref()),
+            (InstanceState::Running, Some("Server.SpotInstanceTermination"))
+        );
+        assert!(noticed.interruption_at.is_some());
+        // Stopping for `delay`: looked at until it is, or is past it. Two looks that straddle the whole of it
+        // were further apart than `delay`, so looks closer than that must see it.
+        let (mut previous, mut widest) = (Instant::now(), Duration::ZERO);
+        let stopping = loop {
+            let started = Instant::now();
+            let i = emu.user.get_instance(&spot.id).await.unwrap();
+            widest = widest.max(previous.elapsed());
+            previous = started;
+            match i.state {
+                InstanceState::Stopping => break Some(i),
+                InstanceState::Terminated => break None,
+                _ => {}
+            }
+            assert!(asked.elapsed() < HANG + Duration::from_secs_f64(notice), "{} still {}", i.id, i.state);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let Some(stopping) = stopping else {
+            assert!(widest >= delay, "never seen stopping, though looked at every {widest:?} at least");
+            continue;
+        };
+        assert_eq!(stopping.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
+        let gone = wait_state(&emu.user, &spot.id, InstanceState::Terminated).await;
+        assert_eq!(gone.state_reason.as_deref(), Some("Server.SpotInstanceTermination"));
+        // Still terminated once the background ticker (every 250 ms) has written the transition down.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let later = emu.user.get_instance(&spot.id).await.unwrap();
+        assert_eq!((later.state, later.state_changed_at), (InstanceState::Terminated, gone.state_changed_at));
+        // Its address and name are free again.
+        emu.user
+            .create_instance(&CreateInstanceRequest { private_ip: Some(spot.private_ip), ..inst("spot-1") }, None)
+            .await
+            .unwrap();
+        return;
+    }
+    panic!("never looked inside the notice and the stopping state");
 }
 
 #[tokio::test]
 async fn new_resources_stay_invisible_then_appear() {
-    let emu = Emu::start().await;
-    let action = FaultAction::EventualConsistency { seconds: 0.6 };
-    emu.admin.add_fault(&rule(&["CreateInstance"], action, FaultTrigger::default())).await.unwrap();
-    let old = emu.admin.list_faults().await.unwrap(); // admin reads are unaffected
-    assert_eq!(old.items.len(), 1);
-    let created = emu.user.create_instance(&inst("lagging"), None).await.unwrap();
-    let err = emu.user.get_instance(&created.id).await.unwrap_err();
-    assert_eq!((err.status(), err.code()), (Some(404), Some(codes::INSTANCE_NOT_FOUND)));
-    assert!(emu.user.list_all_instances(&Default::default()).await.unwrap().is_empty());
-    eventually(Duration::from_secs(5), "the instance to become visible", || async {
-        emu.user.get_instance(&created.id).await.ok()
-    })
-    .await;
-    assert_eq!(emu.user.list_all_instances(&Default::default()).await.unwrap().len(), 1);
+    // Reads inside the lag do not see the instance. On a busy machine the create and the reads may outlast a
+    // short lag, which then cannot tell: a fresh emulator tries a lag ten times longer.
+    for seconds in [0.6, 6.0, 30.0] {
+        let emu = Emu::start().await;
+        let action = FaultAction::EventualConsistency { seconds };
+        emu.admin.add_fault(&rule(&["CreateInstance"], action, FaultTrigger::default())).await.unwrap();
+        let old = emu.admin.list_faults().await.unwrap(); // admin reads are unaffected
+        assert_eq!(old.items.len(), 1);
+        let t = Instant::now();
+        let created = emu.user.create_instance(&inst("lagging"), None).await.unwrap();
+        let got = emu.user.get_instance(&created.id).await;
+        let listed = emu.user.list_all_instances(&Default::default()).await.unwrap();
+        if (got.is_ok() || !listed.is_empty()) && t.elapsed().as_secs_f64() >= seconds {
+            continue;
+        }
+        let err = got.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(404), Some(codes::INSTANCE_NOT_FOUND)));
+        assert!(listed.is_empty());
+        eventually(HANG, "the instance to become visible", || async { emu.user.get_instance(&created.id).await.ok() })
+            .await;
+        assert_eq!(emu.user.list_all_instances(&Default::default()).await.unwrap().len(), 1);
+        return;
+    }
+    panic!("never read inside the lag");
 }
 
 /// The lag is the public API's: the cloud's own view (the admin token, which the machines' simulated kubelets
@@ -671,7 +741,7 @@ async fn random_spot_reclamation_takes_only_spot_instances() {
     let req =
         fakecloud_api::SpotRandomRequest { rate_per_minute: 120.0, notice_seconds: Some(60.0), duration_seconds: None };
     emu.admin.start_spot_random(&req).await.unwrap();
-    let noticed = eventually(Duration::from_secs(15), "two spot instances with a notice", || async {
+    let noticed = eventually(HANG, "two spot instances with a notice", || async {
         let all = emu.user.list_all_instances(&Default::default()).await.unwrap();
         let n: Vec<_> = all.into_iter().filter(|i| i.interruption_at.is_some()).collect();
         (n.len() >= 2).then_some(n)
@@ -702,26 +772,35 @@ async fn random_spot_reclamation_takes_only_spot_instances() {
 
 #[tokio::test]
 async fn changed_resources_read_as_before_until_the_lag_is_over() {
-    let emu = Emu::start().await;
-    let created = emu.instance("lagging").await;
-    let action = FaultAction::EventualConsistency { seconds: 0.6 };
-    emu.admin.add_fault(&rule(&["StopInstance"], action, FaultTrigger::default())).await.unwrap();
-    assert_eq!(
-        emu.user.stop_instance(&created.id).await.unwrap().state,
-        InstanceState::Stopped,
-        "the write itself answers truthfully"
-    );
-    assert_eq!(
-        emu.user.get_instance(&created.id).await.unwrap().state,
-        InstanceState::Running,
-        "reads still see the old version"
-    );
-    let listed = emu.user.list_all_instances(&Default::default()).await.unwrap();
-    assert_eq!(listed[0].state, InstanceState::Running);
-    eventually(Duration::from_secs(5), "the change to show", || async {
-        (emu.user.get_instance(&created.id).await.unwrap().state == InstanceState::Stopped).then_some(())
-    })
-    .await;
+    // Reads inside the lag see the old version. On a busy machine the write and the reads may outlast a short
+    // lag, which then cannot tell: a fresh emulator tries a lag ten times longer.
+    for seconds in [0.6, 6.0, 30.0] {
+        let emu = Emu::start().await;
+        let created = emu.instance("lagging").await;
+        let action = FaultAction::EventualConsistency { seconds };
+        emu.admin.add_fault(&rule(&["StopInstance"], action, FaultTrigger::default())).await.unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            emu.user.stop_instance(&created.id).await.unwrap().state,
+            InstanceState::Stopped,
+            "the write itself answers truthfully"
+        );
+        let got = emu.user.get_instance(&created.id).await.unwrap().state;
+        let listed = emu.user.list_all_instances(&Default::default()).await.unwrap();
+        if (got != InstanceState::Running || listed[0].state != InstanceState::Running)
+            && t.elapsed().as_secs_f64() >= seconds
+        {
+            continue;
+        }
+        assert_eq!(got, InstanceState::Running, "reads still see the old version");
+        assert_eq!(listed[0].state, InstanceState::Running);
+        eventually(HANG, "the change to show", || async {
+            (emu.user.get_instance(&created.id).await.unwrap().state == InstanceState::Stopped).then_some(())
+        })
+        .await;
+        return;
+    }
+    panic!("never read inside the lag");
 }
 
 /// Rates and durations that would overflow the arithmetic behind them (a refill time beyond governor's

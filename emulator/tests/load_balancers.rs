@@ -3,9 +3,9 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{Emu, eventually};
+use common::{Emu, HANG, eventually};
 use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener, LoadBalancerState, Protocol, QuotaName,
     Scheme, UpdateLoadBalancerRequest, codes,
@@ -22,58 +22,73 @@ fn lb(name: &str) -> CreateLoadBalancerRequest {
 
 #[tokio::test]
 async fn an_lb_has_no_address_until_it_is_active() {
-    let t = Timings {
-        lb_provision_delay: Duration::from_millis(400),
-        lb_delete_delay: Duration::from_millis(300),
-        ..Timings::instant()
-    };
-    let emu = Emu::with_timings(t).await;
-    let node = emu.instance("node-1").await;
-    let created = emu
-        .user
-        .create_load_balancer(&CreateLoadBalancerRequest { backends: vec![node.id.clone()], ..lb("web") }, None)
-        .await
-        .unwrap();
-    assert_eq!(created.state, LoadBalancerState::Provisioning);
-    assert_eq!(created.ip_mode, fakecloud_api::IpMode::Vip, "no data plane: nothing proxies");
-    assert_eq!((created.address, created.dns_name.as_deref()), (None, None));
-    assert_eq!(emu.user.get_load_balancer(&created.id).await.unwrap().address, None);
+    // Provisioning and deleting last only their delays: a look that came too late to tell (a busy machine) runs
+    // the case again, on a fresh emulator, with both ten times longer.
+    for scale in [1, 10, 100] {
+        let t = Timings {
+            lb_provision_delay: Duration::from_millis(400 * scale),
+            lb_delete_delay: Duration::from_millis(300 * scale),
+            ..Timings::instant()
+        };
+        let emu = Emu::with_timings(t.clone()).await;
+        let node = emu.instance("node-1").await;
+        let asked = Instant::now();
+        let created = emu
+            .user
+            .create_load_balancer(&CreateLoadBalancerRequest { backends: vec![node.id.clone()], ..lb("web") }, None)
+            .await
+            .unwrap();
+        let got = emu.user.get_load_balancer(&created.id).await.unwrap().address;
+        if (created.state != LoadBalancerState::Provisioning || got.is_some())
+            && asked.elapsed() >= t.lb_provision_delay
+        {
+            continue;
+        }
+        assert_eq!(created.state, LoadBalancerState::Provisioning);
+        assert_eq!(created.ip_mode, fakecloud_api::IpMode::Vip, "no data plane: nothing proxies");
+        assert_eq!((created.address, created.dns_name.as_deref()), (None, None));
+        assert_eq!(got, None);
 
-    let active = eventually(Duration::from_secs(5), "the LB to be active", || async {
-        let lb = emu.user.get_load_balancer(&created.id).await.unwrap();
-        (lb.state == LoadBalancerState::Active).then_some(lb)
-    })
-    .await;
-    let vip = active.address.unwrap();
-    assert!(vip.to_string().starts_with("203.0.113."), "{vip}");
-    assert!(active.dns_name.unwrap().ends_with(".local-1.lb.fakecloud.test"));
-    assert_eq!(emu.user.find_load_balancer("web").await.unwrap().unwrap().id, created.id);
+        let active = eventually(HANG, "the LB to be active", || async {
+            let lb = emu.user.get_load_balancer(&created.id).await.unwrap();
+            (lb.state == LoadBalancerState::Active).then_some(lb)
+        })
+        .await;
+        let vip = active.address.unwrap();
+        assert!(vip.to_string().starts_with("203.0.113."), "{vip}");
+        assert!(active.dns_name.unwrap().ends_with(".local-1.lb.fakecloud.test"));
+        assert_eq!(emu.user.find_load_balancer("web").await.unwrap().unwrap().id, created.id);
 
-    // Changing a listener keeps the address.
-    let update = UpdateLoadBalancerRequest {
-        listeners: Some(vec![Listener { protocol: Protocol::Tcp, port: 8080, backend_port: 30080 }]),
-        ..Default::default()
-    };
-    let updated = emu.user.update_load_balancer(&created.id, &update).await.unwrap();
-    assert_eq!((updated.listeners[0].port, updated.address), (8080, Some(vip)));
-    assert_eq!(updated.backends, vec![node.id]);
+        // Changing a listener keeps the address.
+        let update = UpdateLoadBalancerRequest {
+            listeners: Some(vec![Listener { protocol: Protocol::Tcp, port: 8080, backend_port: 30080 }]),
+            ..Default::default()
+        };
+        let updated = emu.user.update_load_balancer(&created.id, &update).await.unwrap();
+        assert_eq!((updated.listeners[0].port, updated.address), (8080, Some(vip)));
+        assert_eq!(updated.backends, vec![node.id]);
 
-    let deleting = emu.user.delete_load_balancer(&created.id).await.unwrap();
-    assert_eq!((deleting.state, deleting.address), (LoadBalancerState::Deleting, None));
-    let err = emu.user.update_load_balancer(&created.id, &update).await.unwrap_err();
-    assert_eq!(err.code(), Some(codes::INCORRECT_LOAD_BALANCER_STATE));
-    eventually(Duration::from_secs(5), "the LB to be gone", || async {
-        emu.user.get_load_balancer(&created.id).await.err()
-    })
-    .await;
-    assert!(emu.user.find_load_balancer("web").await.unwrap().is_none());
-    // Its address is free again.
-    let again = emu
-        .user
-        .create_load_balancer(&CreateLoadBalancerRequest { requested_ip: Some(vip), ..lb("web2") }, None)
-        .await
-        .unwrap();
-    assert_eq!(again.requested_ip, Some(vip));
+        let asked = Instant::now();
+        let deleting = emu.user.delete_load_balancer(&created.id).await.unwrap();
+        let err = emu.user.update_load_balancer(&created.id, &update).await.unwrap_err();
+        let refused = err.code() == Some(codes::INCORRECT_LOAD_BALANCER_STATE);
+        if (deleting.state != LoadBalancerState::Deleting || !refused) && asked.elapsed() >= t.lb_delete_delay {
+            continue;
+        }
+        assert_eq!((deleting.state, deleting.address), (LoadBalancerState::Deleting, None));
+        assert_eq!(err.code(), Some(codes::INCORRECT_LOAD_BALANCER_STATE));
+        eventually(HANG, "the LB to be gone", || async { emu.user.get_load_balancer(&created.id).await.err() }).await;
+        assert!(emu.user.find_load_balancer("web").await.unwrap().is_none());
+        // Its address is free again.
+        let again = emu
+            .user
+            .create_load_balancer(&CreateLoadBalancerRequest { requested_ip: Some(vip), ..lb("web2") }, None)
+            .await
+            .unwrap();
+        assert_eq!(again.requested_ip, Some(vip));
+        return;
+    }
+    panic!("never looked inside the provisioning and the deleting");
 }
 
 #[tokio::test]

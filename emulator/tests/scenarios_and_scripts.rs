@@ -5,9 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::Duration;
 
-use common::{ADMIN, USER, spawn_emulator};
+use common::{ADMIN, HANG, USER, eventually, spawn_emulator};
 use fakecloud_api::{AuditQuery, Client, QuotaName};
 
 fn repo() -> PathBuf {
@@ -109,11 +108,16 @@ async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
     .unwrap();
     let admin = Client::new(&url, ADMIN).unwrap();
     let runner = cli(&url).args(["scenario", "run"]).arg(&file).output();
+    // Each change is looked for while the run holds it (the fault from 0 s, the quota from 800 ms, both until the
+    // restore after 1.5 s), not at fixed moments: a runner slow to start on a busy machine only moves the window.
     let probe = async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let during = admin.region().await.is_err();
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        (during, admin.get_quota(QuotaName::Instances).await.unwrap().limit)
+        let during = eventually(HANG, "the fault in force", || async { admin.region().await.is_err().then_some(true) });
+        let during = during.await;
+        let quota = eventually(HANG, "the quota lowered", || async {
+            let limit = admin.get_quota(QuotaName::Instances).await.unwrap().limit;
+            (limit == 7).then_some(limit)
+        });
+        (during, quota.await)
     };
     let (out, (fault_was_on, quota_mid)) = tokio::join!(runner, probe);
     let text = ok(&out.unwrap(), "scenario run");
@@ -138,10 +142,11 @@ async fn the_fault_scripts_change_state_and_put_it_back() {
 
     // While a script runs its change is in force; afterwards it is gone.
     let run = script(&url, "route-limit.sh").args(["3", "2"]).output();
-    let during = async {
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit
-    };
+    // Looked for while the script holds it (2 s), not at a fixed moment: a slow start only moves the window.
+    let during = eventually(HANG, "the route quota lowered", || async {
+        let limit = admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit;
+        (limit == 3).then_some(limit)
+    });
     let (out, mid) = tokio::join!(run, during);
     ok(&out.unwrap(), "route-limit.sh");
     assert_eq!(mid, 3);
@@ -183,14 +188,16 @@ async fn ctrl_c_restores_too() {
     let dir = tempfile::tempdir().unwrap();
     let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
     let admin = Client::new(&url, ADMIN).unwrap();
-    let mut child = script(&url, "route-limit.sh").args(["4", "60"]).spawn().unwrap();
-    common::eventually(Duration::from_secs(10), "the quota to be lowered", || async {
+    // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below.
+    let mut child = script(&url, "route-limit.sh").args(["4", "600"]).spawn().unwrap();
+    eventually(HANG, "the quota to be lowered", || async {
         (admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit == 4).then_some(())
     })
     .await;
     let pid = child.id().unwrap();
     std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    // Its restore is a quota write, which can wait seconds behind disk I/O on a busy machine.
+    let status = tokio::time::timeout(HANG, child.wait()).await.unwrap().unwrap();
     assert!(!status.success());
     assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
 }

@@ -16,6 +16,11 @@ use tokio::process::{Child, Command};
 pub const USER: &str = "user-token-0123456789abcdef";
 pub const ADMIN: &str = "admin-token-0123456789abcdef";
 
+/// How long a test waits for something that must happen before it calls it a hang. A hang detector, never a
+/// speed claim: CI runs on a busy 2-core machine where a write can wait seconds behind disk I/O, so only a hang
+/// takes this long.
+pub const HANG: Duration = Duration::from_secs(60);
+
 pub struct Emu {
     pub server: Option<Server>,
     pub dir: tempfile::TempDir,
@@ -138,7 +143,7 @@ where
 }
 
 pub async fn wait_state(c: &Client, id: &str, state: InstanceState) -> Instance {
-    eventually(Duration::from_secs(10), &format!("{id} to be {state}"), || async {
+    eventually(HANG, &format!("{id} to be {state}"), || async {
         let i = c.get_instance(id).await.unwrap();
         (i.state == state).then_some(i)
     })
@@ -180,11 +185,7 @@ pub async fn spawn_emulator_with(
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let log = Arc::new(Mutex::new(String::new()));
     let url = loop {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .unwrap()
-            .unwrap()
-            .expect("emulator exited");
+        let line = tokio::time::timeout(HANG, lines.next_line()).await.unwrap().unwrap().expect("emulator exited");
         log.lock().unwrap().push_str(&line);
         if let Some(rest) = line.strip_prefix("fakecloud: serving ") {
             break rest.split_whitespace().next().unwrap().to_string();
