@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: the emulator's API benchmark (Rust driver, release build), then fakecloud against moto's server
+# `make bench`: the emulator's API benchmark (Rust driver, release build), the data plane's (what it adds, and
+# the API while it is flooded), then fakecloud against moto's server
 # at saturation, both driven by wrk with the same script and concurrency (bench/moto_compare.py). Results go to
 # stdout; BENCHMARKS.md records them.
 set -euo pipefail
@@ -10,6 +11,9 @@ command -v wrk >/dev/null 2>&1 || bash scripts/install-deps.sh
 
 echo "==> emulator API benchmark (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- "$@"
+
+echo "==> load balancer data plane: what it adds, and the API during a flood of it (cargo bench, release)"
+cargo bench --locked -p fakecloud-emulator --bench api -- --dataplane
 
 echo "==> fakecloud against moto, server against server (wrk)"
 if [ ! -x "$venv/bin/python" ]; then

@@ -128,7 +128,11 @@ token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 # A fixed address on the kind network, near the top of its IPv4 range (away from the nodes, which docker
 # numbers from the bottom): pods and nodes reach the emulator there without DNS for container names, and a
 # `docker kill` + `docker start` (the e2e suite's emulator crash) brings it back at the same place, on its volume.
-subnet=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')
+subnets=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}')
+subnet=$(tr ' ' '\n' <<<"$subnets" | grep -m1 '\.')
+# The nodes live outside the emulator's VPC: it adopts machines there (`fakecloud adopt`, below) because it is
+# told the kind network is where they are, as a real cloud takes private IPs only inside its own networks.
+adopt_networks=$(xargs <<<"$subnets" | tr ' ' ',')
 emulator_ip=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[-6])' "$subnet")
 # The load balancers' public pool: the /24 below the one the emulator sits in, far above the nodes. The emulator
 # serves the load balancers' traffic and holds the pool's addresses in its container (a local route, so it
@@ -140,6 +144,7 @@ step "starting the emulator on the kind network at $emulator_ip, load balancers 
 	docker run -d --name "$emulator" --network kind --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
 	-v "$emulator-data:/var/lib/fakecloud" --user 0 --cap-add NET_ADMIN \
 	-e FAKECLOUD_SERVE_LOAD_BALANCERS=true -e FAKECLOUD_PUBLIC_POOL="$lb_pool" -e FAKECLOUD_HOLD_PUBLIC_POOL=true \
+	-e FAKECLOUD_ADOPT_NETWORKS="$adopt_networks" \
 	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev
 
 export FAKECLOUD_ENDPOINT="http://127.0.0.1:$port"

@@ -84,7 +84,7 @@ pub async fn run(kubeconfig: Option<&Path>, cloud: &Client) -> Result<()> {
 }
 
 /// Adopt every Node that has no live instance of its name: an instance with the Node's name, its InternalIP
-/// (IPv4 preferred on dual-stack nodes; an address outside the VPC is fine) and a zone — the Node's zone label
+/// (IPv4 preferred on dual-stack nodes; outside the VPC, in a network the emulator adopts from) and a zone — the Node's zone label
 /// if the emulator has that zone, else round-robin over the region's zones in the order of the Nodes' names.
 /// Safe to run again: the idempotency key comes from the Node's UID, and Nodes with instances are skipped.
 pub async fn adopt(kube: kube::Client, cloud: &Client) -> Result<BTreeMap<String, Outcome>> {

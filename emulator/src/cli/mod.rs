@@ -85,6 +85,8 @@ pub enum Command {
     ///
     /// Creates an instance for every Node that has none, with the Node's name, its InternalIP and a zone (its
     /// topology.kubernetes.io/zone label if the emulator has that zone, else round-robin). Safe to run again.
+    /// The Nodes' addresses must be where the emulator takes machines: start it with `serve --adopt-networks`
+    /// and the cluster network's subnets (`make kind-up` does).
     Adopt {
         /// Kubeconfig of the cluster (default: KUBECONFIG, or in-cluster).
         #[arg(long, env = "KUBECONFIG")]

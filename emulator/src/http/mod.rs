@@ -377,8 +377,10 @@ async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Res
                 (Some(op), Some(role)) if role < op.role => {
                     ApiError::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, format!("{} needs the admin token", op.name)).into_response()
                 }
-                (Some(_), Some(_)) if bad_input.is_some() => bad_input.clone().map(IntoResponse::into_response).unwrap_or_default(),
                 (Some(op), Some(role)) => {
+                    if let Some(e) = &bad_input {
+                        return e.clone().into_response();
+                    }
                     let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
                     let admin_only = op.role == Role::Admin;
                     let (subject, req) = if !admin_only && st.faults().wants_subject().await {
