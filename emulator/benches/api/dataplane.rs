@@ -7,7 +7,8 @@
 //!
 //! Then what a flood of the data plane does to the API: sequential API calls (get-instance) on a quiet
 //! emulator, then while [`FLOOD_TCP`] connections and [`FLOOD_UDP`] UDP clients are held open to the load
-//! balancer, more than its budget of files (`--lb-max-files` [`FLOOD_FILES`]) takes, so that it refuses.
+//! balancer, more than its budget of files (`--lb-max-files` [`FLOOD_FILES`]) takes, and new connections keep
+//! coming (each refused at once).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -86,8 +87,8 @@ async fn api_calls(c: &fakecloud_api::Client, id: &str) -> Stats {
     summarize(samples, wall)
 }
 
-/// Hold `FLOOD_TCP` connections and `FLOOD_UDP` UDP clients open to `tcp` and `udp` until the returned sender
-/// is dropped; resolves once all are open.
+/// Hold `FLOOD_TCP` connections and `FLOOD_UDP` UDP clients open to `tcp` and `udp`, then keep opening more
+/// (each refused: the budget is spent) until the returned sender is dropped; resolves once all are open.
 async fn flood(tcp: SocketAddr, udp: SocketAddr) -> tokio::sync::oneshot::Sender<()> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready, opened) = tokio::sync::oneshot::channel();
@@ -105,10 +106,20 @@ async fn flood(tcp: SocketAddr, udp: SocketAddr) -> tokio::sync::oneshot::Sender
             clients.push(s);
         }
         let _ = ready.send(held.len());
-        let _ = stopped.await;
+        let churn = async {
+            loop {
+                if let Ok(s) = TcpStream::connect(tcp).await {
+                    drop(s);
+                }
+            }
+        };
+        tokio::select! {
+            _ = stopped => {}
+            () = churn => {}
+        }
     });
     let held = opened.await.unwrap_or(0);
-    println!("flood: {held} TCP connections and {FLOOD_UDP} UDP clients held open");
+    println!("flood: {held} TCP connections and {FLOOD_UDP} UDP clients held open, and new connections coming on");
     stop
 }
 
