@@ -831,8 +831,9 @@ type CreateInstanceRequest struct {
 
 	// PrivateIp A fixed private IP, to adopt an existing machine (such as a kind node). Inside the VPC it must lie in the
 	// zone's subnet; outside it, in a network the emulator adopts machines from (`serve --adopt-networks`, a
-	// kind network say), or on loopback with `serve --loopback-instances`. Never a load balancer's address or
-	// the emulator host's own. An IPv4-mapped IPv6 address is read as the IPv4 address it maps.
+	// kind network say), or on loopback with `serve --loopback-instances`. Never a load balancer's address, nor
+	// with the data plane on the emulator host's own. An IPv4-mapped IPv6 address is read as the IPv4 address it
+	// maps.
 	PrivateIp *string            `json:"private_ip,omitempty"`
 	Tags      *map[string]string `json:"tags,omitempty"`
 

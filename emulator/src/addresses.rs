@@ -4,11 +4,13 @@
 //!
 //! A machine's address is one a machine can be reached at (not unspecified, multicast, broadcast or
 //! link-local), never a load balancer's (the public pool, the internal load balancers' subnet: a backend there
-//! would make the data plane connect to itself, again and again), never this host's own (the emulator would
-//! forward to its host's services and report, through health checks, which ports answer), and inside the VPC,
-//! like a real cloud's — or inside a network the emulator is told it adopts machines from
-//! (`serve --adopt-networks`, a kind network), or on loopback when `serve --loopback-instances` says that
-//! machines are processes on this host.
+//! would make the data plane connect to itself, again and again), and inside the VPC, like a real cloud's — or
+//! inside a network the emulator is told it adopts machines from (`serve --adopt-networks`, a kind network), or
+//! on loopback when `serve --loopback-instances` says that machines are processes on this host. When the
+//! emulator serves load balancers, never this host's own address either (but loopback, as that flag allows): the
+//! data plane would forward a client's bytes to its host's services and report, through health checks, which
+//! ports answer. Without the data plane a load balancer is a record, and a machine that shares the emulator's
+//! host (as in a test that runs both in one network namespace) harms nothing.
 
 use std::net::IpAddr;
 
@@ -72,9 +74,12 @@ pub fn refusal(ip: IpAddr, cfg: &Config, host: &HostAddresses) -> Option<String>
             format!("{ip} is a loopback address (accepted only with `fakecloud serve --loopback-instances`)")
         });
     }
-    if let Some(interface) = host.interface_of(ip) {
+    if cfg.serve_load_balancers
+        && let Some(interface) = host.interface_of(ip)
+    {
         return Some(format!(
-            "{ip} is this host's own address (on {interface}): traffic for the machine would reach the emulator's host"
+            "{ip} is this host's own address (on {interface}): the load balancers' traffic for the machine would \
+             reach the emulator's host"
         ));
     }
     let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
@@ -105,7 +110,7 @@ mod tests {
     #[test]
     fn machines_live_in_the_vpc_the_adopted_networks_or_on_loopback_when_allowed() {
         let host = HostAddresses(vec![(ip("192.168.9.4"), "eth0".into())]);
-        let mut cfg = Config::default();
+        let mut cfg = Config { serve_load_balancers: true, ..Config::default() };
         assert_eq!(refusal(ip("10.0.64.9"), &cfg, &host), None);
         for (bad, says) in [
             ("0.0.0.0", "unspecified"),
@@ -126,6 +131,11 @@ mod tests {
         for good in ["172.18.0.3", "fc00:f853:ccd:e793::3", "127.78.0.1", "::1"] {
             assert_eq!(refusal(ip(good), &cfg, &host), None, "{good}");
         }
+        // Without the data plane nothing is forwarded: the host's own address may be a machine's, if adopted.
+        cfg.adopt_networks.push("192.168.9.0/24".parse().unwrap());
+        assert!(refusal(ip("192.168.9.4"), &cfg, &host).is_some());
+        cfg.serve_load_balancers = false;
+        assert_eq!(refusal(ip("192.168.9.4"), &cfg, &host), None);
         // Still never a load balancer's address, even on loopback.
         cfg.topology = crate::config::Topology::new(
             "r",

@@ -332,8 +332,9 @@ async fn machines_are_only_where_machines_can_be() {
         .unwrap()
         .filter_map(|i| i.address?.as_sockaddr_in().map(|a| std::net::IpAddr::V4(a.ip())))
         .find(|ip| !ip.is_loopback());
-    // The emulator adopts from the kind network and from the host's own network (as a user might, by mistake).
-    let mut cfg = kind_config();
+    // The emulator serves load balancers, and adopts from the kind network and from the host's own network (as
+    // a user might, by mistake).
+    let mut cfg = Config { serve_load_balancers: true, ..kind_config() };
     if let Some(ip) = host_ip {
         cfg.adopt_networks.push(ipnet::IpNet::new(ip, 32).unwrap());
     }
@@ -359,7 +360,7 @@ async fn machines_are_only_where_machines_can_be() {
     refused("e", "203.0.113.7", "public pool").await;
     refused("e", "::ffff:203.0.113.7", "public pool").await;
     refused("e", "10.0.192.5", "internal load balancers").await;
-    // The emulator's host's own address, even inside a network it adopts from.
+    // The emulator's host's own address, even inside a network it adopts from: load balancer traffic would go there.
     if let Some(ip) = host_ip {
         refused("f", &ip.to_string(), "this host's own address").await;
     }

@@ -231,7 +231,9 @@ fn the_route_loop_follows_the_emulators_route_table_onto_the_host() {
         handle.link().set(LinkUnspec::new_with_name("lo").up().build()).execute().await.expect("lo up");
         node_network(&handle).await;
         let dir = tempfile::tempdir().expect("a temp dir");
-        let cfg = Config { timings: Timings::instant(), ..Config::default() };
+        // The node network, where the emulator adopts the nodes' machines (as kind-up's emulator does).
+        let adopt_networks = vec![net("172.18.0.0/16"), net("fc00:f853::/64")];
+        let cfg = Config { timings: Timings::instant(), adopt_networks, ..Config::default() };
         let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
         let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg, tokens)
             .await
