@@ -20,7 +20,11 @@ fn cli(url: &str) -> tokio::process::Command {
 }
 
 fn script(url: &str, name: &str) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new("bash");
+    script_in(tokio::process::Command::new("bash"), url, name)
+}
+
+/// `bash script` run by `c`, with the emulator's address and tokens.
+fn script_in(mut c: tokio::process::Command, url: &str, name: &str) -> tokio::process::Command {
     c.arg(repo().join("scripts/faults").join(name))
         .env("FAKECLOUD", env!("CARGO_BIN_EXE_fakecloud"))
         .env("FAKECLOUD_ENDPOINT", url)
@@ -188,14 +192,19 @@ async fn ctrl_c_restores_too() {
     let dir = tempfile::tempdir().unwrap();
     let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
     let admin = Client::new(&url, ADMIN).unwrap();
-    // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below.
-    let mut child = script(&url, "route-limit.sh").args(["4", "600"]).spawn().unwrap();
+    // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below. Run as a terminal runs a
+    // command: in a process group of its own (Ctrl-C signals the whole group, the CLI call the script may be in
+    // the middle of too), and with SIGINT at its default — a test run started as a background job of a script
+    // inherits SIGINT ignored, and bash cannot trap a signal ignored when it starts.
+    let mut terminal = tokio::process::Command::new("python3");
+    terminal.args(["-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp('bash', ['bash'] + sys.argv[1:])"]);
+    let mut child = script_in(terminal, &url, "route-limit.sh").args(["4", "600"]).process_group(0).spawn().unwrap();
     eventually(HANG, "the quota to be lowered", || async {
         (admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit == 4).then_some(())
     })
     .await;
     let pid = child.id().unwrap();
-    std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    std::process::Command::new("kill").args(["-INT", "--", &format!("-{pid}")]).status().unwrap();
     // Its restore is a quota write, which can wait seconds behind disk I/O on a busy machine.
     let status = tokio::time::timeout(HANG, child.wait()).await.unwrap().unwrap();
     assert!(!status.success());
