@@ -238,7 +238,7 @@ func status(lb *fakecloudapi.LoadBalancer) *v1.LoadBalancerStatus {
 // How soon to look again, as fakecloud-ccm does: at a load balancer being provisioned or deleted, and after a
 // create that raced with another. Upstream's service controller requeues an api.RetryError after exactly its
 // delay (controllers/service/controller.go, processNextServiceItem), and any other error with its exponential
-// backoff from 5 s (ccm-semantics.md trap 15).
+// backoff from 5 s (docs/upstream-ccm.md, trap 15).
 const (
 	provisioningRecheck = 2 * time.Second
 	createRecheck       = 1 * time.Second

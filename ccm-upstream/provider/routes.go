@@ -45,7 +45,7 @@ func (c *Cloud) ListRoutes(ctx context.Context, cluster string) ([]*cloudprovide
 		routes = append(routes, &cloudprovider.Route{
 			Name:            r.Id,
 			TargetNode:      nodeOf[r.TargetInstance],
-			DestinationCIDR: r.Destination, // as stored: the controller compares CIDRs as text (trap 16)
+			DestinationCIDR: r.Destination, // as stored: compared as text (docs/upstream-ccm.md, trap 16)
 			Blackhole:       r.State == fakecloudapi.RouteStateBlackhole,
 		})
 	}

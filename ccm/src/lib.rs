@@ -1,5 +1,5 @@
 //! fakecloud-ccm: a cloud-controller-manager that speaks to the fakecloud emulator and behaves like the
-//! upstream `k8s.io/cloud-provider` controllers (see `shared/docs/ccm-semantics.md` for the behaviour it copies).
+//! upstream `k8s.io/cloud-provider` controllers (see `docs/upstream-ccm.md` for the behaviour it copies).
 //!
 //! - [`cloud`]: the one [`cloud::Cloud`] trait the controllers use, and its emulator implementation.
 //! - [`controllers`]: one module per controller (`node`, `node_lifecycle`, `service`, `route`), plus the

@@ -10,10 +10,11 @@ use crate::cloud::InstanceMetadata;
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
-/// Not `node.alpha.…` (trap 1).
+/// Not `node.alpha.…` (docs/upstream-ccm.md, trap 1).
 pub const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
 
-/// (beta, GA) pairs. The beta label is still written at init and is the source of truth afterwards (trap 3).
+/// (beta, GA) pairs. The beta label is still written at init and is the source of truth afterwards
+/// (docs/upstream-ccm.md, trap 3).
 pub const LABEL_PAIRS: [(&str, &str); 3] = [
     ("beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"),
     ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"),
@@ -31,7 +32,7 @@ pub fn taints(node: &Node) -> &[Taint] {
     node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default()
 }
 
-/// Matched by key only (trap 2).
+/// Matched by key only (docs/upstream-ccm.md, trap 2).
 pub fn has_taint(node: &Node, key: &str) -> bool {
     taints(node).iter().any(|t| t.key == key)
 }
@@ -101,9 +102,9 @@ pub fn provided_node_ips(node: &Node) -> Result<Vec<IpAddr>, String> {
 }
 
 /// The addresses to write (upstream `updateNodeAddress` + `GetNodeAddressesFromNodeIP`): the kubelet's Hostname
-/// addresses are appended when the cloud has none (trap 7); each provided node IP's address comes first and
-/// other addresses of its type are dropped. `Err` when a provided IP is not among the cloud's addresses. Empty
-/// when the cloud has no addresses: then nothing is checked or written.
+/// addresses are appended when the cloud has none (docs/upstream-ccm.md, trap 7); each provided node IP's
+/// address comes first and other addresses of its type are dropped. `Err` when a provided IP is not among the
+/// cloud's addresses. Empty when the cloud has no addresses: then nothing is checked or written.
 pub fn merge_addresses(node: &Node, cloud: &[NodeAddress]) -> Result<Vec<NodeAddress>, String> {
     if cloud.is_empty() {
         return Ok(Vec::new());
@@ -113,6 +114,13 @@ pub fn merge_addresses(node: &Node, cloud: &[NodeAddress]) -> Result<Vec<NodeAdd
         let existing = node.status.as_ref().and_then(|s| s.addresses.as_deref()).unwrap_or_default();
         addrs.extend(existing.iter().filter(|a| a.type_ == "Hostname").cloned());
     }
+    provided_ips_first(node, addrs)
+}
+
+/// Upstream `GetNodeAddressesFromNodeIP`: each provided node IP's address first, other addresses of its type
+/// dropped; `Err` when a provided IP does not parse or is not among `addrs` (none at all included). Without a
+/// provided IP, `addrs` as they are. Init checks this on the cloud's own addresses, even none (trap 1).
+pub fn provided_ips_first(node: &Node, addrs: Vec<NodeAddress>) -> Result<Vec<NodeAddress>, String> {
     let ips = provided_node_ips(node)?;
     if ips.is_empty() {
         return Ok(addrs);
@@ -247,8 +255,13 @@ mod tests {
         assert!(merge_addresses(&n, &cloud).unwrap_err().contains("10.9.9.9"));
         let n = node(Some("not-an-ip"), &kubelet, &[]);
         assert!(merge_addresses(&n, &cloud).is_err());
-        // No cloud addresses: nothing to write, not even the kubelet's hostname.
+        // No cloud addresses: nothing to write, not even the kubelet's hostname...
         assert_eq!(merge_addresses(&n, &[]).unwrap(), []);
+        // ...but init's check of a provided IP fails then, as upstream's does.
+        let n = node(Some("10.0.0.5"), &kubelet, &[]);
+        assert!(provided_ips_first(&n, Vec::new()).unwrap_err().contains("10.0.0.5"));
+        let unannotated = node(None, &kubelet, &[]);
+        assert_eq!(provided_ips_first(&unannotated, Vec::new()).unwrap(), []);
     }
 
     #[test]

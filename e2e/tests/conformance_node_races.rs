@@ -4,7 +4,7 @@
 //!   up (kind: about 10 s), and a cloud's API may not list a new instance for a while (eventual consistency; it
 //!   hides the instance from the CCM's token, not from the machine itself, whose kubelet registers at once).
 //!   Upstream's lifecycle controller checks every NotReady node against the cloud with no grace period
-//!   (`node_lifecycle_controller.go` L143-180, ccm-semantics.md §2 and trap 4), so it deletes the new Node with
+//!   (`node_lifecycle_controller.go` L163-199; docs/upstream-ccm.md, trap 4), so it deletes the new Node with
 //!   `DeletingNode`; the kubelet registers it again, and once the cloud shows the instance the Node is kept,
 //!   initialized and Ready.
 //! - **A hung kubelet** (`fakecloud hang`): the machine runs but says nothing; the controller manager marks

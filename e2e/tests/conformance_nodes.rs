@@ -103,7 +103,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
             // controllers/node/node_controller.go:L150), and syncNode reads the Node from the informer's cache
             // (L417): an Update (a heartbeat, the podCIDR) handled before the cache has the init's own PUT finds
             // the taint still there and fetches the metadata again (L436); its PUT then conflicts and is retried
-            // from the cache (L455-466). (ccm-semantics.md, trap 19: init is a PUT from a possibly stale lister.)
+            // from the cache (L455-466). (docs/upstream-ccm.md, trap 19: init is a PUT from a possibly stale lister.)
             // Seen once in three runs on kind. fakecloud-ccm keeps to one: the outcome is the same, and issue #14
             // asks of it never more cloud calls than upstream's for the same outcome.
             assert!((2..=4).contains(&calls.len()), "one or two metadata calls per node initialization: {calls:#?}");

@@ -293,8 +293,8 @@ async fn a_new_leader_re_ensures_each_load_balancer_once() {
             // Node arrives as an Add, k8s.io/cloud-provider v0.37.2 controllers/service/controller.go:L160-163,
             // L715-735), and a Service its service worker has cached (L328) but not yet ensured has no
             // lastSyncedNodes (stored only in ensureLoadBalancer, L450), so nodeSyncService (L737-770) calls
-            // UpdateLoadBalancer for it: a second lookup, still no write. (ccm-semantics.md, trap 9: the skip of an
-            // unchanged node set compares with lastSyncedNodes, which a new leader starts without.) Upstream's
+            // UpdateLoadBalancer for it: a second lookup, still no write. (docs/upstream-ccm.md, trap 9: the skip of
+            // an unchanged node set compares with lastSyncedNodes, which a new leader starts without.) Upstream's
             // tracker has it as a defect: kubernetes/cloud-provider#55 (triage/accepted, "UpdateLoadBalancer target
             // services are not deterministic when starting process"), so fakecloud-ccm does not copy it.
             assert!(

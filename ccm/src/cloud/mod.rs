@@ -49,7 +49,7 @@ pub struct CloudRoute {
     pub name: String,
     /// The instance's ID, as in the providerID of its node.
     pub target_instance: String,
-    /// As the cloud stores it: compared textually (trap 16).
+    /// As the cloud stores it: compared textually (docs/upstream-ccm.md, trap 16).
     pub destination: String,
 }
 

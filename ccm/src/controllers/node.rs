@@ -26,6 +26,7 @@ use crate::informer::Synced;
 use crate::metrics::{Metrics, Queue};
 use crate::nodes::{
     UNINITIALIZED_TAINT, addresses_changed, has_taint, init_labels, labels_to_reconcile, merge_addresses,
+    provided_ips_first,
 };
 use crate::ratelimit::ControllerRateLimiter;
 
@@ -143,9 +144,11 @@ async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Ac
     if md.provider_id.is_empty() && !has_provider_id {
         return Err(Error::NoProviderId(name));
     }
-    // The kubelet's provided-node-ip must be one of the cloud's addresses, or the node stays tainted (trap 1).
-    let addresses =
-        merge_addresses(&node, &md.addresses).map_err(|reason| Error::NodeIp { node: name.clone(), reason })?;
+    // The kubelet's provided-node-ip must be one of the cloud's addresses, or the node stays tainted — also when
+    // the cloud lists none (docs/upstream-ccm.md, trap 1).
+    let node_ip = |reason| Error::NodeIp { node: name.clone(), reason };
+    provided_ips_first(&node, md.addresses.clone()).map_err(node_ip)?;
+    let addresses = merge_addresses(&node, &md.addresses).map_err(node_ip)?;
     let updated = initialize(&ctx.api, &node, &md).await?;
     ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), rv(&updated));
     ctx.metrics.taint_removal_delay.observe(&[], since_creation(&updated));

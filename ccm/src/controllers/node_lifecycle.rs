@@ -2,7 +2,8 @@
 //! (`--node-monitor-period`), every node that is not Ready is checked against the cloud — existence first:
 //! the Node is deleted if its instance is gone; then shutdown: a stopped instance's node gets the shutdown
 //! taint. Ready nodes are never checked against the cloud; the shutdown taint is removed only when a node is
-//! Ready again (trap 5). An error from the cloud skips the node until the next pass, never deletes it.
+//! Ready again (docs/upstream-ccm.md, trap 5). An error from the cloud skips the node until the next pass,
+//! never deletes it.
 
 use std::sync::Arc;
 use std::time::Duration;

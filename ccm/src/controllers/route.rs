@@ -73,8 +73,9 @@ struct Plan {
 }
 
 /// Upstream's reconcile, without the calls. A route belongs to the node whose providerID names its instance;
-/// destinations compare as text (trap 16); a route is deleted only if this controller is responsible for it
-/// (its first or last address inside a cluster CIDR, upstream's `isResponsibleForRoute`) and no node needs it.
+/// destinations compare as text (docs/upstream-ccm.md, trap 16); a route is deleted only if this controller is
+/// responsible for it (its first or last address inside a cluster CIDR, upstream's `isResponsibleForRoute`) and no
+/// node needs it.
 /// Nodes without a providerID get no route yet: there is no instance to route to.
 fn plan(
     nodes: &[Arc<Node>],
@@ -171,7 +172,7 @@ async fn reconcile<C: Cloud>(
 }
 
 /// `NetworkUnavailable`: False/RouteCreated when the node's routes exist, True/NoRouteCreated when creating one
-/// failed. Written when it differs, or when the reason is not this controller's own (trap 18).
+/// failed. Written when it differs, or when the reason is not this controller's own (docs/upstream-ccm.md, trap 18).
 async fn set_network_condition(api: &Api<Node>, node: &Node, routes_ok: bool) -> Result<(), kube::Error> {
     let (status, reason, message) = if routes_ok {
         ("False", "RouteCreated", "RouteController created a route")
@@ -260,7 +261,8 @@ mod tests {
 
     #[test]
     fn destinations_compare_as_text() {
-        // The cloud stored another spelling of the same network: upstream re-creates it (trap 16).
+        // The cloud stored another spelling of the same network: upstream re-creates it
+        // (docs/upstream-ccm.md, trap 16).
         let nodes = [node("a", Some("i-a"), &["fd00:10:244:1::/64"])];
         let routes = [route("r", "i-a", "fd00:10:244:1:0::/64")];
         let (creates, stale) = run(&nodes, &routes, &["fd00:10:244::/56"]);

@@ -123,7 +123,7 @@ fn has_finalizer(svc: &Service) -> bool {
 }
 
 /// The finalizer is there and the Service is being deleted or no longer a LoadBalancer. The class is not
-/// looked at (trap 11).
+/// looked at (docs/upstream-ccm.md, trap 11).
 pub fn needs_cleanup(svc: &Service) -> bool {
     let is_lb = svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"));
     has_finalizer(svc) && (svc.metadata.deletion_timestamp.is_some() || !is_lb)
@@ -154,7 +154,7 @@ pub fn needs_update(old: &Service, new: &Service) -> bool {
 }
 
 /// Upstream's `nodeIncludedPredicate`: the exclusion label absent, or a value Go parses as false. Anything
-/// else, `""` and `"yes"` included, excludes the node (trap 8).
+/// else, `""` and `"yes"` included, excludes the node (docs/upstream-ccm.md, trap 8).
 fn included(node: &Node) -> bool {
     match node.metadata.labels.as_ref().and_then(|l| l.get(EXCLUDE_LABEL)) {
         None => true,
@@ -163,7 +163,7 @@ fn included(node: &Node) -> bool {
 }
 
 /// `stableNodeSetPredicates`: not being deleted, included, not being removed by the cluster autoscaler.
-/// Readiness does not count (trap 8).
+/// Readiness does not count (docs/upstream-ccm.md, trap 8).
 pub fn in_node_set(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none() && included(node) && !has_taint(node, CLUSTER_AUTOSCALER_TAINT)
 }
@@ -336,7 +336,8 @@ async fn reconcile<C: Cloud>(svc: Arc<Service>, ctx: Arc<Context<C>>) -> Result<
 
 async fn ensure<C: Cloud>(svc: &Service, ctx: &Context<C>, key: ObjectRef<Service>) -> Result<(), Error> {
     ctx.event(svc, EventType::Normal, "EnsuringLoadBalancer", "Ensuring load balancer");
-    // Before the cloud call (trap 10): a load balancer never exists without the finalizer that deletes it.
+    // Before the cloud call (docs/upstream-ccm.md, trap 10): a load balancer never exists without the finalizer
+    // that deletes it.
     if !has_finalizer(svc) {
         let mut finalizers = svc.metadata.finalizers.clone().unwrap_or_default();
         finalizers.push(FINALIZER.to_string());
@@ -360,7 +361,7 @@ async fn delete<C: Cloud>(svc: &Service, ctx: &Context<C>) -> Result<(), Error> 
         ctx.event(svc, EventType::Normal, "DeletingLoadBalancer", "Deleting load balancer");
         ctx.cloud.ensure_load_balancer_deleted(cluster, svc).await.map_err(Error::Delete)?;
     }
-    // After the load balancer is gone and before the status (trap 10).
+    // After the load balancer is gone and before the status (docs/upstream-ccm.md, trap 10).
     if has_finalizer(svc) {
         let rest: Vec<String> = svc.metadata.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();
         match patch_finalizers(ctx, svc, rest).await {
@@ -385,7 +386,7 @@ async fn patch_finalizers<C>(ctx: &Context<C>, svc: &Service, finalizers: Vec<St
 }
 
 /// The ingress exactly as the cloud returned it (no invented `ipMode`), written only when it differs, order
-/// included (trap 13).
+/// included (docs/upstream-ccm.md, trap 13).
 async fn patch_ingress<C>(ctx: &Context<C>, svc: &Service, status: &LoadBalancerStatus) -> Result<(), kube::Error> {
     let current = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.clone());
     if current.unwrap_or_default() == status.ingress.clone().unwrap_or_default() {
@@ -412,7 +413,7 @@ fn error_policy<C: Cloud>(svc: Arc<Service>, err: &Error, ctx: Arc<Context<C>>) 
 
 /// Upstream's node sync: whenever Nodes changed, the stable node set is computed once, and every Service
 /// synced before whose load balancer was given another set gets `UpdateLoadBalancer`. Heartbeats change
-/// nothing in the set, so they cost no cloud call (trap 9).
+/// nothing in the set, so they cost no cloud call (docs/upstream-ccm.md, trap 9).
 async fn sync_nodes<C: Cloud>(
     ctx: Arc<Context<C>>,
     services: Store<Service>,
@@ -527,7 +528,7 @@ mod tests {
         assert!(!wants_load_balancer(&classed));
         let deleting = svc(serde_json::json!({"metadata": {"finalizers": [FINALIZER],
             "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "x/y"}}));
-        assert!(needs_cleanup(&deleting), "trap 11: the class is not looked at");
+        assert!(needs_cleanup(&deleting), "docs/upstream-ccm.md, trap 11: the class is not looked at");
         let now_cluster_ip =
             svc(serde_json::json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"type": "ClusterIP"}}));
         assert!(needs_cleanup(&now_cluster_ip));
