@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down test test-console test-kind e2e e2e-kind e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down check test test-console test-kind e2e e2e-kind e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -31,6 +31,12 @@ kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker e
 
 kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine)
 	@bash scripts/kind-down.sh
+
+check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integration tests (no Go build, no browser, no e2e cases; control-plane tests skip until make control-plane has run)
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude fakecloud-e2e
+	$(CARGO) test $(CARGO_FLAGS) -p fakecloud-e2e --lib
 
 test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast

@@ -100,7 +100,7 @@ still_serving() {
 	exit 1
 }
 # StreamAudit (the audit log's live tail) answers a stream that stays open up to its max_seconds, an hour at
-# most: longer than the request timeout, so it is left out; emulator/tests/console.rs tests it.
+# most: longer than the request timeout, so it is left out; emulator/tests/it/console.rs tests it.
 run_pass resources --exclude-tag faults --exclude-operation-id StreamAudit "$@" || rc=$?
 still_serving
 run_pass faults --include-tag faults "$@" || rc=$?

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks ccm-upstream (fakecloud's provider for upstream's CCM framework): gofmt, go vet, its unit tests, and
 # that the committed generated client is what oapi-codegen makes of the committed openapi.json (which
-# emulator/tests/openapi_snapshot.rs keeps equal to what the emulator serves).
+# emulator/tests/it/openapi_snapshot.rs keeps equal to what the emulator serves).
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -3,12 +3,12 @@
 //! - [`env`]: the **conformance suite's** view of a cluster — a kubeconfig, the emulator's URL and admin token,
 //!   and a CCM deployed in some way — and [`env::case`], which runs one case in its own namespaces and cloud
 //!   resources, cleans up after it and, when it fails, prints the events, the CCM's log tail and its cloud
-//!   calls. The cases (`tests/conformance_*.rs`) judge the CCM only through the Kubernetes API and the
+//!   calls. The cases (`tests/it/conformance_*.rs`) judge the CCM only through the Kubernetes API and the
 //!   emulator's API and audit log, so they run unchanged against any deployment: the `local` backend (the
 //!   default) starts one per case, `existing` takes one from the environment (a kind cluster from `make kind-up`, or `make up`'s); see [`backend`].
 //! - [`local`]: the local cluster itself — the upstream control plane, an emulator, simulated kubelets, CCM
 //!   processes run as the deploy manifest's ServiceAccount — also used directly by the tests of the
-//!   `fakecloud-ccm` binary (`tests/ccm_*.rs`) and the benchmarks.
+//!   `fakecloud-ccm` binary (`tests/it/ccm_*.rs`) and the benchmarks.
 //! - [`bench`]: what the CCM benchmarks measure of a CCM process, fakecloud-ccm and upstream's alike.
 //! - [`Probe`]: how any of them looks at a cluster (Nodes, events, the CCM's cloud calls).
 //!

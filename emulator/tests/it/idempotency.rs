@@ -1,9 +1,7 @@
 //! Idempotency keys: a retried create returns the original and never makes a second resource.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::Emu;
+use crate::common::Emu;
 use fakecloud_api::{
     CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery, Listener, Protocol, codes,
 };
@@ -37,12 +35,17 @@ async fn a_retry_with_the_same_key_returns_the_original() {
 
     // The replay is marked on the wire.
     let (status, _) = emu
-        .raw(reqwest::Method::POST, "/v1/instances", Some(common::USER), Some(("application/json", r#"{"name":"n1"}"#)))
+        .raw(
+            reqwest::Method::POST,
+            "/v1/instances",
+            Some(crate::common::USER),
+            Some(("application/json", r#"{"name":"n1"}"#)),
+        )
         .await;
     assert_eq!(status, 409, "without the key, the same name is a conflict");
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/instances", emu.url()))
-        .bearer_auth(common::USER)
+        .bearer_auth(crate::common::USER)
         .header("Idempotency-Key", "k-1")
         .json(&req)
         .send()

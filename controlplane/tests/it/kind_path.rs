@@ -3,8 +3,6 @@
 //! a taken port at once, before it starts or builds anything. The kind path itself runs in `make test-kind`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
@@ -73,7 +71,7 @@ fn kind_up_refuses_a_taken_port_before_starting_anything() {
         "names the port and the way out: {err}"
     );
     // Only a hang takes this long; "at once" is what the checks below say: nothing started, nothing written.
-    assert!(started.elapsed() < common::HANG, "stops at once");
+    assert!(started.elapsed() < crate::common::HANG, "stops at once");
     assert!(!err.contains("engine"), "nothing was started: {err}");
     assert_eq!(std::fs::read_dir(run_dir.path()).unwrap().count(), 0, "nothing was written");
 }

@@ -1,9 +1,7 @@
 //! Route tables and routes, including the route quota under concurrency.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Emu, wait_state};
+use crate::common::{Emu, wait_state};
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, InstanceState, QuotaName, RouteState, codes};
 
 fn route(dest: &str, target: &str) -> CreateRouteRequest {

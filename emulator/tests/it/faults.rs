@@ -1,11 +1,9 @@
 //! Fault injection over real HTTP: each action and trigger, rate limits, outages, spot reclamation.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Emu, HANG, eventually, wait_state};
+use crate::common::{Emu, HANG, eventually, wait_state};
 use fakecloud_api::limits::FAULT_COUNT_MAX;
 use fakecloud_api::{
     AuditQuery, CreateFaultRuleRequest, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
@@ -103,7 +101,7 @@ async fn an_error_rule_may_not_set_the_answers_framing() {
     emu.admin.add_fault(&rule(&["ListInstances"], action, FaultTrigger::default())).await.unwrap();
     let resp = reqwest::Client::new()
         .get(format!("{}/v1/instances", emu.url()))
-        .bearer_auth(common::USER)
+        .bearer_auth(crate::common::USER)
         .send()
         .await
         .unwrap();
@@ -288,7 +286,7 @@ async fn bad_rules_are_refused_naming_the_field() {
         .raw(
             reqwest::Method::POST,
             "/v1/faults",
-            Some(common::ADMIN),
+            Some(crate::common::ADMIN),
             Some(("application/json", r#"{"action":{"type":"explode"}}"#)),
         )
         .await;
@@ -349,12 +347,12 @@ async fn data_plane_rules_are_checked_listed_kept_and_deleted() {
         r#"{"action":{"type":"reset"},"match":{"ports":[70000]}}"#,
     ] {
         let (status, answer) = emu
-            .raw(reqwest::Method::POST, "/v1/lb-faults", Some(common::ADMIN), Some(("application/json", body)))
+            .raw(reqwest::Method::POST, "/v1/lb-faults", Some(crate::common::ADMIN), Some(("application/json", body)))
             .await;
         assert_eq!(status, 400, "{body}: {answer}");
     }
     // The user token may not touch them.
-    let (status, _) = emu.raw(reqwest::Method::GET, "/v1/lb-faults", Some(common::USER), None).await;
+    let (status, _) = emu.raw(reqwest::Method::GET, "/v1/lb-faults", Some(crate::common::USER), None).await;
     assert_eq!(status, 403);
 
     let added = emu.admin.add_lb_fault(&lb_rule(None, ports(vec![80]), reset.clone())).await.unwrap();
@@ -414,7 +412,7 @@ async fn an_empty_bucket_answers_429_with_an_accurate_retry_after() {
     }
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/instances", emu.url()))
-        .bearer_auth(common::USER)
+        .bearer_auth(crate::common::USER)
         .json(&inst("n3"))
         .send()
         .await

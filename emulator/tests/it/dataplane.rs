@@ -5,12 +5,10 @@
 //! parallel without meeting.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{ADMIN, HANG, USER, eventually, spawn_emulator_with};
+use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator_with};
 use fakecloud_api::{
     AuditQuery, BackendState, Client, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
     DataPlaneState, FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener,
@@ -441,7 +439,7 @@ async fn unbindable_listeners_are_reported_and_a_restart_restores_every_listener
 
 #[tokio::test]
 async fn the_openapi_document_describes_the_data_plane_and_its_faults() {
-    let emu = common::Emu::start().await;
+    let emu = crate::common::Emu::start().await;
     let (_, spec) = emu.raw(reqwest::Method::GET, "/openapi.json", None, None).await;
     let schemas = &spec["components"]["schemas"];
     let lb = &schemas["LoadBalancer"];

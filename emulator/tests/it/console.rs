@@ -2,11 +2,9 @@
 //! audit log's live tail it reads (`GET /v1/audit/stream`, admin only).
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Instant;
 
-use common::{ADMIN, Emu, HANG, USER};
+use crate::common::{ADMIN, Emu, HANG, USER};
 use fakecloud_api::{AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch};
 
 #[tokio::test]

@@ -4,12 +4,10 @@
 //! under CI (`CI` set) and is skipped with a message elsewhere, so a developer's plain
 //! `cargo test` does not force a 7-minute Go build.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::HANG;
+use crate::common::HANG;
 
 use fakecloud_controlplane::{Binaries, ControlPlane, Error, pinned_kubernetes_version};
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, ServiceAccount, Taint};

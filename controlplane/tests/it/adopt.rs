@@ -3,8 +3,6 @@
 //! nothing.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{Client, CreateInstanceRequest, InstanceState};
@@ -108,7 +106,7 @@ async fn nodes_without_instances_are_adopted_once() {
     cloud.terminate_instance(&cp_inst.id).await.unwrap();
     let terminating = Instant::now();
     while cloud.get_instance(&cp_inst.id).await.unwrap().state != InstanceState::Terminated {
-        assert!(terminating.elapsed() < common::HANG, "{} still not terminated", cp_inst.id);
+        assert!(terminating.elapsed() < crate::common::HANG, "{} still not terminated", cp_inst.id);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let third = adopt(cp.client(), &cloud).await.unwrap();

@@ -1,12 +1,10 @@
 //! Instance lifecycle, addressing, filters and pagination over real HTTP.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{Emu, kind_config, wait_state};
+use crate::common::{Emu, kind_config, wait_state};
 use fakecloud_api::{CreateInstanceRequest, InstanceState, ListInstancesQuery, Market, codes};
 use fakecloud_emulator::config::{Config, Timings};
 

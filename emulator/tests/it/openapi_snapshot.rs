@@ -3,11 +3,9 @@
 //! so the Go client cannot drift silently. `FAKECLOUD_UPDATE_OPENAPI=1` rewrites the snapshot; then run
 //! `go generate ./...` in ccm-upstream.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::Emu;
+use crate::common::Emu;
 use serde_json::Value;
 
 #[tokio::test]
@@ -25,7 +23,7 @@ async fn the_go_clients_openapi_snapshot_is_what_the_emulator_serves() {
     assert!(
         snapshot == served,
         "{} differs from the document the emulator serves at /openapi.json: regenerate it with \
-         `FAKECLOUD_UPDATE_OPENAPI=1 cargo test -p fakecloud-emulator --test openapi_snapshot`, then the Go client \
+         `FAKECLOUD_UPDATE_OPENAPI=1 cargo test -p fakecloud-emulator --test it openapi_snapshot`, then the Go client \
          with `cd ccm-upstream && go generate ./...`, and commit both",
         path.display()
     );

@@ -1,9 +1,7 @@
 //! Every class of bad input gets its 4xx, its code and a message naming the field; auth roles hold.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{ADMIN, Emu, USER};
+use crate::common::{ADMIN, Emu, USER};
 use fakecloud_api::{QuotaName, codes};
 use reqwest::Method;
 

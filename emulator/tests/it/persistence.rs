@@ -1,11 +1,9 @@
 //! State survives restarts and `kill -9`; snapshots and reset.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
-use common::{ADMIN, Emu, USER};
+use crate::common::{ADMIN, Emu, USER};
 use fakecloud_api::{
     AuditQuery, Client, CreateInstanceRequest, CreateLoadBalancerRequest, CreateRouteRequest, ListInstancesQuery,
     Listener, Protocol, QuotaName,
@@ -47,9 +45,9 @@ async fn a_restart_on_the_same_file_keeps_everything() {
 async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("burst.db");
-    let (mut child, url, log) = common::spawn_emulator(&db).await;
+    let (mut child, url, log) = crate::common::spawn_emulator(&db).await;
     // A writer stops at its first error: a timeout must mean a hang, not a write behind disk I/O.
-    let client = Client::new(&url, USER).unwrap().with_timeout(common::HANG).unwrap();
+    let client = Client::new(&url, USER).unwrap().with_timeout(crate::common::HANG).unwrap();
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     // Refused creates (a name in use) are answered changes too; their audit entry is written before the answer.
     let refused = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -72,7 +70,7 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
         })
         .collect();
     // Let a few hundred writes through, then pull the plug.
-    common::eventually(common::HANG, "200 acknowledged writes", || async {
+    crate::common::eventually(crate::common::HANG, "200 acknowledged writes", || async {
         (acked.lock().unwrap().len() >= 200).then_some(())
     })
     .await;
@@ -85,7 +83,7 @@ async fn kill_9_during_a_burst_loses_no_acknowledged_write() {
     let first_log = log.lock().unwrap().clone();
     assert!(!first_log.contains(USER) && !first_log.contains(ADMIN), "tokens must never be logged");
 
-    let (_child, url, _) = common::spawn_emulator(&db).await;
+    let (_child, url, _) = crate::common::spawn_emulator(&db).await;
     let client = Client::new(&url, USER).unwrap();
     let all =
         client.list_all_instances(&ListInstancesQuery { page_size: Some(1000), ..Default::default() }).await.unwrap();

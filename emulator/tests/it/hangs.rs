@@ -2,12 +2,10 @@
 //! stop of the hang or a restart of the machine; bad requests get clear errors.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Emu, wait_state};
+use crate::common::{Emu, wait_state};
 use fakecloud_api::{CreateInstanceRequest, InstanceState, StartHangRequest, codes};
 
 fn names(req_names: &[&str]) -> StartHangRequest {

@@ -2,11 +2,9 @@
 //! clients out. Against the real binary, over loopback.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{HANG, USER};
+use crate::common::{HANG, USER};
 use fakecloud_api::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,7 +26,7 @@ async fn closed_within(conn: &mut TcpStream, limit: Duration) -> Duration {
 async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
     let dir = tempfile::tempdir().unwrap();
     let flags = ["--idle-timeout", "1s", "--header-read-timeout", "1s"];
-    let (_child, url, _) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
+    let (_child, url, _) = crate::common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
     let addr = url.trim_start_matches("http://");
 
     // A connection that never says anything.
@@ -73,7 +71,7 @@ async fn a_thousand_idle_connections_do_not_lock_other_clients_out() {
     let dir = tempfile::tempdir().unwrap();
     // An idle timeout of an hour: a client locked out would wait that long, far past the bound below.
     let flags = ["--idle-timeout", "3600s"];
-    let (_child, url, log) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, Some(256)).await;
+    let (_child, url, log) = crate::common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, Some(256)).await;
     let addr = url.trim_start_matches("http://").to_string();
     let mut idle = Vec::new();
     for _ in 0..1100 {
@@ -88,7 +86,7 @@ async fn a_thousand_idle_connections_do_not_lock_other_clients_out() {
     client.region().await.expect("an answer while up to 1,100 connections sit idle");
     assert!(started.elapsed() < HANG, "answered only after {:?}", started.elapsed());
     assert_eq!(idle.len(), 1100, "every connection was taken");
-    common::eventually(HANG, "the connection limit to be logged", || async {
+    crate::common::eventually(HANG, "the connection limit to be logged", || async {
         log.lock().unwrap().contains("connection limit reached").then_some(())
     })
     .await;
@@ -99,7 +97,7 @@ async fn a_thousand_idle_connections_do_not_lock_other_clients_out() {
 /// it there.
 #[tokio::test]
 async fn a_refusal_before_the_body_leaves_the_connection_usable_or_says_close() {
-    let emu = common::Emu::start().await;
+    let emu = crate::common::Emu::start().await;
     let addr = emu.url().trim_start_matches("http://").to_string();
     // Whether the answer says close depends on a race inside hyper: try each case a number of times.
     let cases = ["", "Authorization: Bearer user-token-0123456789abcdef\r\n"];
@@ -170,7 +168,7 @@ async fn read_answer(conn: &mut TcpStream) -> String {
 async fn a_trickling_body_is_cut_at_the_body_read_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let flags = ["--body-read-timeout", "1s", "--max-connections", "4"];
-    let (_child, url, _) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
+    let (_child, url, _) = crate::common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
     let addr = url.trim_start_matches("http://").to_string();
     let mut trickles = Vec::new();
     // As many as the emulator takes connections: without the timeout they would hold every one for good.
@@ -213,11 +211,11 @@ async fn a_trickling_body_is_cut_at_the_body_read_timeout() {
 async fn a_live_audit_stream_outlasts_the_idle_timeout_and_the_connection_cap() {
     let dir = tempfile::tempdir().unwrap();
     let flags = ["--idle-timeout", "1s", "--max-connections", "2"];
-    let (_child, url, _) = common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
+    let (_child, url, _) = crate::common::spawn_emulator_with(&dir.path().join("fc.db"), &flags, None).await;
     let started = Instant::now();
     let stream = reqwest::Client::new()
         .get(format!("{url}/v1/audit/stream?max_seconds=4"))
-        .bearer_auth(common::ADMIN)
+        .bearer_auth(crate::common::ADMIN)
         .send()
         .await
         .unwrap();

@@ -4,8 +4,6 @@
 //! is down.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -22,7 +20,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 
-use common::HANG;
+use crate::common::HANG;
 
 const TOKEN: &str = "kubelet-test-token-0123456789";
 

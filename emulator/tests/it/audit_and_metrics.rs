@@ -1,9 +1,7 @@
 //! The audit log records every call; metrics and the OpenAPI document describe the API.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{Emu, USER};
+use crate::common::{Emu, USER};
 use fakecloud_api::{AuditQuery, CreateLoadBalancerRequest, Listener, Protocol};
 use fakecloud_emulator::config::{Config, Timings};
 
@@ -228,7 +226,7 @@ async fn audit_streams_are_bounded_per_token() {
     let open = |seconds: u32| {
         reqwest::Client::new()
             .get(format!("{}/v1/audit/stream?max_seconds={seconds}", emu.url()))
-            .bearer_auth(common::ADMIN)
+            .bearer_auth(crate::common::ADMIN)
             .send()
     };
     let cap = fakecloud_api::limits::AUDIT_STREAMS_PER_TOKEN;
@@ -249,7 +247,7 @@ async fn audit_streams_are_bounded_per_token() {
     assert!(metrics.contains("fakecloud_audit_streams_refused_total 1"), "{metrics}");
     // A stream closed by its client gives its place back.
     drop(streams.pop());
-    common::eventually(common::HANG, "a place for a new stream", || async {
+    crate::common::eventually(crate::common::HANG, "a place for a new stream", || async {
         let s = open(1).await.unwrap();
         (s.status() == 200).then_some(())
     })

@@ -6,11 +6,9 @@
 //! envelope.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use common::{ADMIN, Emu};
+use crate::common::{ADMIN, Emu};
 use fakecloud_api::{
     CreateLoadBalancerRequest, CreateRouteTableRequest, ErrorBody, Listener, Protocol, QuotaName, REQUEST_ID_HEADER,
 };
@@ -300,7 +298,7 @@ fn every_request_body_gets_an_answer_and_every_refusal_is_the_envelope() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let emu = rt.block_on(Emu::start());
     let url = emu.url();
-    let http = reqwest::Client::builder().timeout(common::HANG).build().unwrap();
+    let http = reqwest::Client::builder().timeout(crate::common::HANG).build().unwrap();
     let doc: Value = rt.block_on(async { http.get(format!("{url}/openapi.json")).send().await?.json().await }).unwrap();
     let (table, lb, instance) = rt.block_on(async {
         let table = emu.admin.create_route_table(&CreateRouteTableRequest { name: "props".into() }).await.unwrap();

@@ -1,9 +1,7 @@
 //! Group commit seen from the API: concurrent creates share the writer's transactions and the quota still holds
 //! exactly (issue #15).
 
-mod common;
-
-use common::Emu;
+use crate::common::Emu;
 use fakecloud_api::{CreateInstanceRequest, ListInstancesQuery, QuotaName, codes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

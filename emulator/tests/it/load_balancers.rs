@@ -1,11 +1,9 @@
 //! Load balancers: asynchronous provisioning, updates, deletion, addresses and their quotas.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Emu, HANG, eventually};
+use crate::common::{Emu, HANG, eventually};
 use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener, LoadBalancerState, Protocol, QuotaName,
     Scheme, UpdateLoadBalancerRequest, codes,

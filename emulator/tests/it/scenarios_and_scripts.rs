@@ -1,12 +1,10 @@
 //! The CLI's scenario runner and the scripts in scripts/faults/, against a live emulator (the real binary).
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{ADMIN, HANG, USER, eventually, spawn_emulator};
+use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator};
 use fakecloud_api::{AuditQuery, Client, QuotaName};
 
 fn repo() -> PathBuf {

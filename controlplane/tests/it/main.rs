@@ -1,0 +1,8 @@
+//! The control-plane launcher's integration tests, in one binary: the real upstream control plane on loopback,
+//! the simulated kubelets, `fakecloud adopt` and the kind path's start-up checks.
+
+mod adopt;
+mod common;
+mod control_plane;
+mod kind_path;
+mod kubelets;

@@ -1,0 +1,15 @@
+//! The end-to-end suite, in one binary: the conformance cases (`conformance_*`, judged only through the
+//! Kubernetes API and the cloud, against either CCM and any backend) and the tests of the `fakecloud-ccm`
+//! binary itself (`ccm_*`, on the local backend).
+
+mod ccm_leader;
+mod ccm_serving;
+mod ccm_startup;
+mod conformance_crashes;
+mod conformance_faults;
+mod conformance_lb_traffic;
+mod conformance_network;
+mod conformance_node_races;
+mod conformance_nodes;
+mod conformance_routes;
+mod conformance_services;

@@ -1,0 +1,22 @@
+//! The emulator's integration tests, in one binary (one link instead of one per file): each module is a file of
+//! tests over real HTTP against a real emulator (in process, or the `fakecloud` binary), with a real SQLite file.
+
+mod audit_and_metrics;
+mod body_props;
+mod common;
+mod connections;
+mod console;
+mod dataplane;
+mod errors_and_auth;
+mod faults;
+mod group_commit;
+mod hangs;
+mod idempotency;
+mod instances;
+mod ipam_props;
+mod load_balancers;
+mod network;
+mod openapi_snapshot;
+mod persistence;
+mod public_pool;
+mod scenarios_and_scripts;
