@@ -190,10 +190,10 @@ impl Args {
                 "--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})"
             )));
         }
-        if renew.as_secs_f64() <= crate::leader::JITTER_FACTOR * retry.as_secs_f64() {
+        if renew.as_secs_f64() <= crate::client_go::leader::JITTER_FACTOR * retry.as_secs_f64() {
             return Err(flag(format!(
                 "--leader-elect-renew-deadline ({renew:?}) must be greater than {} × --leader-elect-retry-period ({retry:?})",
-                crate::leader::JITTER_FACTOR
+                crate::client_go::leader::JITTER_FACTOR
             )));
         }
         if self.leader_elect_resource_lock != "leases" {

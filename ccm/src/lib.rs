@@ -4,19 +4,13 @@
 //! - [`cloud`]: the one [`cloud::Cloud`] trait the controllers use, and its emulator implementation.
 //! - [`controllers`]: one module per controller (`node`, `node_lifecycle`, `service`, `route`), plus the
 //!   `--controllers` names.
+//! - [`nodes`]: the label, address and taint rules the node controllers share.
 //! - [`config`]: flags and the cloud-config file.
-//! - [`leader`]: leader election on a Lease; [`serve`]: `/healthz` and `/metrics` over HTTPS; [`metrics`].
-//! - [`events`], [`informer`], [`kube_client`], [`ratelimit`]: client-go's event recorder, shared informer,
-//!   client and rate limiters; [`nodes`]: the label, address and taint rules.
+//! - [`client_go`]: what client-go and the controller-manager framework give upstream's controllers — the event
+//!   recorder, the shared informer, the API client, leader election, rate limiters, `/healthz` and `/metrics`.
 
+pub mod client_go;
 pub mod cloud;
 pub mod config;
 pub mod controllers;
-pub mod events;
-pub mod informer;
-pub mod kube_client;
-pub mod leader;
-pub mod metrics;
 pub mod nodes;
-pub mod ratelimit;
-pub mod serve;

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use fakecloud_ccm::client_go::events::Recorder;
+use fakecloud_ccm::client_go::informer::NodeInformer;
+use fakecloud_ccm::client_go::leader::{Elector, LeaderConfig};
+use fakecloud_ccm::client_go::metrics::Metrics;
+use fakecloud_ccm::client_go::serve::{self, Health};
 use fakecloud_ccm::cloud::fakecloud::FakeCloud;
 use fakecloud_ccm::config::Args;
 use fakecloud_ccm::controllers::{ControllerName, node, node_lifecycle, route, service};
-use fakecloud_ccm::events::Recorder;
-use fakecloud_ccm::informer::NodeInformer;
-use fakecloud_ccm::leader::{Elector, LeaderConfig};
-use fakecloud_ccm::metrics::Metrics;
-use fakecloud_ccm::serve::{self, Health};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The `manager` label of `running_managed_controllers`.
@@ -73,9 +73,12 @@ async fn run(args: Args) -> Result<()> {
     {
         bail!("--cloud-config says region {want:?}, but the emulator at {} serves {:?}", cfg.endpoint, region.name);
     }
-    let kube =
-        fakecloud_ccm::kube_client::kube_client(args.kubeconfig.as_deref(), args.kube_api_qps, args.kube_api_burst)
-            .await?;
+    let kube = fakecloud_ccm::client_go::kube_client::kube_client(
+        args.kubeconfig.as_deref(),
+        args.kube_api_qps,
+        args.kube_api_burst,
+    )
+    .await?;
     let metrics = Arc::new(Metrics::default());
     let cloud = Arc::new(FakeCloud::new(client).with_metrics(metrics.clone()));
     let health = Health::default();
@@ -84,7 +87,7 @@ async fn run(args: Args) -> Result<()> {
         let cfg = LeaderConfig {
             namespace: args.leader_elect_resource_namespace.clone(),
             name: args.leader_elect_resource_name.clone(),
-            identity: fakecloud_ccm::leader::identity(),
+            identity: fakecloud_ccm::client_go::leader::identity(),
             lease_duration: args.leader_elect_lease_duration,
             renew_deadline: args.leader_elect_renew_deadline,
             retry_period: args.leader_elect_retry_period,

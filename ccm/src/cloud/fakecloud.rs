@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::load_balancer::{self, Desired};
 use super::{Cloud, CloudError, CloudRoute, InstanceMetadata, LoadBalancerStatus};
-use crate::metrics::Metrics;
+use crate::client_go::metrics::Metrics;
 
 /// Routes live in the emulator's main route table.
 const ROUTE_TABLE: &str = "main";

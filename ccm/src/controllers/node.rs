@@ -20,15 +20,15 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, applier};
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::client_go::events::{EventType, Recorder, node_ref};
+use crate::client_go::informer::Synced;
+use crate::client_go::metrics::{Metrics, Queue};
+use crate::client_go::ratelimit::ControllerRateLimiter;
 use crate::cloud::{Cloud, CloudError, InstanceMetadata};
-use crate::events::{EventType, Recorder, node_ref};
-use crate::informer::Synced;
-use crate::metrics::{Metrics, Queue};
 use crate::nodes::{
     UNINITIALIZED_TAINT, addresses_changed, has_taint, init_labels, labels_to_reconcile, merge_addresses,
     provided_ips_first,
 };
-use crate::ratelimit::ControllerRateLimiter;
 
 pub const COMPONENT: &str = "cloud-node-controller";
 /// Upstream's queue name, the `name` label of the `workqueue_*` metrics.
@@ -71,7 +71,7 @@ struct Context<C> {
 }
 
 /// Run until the process ends: `nodes` is the shared cache, `changes` the names of Nodes added or changed
-/// (see [`crate::informer::NodeInformer`]).
+/// (see [`crate::client_go::informer::NodeInformer`]).
 pub async fn run<C: Cloud>(
     client: kube::Client,
     cloud: Arc<C>,

@@ -13,9 +13,9 @@ use kube::ResourceExt;
 use kube::api::{Api, GetParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 
+use crate::client_go::events::{EventType, Recorder, node_ref};
+use crate::client_go::informer::Synced;
 use crate::cloud::Cloud;
-use crate::events::{EventType, Recorder, node_ref};
-use crate::informer::Synced;
 use crate::nodes::{ready_status, shutdown_taint_edit, taints};
 
 pub const COMPONENT: &str = "cloud-node-lifecycle-controller";

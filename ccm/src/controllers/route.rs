@@ -14,9 +14,9 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 
+use crate::client_go::events::{EventType, Recorder, node_ref};
+use crate::client_go::informer::Synced;
 use crate::cloud::{Cloud, CloudError, CloudRoute};
-use crate::events::{EventType, Recorder, node_ref};
-use crate::informer::Synced;
 
 pub const COMPONENT: &str = "route_controller";
 /// Upstream's `maxConcurrentRouteOperations`.

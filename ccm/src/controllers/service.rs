@@ -27,13 +27,13 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
+use crate::client_go::events::{EventType, Recorder};
+use crate::client_go::informer::Synced;
+use crate::client_go::metrics::{Metrics, Queue};
+use crate::client_go::ratelimit::ItemBackoff;
 use crate::cloud::load_balancer::parse_bool;
 use crate::cloud::{Cloud, CloudError};
-use crate::events::{EventType, Recorder};
-use crate::informer::Synced;
-use crate::metrics::{Metrics, Queue};
 use crate::nodes::has_taint;
-use crate::ratelimit::ItemBackoff;
 
 pub const COMPONENT: &str = "service-controller";
 /// Upstream's queue name, the `name` label of the `workqueue_*` metrics.

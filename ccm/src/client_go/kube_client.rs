@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::ratelimit::ThrottleLayer;
+use crate::client_go::ratelimit::ThrottleLayer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeClientError {

@@ -21,7 +21,7 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::metrics::Metrics;
+use crate::client_go::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

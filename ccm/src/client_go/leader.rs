@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::events::{EventType, Recorder};
+use crate::client_go::events::{EventType, Recorder};
 
 /// client-go's `JitterFactor` for the acquire loop.
 pub const JITTER_FACTOR: f64 = 1.2;
