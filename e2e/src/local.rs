@@ -21,8 +21,8 @@ use std::time::Duration;
 use fakecloud_api::{Client, CreateInstanceRequest, Instance};
 use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
 use fakecloud_controlplane::{Binaries, ControlPlane, kubeconfig};
+use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
-use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 
 use crate::{HANG, Probe, SERVICE_ACCOUNT, repo, until};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_USER_TOKEN};
 
-use crate::http::auth::Tokens;
+use crate::auth::Tokens;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {

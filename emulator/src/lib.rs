@@ -4,11 +4,14 @@
 //! - [`config`]: what the cloud looks like (region, zones, pools) and how fast it moves.
 //! - [`addresses`]: which addresses a machine may have (and so the data plane may forward to).
 //! - [`store`]: the SQL, one module per resource; quotas and idempotency are enforced there.
-//! - [`http`]: handlers per resource, auth, audit and metrics.
+//! - [`http`]: handlers per resource, and the gatekeeper every call goes through (authentication, audit).
+//! - [`auth`]: the tokens and the roles they grant; [`metrics`]: what `/metrics` shows (the API's calls and the
+//!   data plane's connections).
 //! - [`dataplane`]: the load balancers' listeners, proxy and health checks (`serve --serve-load-balancers`).
 //! - [`server`]: start it all (used by `fakecloud serve` and by tests).
 
 pub mod addresses;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod credentials;
@@ -18,6 +21,7 @@ pub mod error;
 pub mod faults;
 pub mod http;
 pub mod listener;
+pub mod metrics;
 pub mod server;
 pub mod snapshot;
 pub mod store;

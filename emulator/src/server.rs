@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::auth::Tokens;
 use crate::config::{Config, DbLocation};
 use crate::db::Db;
-use crate::http::{self, AppState, auth::Tokens};
+use crate::http::{self, AppState};
 use crate::store::{self, lifecycle};
 
 /// A running emulator. Dropping it does not stop it; call [`Server::shutdown`] or let the process end.

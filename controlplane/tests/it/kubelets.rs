@@ -12,8 +12,8 @@ use fakecloud_controlplane::kubelets::{
     LEASE_NAMESPACE, Options, PROVIDED_NODE_IP, SimulatedKubelets, UNINITIALIZED_TAINT,
 };
 use fakecloud_controlplane::{Binaries, ControlPlane};
+use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
-use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use fakecloud_e2e::{HANG, until};
+use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
-use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use crate::db::now_ms;
 use crate::faults::{FaultEngine, LbEvent, LbSubject, LbVerdict};
-use crate::http::metrics::{DataPlaneMetrics, LbFaultLabels};
+use crate::metrics::{DataPlaneMetrics, LbFaultLabels};
 use crate::store::audit::{AuditSink, Record};
 
 /// Cheap to clone: every listener and health checker holds one.

@@ -25,7 +25,7 @@ use super::faults::Faults;
 use super::status::Status;
 use crate::db::{now_ms, rfc3339};
 use crate::faults::{LbEvent, LbSubject, LbVerdict};
-use crate::http::metrics::{BackendLabels, DataPlaneMetrics};
+use crate::metrics::{BackendLabels, DataPlaneMetrics};
 use crate::validate;
 
 /// Failed checks in a row that turn a healthy backend unhealthy.

@@ -41,7 +41,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::Result;
 use crate::faults::LbSubject;
-use crate::http::metrics::{BackendLabels, DataPlaneMetrics};
+use crate::metrics::{BackendLabels, DataPlaneMetrics};
 use crate::store;
 
 /// How often the supervisor reads the database when nothing pokes it.

@@ -31,7 +31,7 @@ use super::faults::Faults;
 use super::health::Healthy;
 use super::status::Status;
 use crate::faults::{LbEvent, LbSubject, LbVerdict};
-use crate::http::metrics::{ConnectionLabels, DataPlaneMetrics};
+use crate::metrics::{ConnectionLabels, DataPlaneMetrics};
 
 /// The longest a connection to one backend may take before the next healthy one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

@@ -32,9 +32,9 @@ use self::outages::ActiveOutage;
 use self::rate_limits::ActiveLimit;
 use self::rules::ActiveRule;
 use self::spot_random::ActiveSpotRandom;
+use crate::auth::Role;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, Result};
-use crate::http::auth::Role;
 
 /// What the gatekeeper should do with a call.
 #[derive(Debug)]

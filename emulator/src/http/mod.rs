@@ -5,13 +5,11 @@
 mod admin;
 mod audit;
 mod audit_stream;
-pub mod auth;
 mod console;
 mod extract;
 mod faults;
 mod instances;
 mod load_balancers;
-pub mod metrics;
 mod network;
 mod openapi;
 mod quotas;
@@ -35,14 +33,14 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
-use self::auth::{Role, Tokens};
-use self::metrics::Metrics;
+use crate::auth::{Role, Tokens};
 use crate::config::Config;
 use crate::dataplane::DataPlane;
 use crate::db::group_commit::settled;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
+use crate::metrics::Metrics;
 use crate::store::audit::{AuditSink, CallContext, Record};
 use crate::validate;
 

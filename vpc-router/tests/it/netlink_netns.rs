@@ -18,8 +18,8 @@ use fakecloud_api::{
     Client, CreateInstanceRequest, CreateRouteRequest, OutageScope, QuotaName, Service, SetRateLimitRequest,
     StartOutageRequest,
 };
+use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
-use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 use fakecloud_vpc_router::Error;
 use fakecloud_vpc_router::netlink::Netlink;

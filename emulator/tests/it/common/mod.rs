@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{Client, CreateInstanceRequest, Instance, InstanceState};
+use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
-use fakecloud_emulator::http::auth::Tokens;
 use fakecloud_emulator::server::Server;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
