@@ -139,7 +139,8 @@ impl Supervisor {
         // Only the instances behind a load balancer: the table may hold thousands more.
         let backends: Vec<&str> = lbs.iter().flat_map(|lb| lb.backends.iter().map(String::as_str)).collect();
         let instances = store::instances::addresses(&self.db, &backends).await?;
-        let host = HostAddresses::read();
+        // Every resync: a backend's address is checked against this host's as they are now.
+        let host = if lbs.is_empty() { HostAddresses::default() } else { HostAddresses::read() };
         let mut seen = HashSet::new();
         for lb in lbs {
             let Some(address) = lb.address else { continue };
