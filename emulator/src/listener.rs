@@ -279,6 +279,9 @@ async fn connection(
             return;
         }
         tokio::select! {
+            // The connection first: bytes that arrived while this task waited are read (and a request started)
+            // before a call to make room can find the connection idle.
+            biased;
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
                     tracing::debug!(error = %e, "connection ended");
@@ -288,8 +291,13 @@ async fn connection(
             _ = tokio::time::sleep_until(deadline.unwrap_or(since).into()), if deadline.is_some() => {}
             _ = activity.changed.notified() => {}
             _ = make_room.notified(), if phase == Phase::Idle => {
-                tracing::debug!("closing an idle connection to make room for a new one");
-                return;
+                // `phase` is from before this wait: a request may have started since, or an answer still be
+                // leaving (its body is done but its last write waits). Only a connection idle now is closed.
+                let now = activity.get();
+                if now.phase == Phase::Idle && now.stalled.is_none() {
+                    tracing::debug!("closing an idle connection to make room for a new one");
+                    return;
+                }
             }
             _ = stopping(&mut shutdown) => {
                 conn.as_mut().graceful_shutdown();
