@@ -2,6 +2,7 @@
 //! their writes; concurrent writes share its transactions, see [`group_commit`]) and a pool of readers (WAL lets
 //! them read while the writer writes).
 
+pub mod audit;
 pub mod checkpoint;
 pub mod group_commit;
 pub mod script;

@@ -122,7 +122,7 @@ impl From<&sqlx::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         // The call's ID, wherever the error was made.
-        let request_id = crate::store::audit::request_id();
+        let request_id = crate::call::request_id();
         let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
         let mut resp = (self.status, axum::Json(body)).into_response();
         for (k, v) in &self.headers {

@@ -12,6 +12,7 @@
 
 pub mod addresses;
 pub mod auth;
+pub mod call;
 pub mod cli;
 pub mod config;
 pub mod credentials;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::db::audit::{AuditSink, Record};
 use crate::db::now_ms;
 use crate::faults::{FaultEngine, LbEvent, LbSubject, LbVerdict};
 use crate::metrics::{DataPlaneMetrics, LbFaultLabels};
-use crate::store::audit::{AuditSink, Record};
 
 /// Cheap to clone: every listener and health checker holds one.
 #[derive(Clone)]

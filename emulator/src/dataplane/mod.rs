@@ -15,11 +15,13 @@
 //! an address a machine may have (see `crate::addresses`): never a load balancer's own, never this host's.
 
 mod budget;
+mod context;
 mod faults;
 mod health;
+mod listener;
 pub mod pool;
-mod proxy;
 mod status;
+mod tcp;
 mod udp;
 
 use std::collections::{HashMap, HashSet};
@@ -32,9 +34,9 @@ use ipnet::IpNet;
 use tokio::sync::{Notify, watch};
 
 use self::budget::{Budget, Caps};
+use self::context::{Route, Shared};
 pub use self::faults::Faults;
 use self::health::Healthy;
-use self::proxy::{Route, Shared};
 pub use self::status::Status;
 use crate::addresses::{self, HostAddresses};
 use crate::config::Config;
@@ -115,7 +117,7 @@ struct Served {
 }
 
 enum Slot {
-    Listening(proxy::Listener),
+    Listening(listener::Listener),
     /// Not bound, for this reason; binding is tried again at every resync.
     Failed(String),
 }
@@ -271,7 +273,7 @@ async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, shared: Shared) 
             continue;
         }
         let addr = SocketAddr::new(served.address, port);
-        match proxy::Listener::start(&lb.id, protocol, addr, route, shared.clone()).await {
+        match listener::Listener::start(&lb.id, protocol, addr, route, shared.clone()).await {
             Ok(l) => {
                 tracing::info!(lb = %lb.id, %addr, "data plane: listening");
                 status.set_listener(&lb.id, protocol, port, ListenerState::Listening, None);

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use super::AbortOnDrop;
 use super::budget::{Budget, Caps, Limit};
+use super::context::{ACCEPT_BACKOFF, Ctx, Route};
 use super::health::Healthy;
-use super::proxy::{ACCEPT_BACKOFF, Ctx, Route};
 
 /// How long a session lives without a datagram either way (as conntrack's UDP stream timeout, 120 s, roughly).
 const IDLE: Duration = Duration::from_secs(120);

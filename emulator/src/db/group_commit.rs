@@ -26,9 +26,9 @@ use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 use sqlx::{Row, Transaction};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
 
+use super::audit::{self, Record};
 use super::checkpoint::Checkpointer;
 use super::script::{Ran, Script};
-use crate::store::audit::{self, Record};
 
 /// The most calls committed in one transaction: bounds what a failed commit takes with it.
 pub const MAX_CALLS: usize = 64;

@@ -15,16 +15,15 @@ use fakecloud_api::limits::{
     AUDIT_LIMIT_MAX, AUDIT_STREAM_SECONDS_DEFAULT, AUDIT_STREAM_SECONDS_MAX, AUDIT_STREAM_SECONDS_MIN,
     AUDIT_STREAMS_PER_TOKEN,
 };
-use fakecloud_api::{AuditEntry, AuditQuery, AuditStreamQuery, ErrorBody, codes};
+use fakecloud_api::{AuditEntry, AuditStreamQuery, ErrorBody, codes};
 use futures::StreamExt;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::extract::ApiQuery;
-use crate::db::Db;
+use crate::db::{Db, audit};
 use crate::error::{ApiError, Result};
-use crate::store::audit;
 use crate::validate;
 
 /// How often an open stream looks for new entries.
@@ -97,9 +96,9 @@ struct Tail {
 impl Tail {
     /// The next entries after `after`, once there are some; `None` ends the stream.
     async fn next_batch(mut self) -> Option<(Vec<AuditEntry>, Self)> {
-        let q = AuditQuery { limit: Some(AUDIT_LIMIT_MAX), ..Default::default() };
         loop {
-            match audit::query(&self.db, &AuditQuery { after: Some(self.after), ..q.clone() }).await {
+            let next = audit::Filter { after: self.after, limit: i64::from(AUDIT_LIMIT_MAX), ..Default::default() };
+            match audit::query(&self.db, &next).await {
                 Ok(items) if !items.is_empty() => {
                     self.after = items.last().map_or(self.after, |e| e.seq);
                     return Some((items, self));

@@ -34,14 +34,15 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::auth::{Role, Tokens};
+use crate::call::CallContext;
 use crate::config::Config;
 use crate::dataplane::DataPlane;
+use crate::db::audit::{AuditSink, Record};
 use crate::db::group_commit::settled;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, ErrorCode};
 use crate::faults::{Call, FaultEngine, Subject, Verdict};
 use crate::metrics::Metrics;
-use crate::store::audit::{AuditSink, CallContext, Record};
 use crate::validate;
 
 /// The largest request body read, in bytes.

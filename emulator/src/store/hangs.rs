@@ -5,8 +5,9 @@
 
 use fakecloud_api::{Hang, InstanceState, StartHangRequest, codes};
 
+use super::begin;
 use super::instances::{self, Selection, state_at};
-use super::{audit, begin};
+use crate::call;
 use crate::config::Config;
 use crate::db::{Db, now_ms, rfc3339};
 use crate::error::{ApiError, Result};
@@ -59,7 +60,7 @@ pub async fn start(db: &Db, cfg: &Config, req: &StartHangRequest) -> Result<Vec<
     }
     let ids: Vec<&str> = targets.iter().map(|i| i.id.as_str()).collect();
     let hung = in_force(&mut *tx, now).await?.into_iter().filter(|h| ids.contains(&h.instance_id.as_str())).collect();
-    audit::commit(tx, "").await?;
+    call::commit(tx, "").await?;
     Ok(hung)
 }
 
@@ -84,6 +85,6 @@ pub async fn stop(db: &Db, instance_id: &str) -> Result<Hang> {
         return Err(ApiError::not_found(codes::HANG_NOT_FOUND, format!("instance {instance_id} is not hung")));
     };
     sqlx::query("DELETE FROM hangs WHERE instance_id = ?1").bind(instance_id).execute(&mut *tx).await?;
-    audit::commit(tx, instance_id).await?;
+    call::commit(tx, instance_id).await?;
     Ok(hang(row))
 }

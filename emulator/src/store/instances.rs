@@ -10,16 +10,14 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Check;
-use super::{audit, begin, begin_with, idempotency, ipam, lifecycle, quotas};
+use super::{begin, begin_with, idempotency, ipam, lifecycle, quotas};
+use crate::call;
 use crate::config::{Config, Pool, Timings};
 use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateInstance";
-
-/// Instances counted against the quota: all that are not (effectively) terminated at `?1`.
-pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'terminated'";
 
 /// An instance's state as shown at `?1`: a due transition has happened, and a spot instance past its
 /// interruption time is `stopping` until it is terminated. (Only while the termination is still pending: once
@@ -203,7 +201,7 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
         }
     };
     let state = new(now).schedule.0;
-    audit::commit(tx, &id).await?;
+    call::commit(tx, &id).await?;
     let row = Row {
         seq: 0,
         id,
@@ -446,7 +444,7 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
         ipam::release(&mut tx, id).await?;
     }
     let inst = fetch(&mut *tx, cfg, id, now).await?;
-    audit::commit(tx, id).await?;
+    call::commit(tx, id).await?;
     Ok(inst)
 }
 
@@ -549,7 +547,7 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
         }
         reclaimed.push(fetch(&mut *tx, cfg, &inst.id, now).await?);
     }
-    audit::commit(tx, "").await?;
+    call::commit(tx, "").await?;
     Ok(reclaimed)
 }
 

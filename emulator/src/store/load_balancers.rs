@@ -12,19 +12,14 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Row as _, SqliteExecutor};
 
 use super::quotas::Check;
-use super::{audit, begin, begin_with, idempotency, ipam, lifecycle, quotas};
+use super::{begin, begin_with, idempotency, ipam, lifecycle, quotas};
+use crate::call;
 use crate::config::{Config, Pool};
 use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
-
-/// Load balancers counted against the quota at `?1`: all not being deleted.
-pub const COUNT_LIVE: &str = "SELECT COUNT(*) FROM load_balancers WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) NOT IN ('deleting', 'deleted')";
-/// Public addresses in use at `?1`.
-pub const COUNT_PUBLIC: &str = "SELECT COUNT(*) FROM load_balancers WHERE scheme = 'internet-facing' \
-     AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'deleted'";
 
 const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
      listeners, backends, health_check, source_ranges, requested_ip, address, dns_name, created_at, \
@@ -330,7 +325,7 @@ pub async fn create(
         }
     };
     let row = row(now, address.to_string())?;
-    audit::commit(tx, &id).await?;
+    call::commit(tx, &id).await?;
     let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;
     Ok((lb, false))
 }
@@ -433,7 +428,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     .execute(&mut *tx)
     .await?;
     let lb = fetch(&mut *tx, id, now).await?;
-    audit::commit(tx, id).await?;
+    call::commit(tx, id).await?;
     Ok(lb)
 }
 
@@ -462,7 +457,7 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
     lb.address = None;
     lb.dns_name = None;
     lb.updated_at = rfc3339(now);
-    audit::commit(tx, id).await?;
+    call::commit(tx, id).await?;
     Ok(lb)
 }
 

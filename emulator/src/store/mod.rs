@@ -1,7 +1,6 @@
 //! SQL for each resource, one module each. Every write runs in one transaction on the single writer, so a check
 //! (quota, uniqueness, address free) and the write it guards can never be split by another request.
 
-pub mod audit;
 pub mod hangs;
 pub mod idempotency;
 pub mod instances;
@@ -56,7 +55,7 @@ pub async fn reset(db: &Db) -> Result<()> {
         sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}"))).execute(&mut *tx).await?;
     }
     routes::ensure_main_table(&mut tx).await?;
-    audit::commit(tx, "").await?;
+    crate::call::commit(tx, "").await?;
     Ok(())
 }
 

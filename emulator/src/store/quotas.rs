@@ -75,15 +75,24 @@ pub async fn set(db: &crate::db::Db, name: QuotaName, limit: u32) -> Result<()> 
     .bind(i64::from(limit))
     .execute(&mut *tx)
     .await?;
-    super::audit::commit(tx, name.as_str()).await
+    Ok(crate::call::commit(tx, name.as_str()).await?)
 }
+
+/// Instances counted against the quota: all that are not (effectively) terminated at `?1`.
+const INSTANCES_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'terminated'";
+
+/// Load balancers counted against the quota at `?1`: all not being deleted.
+const LOAD_BALANCERS_LIVE: &str = "SELECT COUNT(*) FROM load_balancers WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) NOT IN ('deleting', 'deleted')";
+/// Public addresses in use at `?1`.
+const PUBLIC_IPS: &str = "SELECT COUNT(*) FROM load_balancers WHERE scheme = 'internet-facing' \
+     AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'deleted'";
 
 /// Current region-wide usage of `name`; `None` for per-resource quotas.
 pub async fn usage(pool: &sqlx::SqlitePool, name: QuotaName, now: i64) -> Result<Option<u32>> {
     let sql = match name {
-        QuotaName::Instances => super::instances::COUNT_LIVE,
-        QuotaName::LoadBalancers => super::load_balancers::COUNT_LIVE,
-        QuotaName::PublicIps => super::load_balancers::COUNT_PUBLIC,
+        QuotaName::Instances => INSTANCES_LIVE,
+        QuotaName::LoadBalancers => LOAD_BALANCERS_LIVE,
+        QuotaName::PublicIps => PUBLIC_IPS,
         _ => return Ok(None),
     };
     let n: i64 = sqlx::query_scalar(sql).bind(now).fetch_one(pool).await?;

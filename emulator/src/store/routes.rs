@@ -3,7 +3,8 @@
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
 use sqlx::{Row, SqliteExecutor};
 
-use super::{audit, begin, begin_with, idempotency};
+use super::{begin, begin_with, idempotency};
+use crate::call;
 use crate::db::{Db, NotDone, Script, Step, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
 use crate::validate;
@@ -101,7 +102,7 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
         .bind(&id)
         .fetch_one(&mut *tx)
         .await?;
-    audit::commit(tx, &id).await?;
+    call::commit(tx, &id).await?;
     Ok(row.into())
 }
 
@@ -122,7 +123,7 @@ pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
         ));
     }
     sqlx::query("DELETE FROM route_tables WHERE id = ?1").bind(&table_id).execute(&mut *tx).await?;
-    audit::commit(tx, &table_id).await?;
+    call::commit(tx, &table_id).await?;
     Ok(row.into())
 }
 
@@ -245,7 +246,7 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
             }
         }
     }
-    audit::commit(tx, &id).await?;
+    call::commit(tx, &id).await?;
     let route = RouteRow {
         id,
         route_table_id: table_id,
@@ -326,6 +327,6 @@ pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
         ));
     }
     sqlx::query("DELETE FROM routes WHERE id = ?1").bind(route_id).execute(&mut *tx).await?;
-    audit::commit(tx, route_id).await?;
+    call::commit(tx, route_id).await?;
     Ok(route)
 }

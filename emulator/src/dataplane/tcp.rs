@@ -1,4 +1,4 @@
-//! One TCP listener of a load balancer: accept on `VIP:port`, refuse sources outside the source ranges and
+//! A TCP listener's loop: accept on `VIP:port`, refuse sources outside the source ranges and
 //! connections when no backend is healthy (closed at once), and forward the rest to the healthy backends in
 //! turn. What it forwards to is read from watch channels on every connection, so the supervisor changes it in
 //! place: a listener that did not change keeps its socket and its connections.
@@ -11,136 +11,25 @@
 //! plane's limit it is closed at once and counted, and one that passes no byte for the idle timeout is closed.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use fakecloud_api::Protocol;
-use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
-use super::AbortOnDrop;
-use super::budget::{Budget, Caps, Limit};
-use super::faults::Faults;
+use super::budget::Limit;
+use super::context::{ACCEPT_BACKOFF, Ctx, Route, removed};
 use super::health::Healthy;
-use super::status::Status;
-use crate::faults::{LbEvent, LbSubject, LbVerdict};
-use crate::metrics::{ConnectionLabels, DataPlaneMetrics};
+use crate::faults::{LbEvent, LbVerdict};
 
 /// The longest a connection to one backend may take before the next healthy one is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Pause after a failed accept or receive (out of file descriptors, say), so the loop does not spin.
-pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// Where a listener sends connections, besides the healthy backends of its load balancer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Route {
-    /// The load balancer, as fault rules match it.
-    pub subject: LbSubject,
-    pub backend_port: u16,
-    /// Empty: every source is allowed.
-    pub source_ranges: Vec<IpNet>,
-}
-
-impl Route {
-    /// Whether a client at `source` may connect (ranges and source both in their canonical form).
-    pub fn allows(&self, source: IpAddr) -> bool {
-        let source = fakecloud_api::net::canonical(source);
-        self.source_ranges.is_empty() || self.source_ranges.iter().any(|r| r.contains(&source))
-    }
-}
-
-/// A bound listener, TCP or UDP. Dropping it closes the socket and every connection (session) it forwards.
-#[derive(Debug)]
-pub struct Listener {
-    route: watch::Sender<Arc<Route>>,
-    _accept: AbortOnDrop,
-    /// Its socket's file, in the data plane's budget.
-    _file: OwnedSemaphorePermit,
-}
-
-/// What one listener works with, made once: where it counts and reports, and what bounds it.
-#[derive(Debug)]
-pub struct Ctx {
-    pub metrics: DataPlaneMetrics,
-    faults: Faults,
-    pub lb: String,
-    pub protocol: Protocol,
-    pub port: u16,
-    pub budget: Budget,
-    /// Its load balancer's caps, shared with its other listeners.
-    pub caps: Caps,
-    status: Status,
-}
-
-/// What a listener of a load balancer shares with the others: its backends, budget, caps and status.
-#[derive(Debug, Clone)]
-pub struct Shared {
-    pub healthy: watch::Receiver<Healthy>,
-    pub metrics: DataPlaneMetrics,
-    pub faults: Faults,
-    pub budget: Budget,
-    pub caps: Caps,
-    pub status: Status,
-}
-
-impl Ctx {
-    pub fn labels(&self, outcome: &'static str) -> ConnectionLabels {
-        ConnectionLabels { load_balancer: self.lb.clone(), protocol: self.protocol.as_str(), port: self.port, outcome }
-    }
-
-    pub fn count(&self, outcome: &'static str) {
-        self.metrics.connections.get_or_create(&self.labels(outcome)).inc();
-    }
-
-    /// A connection (session) refused at `limit`: counted, and among the load balancer's reasons for a while.
-    pub fn refuse(&self, limit: Limit) {
-        self.count(limit.outcome());
-        self.status.refused(&self.lb, self.protocol, self.port, limit, || limit.describe(&self.budget.limits));
-    }
-}
-
-impl Listener {
-    /// Bind `addr` for `protocol` and start accepting (TCP) or receiving (UDP, see [`super::udp`]).
-    pub async fn start(
-        lb: &str,
-        protocol: Protocol,
-        addr: SocketAddr,
-        route: Route,
-        shared: Shared,
-    ) -> io::Result<Self> {
-        let Some(file) = shared.budget.for_listener() else {
-            let spent = Limit::Files.describe(&shared.budget.limits);
-            return Err(io::Error::other(format!("{spent} is spent")));
-        };
-        let (tx, rx) = watch::channel(Arc::new(route));
-        let Shared { healthy, metrics, faults, budget, caps, status } = shared;
-        let ctx = Ctx { metrics, faults, lb: lb.to_string(), protocol, port: addr.port(), budget, caps, status };
-        let accept = match protocol {
-            Protocol::Tcp => tokio::spawn(accept_loop(TcpListener::bind(addr).await?, rx, healthy, ctx)),
-            Protocol::Udp => tokio::spawn(super::udp::receive_loop(UdpSocket::bind(addr).await?, rx, healthy, ctx)),
-        };
-        Ok(Self { route: tx, _accept: AbortOnDrop(accept), _file: file })
-    }
-
-    /// Forward new connections as `route` says; established ones are left alone.
-    pub fn update(&self, route: Route) {
-        self.route.send_if_modified(|r| {
-            let changed = **r != route;
-            if changed {
-                *r = Arc::new(route);
-            }
-            changed
-        });
-    }
-}
-
 /// What a forwarded connection holds while it is open: its places under each cap and its two files.
 struct Held {
     _listener: OwnedSemaphorePermit,
@@ -157,7 +46,7 @@ fn admit(ctx: &Ctx, listener: &Arc<Semaphore>) -> Result<Held, Limit> {
     Ok(Held { _listener: listener, _lb: lb, _files: files })
 }
 
-async fn accept_loop(
+pub(super) async fn accept_loop(
     socket: TcpListener,
     route: watch::Receiver<Arc<Route>>,
     healthy: watch::Receiver<Healthy>,
@@ -349,33 +238,5 @@ impl AsyncWrite for Touching<'_> {
 fn reset(stream: &TcpStream) {
     if let Err(e) = stream.set_zero_linger() {
         tracing::debug!(error = %e, "cannot set SO_LINGER 0; the connection closes without a reset");
-    }
-}
-
-/// Resolves when the listener is gone (its route's sender dropped).
-pub async fn removed(route: &mut watch::Receiver<Arc<Route>>) {
-    while route.changed().await.is_ok() {}
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[test]
-    fn source_ranges_allow_only_their_members() {
-        let any = Route { subject: LbSubject::default(), backend_port: 80, source_ranges: vec![] };
-        assert!(any.allows("198.51.100.7".parse().unwrap()));
-        let some = Route {
-            subject: LbSubject::default(),
-            backend_port: 80,
-            source_ranges: vec!["127.90.0.0/16".parse().unwrap(), "2001:db8::/32".parse().unwrap()],
-        };
-        assert!(some.allows("127.90.3.4".parse().unwrap()));
-        assert!(some.allows("::ffff:127.90.0.1".parse().unwrap()));
-        assert!(some.allows("2001:db8::1".parse().unwrap()));
-        assert!(!some.allows("127.91.0.1".parse().unwrap()));
-        assert!(!some.allows("2001:db9::1".parse().unwrap()));
     }
 }

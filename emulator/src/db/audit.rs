@@ -1,8 +1,8 @@
-//! The audit log: every API call, bounded to the newest N entries. Where an entry is written depends on what
-//! the call did, so that no answered change can be lost in a crash:
+//! The audit log's rows: every API call, bounded to the newest N entries. Where an entry is written depends on
+//! what the call did, so that no answered change can be lost in a crash:
 //!
-//! - a call that changes state writes its entry in the transaction that makes the change ([`commit`]): both
-//!   survive a `kill -9` together, or neither does;
+//! - a call that changes state has its entry written in the transaction that makes the change (see
+//!   [`crate::call::commit`] and [`super::Tx::commit_with_audit`]): both survive a `kill -9` together, or neither does;
 //! - any other call that is not a read (one refused, or one whose change is not a transaction) has its entry
 //!   written before it is answered ([`AuditSink::record_now`]);
 //! - reads are recorded in batches a few milliseconds later ([`AuditSink::record`]), so recording never slows
@@ -14,15 +14,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fakecloud_api::limits::{AUDIT_LIMIT_DEFAULT, AUDIT_LIMIT_MAX, AUDIT_LIMIT_MIN};
-use fakecloud_api::{AuditEntry, AuditQuery};
+use fakecloud_api::AuditEntry;
 use sqlx::SqliteConnection;
 use tokio::sync::Notify;
 
-use crate::db::{Db, Tx, now_ms, rfc3339};
-use crate::error::{ApiError, Result};
+use super::{Db, WriteError, rfc3339};
 
 /// One call, as the HTTP layer saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,102 +36,6 @@ pub struct Record {
     pub error_code: Option<String>,
     pub latency_us: i64,
     pub fault: Option<String>,
-}
-
-tokio::task_local! {
-    /// The call being answered, for the code that answers it: its request ID, and the entry a change writes.
-    static CALL: Arc<CallContext>;
-}
-
-/// What a call's handlers need to know about it while it runs.
-#[derive(Debug)]
-pub struct CallContext {
-    request_id: String,
-    /// For a call that may change state: its entry as it will read if the change is made, until it is written.
-    entry: Option<Mutex<Entry>>,
-}
-
-#[derive(Debug)]
-struct Entry {
-    record: Record,
-    started: Instant,
-    sink: AuditSink,
-    written: Option<i64>,
-}
-
-impl CallContext {
-    /// `change`: the entry to write, with the status of success, if the call commits a change.
-    pub fn new(request_id: String, change: Option<(Record, AuditSink)>) -> Arc<Self> {
-        let entry =
-            change.map(|(record, sink)| Mutex::new(Entry { record, started: Instant::now(), sink, written: None }));
-        Arc::new(Self { request_id, entry })
-    }
-
-    /// Run `f` as this call.
-    pub async fn scope<F: std::future::Future>(self: &Arc<Self>, f: F) -> F::Output {
-        CALL.scope(self.clone(), f).await
-    }
-
-    /// The entry written in the call's transaction, if there was one: its sequence number and how it read.
-    pub fn written(&self) -> Option<(i64, Record)> {
-        let entry = self.entry.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
-        entry.written.map(|seq| (seq, entry.record.clone()))
-    }
-}
-
-/// The request ID of the call being answered (empty outside a call).
-pub fn request_id() -> String {
-    CALL.try_with(|c| c.request_id.clone()).unwrap_or_default()
-}
-
-/// Commit a transaction that changes state about `resource_id` (`""`: none in particular), writing the current
-/// call's audit entry in it (and, first, every entry still pending, to keep the log in order).
-pub async fn commit(tx: Tx, resource_id: &str) -> Result<()> {
-    let claimed = CALL.try_with(|c| c.claim(resource_id)).ok().flatten();
-    let Some((record, sink)) = claimed else {
-        tx.commit().await?;
-        return Ok(());
-    };
-    let earlier = sink.take_pending();
-    let mut entries = earlier.clone();
-    entries.push(record);
-    match tx.commit_with_audit(entries).await {
-        Ok(seq) => {
-            // Only now: were the commit to fail, the call's entry would still have to be written. (`seq` is
-            // there: the call gave entries.)
-            if let Some(seq) = seq {
-                let _ = CALL.try_with(|c| c.mark_written(seq));
-            }
-            sink.note_written(earlier.len() + 1);
-            Ok(())
-        }
-        Err(e) => {
-            sink.requeue(earlier);
-            Err(e.into())
-        }
-    }
-}
-
-impl CallContext {
-    /// The call's entry, completed, if it is still to be written.
-    fn claim(&self, resource_id: &str) -> Option<(Record, AuditSink)> {
-        let mut entry = self.entry.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
-        if entry.written.is_some() {
-            return None;
-        }
-        let elapsed = entry.started.elapsed();
-        let record = &mut entry.record;
-        record.time_ms = now_ms();
-        record.resource_id = (!resource_id.is_empty()).then(|| resource_id.to_string());
-        record.latency_us = i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX);
-        Some((entry.record.clone(), entry.sink.clone()))
-    }
-
-    fn mark_written(&self, seq: i64) {
-        if let Some(entry) = &self.entry {
-            entry.lock().unwrap_or_else(|p| p.into_inner()).written = Some(seq);
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -215,7 +117,7 @@ impl AuditSink {
 
     /// Write what is pending, in one transaction on the writer. Always takes the writer, even with nothing
     /// pending: whoever took the pending entries before holds it until they are committed.
-    async fn write_pending(&self) -> Result<()> {
+    async fn write_pending(&self) -> Result<(), WriteError> {
         let mut tx = self.0.db.write().await?;
         let batch = self.take_pending();
         let written = async {
@@ -238,17 +140,17 @@ impl AuditSink {
         .await;
         if let Err(e) = written {
             self.requeue(batch);
-            return Err(e.into());
+            return Err(e);
         }
         Ok(())
     }
 
-    fn take_pending(&self) -> Vec<Record> {
+    pub(crate) fn take_pending(&self) -> Vec<Record> {
         std::mem::take(&mut *self.0.pending.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Put entries whose transaction failed back in front of those recorded since.
-    fn requeue(&self, mut batch: Vec<Record>) {
+    pub(crate) fn requeue(&self, mut batch: Vec<Record>) {
         if batch.is_empty() {
             return;
         }
@@ -258,7 +160,7 @@ impl AuditSink {
     }
 
     /// Count entries written outside a batch, waking the batch writer when the log is due for trimming.
-    fn note_written(&self, n: usize) {
+    pub(crate) fn note_written(&self, n: usize) {
         let since = self.0.since_trim.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
         if since >= self.0.max_entries.div_ceil(10).max(1) {
             self.0.wake.notify_one();
@@ -267,7 +169,7 @@ impl AuditSink {
 }
 
 /// Write `entries` in one statement (as their batch's commit does); returns their `seq`s, in order.
-pub(crate) async fn insert_many(conn: &mut SqliteConnection, entries: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
+pub async fn insert_many(conn: &mut SqliteConnection, entries: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
     if entries.is_empty() {
         return Ok(Vec::new());
     }
@@ -319,31 +221,26 @@ struct Row {
     fault: Option<String>,
 }
 
-pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
-    let limit = i64::from(crate::validate::in_range(
-        "limit",
-        q.limit.unwrap_or(AUDIT_LIMIT_DEFAULT),
-        AUDIT_LIMIT_MIN,
-        AUDIT_LIMIT_MAX,
-    )?);
-    let since = match &q.since {
-        None => None,
-        Some(s) => Some(
-            s.parse::<jiff::Timestamp>()
-                .map_err(|e| {
-                    ApiError::invalid(
-                        "since",
-                        format!("{s:?} is not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"),
-                    )
-                })?
-                .as_millisecond(),
-        ),
-    };
+/// Which entries a read of the log wants (the API's query, checked).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Entries after this `seq`.
+    pub after: i64,
+    pub operation: Option<String>,
+    pub resource: Option<String>,
+    pub status: Option<u16>,
+    /// Entries at or after this time (Unix ms).
+    pub since_ms: Option<i64>,
+    pub limit: i64,
+}
+
+/// The entries `q` selects, oldest first.
+pub async fn query(db: &Db, q: &Filter) -> Result<Vec<AuditEntry>, sqlx::Error> {
     let mut sql = String::from(
         "SELECT seq, time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault FROM audit_log WHERE seq > ?1",
     );
     // Every placeholder numbered: sqlx numbers bare `?` on its own.
-    let mut args: Vec<Arg> = vec![Arg::I(q.after.unwrap_or(0))];
+    let mut args: Vec<Arg> = vec![Arg::I(q.after)];
     let mut filter = |sql: &mut String, clause: &str, arg: Arg| {
         args.push(arg);
         sql.push_str(&format!("{clause}?{}", args.len()));
@@ -357,10 +254,10 @@ pub async fn query(db: &Db, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
     if let Some(s) = q.status {
         filter(&mut sql, " AND status = ", Arg::I(i64::from(s)));
     }
-    if let Some(t) = since {
+    if let Some(t) = q.since_ms {
         filter(&mut sql, " AND time >= ", Arg::I(t));
     }
-    filter(&mut sql, " ORDER BY seq LIMIT ", Arg::I(limit));
+    filter(&mut sql, " ORDER BY seq LIMIT ", Arg::I(q.limit));
     let mut query = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql));
     for a in args {
         query = match a {
@@ -394,6 +291,6 @@ enum Arg {
 }
 
 /// The `seq` of the newest entry written (0 for an empty log).
-pub async fn newest_seq(db: &Db) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM audit_log").fetch_one(db.reader()).await?)
+pub async fn newest_seq(db: &Db) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM audit_log").fetch_one(db.reader()).await
 }

@@ -1,0 +1,105 @@
+//! The call being answered, as the code that answers it sees it: its request ID (for error bodies, wherever an
+//! error is made) and, for a call that may change state, its audit entry, written in the transaction of the
+//! change ([`commit`]). The gatekeeper (`http::gatekeeper`) makes one per call and runs the call in its scope.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::db::audit::{AuditSink, Record};
+use crate::db::{Tx, WriteError, now_ms};
+
+tokio::task_local! {
+    /// The call being answered, for the code that answers it: its request ID, and the entry a change writes.
+    static CALL: Arc<CallContext>;
+}
+
+/// What a call's handlers need to know about it while it runs.
+#[derive(Debug)]
+pub struct CallContext {
+    request_id: String,
+    /// For a call that may change state: its entry as it will read if the change is made, until it is written.
+    entry: Option<Mutex<Entry>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    record: Record,
+    started: Instant,
+    sink: AuditSink,
+    written: Option<i64>,
+}
+
+impl CallContext {
+    /// `change`: the entry to write, with the status of success, if the call commits a change.
+    pub fn new(request_id: String, change: Option<(Record, AuditSink)>) -> Arc<Self> {
+        let entry =
+            change.map(|(record, sink)| Mutex::new(Entry { record, started: Instant::now(), sink, written: None }));
+        Arc::new(Self { request_id, entry })
+    }
+
+    /// Run `f` as this call.
+    pub async fn scope<F: std::future::Future>(self: &Arc<Self>, f: F) -> F::Output {
+        CALL.scope(self.clone(), f).await
+    }
+
+    /// The entry written in the call's transaction, if there was one: its sequence number and how it read.
+    pub fn written(&self) -> Option<(i64, Record)> {
+        let entry = self.entry.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        entry.written.map(|seq| (seq, entry.record.clone()))
+    }
+}
+
+/// The request ID of the call being answered (empty outside a call).
+pub fn request_id() -> String {
+    CALL.try_with(|c| c.request_id.clone()).unwrap_or_default()
+}
+
+/// Commit a transaction that changes state about `resource_id` (`""`: none in particular), writing the current
+/// call's audit entry in it (and, first, every entry still pending, to keep the log in order).
+pub async fn commit(tx: Tx, resource_id: &str) -> Result<(), WriteError> {
+    let claimed = CALL.try_with(|c| c.claim(resource_id)).ok().flatten();
+    let Some((record, sink)) = claimed else {
+        tx.commit().await?;
+        return Ok(());
+    };
+    let earlier = sink.take_pending();
+    let mut entries = earlier.clone();
+    entries.push(record);
+    match tx.commit_with_audit(entries).await {
+        Ok(seq) => {
+            // Only now: were the commit to fail, the call's entry would still have to be written. (`seq` is
+            // there: the call gave entries.)
+            if let Some(seq) = seq {
+                let _ = CALL.try_with(|c| c.mark_written(seq));
+            }
+            sink.note_written(earlier.len() + 1);
+            Ok(())
+        }
+        Err(e) => {
+            sink.requeue(earlier);
+            Err(e)
+        }
+    }
+}
+
+impl CallContext {
+    /// The call's entry, completed, if it is still to be written.
+    fn claim(&self, resource_id: &str) -> Option<(Record, AuditSink)> {
+        let mut entry = self.entry.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        if entry.written.is_some() {
+            return None;
+        }
+        let elapsed = entry.started.elapsed();
+        let record = &mut entry.record;
+        record.time_ms = now_ms();
+        record.resource_id = (!resource_id.is_empty()).then(|| resource_id.to_string());
+        record.latency_us = i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX);
+        Some((entry.record.clone(), entry.sink.clone()))
+    }
+
+    fn mark_written(&self, seq: i64) {
+        if let Some(entry) = &self.entry {
+            entry.lock().unwrap_or_else(|p| p.into_inner()).written = Some(seq);
+        }
+    }
+}
