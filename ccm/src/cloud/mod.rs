@@ -1,7 +1,10 @@
 //! The cloud behind one interface, as upstream's `cloudprovider.Interface`: the controllers are generic over
-//! [`Cloud`], and [`fakecloud::FakeCloud`] is the implementation that talks to the emulator.
+//! [`Cloud`], and [`fakecloud::FakeCloud`] is the implementation that talks to the emulator. The controllers' unit
+//! tests use `in_memory::InMemoryCloud`, which records every call.
 
 pub mod fakecloud;
+#[cfg(test)]
+pub mod in_memory;
 pub mod load_balancer;
 
 use std::future::Future;

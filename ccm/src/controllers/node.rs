@@ -248,3 +248,247 @@ async fn refresh_addresses<C: Cloud>(store: Store<Node>, synced: Synced, ctx: Ar
         tokio::time::sleep(settings.status_update_every).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `syncNode`, table-driven as upstream's `Test_syncNode`: a Node in, the cloud's instances in → the cloud
+    //! calls, the API requests (with the fields that matter of their bodies), the events and the retry.
+
+    use super::*;
+    use crate::client_go::fake_api::{FakeApi, assert_contains, merged, settle};
+    use crate::cloud::in_memory::{Call, InMemoryCloud, Instance, Op};
+    use crate::nodes::PROVIDED_NODE_IP;
+    use serde_json::{Value, json};
+
+    const PID: &str = "fakecloud://local-1a/i-1";
+
+    /// `n1`, as the kubelet registers it: tainted, with its Hostname address.
+    fn registered(extra: Value) -> Value {
+        merged(
+            json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n1", "uid": "u1", "resourceVersion": "7"},
+                "spec": {"taints": [{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]},
+                "status": {"addresses": [{"type": "Hostname", "address": "n1"}]}}),
+            extra,
+        )
+    }
+
+    fn cloud() -> InMemoryCloud {
+        InMemoryCloud::default().with_instance(Instance::running("i-1", "n1", "10.0.0.5"))
+    }
+
+    fn labels(zone: &str) -> Value {
+        json!({
+            "node.kubernetes.io/instance-type": "fc.small", "beta.kubernetes.io/instance-type": "fc.small",
+            "topology.kubernetes.io/zone": zone, "failure-domain.beta.kubernetes.io/zone": zone,
+            "topology.kubernetes.io/region": "local-1", "failure-domain.beta.kubernetes.io/region": "local-1",
+        })
+    }
+
+    enum Outcome {
+        Done,
+        /// The sync failed with an error that says this, and is retried after the queue's delay.
+        Retry(&'static str, Duration),
+    }
+
+    struct Case {
+        name: &'static str,
+        node: Value,
+        cloud: InMemoryCloud,
+        api: FakeApi,
+        calls: Vec<Call>,
+        /// Every API request but events: `"METHOD path"` and what its body must contain.
+        requests: Vec<(&'static str, Value)>,
+        events: Vec<&'static str>,
+        outcome: Outcome,
+    }
+
+    async fn check(c: Case) {
+        let node: Node = serde_json::from_value(c.node.clone()).unwrap();
+        let api = c.api.with(c.node);
+        let client = api.client();
+        let metrics = Arc::new(Metrics::default());
+        let ctx = Arc::new(Context {
+            api: Api::all(client.clone()),
+            cloud: Arc::new(c.cloud.clone()),
+            recorder: Recorder::new(client, COMPONENT),
+            queue: metrics.queue(QUEUE),
+            metrics,
+            limiter: ControllerRateLimiter::default(),
+            written: Mutex::default(),
+        });
+        let node = Arc::new(node);
+        let result = reconcile(node.clone(), ctx.clone()).await;
+        settle().await;
+        let name = c.name;
+        match (&result, c.outcome) {
+            (Ok(action), Outcome::Done) => assert_eq!(*action, Action::await_change(), "{name}"),
+            (Err(e), Outcome::Retry(says, after)) => {
+                assert!(e.to_string().contains(says), "{name}: {e}");
+                assert_eq!(error_policy(node, e, ctx), Action::requeue(after), "{name}");
+            }
+            (r, _) => panic!("{name}: unexpected {r:?}"),
+        }
+        assert_eq!(c.cloud.calls(), c.calls, "{name}: cloud calls");
+        let sent = api.requests();
+        let calls: Vec<&str> = sent.iter().map(|s| s.call.as_str()).collect();
+        let want: Vec<&str> = c.requests.iter().map(|(call, _)| *call).collect();
+        assert_eq!(calls, want, "{name}: API requests");
+        for (s, (_, body)) in sent.iter().zip(&c.requests) {
+            assert_contains(&s.body, body, &format!("{name}: {}", s.call));
+            if s.call.starts_with("PATCH") {
+                assert_eq!(s.patch, "strategic", "{name}: {}", s.call);
+            }
+        }
+        assert_eq!(api.events(), c.events, "{name}: events");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sync_node() {
+        let first_try = Duration::from_millis(5);
+        let cases = [
+            Case {
+                name: "initialized: providerID, labels GA and beta (trap 3), taint removed, addresses, Synced",
+                node: registered(json!({"spec": {"taints": [
+                    {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"},
+                    {"key": "team", "value": "a", "effect": "NoSchedule"}]}})),
+                cloud: cloud(),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![
+                    // One PUT carrying the resourceVersion read (trap 19); only the uninitialized taint goes.
+                    (
+                        "PUT /api/v1/nodes/n1",
+                        json!({"metadata": {"resourceVersion": "7", "labels": labels("local-1a")},
+                            "spec": {"providerID": PID, "taints": [{"key": "team"}]}}),
+                    ),
+                    // The whole list replaced; the kubelet's Hostname kept after the cloud's addresses (trap 7).
+                    (
+                        "PATCH /api/v1/nodes/n1/status",
+                        json!({"status": {"addresses": [{"$patch": "replace"},
+                            {"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": "n1"}]}}),
+                    ),
+                ],
+                events: vec!["Normal Synced"],
+                outcome: Outcome::Done,
+            },
+            Case {
+                name: "the uninitialized taint is matched by key only (trap 2)",
+                node: registered(
+                    json!({"spec": {"taints": [{"key": UNINITIALIZED_TAINT, "value": "x", "effect": "NoExecute"}]}}),
+                ),
+                cloud: cloud(),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![
+                    ("PUT /api/v1/nodes/n1", json!({"spec": {"taints": []}})),
+                    ("PATCH /api/v1/nodes/n1/status", json!({})),
+                ],
+                events: vec!["Normal Synced"],
+                outcome: Outcome::Done,
+            },
+            Case {
+                name: "a providerID already set is kept (trap 6)",
+                node: registered(json!({"spec": {"providerID": "fakecloud://elsewhere/i-1"}})),
+                cloud: cloud(),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![
+                    ("PUT /api/v1/nodes/n1", json!({"spec": {"providerID": "fakecloud://elsewhere/i-1"}})),
+                    ("PATCH /api/v1/nodes/n1/status", json!({})),
+                ],
+                events: vec!["Normal Synced"],
+                outcome: Outcome::Done,
+            },
+            Case {
+                name: "the cloud lists no address: initialized, no address write",
+                node: registered(json!({})),
+                cloud: InMemoryCloud::default()
+                    .with_instance(Instance { addresses: Vec::new(), ..Instance::running("i-1", "n1", "") }),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![("PUT /api/v1/nodes/n1", json!({"spec": {"providerID": PID, "taints": []}}))],
+                events: vec!["Normal Synced"],
+                outcome: Outcome::Done,
+            },
+            Case {
+                name: "instance not found yet: stays tainted, retried with the queue's backoff (trap 4)",
+                node: registered(json!({})),
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![],
+                events: vec![],
+                outcome: Outcome::Retry("not found: instance not found for node n1", first_try),
+            },
+            Case {
+                name: "cloud throttled: retried with the queue's backoff, not the cloud's delay",
+                node: registered(json!({})),
+                cloud: cloud().failing(
+                    Op::InstanceMetadata,
+                    CloudError::RetryAfter { after: Duration::from_secs(30), message: "slow down".into() },
+                ),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![],
+                events: vec![],
+                outcome: Outcome::Retry("failed to get instance metadata for node n1", first_try),
+            },
+            Case {
+                name: "a provided node IP the cloud does not list: stays tainted (trap 1)",
+                node: registered(json!({"metadata": {"annotations": {PROVIDED_NODE_IP: "10.9.9.9"}}})),
+                cloud: cloud(),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![],
+                events: vec![],
+                outcome: Outcome::Retry("provided node ip for node \"n1\" is not valid", first_try),
+            },
+            Case {
+                // Upstream re-reads its informer cache here (trap 19); this controller GETs the Node afresh.
+                name: "a conflicting PUT is retried after a re-read",
+                node: registered(json!({})),
+                cloud: cloud(),
+                api: FakeApi::default().failing("PUT /api/v1/nodes/n1", 409, 1),
+                calls: vec![Call::InstanceMetadata("n1".into())],
+                requests: vec![
+                    ("PUT /api/v1/nodes/n1", json!({"spec": {"taints": []}})),
+                    ("GET /api/v1/nodes/n1", Value::Null),
+                    ("PUT /api/v1/nodes/n1", json!({"spec": {"providerID": PID, "taints": []}})),
+                    ("PATCH /api/v1/nodes/n1/status", json!({})),
+                ],
+                events: vec!["Normal Synced"],
+                outcome: Outcome::Done,
+            },
+            Case {
+                name: "initialized: only the GA labels follow the beta ones, no cloud call (trap 3)",
+                node: registered(json!({"spec": {"taints": null}, "metadata": {"labels": {
+                    "failure-domain.beta.kubernetes.io/zone": "z1", "topology.kubernetes.io/zone": "z2",
+                    "topology.kubernetes.io/region": "r1"}}})),
+                cloud: cloud(),
+                api: FakeApi::default(),
+                calls: vec![],
+                requests: vec![(
+                    "PATCH /api/v1/nodes/n1",
+                    json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "z1",
+                        "topology.kubernetes.io/region": null}}}),
+                )],
+                events: vec![],
+                outcome: Outcome::Done,
+            },
+            Case {
+                name: "initialized and consistent: no cloud call, no write",
+                node: registered(json!({"spec": {"taints": null}, "metadata": {"labels": labels("local-1a")}})),
+                cloud: cloud(),
+                api: FakeApi::default(),
+                calls: vec![],
+                requests: vec![],
+                events: vec![],
+                outcome: Outcome::Done,
+            },
+        ];
+        for c in cases {
+            check(c).await;
+        }
+    }
+}

@@ -101,3 +101,211 @@ async fn edit_shutdown_taint(api: &Api<Node>, name: &str, add: bool) -> Result<b
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! One node's pass, table-driven as upstream's `Test_NodesDeleted` and `Test_NodesShutdown`: a Node in, its
+    //! instance in → the cloud calls, the API requests, the events.
+
+    use super::*;
+    use crate::client_go::fake_api::{FakeApi, assert_contains, merged, settle};
+    use crate::cloud::CloudError;
+    use crate::cloud::in_memory::{Call, InMemoryCloud, Instance, Op};
+    use crate::nodes::SHUTDOWN_TAINT;
+    use serde_json::{Value, json};
+
+    /// `n1`, initialized, with a Ready condition of `ready` (`None`: no Ready condition at all).
+    fn node(ready: Option<&str>, extra: Value) -> Value {
+        let conditions: Vec<Value> = ready.map(|s| json!({"type": "Ready", "status": s})).into_iter().collect();
+        merged(
+            json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n1", "uid": "u1", "resourceVersion": "7"},
+                "spec": {"providerID": "fakecloud://local-1a/i-1", "taints": [{"key": "team", "effect": "NoSchedule"}]},
+                "status": {"conditions": conditions}}),
+            extra,
+        )
+    }
+
+    fn with_shutdown_taint() -> Value {
+        let taints =
+            [json!({"key": "team", "effect": "NoSchedule"}), json!({"key": SHUTDOWN_TAINT, "effect": "NoSchedule"})];
+        json!({"spec": {"taints": taints}})
+    }
+
+    fn instance(shutdown: bool, exists: bool) -> InMemoryCloud {
+        InMemoryCloud::default().with_instance(Instance {
+            shutdown,
+            exists,
+            ..Instance::running("i-1", "n1", "10.0.0.5")
+        })
+    }
+
+    struct Case {
+        name: &'static str,
+        node: Value,
+        cloud: InMemoryCloud,
+        api: FakeApi,
+        calls: Vec<Call>,
+        /// `"METHOD path?query"` and what the body must contain.
+        requests: Vec<(&'static str, Value)>,
+        events: Vec<&'static str>,
+    }
+
+    async fn check(c: Case) {
+        let node: Node = serde_json::from_value(c.node.clone()).unwrap();
+        let api = c.api.with(c.node);
+        let client = api.client();
+        let recorder = Recorder::new(client.clone(), COMPONENT);
+        monitor_node(&Api::all(client), &c.cloud, &recorder, &node).await;
+        drop(recorder);
+        settle().await;
+        let name = c.name;
+        assert_eq!(c.cloud.calls(), c.calls, "{name}: cloud calls");
+        let sent = api.requests();
+        let calls: Vec<String> = sent
+            .iter()
+            .map(|s| if s.query.is_empty() { s.call.clone() } else { format!("{}?{}", s.call, s.query) })
+            .collect();
+        let want: Vec<&str> = c.requests.iter().map(|(call, _)| *call).collect();
+        assert_eq!(calls, want, "{name}: API requests");
+        for (s, (_, body)) in sent.iter().zip(&c.requests) {
+            assert_contains(&s.body, body, &format!("{name}: {}", s.call));
+        }
+        assert_eq!(api.events(), c.events, "{name}: events");
+        if c.events.first() == Some(&"Normal DeletingNode") {
+            let ev = &api.event_bodies()[0];
+            assert_contains(
+                ev,
+                &json!({"message": "Deleting node n1 because it does not exist in the cloud provider",
+                    "involvedObject": {"kind": "Node", "name": "n1", "uid": "u1"},
+                    "source": {"component": "cloud-node-lifecycle-controller"}}),
+                name,
+            );
+        }
+    }
+
+    /// The taint edit: a GET from the apiserver's cache, then a strategic patch carrying its resourceVersion.
+    fn taint_edit(taints: Value) -> [(&'static str, Value); 2] {
+        [
+            ("GET /api/v1/nodes/n1?&resourceVersion=0", Value::Null),
+            ("PATCH /api/v1/nodes/n1", json!({"metadata": {"resourceVersion": "7"}, "spec": {"taints": taints}})),
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn monitor_nodes() {
+        let exists_then_shutdown = vec![Call::InstanceExists("n1".into()), Call::InstanceShutdown("n1".into())];
+        let cases = [
+            Case {
+                name: "Ready: never asks the cloud (trap 5)",
+                node: node(Some("True"), json!({})),
+                cloud: instance(true, false),
+                api: FakeApi::default(),
+                calls: vec![],
+                requests: vec![],
+                events: vec![],
+            },
+            Case {
+                name: "Ready again: the shutdown taint goes, without a cloud call (trap 5)",
+                node: node(Some("True"), with_shutdown_taint()),
+                cloud: instance(true, true),
+                api: FakeApi::default(),
+                calls: vec![],
+                requests: taint_edit(json!([{"key": "team"}])).into(),
+                events: vec![],
+            },
+            Case {
+                name: "NotReady, instance gone: DeletingNode, then the Node deleted (trap 4)",
+                node: node(Some("False"), json!({})),
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceExists("n1".into())],
+                requests: vec![("DELETE /api/v1/nodes/n1", json!({}))],
+                events: vec!["Normal DeletingNode"],
+            },
+            Case {
+                name: "Unknown, instance terminated: deleted on the first pass (trap 4)",
+                node: node(Some("Unknown"), json!({})),
+                cloud: instance(false, false),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceExists("n1".into())],
+                requests: vec![("DELETE /api/v1/nodes/n1", json!({}))],
+                events: vec!["Normal DeletingNode"],
+            },
+            Case {
+                name: "the delete fails: DeletingNodeFailed",
+                node: node(Some("False"), json!({})),
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default().failing("DELETE /api/v1/nodes/n1", 500, 1),
+                calls: vec![Call::InstanceExists("n1".into())],
+                requests: vec![("DELETE /api/v1/nodes/n1", json!({}))],
+                events: vec!["Normal DeletingNode", "Warning DeletingNodeFailed"],
+            },
+            Case {
+                name: "the cloud errors on existence: left alone, never deleted (trap 5)",
+                node: node(Some("False"), json!({})),
+                cloud: InMemoryCloud::default().failing(Op::InstanceExists, CloudError::Transient("boom".into())),
+                api: FakeApi::default(),
+                calls: vec![Call::InstanceExists("n1".into())],
+                requests: vec![],
+                events: vec![],
+            },
+            Case {
+                name: "no Ready condition counts as not Ready; stopped: the shutdown taint added",
+                node: node(None, json!({})),
+                cloud: instance(true, true),
+                api: FakeApi::default(),
+                calls: exists_then_shutdown.clone(),
+                requests: taint_edit(json!([{"key": "team"}, {"key": SHUTDOWN_TAINT, "effect": "NoSchedule",
+                    "value": null}]))
+                .into(),
+                events: vec![],
+            },
+            Case {
+                name: "stopped and tainted already: read, not written",
+                node: node(Some("False"), with_shutdown_taint()),
+                cloud: instance(true, true),
+                api: FakeApi::default(),
+                calls: exists_then_shutdown.clone(),
+                requests: vec![("GET /api/v1/nodes/n1?&resourceVersion=0", Value::Null)],
+                events: vec![],
+            },
+            Case {
+                name: "running again but NotReady: the shutdown taint stays (trap 5)",
+                node: node(Some("False"), with_shutdown_taint()),
+                cloud: instance(false, true),
+                api: FakeApi::default(),
+                calls: exists_then_shutdown.clone(),
+                requests: vec![],
+                events: vec![],
+            },
+            Case {
+                name: "the cloud errors on shutdown: left alone",
+                node: node(Some("False"), json!({})),
+                cloud: instance(true, true)
+                    .failing(Op::InstanceShutdown, CloudError::QuotaExceeded { code: "q".into(), message: "m".into() }),
+                api: FakeApi::default(),
+                calls: exists_then_shutdown.clone(),
+                requests: vec![],
+                events: vec![],
+            },
+            Case {
+                name: "a conflicting taint patch is retried from a fresh read (trap 19)",
+                node: node(Some("False"), json!({})),
+                cloud: instance(true, true),
+                api: FakeApi::default().failing("PATCH /api/v1/nodes/n1", 409, 1),
+                calls: exists_then_shutdown,
+                requests: vec![
+                    ("GET /api/v1/nodes/n1?&resourceVersion=0", Value::Null),
+                    ("PATCH /api/v1/nodes/n1", json!({"metadata": {"resourceVersion": "7"}})),
+                    ("GET /api/v1/nodes/n1", Value::Null),
+                    ("PATCH /api/v1/nodes/n1", json!({"spec": {"taints": [{}, {"key": SHUTDOWN_TAINT}]}})),
+                ],
+                events: vec![],
+            },
+        ];
+        for c in cases {
+            check(c).await;
+        }
+    }
+}

@@ -269,4 +269,255 @@ mod tests {
         assert_eq!(creates.len(), 1);
         assert_eq!(stale, ["r"]);
     }
+
+    // `reconcile`, table-driven as upstream's `TestReconcile`: Nodes and the cloud's routes in → the cloud calls,
+    // the NetworkUnavailable writes, the events. Creates, deletes and condition writes run concurrently, so the
+    // calls and requests compare sorted.
+
+    use crate::client_go::fake_api::{FakeApi, assert_contains, merged, settle};
+    use crate::cloud::in_memory::{Call, InMemoryCloud, Op};
+    use kube::runtime::watcher;
+    use serde_json::{Value, json};
+
+    const CLUSTER: &str = "kubernetes";
+
+    /// A Node as the API has it: `instance` in its providerID, `cidrs` its pod CIDRs.
+    fn api_node(name: &str, instance: Option<&str>, cidrs: &[&str], extra: Value) -> Value {
+        let mut spec = json!({"podCIDRs": cidrs});
+        if let Some(i) = instance {
+            spec["providerID"] = json!(format!("fakecloud://local-1a/{i}"));
+        }
+        let base = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": format!("u-{name}")},
+            "spec": spec});
+        merged(base, extra)
+    }
+
+    fn network(status: &str, reason: &str) -> Value {
+        json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": status, "reason": reason}]}})
+    }
+
+    fn create(node: &str, destination: &str) -> Call {
+        Call::CreateRoute { node: node.into(), destination: destination.into() }
+    }
+
+    fn condition_patch(node: &'static str, status: &str, reason: &str, message: &str) -> (String, Value) {
+        let body = json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": status,
+            "reason": reason, "message": message}]}});
+        (format!("PATCH /api/v1/nodes/{node}/status"), body)
+    }
+
+    fn route_created(node: &'static str) -> (String, Value) {
+        condition_patch(node, "False", "RouteCreated", "RouteController created a route")
+    }
+
+    fn no_route_created(node: &'static str) -> (String, Value) {
+        condition_patch(node, "True", "NoRouteCreated", "RouteController failed to create a route")
+    }
+
+    struct Case {
+        name: &'static str,
+        nodes: Vec<Value>,
+        cloud: InMemoryCloud,
+        calls: Vec<Call>,
+        /// The cloud's routes afterwards: (destination, instance).
+        routes: Vec<(&'static str, &'static str)>,
+        /// `"METHOD path"` and what the body must contain.
+        requests: Vec<(String, Value)>,
+        events: Vec<&'static str>,
+        ok: bool,
+    }
+
+    async fn check(c: Case) {
+        let name = c.name;
+        let mut api = FakeApi::default();
+        let (store, mut writer) = kube::runtime::reflector::store::<Node>();
+        for n in c.nodes {
+            writer.apply_watcher_event(&watcher::Event::Apply(serde_json::from_value(n.clone()).unwrap()));
+            api = api.with(n);
+        }
+        let client = api.client();
+        let recorder = Recorder::new(client.clone(), COMPONENT);
+        let settings = Settings {
+            cluster_name: CLUSTER.into(),
+            cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()],
+            period: Duration::from_secs(10),
+        };
+        let result = reconcile(&Api::all(client), &c.cloud, &recorder, &store, &settings).await;
+        drop(recorder);
+        settle().await;
+        assert_eq!(result.is_ok(), c.ok, "{name}: {result:?}");
+        let mut calls = c.cloud.calls();
+        assert_eq!(calls.first(), Some(&Call::ListRoutes), "{name}: one listing, first");
+        calls.sort();
+        let mut want = c.calls;
+        want.sort();
+        assert_eq!(calls, want, "{name}: cloud calls");
+        let mut want_routes: Vec<(String, String)> =
+            c.routes.iter().map(|(d, i)| (d.to_string(), i.to_string())).collect();
+        want_routes.sort();
+        assert_eq!(c.cloud.routes(), want_routes, "{name}: routes afterwards");
+        let mut sent = api.requests();
+        sent.sort_by(|a, b| a.call.cmp(&b.call));
+        let mut requests = c.requests;
+        requests.sort_by(|a, b| a.0.cmp(&b.0));
+        let got: Vec<&str> = sent.iter().map(|s| s.call.as_str()).collect();
+        assert_eq!(got, requests.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(), "{name}: API requests");
+        for (s, (_, body)) in sent.iter().zip(&requests) {
+            assert_contains(&s.body, body, &format!("{name}: {}", s.call));
+            assert_eq!(s.patch, "strategic", "{name}: {}", s.call);
+        }
+        assert_eq!(api.events(), c.events, "{name}: events");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reconcile_routes() {
+        let v6 = "fd00:10:244:1::/64";
+        let cases = [
+            Case {
+                name: "a route per pod CIDR, both families; NetworkUnavailable False/RouteCreated",
+                nodes: vec![
+                    api_node("a", Some("i-a"), &["10.244.1.0/24", v6], json!({})),
+                    api_node("b", Some("i-b"), &["10.244.2.0/24"], json!({})),
+                ],
+                cloud: InMemoryCloud::default(),
+                calls: vec![
+                    Call::ListRoutes,
+                    create("a", "10.244.1.0/24"),
+                    create("a", v6),
+                    create("b", "10.244.2.0/24"),
+                ],
+                routes: vec![("10.244.1.0/24", "i-a"), (v6, "i-a"), ("10.244.2.0/24", "i-b")],
+                requests: vec![route_created("a"), route_created("b")],
+                events: vec![],
+                ok: true,
+            },
+            Case {
+                name: "the route is there and the condition is ours: no cloud write, no API write",
+                nodes: vec![api_node("a", Some("i-a"), &["10.244.1.0/24"], network("False", "RouteCreated"))],
+                cloud: InMemoryCloud::default().with_route(CLUSTER, "r1", "i-a", "10.244.1.0/24"),
+                calls: vec![Call::ListRoutes],
+                routes: vec![("10.244.1.0/24", "i-a")],
+                requests: vec![],
+                events: vec![],
+                ok: true,
+            },
+            Case {
+                name: "the condition has the right status but a CNI's reason: overwritten (trap 18)",
+                nodes: vec![api_node("a", Some("i-a"), &["10.244.1.0/24"], network("False", "CalicoIsUp"))],
+                cloud: InMemoryCloud::default().with_route(CLUSTER, "r1", "i-a", "10.244.1.0/24"),
+                calls: vec![Call::ListRoutes],
+                routes: vec![("10.244.1.0/24", "i-a")],
+                requests: vec![route_created("a")],
+                events: vec![],
+                ok: true,
+            },
+            Case {
+                name: "stale routes are deleted, only this cluster's and inside the cluster CIDR (trap 16)",
+                nodes: vec![api_node("a", Some("i-a"), &["10.244.1.0/24"], network("False", "RouteCreated"))],
+                cloud: InMemoryCloud::default()
+                    .with_route(CLUSTER, "keep", "i-a", "10.244.1.0/24")
+                    .with_route(CLUSTER, "gone-node", "i-gone", "10.244.9.0/24")
+                    .with_route(CLUSTER, "outside", "i-gone", "192.168.0.0/24")
+                    .with_route("other", "other-cluster", "i-gone", "10.244.8.0/24"),
+                calls: vec![Call::ListRoutes, Call::DeleteRoute("10.244.9.0/24".into())],
+                routes: vec![("10.244.1.0/24", "i-a"), ("192.168.0.0/24", "i-gone"), ("10.244.8.0/24", "i-gone")],
+                requests: vec![],
+                events: vec![],
+                ok: true,
+            },
+            Case {
+                name: "a failed create: FailedToCreateRoute, NetworkUnavailable True/NoRouteCreated (trap 17)",
+                nodes: vec![
+                    api_node("a", Some("i-a"), &["10.244.1.0/24"], network("False", "RouteCreated")),
+                    api_node("b", Some("i-b"), &["10.244.2.0/24"], network("False", "RouteCreated")),
+                ],
+                cloud: InMemoryCloud::default()
+                    .with_route(CLUSTER, "r1", "i-b", "10.244.2.0/24")
+                    .failing(Op::CreateRoute, CloudError::Transient("boom".into())),
+                calls: vec![Call::ListRoutes, create("a", "10.244.1.0/24")],
+                routes: vec![("10.244.2.0/24", "i-b")],
+                requests: vec![no_route_created("a")],
+                events: vec!["Warning FailedToCreateRoute"],
+                ok: true,
+            },
+            Case {
+                name: "a failed create, NoRouteCreated already: the event, no write",
+                nodes: vec![api_node("a", Some("i-a"), &["10.244.1.0/24"], network("True", "NoRouteCreated"))],
+                cloud: InMemoryCloud::default().failing(
+                    Op::CreateRoute,
+                    CloudError::RetryAfter { after: Duration::from_secs(3), message: "throttled".into() },
+                ),
+                calls: vec![Call::ListRoutes, create("a", "10.244.1.0/24")],
+                routes: vec![],
+                requests: vec![],
+                events: vec!["Warning FailedToCreateRoute"],
+                ok: true,
+            },
+            Case {
+                name: "a failed delete is only logged",
+                nodes: vec![api_node("a", Some("i-a"), &["10.244.1.0/24"], network("False", "RouteCreated"))],
+                cloud: InMemoryCloud::default()
+                    .with_route(CLUSTER, "r1", "i-a", "10.244.1.0/24")
+                    .with_route(CLUSTER, "r2", "i-gone", "10.244.9.0/24")
+                    .failing(Op::DeleteRoute, CloudError::Transient("boom".into())),
+                calls: vec![Call::ListRoutes, Call::DeleteRoute("10.244.9.0/24".into())],
+                routes: vec![("10.244.1.0/24", "i-a"), ("10.244.9.0/24", "i-gone")],
+                requests: vec![],
+                events: vec![],
+                ok: true,
+            },
+            Case {
+                name: "the listing fails: nothing else this period",
+                nodes: vec![api_node("a", Some("i-a"), &["10.244.1.0/24"], json!({}))],
+                cloud: InMemoryCloud::default().failing(Op::ListRoutes, CloudError::Transient("boom".into())),
+                calls: vec![Call::ListRoutes],
+                routes: vec![],
+                requests: vec![],
+                events: vec![],
+                ok: false,
+            },
+            Case {
+                name: "no providerID or no pod CIDR yet: no route, no condition",
+                nodes: vec![
+                    api_node("c", None, &["10.244.3.0/24"], json!({})),
+                    api_node("d", Some("i-d"), &[], json!({})),
+                ],
+                cloud: InMemoryCloud::default(),
+                calls: vec![Call::ListRoutes],
+                routes: vec![],
+                requests: vec![],
+                events: vec![],
+                ok: true,
+            },
+        ];
+        for c in cases {
+            check(c).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_create_is_reported_on_the_node() {
+        let node = api_node("a", Some("i-a"), &["10.244.1.0/24"], json!({}));
+        let api = FakeApi::default().with(node.clone());
+        let (store, mut writer) = kube::runtime::reflector::store::<Node>();
+        writer.apply_watcher_event(&watcher::Event::Apply(serde_json::from_value(node).unwrap()));
+        let cloud = InMemoryCloud::default().failing(Op::CreateRoute, CloudError::Transient("boom".into()));
+        let client = api.client();
+        let recorder = Recorder::new(client.clone(), COMPONENT);
+        let settings = Settings { cluster_name: CLUSTER.into(), cluster_cidrs: Vec::new(), period: Duration::ZERO };
+        reconcile(&Api::all(client), &cloud, &recorder, &store, &settings).await.unwrap();
+        drop(recorder);
+        settle().await;
+        let ev = &api.event_bodies()[0];
+        assert_contains(
+            ev,
+            &json!({"type": "Warning", "reason": "FailedToCreateRoute",
+                "involvedObject": {"kind": "Node", "name": "a", "uid": "u-a"},
+                "source": {"component": "route_controller"}}),
+            "event",
+        );
+        let message = ev["message"].as_str().unwrap();
+        assert!(message.starts_with("Could not create route u-a 10.244.1.0/24 for node a after "), "{message}");
+        assert!(message.ends_with(": boom"), "{message}");
+    }
 }

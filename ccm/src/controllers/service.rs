@@ -584,4 +584,460 @@ mod tests {
             Error::Ensure(CloudError::QuotaExceeded { code: "LoadBalancerLimitExceeded".into(), message: "m".into() });
         assert!(q.to_string().contains("LoadBalancerLimitExceeded"), "{q}");
     }
+
+    // `reconcile` and the node sync, table-driven as upstream's `TestSyncLoadBalancerIfNeeded` and
+    // `TestNodesNotEqual`: a Service and Nodes in, the cloud's load balancers in → the cloud calls, the API
+    // requests (finalizers and status, in order), the events, the retry.
+
+    use crate::client_go::fake_api::{FakeApi, assert_contains, merged, settle};
+    use crate::client_go::metrics::Metrics;
+    use crate::cloud::in_memory::{Call, InMemoryCloud, Op};
+    use kube::runtime::watcher;
+    use serde_json::{Value, json};
+
+    const KEY: &str = "default/s1";
+    const STATUS: &str = "PATCH /api/v1/namespaces/default/services/s1/status";
+    const OTHER: &str = "example.com/other";
+
+    fn service(extra: Value) -> Value {
+        merged(
+            json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "s1", "namespace": "default", "uid": "u1", "resourceVersion": "5"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}}),
+            extra,
+        )
+    }
+
+    /// Being deleted, with our finalizer after another one's, and an ingress.
+    fn deleting(extra: Value) -> Value {
+        let svc = service(
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [OTHER, FINALIZER]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}),
+        );
+        merged(svc, extra)
+    }
+
+    fn backend(name: &str, extra: Value) -> Value {
+        let base = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name}, "spec": {"providerID": format!("fakecloud://local-1a/i-{name}")}});
+        merged(base, extra)
+    }
+
+    fn nodes_store(nodes: &[Value]) -> Store<Node> {
+        let (store, mut writer) = reflector::store::<Node>();
+        for n in nodes {
+            writer.apply_watcher_event(&watcher::Event::Apply(serde_json::from_value(n.clone()).unwrap()));
+        }
+        store
+    }
+
+    fn context(api: &FakeApi, cloud: &InMemoryCloud, nodes: &[Value]) -> Arc<Context<InMemoryCloud>> {
+        let client = api.client();
+        Arc::new(Context {
+            client: client.clone(),
+            cloud: Arc::new(cloud.clone()),
+            recorder: Recorder::new(client, COMPONENT),
+            queue: Arc::new(Metrics::default()).queue(QUEUE),
+            backoff: ItemBackoff::new(MIN_RETRY, MAX_RETRY),
+            settings: Settings { cluster_name: "kubernetes".into(), workers: 1 },
+            nodes: nodes_store(nodes),
+            synced: Mutex::default(),
+        })
+    }
+
+    fn ensure_call(nodes: &[&str]) -> Call {
+        Call::EnsureLoadBalancer(KEY.into(), nodes.iter().map(|n| n.to_string()).collect())
+    }
+
+    fn finalizers(list: &[&str]) -> (&'static str, Value) {
+        (STATUS, json!({"metadata": {"finalizers": list}}))
+    }
+
+    fn ingress(ip: Option<&str>) -> (&'static str, Value) {
+        // Exactly as the cloud returned it: no ipMode invented (trap 13).
+        let ingress = ip.map(|ip| json!([{"ip": ip, "ipMode": null}]));
+        (STATUS, json!({"status": {"loadBalancer": {"ingress": ingress}}}))
+    }
+
+    enum Outcome {
+        Done,
+        /// Failed with an error that says this; requeued after exactly this delay.
+        Retry(&'static str, Duration),
+    }
+
+    struct Case {
+        name: &'static str,
+        svc: Value,
+        nodes: Vec<Value>,
+        cloud: InMemoryCloud,
+        api: FakeApi,
+        calls: Vec<Call>,
+        /// In order: `"METHOD path"` and what the body must contain.
+        requests: Vec<(&'static str, Value)>,
+        events: Vec<&'static str>,
+        outcome: Outcome,
+        /// Service key → backend names, afterwards.
+        load_balancers: Vec<(&'static str, Vec<&'static str>)>,
+    }
+
+    async fn check(c: Case) {
+        let name = c.name;
+        let svc: Arc<Service> = Arc::new(serde_json::from_value(c.svc.clone()).unwrap());
+        let api = c.api.with(c.svc);
+        let ctx = context(&api, &c.cloud, &c.nodes);
+        let result = reconcile(svc.clone(), ctx.clone()).await;
+        match (&result, c.outcome) {
+            (Ok(action), Outcome::Done) => assert_eq!(*action, Action::await_change(), "{name}"),
+            (Err(e), Outcome::Retry(says, after)) => {
+                assert!(e.to_string().contains(says), "{name}: {e}");
+                assert_eq!(error_policy(svc, e, ctx.clone()), Action::requeue(after), "{name}");
+            }
+            (r, _) => panic!("{name}: unexpected {r:?}"),
+        }
+        drop(ctx);
+        settle().await;
+        assert_eq!(c.cloud.calls(), c.calls, "{name}: cloud calls");
+        let sent = api.requests();
+        let got: Vec<&str> = sent.iter().map(|s| s.call.as_str()).collect();
+        let want: Vec<&str> = c.requests.iter().map(|(call, _)| *call).collect();
+        assert_eq!(got, want, "{name}: API requests");
+        for (s, (_, body)) in sent.iter().zip(&c.requests) {
+            assert_contains(&s.body, body, &format!("{name}: {}", s.call));
+            assert_eq!(s.patch, "merge", "{name}: {}", s.call);
+        }
+        assert_eq!(api.events(), c.events, "{name}: events");
+        for ev in api.event_bodies() {
+            let about = json!({"involvedObject": {"kind": "Service", "namespace": "default", "name": "s1", "uid": "u1"},
+                "source": {"component": "service-controller"}});
+            assert_contains(&ev, &about, name);
+            if ev["reason"] == "SyncLoadBalancerFailed" {
+                let message = ev["message"].as_str().unwrap_or_default();
+                assert!(message.starts_with("Error syncing load balancer: "), "{name}: {message}");
+            }
+        }
+        let lbs: BTreeMap<String, Vec<String>> =
+            c.load_balancers.iter().map(|(k, b)| (k.to_string(), b.iter().map(|n| n.to_string()).collect())).collect();
+        assert_eq!(c.cloud.load_balancers(), lbs, "{name}: load balancers afterwards");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sync_service() {
+        let backoff = Duration::from_secs(5);
+        let ensuring = ["Normal EnsuringLoadBalancer", "Normal EnsuredLoadBalancer"];
+        let has_lb = || InMemoryCloud::default().with_load_balancer(KEY, "203.0.113.7", &["a"]);
+        let cases = [
+            Case {
+                name: "new: finalizer added (others kept), ensured with the node set, ingress written",
+                svc: service(json!({"metadata": {"finalizers": [OTHER]}})),
+                nodes: vec![backend("b", json!({})), backend("a", json!({}))],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![ensure_call(&["a", "b"])],
+                requests: vec![finalizers(&[OTHER, FINALIZER]), ingress(Some("203.0.113.1"))],
+                events: ensuring.into(),
+                outcome: Outcome::Done,
+                load_balancers: vec![(KEY, vec!["a", "b"])],
+            },
+            Case {
+                name: "the finalizer cannot be added: no cloud call (trap 10)",
+                svc: service(json!({})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default().failing(STATUS, 500, 1),
+                calls: vec![],
+                requests: vec![finalizers(&[FINALIZER])],
+                events: vec!["Normal EnsuringLoadBalancer", "Warning SyncLoadBalancerFailed"],
+                outcome: Outcome::Retry("failed to add load balancer cleanup finalizer", backoff),
+                load_balancers: vec![],
+            },
+            Case {
+                name: "nothing changed: ensured again, nothing written (trap 13)",
+                svc: service(json!({"metadata": {"finalizers": [FINALIZER]},
+                    "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: has_lb(),
+                api: FakeApi::default(),
+                calls: vec![ensure_call(&["a"])],
+                requests: vec![],
+                events: ensuring.into(),
+                outcome: Outcome::Done,
+                load_balancers: vec![(KEY, vec!["a"])],
+            },
+            Case {
+                name: "the node set: excluded, autoscaler-tainted and deleting nodes out, NotReady in (trap 8)",
+                svc: service(json!({"metadata": {"finalizers": [FINALIZER]}})),
+                nodes: vec![
+                    backend("a", json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})),
+                    backend("b", json!({"metadata": {"labels": {EXCLUDE_LABEL: "true"}}})),
+                    backend(
+                        "c",
+                        json!({"spec": {"taints": [{"key": CLUSTER_AUTOSCALER_TAINT, "effect": "NoSchedule"}]}}),
+                    ),
+                    backend("d", json!({"metadata": {"labels": {EXCLUDE_LABEL: "false"}}})),
+                    backend("e", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})),
+                    backend("f", json!({"metadata": {"labels": {EXCLUDE_LABEL: ""}}})),
+                ],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![ensure_call(&["a", "d"])],
+                requests: vec![ingress(Some("203.0.113.1"))],
+                events: ensuring.into(),
+                outcome: Outcome::Done,
+                load_balancers: vec![(KEY, vec!["a", "d"])],
+            },
+            Case {
+                name: "no nodes: UnAvailableLoadBalancer, and the cloud is asked anyway (trap 14)",
+                svc: service(json!({"metadata": {"finalizers": [FINALIZER]}})),
+                nodes: vec![],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![ensure_call(&[])],
+                requests: vec![ingress(Some("203.0.113.1"))],
+                events: vec![
+                    "Normal EnsuringLoadBalancer",
+                    "Warning UnAvailableLoadBalancer",
+                    "Normal EnsuredLoadBalancer",
+                ],
+                outcome: Outcome::Done,
+                load_balancers: vec![(KEY, vec![])],
+            },
+            Case {
+                name: "cloud throttled: SyncLoadBalancerFailed, requeued after exactly its Retry-After (trap 15)",
+                svc: service(json!({})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: InMemoryCloud::default().failing(
+                    Op::EnsureLoadBalancer,
+                    CloudError::RetryAfter { after: Duration::from_secs(7), message: "slow down".into() },
+                ),
+                api: FakeApi::default(),
+                calls: vec![ensure_call(&["a"])],
+                requests: vec![finalizers(&[FINALIZER])],
+                events: vec!["Normal EnsuringLoadBalancer", "Warning SyncLoadBalancerFailed"],
+                outcome: Outcome::Retry(
+                    "failed to ensure load balancer: retry after 7s: slow down",
+                    Duration::from_secs(7),
+                ),
+                load_balancers: vec![],
+            },
+            Case {
+                name: "quota exceeded: the quota named, backoff from 5 s (trap 15)",
+                svc: service(json!({"metadata": {"finalizers": [FINALIZER]}})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: InMemoryCloud::default().failing(
+                    Op::EnsureLoadBalancer,
+                    CloudError::QuotaExceeded { code: "LoadBalancerLimitExceeded".into(), message: "5 of 5".into() },
+                ),
+                api: FakeApi::default(),
+                calls: vec![ensure_call(&["a"])],
+                requests: vec![],
+                events: vec!["Normal EnsuringLoadBalancer", "Warning SyncLoadBalancerFailed"],
+                outcome: Outcome::Retry("quota exceeded (LoadBalancerLimitExceeded): 5 of 5", backoff),
+                load_balancers: vec![],
+            },
+            Case {
+                name: "deleted: load balancer deleted, then our finalizer removed, then the ingress cleared (trap 10)",
+                svc: deleting(json!({})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: has_lb(),
+                api: FakeApi::default(),
+                calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
+                requests: vec![finalizers(&[OTHER]), ingress(None)],
+                events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+            },
+            Case {
+                name: "deleted, the cloud's delete fails: the finalizer stays (trap 10)",
+                svc: deleting(json!({})),
+                nodes: vec![],
+                cloud: has_lb().failing(Op::EnsureLoadBalancerDeleted, CloudError::Transient("boom".into())),
+                api: FakeApi::default(),
+                calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
+                requests: vec![],
+                events: vec!["Normal DeletingLoadBalancer", "Warning SyncLoadBalancerFailed"],
+                outcome: Outcome::Retry("failed to delete load balancer: boom", backoff),
+                load_balancers: vec![(KEY, vec!["a"])],
+            },
+            Case {
+                name: "deleted, the existence check fails: nothing deleted or removed",
+                svc: deleting(json!({})),
+                nodes: vec![],
+                cloud: has_lb().failing(
+                    Op::GetLoadBalancer,
+                    CloudError::RetryAfter { after: Duration::from_secs(2), message: "busy".into() },
+                ),
+                api: FakeApi::default(),
+                calls: vec![Call::GetLoadBalancer(KEY.into())],
+                requests: vec![],
+                events: vec!["Warning SyncLoadBalancerFailed"],
+                outcome: Outcome::Retry(
+                    "failed to check if load balancer exists before cleanup",
+                    Duration::from_secs(2),
+                ),
+                load_balancers: vec![(KEY, vec!["a"])],
+            },
+            Case {
+                name: "type changed to ClusterIP: cleaned up like a deletion",
+                svc: service(json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"type": "ClusterIP"},
+                    "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: has_lb(),
+                api: FakeApi::default(),
+                calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
+                requests: vec![finalizers(&[]), ingress(None)],
+                events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+            },
+            Case {
+                name: "deleted with no load balancer: DeletedLoadBalancer all the same (trap 14)",
+                svc: deleting(json!({"status": null})),
+                nodes: vec![],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![Call::GetLoadBalancer(KEY.into())],
+                requests: vec![finalizers(&[OTHER])],
+                events: vec!["Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+            },
+            Case {
+                name: "the Service is gone by the last writes: NotFound ignored (trap 10)",
+                svc: deleting(json!({})),
+                nodes: vec![],
+                cloud: has_lb(),
+                api: FakeApi::default().failing(STATUS, 404, 2),
+                calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
+                requests: vec![finalizers(&[OTHER]), ingress(None)],
+                events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+            },
+            Case {
+                name: "another class's Service with our finalizer, deleted: cleaned up (trap 11)",
+                svc: deleting(json!({"spec": {"loadBalancerClass": "example.com/lb"}, "status": null})),
+                nodes: vec![],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default(),
+                calls: vec![Call::GetLoadBalancer(KEY.into())],
+                requests: vec![finalizers(&[OTHER])],
+                events: vec!["Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+            },
+        ];
+        for c in cases {
+            check(c).await;
+        }
+    }
+
+    struct NodeSyncCase {
+        name: &'static str,
+        /// The node set the load balancer was last given (`None`: the Service was never synced).
+        last: Option<Vec<&'static str>>,
+        nodes: Vec<Value>,
+        cloud: InMemoryCloud,
+        calls: Vec<Call>,
+        events: Vec<&'static str>,
+        requeued: bool,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sync_nodes_updates_only_changed_sets() {
+        let update =
+            |nodes: &[&str]| Call::UpdateLoadBalancer(KEY.into(), nodes.iter().map(|n| n.to_string()).collect());
+        let has_lb = || InMemoryCloud::default().with_load_balancer(KEY, "203.0.113.7", &["a"]);
+        let fails = |cloud: InMemoryCloud| cloud.failing(Op::UpdateLoadBalancer, CloudError::Transient("boom".into()));
+        let cases = [
+            NodeSyncCase {
+                name: "a node joins: UpdateLoadBalancer with the new set, UpdatedLoadBalancer",
+                last: Some(vec!["a"]),
+                nodes: vec![backend("a", json!({})), backend("b", json!({}))],
+                cloud: has_lb(),
+                calls: vec![update(&["a", "b"])],
+                events: vec!["Normal UpdatedLoadBalancer"],
+                requeued: false,
+            },
+            NodeSyncCase {
+                name: "the load balancer has this set already: no cloud call (trap 9)",
+                last: Some(vec!["a", "b"]),
+                nodes: vec![backend("a", json!({})), backend("b", json!({}))],
+                cloud: has_lb(),
+                calls: vec![],
+                events: vec![],
+                requeued: false,
+            },
+            NodeSyncCase {
+                name: "a node leaves the set: the load balancer gets the rest (trap 8)",
+                last: Some(vec!["a", "b"]),
+                nodes: vec![
+                    backend("a", json!({})),
+                    backend("b", json!({"metadata": {"labels": {EXCLUDE_LABEL: "1"}}})),
+                ],
+                cloud: has_lb(),
+                calls: vec![update(&["a"])],
+                events: vec!["Normal UpdatedLoadBalancer"],
+                requeued: false,
+            },
+            NodeSyncCase {
+                name: "a node's providerID changes: the set differs (trap 9)",
+                last: Some(vec!["a"]),
+                nodes: vec![backend("a", json!({"spec": {"providerID": "fakecloud://local-1b/i-new"}}))],
+                cloud: has_lb(),
+                calls: vec![update(&["a"])],
+                events: vec!["Normal UpdatedLoadBalancer"],
+                requeued: false,
+            },
+            NodeSyncCase {
+                name: "the update fails, the load balancer exists: UpdateLoadBalancerFailed, a full sync (trap 15)",
+                last: Some(vec!["a"]),
+                nodes: vec![backend("a", json!({})), backend("b", json!({}))],
+                cloud: fails(has_lb()),
+                calls: vec![update(&["a", "b"]), Call::GetLoadBalancer(KEY.into())],
+                events: vec!["Warning UpdateLoadBalancerFailed"],
+                requeued: true,
+            },
+            NodeSyncCase {
+                name: "the update fails, no load balancer: left to the service sync",
+                last: Some(vec!["a"]),
+                nodes: vec![backend("a", json!({})), backend("b", json!({}))],
+                cloud: fails(InMemoryCloud::default()),
+                calls: vec![update(&["a", "b"]), Call::GetLoadBalancer(KEY.into())],
+                events: vec![],
+                requeued: false,
+            },
+            NodeSyncCase {
+                name: "a Service not synced yet is not updated (docs/upstream-ccm.md: differs on purpose)",
+                last: None,
+                nodes: vec![backend("a", json!({})), backend("b", json!({}))],
+                cloud: has_lb(),
+                calls: vec![],
+                events: vec![],
+                requeued: false,
+            },
+        ];
+        for c in cases {
+            let name = c.name;
+            let svc = service(json!({"metadata": {"finalizers": [FINALIZER]}}));
+            let api = FakeApi::default().with(svc.clone());
+            let ctx = context(&api, &c.cloud, &c.nodes);
+            let svc: Service = serde_json::from_value(svc).unwrap();
+            let key = ObjectRef::from_obj(&svc);
+            if let Some(last) = &c.last {
+                let set = last.iter().map(|n| (n.to_string(), format!("fakecloud://local-1a/i-{n}"))).collect();
+                ctx.remember(key.clone(), set);
+            }
+            let (services, mut writer) = reflector::store::<Service>();
+            writer.apply_watcher_event(&watcher::Event::Apply(svc));
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let names: Vec<String> = c.nodes.iter().map(|n| n["metadata"]["name"].as_str().unwrap().into()).collect();
+            let changes = futures::stream::iter(names);
+            sync_nodes(ctx, services, changes, tx).await;
+            settle().await;
+            assert_eq!(c.cloud.calls(), c.calls, "{name}: cloud calls");
+            assert_eq!(api.events(), c.events, "{name}: events");
+            assert_eq!(rx.try_recv().ok(), c.requeued.then_some(key), "{name}: requeued");
+            assert!(api.writes().is_empty(), "{name}: a node sync writes no Service");
+        }
+    }
 }
