@@ -63,11 +63,13 @@ test-kind: deps control-plane ## The kind path's tests: the private engine's egr
 	@bash scripts/kind/test-engine.sh
 	@bash scripts/e2e-kind.sh
 
-lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck
+lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
 	$(CARGO) fmt --all --check
 	shellcheck -x scripts/*.sh scripts/faults/*.sh scripts/kind/*.sh
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+	python3 scripts/import-graph.py emulator/src --only-from http=cli,server
+	for crate in api ccm controlplane e2e vpc-router; do python3 scripts/import-graph.py $$crate/src || exit 1; done
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

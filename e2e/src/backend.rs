@@ -26,7 +26,6 @@ use std::time::Duration;
 use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT};
 use fakecloud_ccm::config::parse_go_duration;
 
-use crate::env::Timing;
 
 /// Which CCM the local backend runs; every one gets fakecloud-ccm's flags (`--cloud-provider=fakecloud`,
 /// `--cloud-config`, `--kubeconfig`, `--cluster-cidr`, `--secure-port`, the periods and leader election), which
@@ -166,5 +165,29 @@ pub fn docker_engine() -> Result<(), String> {
         Ok(out) if out.status.success() => Ok(()),
         Ok(_) => Err("the docker client is installed, but no Docker engine answers ('docker info' fails)".into()),
         Err(_) => Err("there is no 'docker' command here".into()),
+    }
+}
+
+/// How fast the cluster and its CCM react, for the cases' patience.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// kube-controller-manager's `--node-monitor-grace-period`: a silent kubelet's Node turns NotReady after it.
+    pub node_grace: Duration,
+    /// The CCM's `--node-monitor-period`.
+    pub node_monitor: Duration,
+    /// The CCM's `--route-reconciliation-period`.
+    pub route_period: Duration,
+}
+
+impl Timing {
+    /// From a machine falling silent to the CCM having acted on its NotReady Node, with room for a loaded host
+    /// ([`crate::HANG`]: only a hang takes longer).
+    pub fn node_loss(&self) -> Duration {
+        self.node_grace + 2 * self.node_monitor + crate::HANG
+    }
+
+    /// From a change to the route controller having acted on it, with room for a loaded host ([`crate::HANG`]).
+    pub fn routes(&self) -> Duration {
+        3 * self.route_period + crate::HANG
     }
 }

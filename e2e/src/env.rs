@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use tokio::sync::Mutex;
 
-use crate::backend::{Backend, Existing, LocalCcm};
+use crate::backend::{Backend, Existing, LocalCcm, Timing};
 use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
 use crate::{HANG, Probe, condition, poll, until};
 
@@ -48,30 +48,6 @@ pub(crate) const LOCAL_LEASE: (&str, &str) = ("kube-system", "cloud-controller-m
 const AUDIT_TAIL: usize = 40;
 /// How many events a failure report shows.
 const EVENTS_TAIL: usize = 40;
-
-/// How fast the cluster and its CCM react, for the cases' patience.
-#[derive(Debug, Clone)]
-pub struct Timing {
-    /// kube-controller-manager's `--node-monitor-grace-period`: a silent kubelet's Node turns NotReady after it.
-    pub node_grace: Duration,
-    /// The CCM's `--node-monitor-period`.
-    pub node_monitor: Duration,
-    /// The CCM's `--route-reconciliation-period`.
-    pub route_period: Duration,
-}
-
-impl Timing {
-    /// From a machine falling silent to the CCM having acted on its NotReady Node, with room for a loaded host
-    /// ([`HANG`]: only a hang takes longer).
-    pub fn node_loss(&self) -> Duration {
-        self.node_grace + 2 * self.node_monitor + HANG
-    }
-
-    /// From a change to the route controller having acted on it, with room for a loaded host ([`HANG`]).
-    pub fn routes(&self) -> Duration {
-        3 * self.route_period + HANG
-    }
-}
 
 /// The CCM the local backend runs ([`LocalCcm`]), and how.
 #[derive(Debug)]

@@ -28,7 +28,8 @@ use fakecloud_api::{AuditEntry, AuditQuery, Client, Instance};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::Api;
 
-pub use env::{Env, Setup, Timing, case};
+pub use backend::Timing;
+pub use env::{Env, Setup, case};
 pub use local::{Ccm, Cluster, ClusterOptions, Rates};
 
 /// The manifest's ServiceAccount.

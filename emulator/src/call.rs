@@ -1,12 +1,18 @@
 //! The call being answered, as the code that answers it sees it: its request ID (for error bodies, wherever an
 //! error is made) and, for a call that may change state, its audit entry, written in the transaction of the
-//! change ([`commit`]). The gatekeeper (`http::gatekeeper`) makes one per call and runs the call in its scope.
+//! change ([`commit`]); and the resource its answer is about ([`ResourceId`], on the response). The gatekeeper
+//! (`http::gatekeeper`) makes one per call and runs the call in its scope.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::db::audit::{AuditSink, Record};
+use crate::db::audit::rows::Record;
+use crate::db::audit::writer::AuditSink;
 use crate::db::{Tx, WriteError, now_ms};
+
+/// The resource a response is about, for the audit log.
+#[derive(Debug, Clone)]
+pub struct ResourceId(pub String);
 
 tokio::task_local! {
     /// The call being answered, for the code that answers it: its request ID, and the entry a change writes.

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod checkpoint;
 pub mod group_commit;
 pub mod script;
+pub mod values;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use self::checkpoint::Checkpointer;
 use self::group_commit::Writer;
 pub use self::group_commit::{Started, Tx, WriteError, WriteStats};
 pub use self::script::{NotDone, Ran, Script, Step};
+pub use self::values::{ms, new_id, now_ms, rfc3339};
 use crate::config::DbLocation;
 
 #[derive(Debug, Clone)]
@@ -147,24 +149,4 @@ fn create_private(path: &std::path::Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         other => other.map(drop),
     }
-}
-
-/// Unix time in milliseconds: how the database stores every time.
-pub fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
-
-/// RFC 3339, as the API shows times.
-pub fn rfc3339(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_default()
-}
-
-/// A new resource ID: a prefix and 17 hex digits, the shape of a cloud resource ID.
-pub fn new_id(prefix: &str) -> String {
-    let hex = uuid::Uuid::new_v4().simple().to_string();
-    format!("{prefix}-{}", &hex[..17])
-}
-
-pub fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -12,6 +12,7 @@ use fakecloud_api::{
 };
 
 use super::output::Output;
+use super::parse;
 
 #[derive(Debug, Subcommand)]
 pub enum FaultCmd {
@@ -73,7 +74,7 @@ pub struct FaultAddArgs {
     #[arg(long)]
     message: Option<String>,
     /// With --error: an extra response header, KEY=VALUE (e.g. Retry-After=5); repeatable.
-    #[arg(long = "header", value_parser = super::parse_tag)]
+    #[arg(long = "header", value_parser = parse::tag)]
     headers: Vec<(String, String)>,
     /// With --no-response hang: how long to hang.
     #[arg(long, value_parser = humantime::parse_duration)]

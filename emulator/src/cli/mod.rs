@@ -4,6 +4,7 @@
 pub mod adopt;
 mod faults;
 mod output;
+mod parse;
 pub mod scenario;
 mod serve;
 
@@ -11,13 +12,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use fakecloud_api::{
     AuditQuery, Client, CreateInstanceRequest, CreateRouteRequest, ENV_ADMIN_TOKEN, ENV_ENDPOINT, ENV_USER_TOKEN,
     InstanceState, ListInstancesQuery, Market, QuotaName,
 };
 
-use self::output::Output;
+use self::output::{Format, Output};
 pub use self::serve::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -51,14 +52,6 @@ pub struct Connection {
     /// Output format.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Format {
-    /// Aligned columns for people.
-    Table,
-    /// The API's JSON, for scripts.
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,7 +169,7 @@ pub enum InstanceCmd {
         #[arg(long)]
         spot: bool,
         /// A tag, KEY=VALUE; repeatable.
-        #[arg(long = "tag", value_parser = parse_tag)]
+        #[arg(long = "tag", value_parser = parse::tag)]
         tags: Vec<(String, String)>,
         /// A fixed private IP (to adopt an existing machine).
         #[arg(long)]
@@ -195,7 +188,7 @@ pub enum InstanceCmd {
         #[arg(long)]
         zone: Option<String>,
         /// pending, running, stopping, stopped, shutting-down or terminated.
-        #[arg(long, value_parser = parse_state)]
+        #[arg(long, value_parser = parse::state)]
         state: Option<InstanceState>,
         /// KEY=VALUE, or KEY to list instances that have the tag.
         #[arg(long)]
@@ -258,12 +251,12 @@ pub enum QuotaCmd {
     /// Show all quotas with their usage, or one.
     Get {
         /// e.g. routes-per-route-table.
-        #[arg(value_parser = parse_quota)]
+        #[arg(value_parser = parse::quota)]
         name: Option<QuotaName>,
     },
     /// Set a quota's limit (admin).
     Set {
-        #[arg(value_parser = parse_quota)]
+        #[arg(value_parser = parse::quota)]
         name: QuotaName,
         limit: u32,
     },
@@ -289,24 +282,6 @@ pub struct AuditArgs {
     /// At most this many entries.
     #[arg(long, default_value_t = 1000)]
     limit: u32,
-}
-
-pub(crate) fn parse_tag(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
-}
-
-fn parse_state(s: &str) -> Result<InstanceState, String> {
-    InstanceState::parse(s).ok_or_else(|| {
-        let all: Vec<&str> = InstanceState::ALL.iter().map(|s| s.as_str()).collect();
-        format!("{s:?} is not a state; states: {}", all.join(", "))
-    })
-}
-
-fn parse_quota(s: &str) -> Result<QuotaName, String> {
-    QuotaName::parse(s).ok_or_else(|| {
-        let all: Vec<&str> = QuotaName::ALL.iter().map(|q| q.as_str()).collect();
-        format!("{s:?} is not a quota; quotas: {}", all.join(", "))
-    })
 }
 
 impl Connection {

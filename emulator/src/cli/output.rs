@@ -1,6 +1,7 @@
 //! Printing API objects as tables for people or JSON for scripts.
 
 use anyhow::Result;
+use clap::ValueEnum;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
     AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Hang, Instance, LbFaultAction,
@@ -8,7 +9,14 @@ use fakecloud_api::{
 };
 use serde::Serialize;
 
-use super::Format;
+/// How a command prints what it got (`--output`).
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned columns for people.
+    Table,
+    /// The API's JSON, for scripts.
+    Json,
+}
 
 pub struct Output(Format);
 

@@ -19,6 +19,16 @@ use crate::metrics::{ConnectionLabels, DataPlaneMetrics};
 /// Pause after a failed accept or receive (out of file descriptors, say), so the loop does not spin.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Aborts its task when dropped, so what the supervisor drops stops.
+#[derive(Debug)]
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Where a listener sends connections, besides the healthy backends of its load balancer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {

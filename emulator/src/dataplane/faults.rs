@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::db::audit::{AuditSink, Record};
+use crate::db::audit::rows::Record;
+use crate::db::audit::writer::AuditSink;
 use crate::db::now_ms;
 use crate::faults::{FaultEngine, LbEvent, LbSubject, LbVerdict};
 use crate::metrics::{DataPlaneMetrics, LbFaultLabels};

@@ -9,9 +9,8 @@ use fakecloud_api::Protocol;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use super::AbortOnDrop;
 use super::budget::Limit;
-use super::context::{Ctx, Route, Shared};
+use super::context::{AbortOnDrop, Ctx, Route, Shared};
 use super::{tcp, udp};
 
 /// A bound listener, TCP or UDP. Dropping it closes the socket and every connection (session) it forwards.

@@ -34,7 +34,7 @@ use ipnet::IpNet;
 use tokio::sync::{Notify, watch};
 
 use self::budget::{Budget, Caps};
-use self::context::{Route, Shared};
+use self::context::{AbortOnDrop, Route, Shared};
 pub use self::faults::Faults;
 use self::health::Healthy;
 pub use self::status::Status;
@@ -81,16 +81,6 @@ impl DataPlane {
     /// Add the listeners' states and the backends' health to `lb`.
     pub fn annotate(&self, lb: &mut LoadBalancer) {
         self.status.annotate(lb);
-    }
-}
-
-/// Aborts its task when dropped, so what the supervisor drops stops.
-#[derive(Debug)]
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -18,9 +18,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
-use super::AbortOnDrop;
 use super::budget::{Budget, Caps, Limit};
-use super::context::{ACCEPT_BACKOFF, Ctx, Route};
+use super::context::{ACCEPT_BACKOFF, AbortOnDrop, Ctx, Route};
 use super::health::Healthy;
 
 /// How long a session lives without a datagram either way (as conntrack's UDP stream timeout, 120 s, roughly).

@@ -26,7 +26,7 @@ use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 use sqlx::{Row, Transaction};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
 
-use super::audit::{self, Record};
+use super::audit::rows::{self, Record};
 use super::checkpoint::Checkpointer;
 use super::script::{Ran, Script};
 
@@ -169,7 +169,7 @@ impl Writer {
                 &["ROLLBACK TO call", "RELEASE call", "SAVEPOINT call"]
             }
         };
-        let now = crate::db::now_ms();
+        let now = super::values::now_ms();
         let mut script = Script::new();
         for statement in savepoint {
             script.push(statement, |_| {});
@@ -232,7 +232,7 @@ impl Batch {
 
     /// Write the audit entries not written yet, keeping their `seq`s.
     async fn write_audit(&mut self) -> Result<(), sqlx::Error> {
-        let seqs = audit::insert_many(&mut self.tx, &self.audit[self.seqs.len()..]).await?;
+        let seqs = rows::insert_many(&mut self.tx, &self.audit[self.seqs.len()..]).await?;
         self.seqs.extend(seqs);
         Ok(())
     }

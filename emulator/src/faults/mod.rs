@@ -8,6 +8,8 @@
 //! Everything is persisted (table `faults`), so it survives a restart; counters (`matched`, `injected`, skip
 //! and times) start again from zero after one.
 
+mod call;
+pub mod effects;
 mod lb_rules;
 mod outages;
 mod rate_limits;
@@ -19,75 +21,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::Method;
 use fakecloud_api::{
-    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, NoResponseMode, Outage, RateLimit,
-    Service, SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, RateLimit, SetRateLimitRequest,
+    SpotRandom, SpotRandomRequest, StartOutageRequest,
 };
 use tokio::sync::{Mutex, RwLock, watch};
 
+pub use self::call::{Call, Subject, Verdict, service_of};
 use self::lb_rules::ActiveLbRule;
 pub use self::lb_rules::{LbEvent, LbFired, LbSubject, LbVerdict};
 use self::outages::ActiveOutage;
 use self::rate_limits::ActiveLimit;
 use self::rules::ActiveRule;
 use self::spot_random::ActiveSpotRandom;
-use crate::auth::Role;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, Result};
-
-/// What the gatekeeper should do with a call.
-#[derive(Debug)]
-pub enum Verdict {
-    /// Run it normally.
-    Pass,
-    /// Answer with this error instead (outage, rate limit, error rule).
-    Refuse { error: ApiError, fault: String },
-    /// Wait, then run it.
-    Delay { by: Duration, fault: String },
-    /// Give no answer.
-    NoResponse { mode: NoResponseMode, hang: Duration, fault: String },
-    /// Run it, then answer with this error.
-    ApplyThenFail { error: ApiError, fault: String },
-    /// Run it; what it creates stays invisible to reads for a while.
-    Hide { for_: Duration, fault: String },
-}
-
-/// The call being judged.
-#[derive(Debug)]
-pub struct Call<'a> {
-    pub operation: &'a str,
-    pub method: &'a Method,
-    pub resource_id: Option<&'a str>,
-    pub role: Role,
-    /// Admin-only operations (quotas, audit, faults, reset) are never faulted.
-    pub admin_only: bool,
-    /// The caller's token, for per-token rate limits (never stored or logged).
-    pub token: &'a str,
-    /// The resource the call is about, when some fault needs to know (see [`FaultEngine::wants_subject`]).
-    pub subject: Option<&'a Subject>,
-}
-
-/// What the call is about: read from the resource named in the path, or from a create's body.
-#[derive(Debug, Default, Clone)]
-pub struct Subject {
-    pub name: Option<String>,
-    pub zone: Option<String>,
-    pub tags: std::collections::BTreeMap<String, String>,
-}
-
-/// The service an operation belongs to, for service outages.
-pub fn service_of(operation: &str) -> Option<Service> {
-    if operation.contains("LoadBalancer") {
-        Some(Service::LoadBalancing)
-    } else if operation.contains("Route") {
-        Some(Service::Network)
-    } else if operation.contains("Instance") || operation == "GetRegion" || operation == "ReclaimSpot" {
-        Some(Service::Compute)
-    } else {
-        None
-    }
-}
 
 pub struct FaultEngine {
     db: Db,

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use fakecloud_api::{Outage, OutageScope, StartOutageRequest, codes};
 use serde::{Deserialize, Serialize};
 
-use super::{Call, Verdict, service_of};
+use super::call::{Call, Verdict, service_of};
 use crate::db::rfc3339;
 use crate::error::{ApiError, Result};
 

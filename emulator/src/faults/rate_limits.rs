@@ -17,7 +17,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::{Call, Verdict};
+use super::call::{Call, Verdict};
 use crate::error::{ApiError, Result};
 use crate::validate;
 

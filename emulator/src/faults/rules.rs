@@ -8,8 +8,8 @@ use fakecloud_api::{FaultAction, FaultMatch, FaultRule, FaultTrigger};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use super::call::{Call, Verdict};
 use super::trigger::{self, Firing, seconds};
-use super::{Call, Verdict};
 use crate::db::rfc3339;
 use crate::error::{ApiError, Result};
 use crate::validate;

@@ -7,7 +7,8 @@ use fakecloud_api::{ErrorBody, SnapshotRequest, SnapshotResponse};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::ApiJson;
-use super::{AppState, reply};
+use super::reply::reply;
+use super::state::AppState;
 use crate::error::{ApiError, Result};
 use crate::{snapshot, store};
 

@@ -8,8 +8,9 @@ use fakecloud_api::{AuditList, AuditQuery, ErrorBody};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::ApiQuery;
-use super::{AppState, reply};
-use crate::db::audit;
+use super::reply::reply;
+use super::state::AppState;
+use crate::db::audit::rows as audit;
 use crate::error::{ApiError, Result};
 use crate::validate;
 
@@ -23,7 +24,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     security(("admin" = [])))]
 async fn list_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditQuery>) -> Result<Response> {
     st.audit.flush().await;
-    Ok(reply(StatusCode::OK, "", AuditList { items: audit::query(&st.db, &filter(&q)?).await? }))
+    Ok(reply(StatusCode::OK, "", AuditList { items: audit::query(st.db.reader(), &filter(&q)?).await? }))
 }
 
 /// The query, checked: what the log is asked for.

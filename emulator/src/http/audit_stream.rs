@@ -20,9 +20,10 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::AppState;
 use super::extract::ApiQuery;
-use crate::db::{Db, audit};
+use super::state::AppState;
+use crate::db::Db;
+use crate::db::audit::rows as audit;
 use crate::error::{ApiError, Result};
 use crate::validate;
 
@@ -68,7 +69,7 @@ async fn stream_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditStr
     st.audit.flush().await;
     let after = match q.after {
         Some(after) => after,
-        None => (audit::newest_seq(&st.db).await? - BACKLOG).max(0),
+        None => (audit::newest_seq(st.db.reader()).await? - BACKLOG).max(0),
     };
     let tail = Tail {
         db: st.db.clone(),
@@ -98,7 +99,7 @@ impl Tail {
     async fn next_batch(mut self) -> Option<(Vec<AuditEntry>, Self)> {
         loop {
             let next = audit::Filter { after: self.after, limit: i64::from(AUDIT_LIMIT_MAX), ..Default::default() };
-            match audit::query(&self.db, &next).await {
+            match audit::query(self.db.reader(), &next).await {
                 Ok(items) if !items.is_empty() => {
                     self.after = items.last().map_or(self.after, |e| e.seq);
                     return Some((items, self));

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use fakecloud_api::codes;
 
-use super::AppState;
+use super::state::AppState;
 use crate::error::ApiError;
 
 /// Every file of the console: its name under `/console/`, its media type and its bytes.

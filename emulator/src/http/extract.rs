@@ -10,6 +10,9 @@ use serde::de::DeserializeOwned;
 use crate::error::ApiError;
 use crate::store::idempotency;
 
+/// The largest request body read, in bytes.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
 /// A JSON body. Malformed JSON is `InvalidJson`; a wrong field is `InvalidParameter` with the field's path.
 pub struct ApiJson<T>(pub T);
 
@@ -37,7 +40,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 pub fn body_rejection(e: BytesRejection) -> ApiError {
     let status = e.status();
     let code = if status == StatusCode::PAYLOAD_TOO_LARGE { codes::PAYLOAD_TOO_LARGE } else { codes::INVALID_JSON };
-    let limit = super::MAX_BODY_BYTES;
+    let limit = MAX_BODY_BYTES;
     let detail =
         if code == codes::PAYLOAD_TOO_LARGE { format!("the body is over {limit} bytes") } else { e.body_text() };
     ApiError::new(status, code, format!("cannot read the request body: {detail}"))

@@ -12,7 +12,8 @@ use fakecloud_api::{
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath};
-use super::{AppState, created, reply};
+use super::reply::{created, reply};
+use super::state::AppState;
 use crate::error::Result;
 use crate::store::{hangs, instances};
 

@@ -10,7 +10,8 @@ use fakecloud_api::{
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, idempotency_key};
-use super::{AppState, created, reply};
+use super::reply::{created, reply};
+use super::state::AppState;
 use crate::error::Result;
 use crate::store::load_balancers;
 

@@ -6,9 +6,39 @@
 use fakecloud_api::limits::*;
 use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, InstanceState, REPLAYED_HEADER, REQUEST_ID_HEADER};
 use serde_json::{Map, Value, json};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
 
 use crate::config::Config;
 use crate::validate::{self, Text};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "fakecloud",
+        description = "A local cloud emulator: instances, networks and route tables, load balancers, quotas and an audit log. \
+                       Every call needs `Authorization: Bearer <token>`; admin calls need the admin token. Every error \
+                       has the body `ErrorBody`; a method a path does not have is answered as \
+                       `components.responses.MethodNotAllowed` (405, with `Allow`)."
+    ),
+    modifiers(&BearerTokens),
+    components(schemas(fakecloud_api::ErrorBody))
+)]
+pub(super) struct ApiDoc;
+
+struct BearerTokens;
+
+impl Modify for BearerTokens {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["user", "admin"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
+    }
+}
 
 const ERROR: &str = "#/components/schemas/ErrorBody";
 
@@ -270,7 +300,11 @@ fn complete_responses(path: &str, op: &mut Value) {
         add(responses, "400", error("An ID in the path is longer than any this API hands out, or a header is invalid"));
     }
     if has_body {
-        add(responses, "413", error(&format!("PayloadTooLarge: the body is over {} bytes", super::MAX_BODY_BYTES)));
+        add(
+            responses,
+            "413",
+            error(&format!("PayloadTooLarge: the body is over {} bytes", super::extract::MAX_BODY_BYTES)),
+        );
         add(responses, "415", error("UnsupportedMediaType: the body must be sent as application/json"));
     }
     let mut unavailable =

@@ -7,7 +7,8 @@ use fakecloud_api::{ErrorBody, Quota, QuotaList, QuotaName, SetQuotaRequest, cod
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath};
-use super::{AppState, reply};
+use super::reply::reply;
+use super::state::AppState;
 use crate::db::now_ms;
 use crate::error::{ApiError, Result};
 use crate::store::quotas;

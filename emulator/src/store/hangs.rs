@@ -5,8 +5,8 @@
 
 use fakecloud_api::{Hang, InstanceState, StartHangRequest, codes};
 
-use super::begin;
 use super::instances::{self, Selection, state_at};
+use super::write::begin;
 use crate::call;
 use crate::config::Config;
 use crate::db::{Db, now_ms, rfc3339};

@@ -10,7 +10,8 @@ use fakecloud_api::{
 use sqlx::SqliteExecutor;
 
 use super::quotas::Check;
-use super::{begin, begin_with, idempotency, ipam, lifecycle, quotas};
+use super::write::{begin, begin_with};
+use super::{idempotency, ipam, lifecycle, quotas};
 use crate::call;
 use crate::config::{Config, Pool, Timings};
 use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};

@@ -3,7 +3,8 @@
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
 use sqlx::{Row, SqliteExecutor};
 
-use super::{begin, begin_with, idempotency};
+use super::idempotency;
+use super::write::{begin, begin_with};
 use crate::call;
 use crate::db::{Db, NotDone, Script, Step, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};

@@ -1,0 +1,145 @@
+//! What a verdict does to a call (see [`super::call::Verdict`]): refuse it, delay it, run it and then fail, give
+//! no answer, or hide what it changed — and eventual consistency's concealment, which shows a lagging resource's
+//! previous version (or nothing, for a creation) to reads until its lag ends.
+
+use axum::Json;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use fakecloud_api::NoResponseMode;
+
+use super::FaultEngine;
+use super::call::Verdict;
+use crate::call::ResourceId;
+use crate::config::Config;
+use crate::db::Db;
+use crate::error::{ApiError, ErrorCode};
+use crate::store;
+
+/// The API representation of an instance or load balancer, for eventual consistency's "previous version".
+async fn current_json(db: &Db, cfg: &Config, id: &str) -> Option<serde_json::Value> {
+    let value = if id.starts_with("i-") {
+        serde_json::to_value(store::instances::get(db, cfg, id).await.ok()?)
+    } else if id.starts_with("lb-") {
+        serde_json::to_value(store::load_balancers::get(db, id).await.ok()?)
+    } else {
+        return None;
+    };
+    value.ok()
+}
+
+/// Eventual consistency: reads see resources as they were before a lagging write — not at all for a creation,
+/// the previous version for a change.
+pub async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, faults: &FaultEngine) -> Response {
+    let lagging = faults.lagging_now();
+    // Only JSON is rewritten: a stream (the audit tail) must not be read to its end here.
+    let json =
+        resp.headers().get(header::CONTENT_TYPE).is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
+    if lagging.is_empty() || !resp.status().is_success() || !json {
+        return resp;
+    }
+    if let Some(id) = path_id
+        && let Some(previous) = lagging.get(id)
+    {
+        return match previous {
+            Some(prev) => {
+                let mut r = (StatusCode::OK, Json(prev.clone())).into_response();
+                r.extensions_mut().insert(ResourceId(id.to_string()));
+                r
+            }
+            // GetInstance -> InstanceNotFound, as the resource's own 404 would say.
+            None => {
+                let code = format!("{}NotFound", operation.trim_start_matches("Get"));
+                ApiError::new(StatusCode::NOT_FOUND, code, format!("{id} does not exist")).into_response()
+            }
+        };
+    }
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("cannot read a response body").into_response();
+    };
+    let mut value: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    };
+    if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
+        let id_of = |item: &serde_json::Value| item.get("id").and_then(|id| id.as_str()).map(str::to_string);
+        items.retain(|item| !matches!(id_of(item).and_then(|id| lagging.get(&id).cloned()), Some(None)));
+        for item in items.iter_mut() {
+            if let Some(Some(prev)) = id_of(item).and_then(|id| lagging.get(&id).cloned()) {
+                *item = prev;
+            }
+        }
+    }
+    let mut resp = Response::from_parts(parts, axum::body::Body::from(value.to_string()));
+    resp.headers_mut().remove(header::CONTENT_LENGTH);
+    resp
+}
+
+/// Carry out a fault verdict around the call.
+#[allow(clippy::too_many_arguments)]
+pub async fn apply(
+    verdict: Verdict,
+    req: Request,
+    next: Next,
+    engine: &FaultEngine,
+    db: &Db,
+    cfg: &Config,
+    path_id: Option<&str>,
+    fault: &mut Option<String>,
+) -> Response {
+    match verdict {
+        Verdict::Pass => next.run(req).await,
+        Verdict::Refuse { error, fault: f } => {
+            *fault = Some(f);
+            error.into_response()
+        }
+        Verdict::Delay { by, fault: f } => {
+            *fault = Some(f);
+            tokio::time::sleep(by).await;
+            next.run(req).await
+        }
+        Verdict::Hide { for_, fault: f } => {
+            // A change to an existing resource: reads keep seeing the version from before it.
+            let previous = match path_id {
+                Some(id) => current_json(db, cfg, id).await,
+                None => None,
+            };
+            let resp = next.run(req).await;
+            if resp.status().is_success()
+                && let Some(ResourceId(id)) = resp.extensions().get::<ResourceId>()
+            {
+                match (path_id, previous) {
+                    (Some(_), Some(prev)) => engine.lag(id, Some(prev), for_),
+                    (Some(_), None) => {}
+                    (None, _) => engine.lag(id, None, for_),
+                }
+                *fault = Some(f);
+            }
+            resp
+        }
+        Verdict::ApplyThenFail { error, fault: f } => {
+            let resp = next.run(req).await;
+            if resp.status().is_success() {
+                *fault = Some(f);
+                error.into_response()
+            } else {
+                resp
+            }
+        }
+        Verdict::NoResponse { mode, hang, fault: f } => {
+            *fault = Some(f);
+            if mode == NoResponseMode::Hang {
+                tokio::time::sleep(hang).await;
+            }
+            // A body that fails makes the server drop the connection: the client gets no complete answer.
+            let body = axum::body::Body::from_stream(futures::stream::once(async {
+                Err::<axum::body::Bytes, std::io::Error>(std::io::Error::other("fault injection: no response"))
+            }));
+            let mut resp = Response::new(body);
+            resp.extensions_mut().insert(ErrorCode("NoResponse".into()));
+            resp
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! What every handler is given: the database, the configuration, the tokens, metrics, the audit log, the fault
+//! engine and the data plane — made once, when the application is assembled (`super::app`).
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use super::operations::Operations;
+use crate::auth::Tokens;
+use crate::config::Config;
+use crate::dataplane::DataPlane;
+use crate::db::Db;
+use crate::db::audit::writer::AuditSink;
+use crate::faults::FaultEngine;
+use crate::metrics::Metrics;
+
+/// Everything a handler needs.
+#[derive(Clone, Debug)]
+pub struct AppState(pub(super) Arc<Inner>);
+
+#[derive(Debug)]
+pub struct Inner {
+    pub db: Db,
+    pub cfg: Config,
+    pub tokens: Tokens,
+    pub metrics: Metrics,
+    pub audit: AuditSink,
+    pub(super) faults: Arc<FaultEngine>,
+    /// The load balancer data plane, when the emulator serves it (`serve --serve-load-balancers`).
+    pub dataplane: Option<DataPlane>,
+    /// Tasks that live as long as the app (random spot reclamation, the data plane); stopped by
+    /// `stop_background`.
+    pub(super) background: Vec<tokio::task::JoinHandle<()>>,
+    pub(super) operations: Operations,
+    pub(super) openapi: String,
+    /// Turns true when the server shuts down: open calls that would run on (audit streams) end then.
+    pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The audit streams the admin token may have open (only it may stream).
+    pub(super) audit_streams: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    pub fn faults(&self) -> &FaultEngine {
+        &self.0.faults
+    }
+
+    pub fn stop_background(&self) {
+        self.0.background.iter().for_each(|t| t.abort());
+    }
+}
+
+impl Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
