@@ -26,7 +26,6 @@ use std::time::Duration;
 use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT};
 use fakecloud_ccm::config::parse_go_duration;
 
-
 /// Which CCM the local backend runs; every one gets fakecloud-ccm's flags (`--cloud-provider=fakecloud`,
 /// `--cloud-config`, `--kubeconfig`, `--cluster-cidr`, `--secure-port`, the periods and leader election), which
 /// upstream's command accepts too.

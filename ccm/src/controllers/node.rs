@@ -44,6 +44,9 @@ pub enum Error {
     NoProviderId(String),
     #[error("provided node ip for node {node:?} is not valid: {reason}")]
     NodeIp { node: String, reason: String },
+    /// Upstream's lister error when the Node left the cache during init.
+    #[error("node {0:?} not found")]
+    Gone(String),
     #[error(transparent)]
     Kube(#[from] kube::Error),
 }
@@ -60,6 +63,8 @@ pub struct Settings {
 
 struct Context<C> {
     api: Api<Node>,
+    /// The shared informer's cache: init builds each write from it.
+    nodes: Store<Node>,
     cloud: Arc<C>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
@@ -85,6 +90,7 @@ pub async fn run<C: Cloud>(
     let queue = metrics.queue(QUEUE);
     let ctx = Arc::new(Context {
         api: api.clone(),
+        nodes: nodes.clone(),
         cloud,
         recorder: Recorder::new(client, COMPONENT),
         metrics,
@@ -149,7 +155,7 @@ async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Ac
     let node_ip = |reason| Error::NodeIp { node: name.clone(), reason };
     provided_ips_first(&node, md.addresses.clone()).map_err(node_ip)?;
     let addresses = merge_addresses(&node, &md.addresses).map_err(node_ip)?;
-    let updated = initialize(&ctx.api, &node, &md).await?;
+    let updated = initialize(&ctx.api, &ctx.nodes, &name, &md).await?;
     ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), rv(&updated));
     ctx.metrics.taint_removal_delay.observe(&[], since_creation(&updated));
     update_addresses(&ctx.api, &updated, &addresses).await?;
@@ -168,14 +174,17 @@ fn since_creation(node: &Node) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// providerID (set once), the label set, the taint removed: one full update with the resourceVersion read,
-/// retried on conflict from a fresh read (upstream: `RetryOnConflict(UpdateNodeSpecBackoff)`).
-async fn initialize(api: &Api<Node>, node: &Node, md: &InstanceMetadata) -> Result<Node, Error> {
-    let name = node.name_any();
-    let mut current = node.clone();
+/// providerID (set once), the label set, the taint removed: one full update of the Node as the cache has it,
+/// with its resourceVersion, retried on conflict (upstream: `RetryOnConflict(UpdateNodeSpecBackoff)`). Every
+/// attempt re-reads the cache, not the API, as upstream's does (docs/upstream-ccm.md, trap 19): a retry waits
+/// for the watch to deliver the newer Node.
+async fn initialize(api: &Api<Node>, cache: &Store<Node>, name: &str, md: &InstanceMetadata) -> Result<Node, Error> {
     let mut attempt = 1;
     loop {
-        let mut n = current.clone();
+        let Some(current) = cache.get(&ObjectRef::new(name)) else {
+            return Err(Error::Gone(name.to_string()));
+        };
+        let mut n = Node::clone(&current);
         let spec = n.spec.get_or_insert_with(Default::default);
         if spec.provider_id.as_deref().unwrap_or_default().is_empty() && !md.provider_id.is_empty() {
             spec.provider_id = Some(md.provider_id.clone());
@@ -184,12 +193,11 @@ async fn initialize(api: &Api<Node>, node: &Node, md: &InstanceMetadata) -> Resu
             taints.retain(|t| t.key != UNINITIALIZED_TAINT);
         }
         n.metadata.labels.get_or_insert_with(Default::default).extend(init_labels(md));
-        match api.replace(&name, &PostParams::default(), &n).await {
+        match api.replace(name, &PostParams::default(), &n).await {
             Ok(updated) => return Ok(updated),
             Err(kube::Error::Api(s)) if s.is_conflict() && attempt < UPDATE_TRIES => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                current = api.get(&name).await?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -294,6 +302,8 @@ mod tests {
     struct Case {
         name: &'static str,
         node: Value,
+        /// The informer's copy when init writes (`None`: the Node as synced).
+        cache: Option<Value>,
         cloud: InMemoryCloud,
         api: FakeApi,
         calls: Vec<Call>,
@@ -305,11 +315,15 @@ mod tests {
 
     async fn check(c: Case) {
         let node: Node = serde_json::from_value(c.node.clone()).unwrap();
+        let (nodes, mut writer) = kube::runtime::reflector::store::<Node>();
+        let cached = c.cache.unwrap_or_else(|| c.node.clone());
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(serde_json::from_value(cached).unwrap()));
         let api = c.api.with(c.node);
         let client = api.client();
         let metrics = Arc::new(Metrics::default());
         let ctx = Arc::new(Context {
             api: Api::all(client.clone()),
+            nodes,
             cloud: Arc::new(c.cloud.clone()),
             recorder: Recorder::new(client, COMPONENT),
             queue: metrics.queue(QUEUE),
@@ -352,6 +366,7 @@ mod tests {
                 node: registered(json!({"spec": {"taints": [
                     {"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"},
                     {"key": "team", "value": "a", "effect": "NoSchedule"}]}})),
+                cache: None,
                 cloud: cloud(),
                 api: FakeApi::default(),
                 calls: vec![Call::InstanceMetadata("n1".into())],
@@ -377,6 +392,7 @@ mod tests {
                 node: registered(
                     json!({"spec": {"taints": [{"key": UNINITIALIZED_TAINT, "value": "x", "effect": "NoExecute"}]}}),
                 ),
+                cache: None,
                 cloud: cloud(),
                 api: FakeApi::default(),
                 calls: vec![Call::InstanceMetadata("n1".into())],
@@ -390,6 +406,7 @@ mod tests {
             Case {
                 name: "a providerID already set is kept (trap 6)",
                 node: registered(json!({"spec": {"providerID": "fakecloud://elsewhere/i-1"}})),
+                cache: None,
                 cloud: cloud(),
                 api: FakeApi::default(),
                 calls: vec![Call::InstanceMetadata("n1".into())],
@@ -403,6 +420,7 @@ mod tests {
             Case {
                 name: "the cloud lists no address: initialized, no address write",
                 node: registered(json!({})),
+                cache: None,
                 cloud: InMemoryCloud::default()
                     .with_instance(Instance { addresses: Vec::new(), ..Instance::running("i-1", "n1", "") }),
                 api: FakeApi::default(),
@@ -414,6 +432,7 @@ mod tests {
             Case {
                 name: "instance not found yet: stays tainted, retried with the queue's backoff (trap 4)",
                 node: registered(json!({})),
+                cache: None,
                 cloud: InMemoryCloud::default(),
                 api: FakeApi::default(),
                 calls: vec![Call::InstanceMetadata("n1".into())],
@@ -424,6 +443,7 @@ mod tests {
             Case {
                 name: "cloud throttled: retried with the queue's backoff, not the cloud's delay",
                 node: registered(json!({})),
+                cache: None,
                 cloud: cloud().failing(
                     Op::InstanceMetadata,
                     CloudError::RetryAfter { after: Duration::from_secs(30), message: "slow down".into() },
@@ -437,6 +457,7 @@ mod tests {
             Case {
                 name: "a provided node IP the cloud does not list: stays tainted (trap 1)",
                 node: registered(json!({"metadata": {"annotations": {PROVIDED_NODE_IP: "10.9.9.9"}}})),
+                cache: None,
                 cloud: cloud(),
                 api: FakeApi::default(),
                 calls: vec![Call::InstanceMetadata("n1".into())],
@@ -445,16 +466,23 @@ mod tests {
                 outcome: Outcome::Retry("provided node ip for node \"n1\" is not valid", first_try),
             },
             Case {
-                // Upstream re-reads its informer cache here (trap 19); this controller GETs the Node afresh.
-                name: "a conflicting PUT is retried after a re-read",
+                name: "each write is built from the cache, which moved on since the sync began; a conflict re-reads \
+                       the cache, not the API (trap 19)",
                 node: registered(json!({})),
+                cache: Some(registered(json!({"metadata": {"resourceVersion": "8", "labels": {"team": "a"}}}))),
                 cloud: cloud(),
                 api: FakeApi::default().failing("PUT /api/v1/nodes/n1", 409, 1),
                 calls: vec![Call::InstanceMetadata("n1".into())],
                 requests: vec![
-                    ("PUT /api/v1/nodes/n1", json!({"spec": {"taints": []}})),
-                    ("GET /api/v1/nodes/n1", Value::Null),
-                    ("PUT /api/v1/nodes/n1", json!({"spec": {"providerID": PID, "taints": []}})),
+                    (
+                        "PUT /api/v1/nodes/n1",
+                        json!({"metadata": {"resourceVersion": "8", "labels": {"team": "a"}}, "spec": {"taints": []}}),
+                    ),
+                    (
+                        "PUT /api/v1/nodes/n1",
+                        json!({"metadata": {"resourceVersion": "8", "labels": {"team": "a"}},
+                            "spec": {"providerID": PID, "taints": []}}),
+                    ),
                     ("PATCH /api/v1/nodes/n1/status", json!({})),
                 ],
                 events: vec!["Normal Synced"],
@@ -465,6 +493,7 @@ mod tests {
                 node: registered(json!({"spec": {"taints": null}, "metadata": {"labels": {
                     "failure-domain.beta.kubernetes.io/zone": "z1", "topology.kubernetes.io/zone": "z2",
                     "topology.kubernetes.io/region": "r1"}}})),
+                cache: None,
                 cloud: cloud(),
                 api: FakeApi::default(),
                 calls: vec![],
@@ -479,6 +508,7 @@ mod tests {
             Case {
                 name: "initialized and consistent: no cloud call, no write",
                 node: registered(json!({"spec": {"taints": null}, "metadata": {"labels": labels("local-1a")}})),
+                cache: None,
                 cloud: cloud(),
                 api: FakeApi::default(),
                 calls: vec![],

@@ -70,13 +70,16 @@ struct Plan {
     creates: Vec<(Arc<Node>, String)>,
     /// Routes this controller is responsible for that no node needs.
     stale: Vec<CloudRoute>,
+    /// The nodes some listed route targets.
+    routed: HashSet<String>,
 }
 
 /// Upstream's reconcile, without the calls. A route belongs to the node whose providerID names its instance;
 /// destinations compare as text (docs/upstream-ccm.md, trap 16); a route is deleted only if this controller is
 /// responsible for it (its first or last address inside a cluster CIDR, upstream's `isResponsibleForRoute`) and no
 /// node needs it.
-/// Nodes without a providerID get no route yet: there is no instance to route to.
+/// A node without a providerID is planned like any other, as upstream does: the cloud then refuses the
+/// create, and the node is told so (event and condition) until it is initialized.
 fn plan(
     nodes: &[Arc<Node>],
     routes: &[CloudRoute],
@@ -90,7 +93,7 @@ fn plan(
     let target_node = |r: &CloudRoute| node_of.get(&r.target_instance).cloned().unwrap_or_default();
     let have: HashSet<(String, &str)> = routes.iter().map(|r| (target_node(r), r.destination.as_str())).collect();
     let mut creates = Vec::new();
-    for node in nodes.iter().filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some()) {
+    for node in nodes {
         for cidr in pod_cidrs(node) {
             if !have.contains(&(node.name_any(), cidr.as_str())) {
                 creates.push((node.clone(), cidr));
@@ -108,7 +111,8 @@ fn plan(
         .filter(|r| responsible(&r.destination) && !needed.contains(&(target_node(r), r.destination.clone())))
         .cloned()
         .collect();
-    Plan { creates, stale }
+    let routed = routes.iter().map(target_node).filter(|n| !n.is_empty()).collect();
+    Plan { creates, stale, routed }
 }
 
 async fn reconcile<C: Cloud>(
@@ -120,7 +124,7 @@ async fn reconcile<C: Cloud>(
 ) -> Result<(), CloudError> {
     let routes = cloud.list_routes(&s.cluster_name).await?;
     let nodes = store.state();
-    let Plan { creates, stale } =
+    let Plan { creates, stale, routed } =
         plan(&nodes, &routes, &s.cluster_cidrs, |pid| cloud.instance_id(pid).map(str::to_string));
     // Each create with its node, CIDR and how long it took (for the event).
     type Attempt = (Arc<Node>, String, Duration, Result<(), CloudError>);
@@ -159,11 +163,15 @@ async fn reconcile<C: Cloud>(
         .buffer_unordered(MAX_IN_FLIGHT)
         .collect::<Vec<()>>()
         .await;
+    // Upstream's condition pass (L488-523): every node with pod CIDRs or with routes; one with routes but no
+    // pod CIDR has none of its own, so NoRouteCreated.
     for node in &nodes {
-        if node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_none() || pod_cidrs(node).is_empty() {
+        let name = node.name_any();
+        let has_cidrs = !pod_cidrs(node).is_empty();
+        if !has_cidrs && !routed.contains(&name) {
             continue;
         }
-        let ok = !failed.contains(&node.name_any());
+        let ok = has_cidrs && !failed.contains(&name);
         if let Err(e) = set_network_condition(api, node, ok).await {
             tracing::warn!(node = %node.name_any(), error = %e, "cannot update NetworkUnavailable");
         }
@@ -236,9 +244,10 @@ mod tests {
     }
 
     #[test]
-    fn nodes_without_a_provider_id_wait() {
+    fn nodes_without_a_provider_id_are_attempted() {
+        // As upstream: the cloud refuses the create, and the node hears of it.
         let (creates, _) = run(&[node("a", None, &["10.244.1.0/24"])], &[], &["10.244.0.0/16"]);
-        assert!(creates.is_empty());
+        assert_eq!(creates, [("a".to_string(), "10.244.1.0/24".to_string())]);
     }
 
     #[test]
@@ -477,15 +486,32 @@ mod tests {
                 ok: false,
             },
             Case {
-                name: "no providerID or no pod CIDR yet: no route, no condition",
-                nodes: vec![
-                    api_node("c", None, &["10.244.3.0/24"], json!({})),
-                    api_node("d", Some("i-d"), &[], json!({})),
-                ],
+                name: "no providerID yet: the create is attempted and refused, FailedToCreateRoute, NoRouteCreated",
+                nodes: vec![api_node("c", None, &["10.244.3.0/24"], json!({}))],
+                cloud: InMemoryCloud::default(),
+                calls: vec![Call::ListRoutes, create("c", "10.244.3.0/24")],
+                routes: vec![],
+                requests: vec![no_route_created("c")],
+                events: vec!["Warning FailedToCreateRoute"],
+                ok: true,
+            },
+            Case {
+                name: "no pod CIDR and no route: no condition",
+                nodes: vec![api_node("d", Some("i-d"), &[], json!({}))],
                 cloud: InMemoryCloud::default(),
                 calls: vec![Call::ListRoutes],
                 routes: vec![],
                 requests: vec![],
+                events: vec![],
+                ok: true,
+            },
+            Case {
+                name: "no pod CIDR but a route to it: the route deleted, NoRouteCreated, whatever the condition said",
+                nodes: vec![api_node("d", Some("i-d"), &[], network("False", "RouteCreated"))],
+                cloud: InMemoryCloud::default().with_route(CLUSTER, "r1", "i-d", "10.244.4.0/24"),
+                calls: vec![Call::ListRoutes, Call::DeleteRoute("10.244.4.0/24".into())],
+                routes: vec![],
+                requests: vec![no_route_created("d")],
                 events: vec![],
                 ok: true,
             },

@@ -377,12 +377,71 @@ async fn delete<C: Cloud>(svc: &Service, ctx: &Context<C>) -> Result<(), Error> 
     }
 }
 
-/// Finalizers go through the status subresource, as upstream's `PatchService` sends them (no
-/// resourceVersion: last writer wins, no conflicts).
+/// Finalizers go through the status subresource as upstream's `PatchService` sends them: a strategic-merge
+/// patch from the cached list to the wanted one, with no resourceVersion, so another controller's finalizer
+/// added since our read survives (docs/upstream-ccm.md, trap 22).
 async fn patch_finalizers<C>(ctx: &Context<C>, svc: &Service, finalizers: Vec<String>) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
-    services(ctx, svc).patch_status(&svc.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+    let cached = svc.metadata.finalizers.as_deref().unwrap_or_default();
+    let patch = serde_json::json!({"metadata": finalizers_patch(cached, &finalizers)});
+    services(ctx, svc).patch_status(&svc.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await?;
     Ok(())
+}
+
+/// What apimachinery's `strategicpatch.CreateTwoWayMergePatch` makes of a change from `old` to `new` in
+/// `metadata.finalizers`, a list of strings with patch strategy `merge` (`diffLists`, `diffListsOfScalars`):
+/// the additions, the deletions as `$deleteFromPrimitiveList/finalizers`, the whole new list as
+/// `$setElementOrder/finalizers`. An empty side is absent from the JSON (`omitempty`): from none, the list
+/// itself; to none, `null`, which drops every finalizer, a concurrent one included.
+fn finalizers_patch(old: &[String], new: &[String]) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut patch = serde_json::Map::new();
+    if old.is_empty() || new.is_empty() {
+        if old != new {
+            let whole = if new.is_empty() { Value::Null } else { new.into() };
+            patch.insert("finalizers".into(), whole);
+        }
+        return patch;
+    }
+    // Both sorted, then walked side by side: what only `new` has is added, what only `old` has is deleted.
+    let (mut o, mut n) = (old.to_vec(), new.to_vec());
+    o.sort();
+    n.sort();
+    let (mut added, mut deleted): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (o.get(i), n.get(j)) {
+            (None, None) => break,
+            (Some(a), Some(b)) if a == b => {
+                i += 1;
+                j += 1;
+            }
+            (Some(a), Some(b)) if a < b => {
+                deleted.push(a.clone());
+                i += 1;
+            }
+            (Some(a), None) => {
+                deleted.push(a.clone());
+                i += 1;
+            }
+            (_, Some(b)) => {
+                added.push(b.clone());
+                j += 1;
+            }
+        }
+    }
+    added.sort_by_key(|v| new.iter().position(|x| x == v));
+    deleted.dedup();
+    if !deleted.is_empty() {
+        patch.insert("$deleteFromPrimitiveList/finalizers".into(), deleted.clone().into());
+    }
+    // Go compares the old list, sorted in place by then, with the new one.
+    if !deleted.is_empty() || o != new {
+        patch.insert("$setElementOrder/finalizers".into(), new.into());
+    }
+    if !added.is_empty() {
+        patch.insert("finalizers".into(), added.into());
+    }
+    patch
 }
 
 /// The ingress exactly as the cloud returned it (no invented `ipMode`), written only when it differs, order
@@ -575,6 +634,44 @@ mod tests {
         assert!(!in_node_set(&deleting));
     }
 
+    /// Each row's patch is what apimachinery v0.37.2's `CreateTwoWayMergePatch` gives for two `v1.Service`s that
+    /// differ in these finalizers only (run once with Go; docs/upstream-ccm.md, trap 22).
+    #[test]
+    fn finalizer_patches_are_upstreams_two_way_patch() {
+        let cases = [
+            (vec![], vec![FINALIZER], serde_json::json!({"finalizers": [FINALIZER]})),
+            (
+                vec!["other"],
+                vec!["other", FINALIZER],
+                serde_json::json!({"$setElementOrder/finalizers": ["other", FINALIZER], "finalizers": [FINALIZER]}),
+            ),
+            (
+                vec!["a", "b"],
+                vec!["a", "b", FINALIZER],
+                serde_json::json!({"$setElementOrder/finalizers": ["a", "b", FINALIZER], "finalizers": [FINALIZER]}),
+            ),
+            (
+                vec!["other", FINALIZER],
+                vec!["other"],
+                serde_json::json!({"$deleteFromPrimitiveList/finalizers": [FINALIZER],
+                    "$setElementOrder/finalizers": ["other"]}),
+            ),
+            (
+                vec![FINALIZER, "other"],
+                vec!["other"],
+                serde_json::json!({"$deleteFromPrimitiveList/finalizers": [FINALIZER],
+                    "$setElementOrder/finalizers": ["other"]}),
+            ),
+            (vec![FINALIZER], vec![], serde_json::json!({"finalizers": null})),
+        ];
+        for (old, new, want) in cases {
+            let (old, new): (Vec<String>, Vec<String>) =
+                (old.iter().map(|s| s.to_string()).collect(), new.iter().map(|s| s.to_string()).collect());
+            let got = serde_json::Value::Object(finalizers_patch(&old, &new));
+            assert_eq!(got, want, "{old:?} -> {new:?}");
+        }
+    }
+
     #[test]
     fn retry_after_errors_keep_their_delay() {
         let e = Error::Ensure(CloudError::RetryAfter { after: Duration::from_secs(7), message: "x".into() });
@@ -598,6 +695,8 @@ mod tests {
     const KEY: &str = "default/s1";
     const STATUS: &str = "PATCH /api/v1/namespaces/default/services/s1/status";
     const OTHER: &str = "example.com/other";
+    /// Another controller's finalizer, added after our cache read.
+    const LATE: &str = "example.com/late";
 
     fn service(extra: Value) -> Value {
         merged(
@@ -649,8 +748,22 @@ mod tests {
         Call::EnsureLoadBalancer(KEY.into(), nodes.iter().map(|n| n.to_string()).collect())
     }
 
-    fn finalizers(list: &[&str]) -> (&'static str, Value) {
-        (STATUS, json!({"metadata": {"finalizers": list}}))
+    /// Our finalizer added to the `cached` ones: upstream's two-way patch, exactly (docs/upstream-ccm.md, trap 22).
+    fn add_finalizer(cached: &[&str]) -> (&'static str, Value) {
+        let metadata = match cached {
+            [] => json!({"finalizers": [FINALIZER]}),
+            _ => json!({"$setElementOrder/finalizers": ([cached, &[FINALIZER]].concat()), "finalizers": [FINALIZER]}),
+        };
+        (STATUS, json!({"metadata": metadata}))
+    }
+
+    /// Our finalizer removed, `rest` left: upstream's two-way patch, exactly. Without a rest it is `null`.
+    fn remove_finalizer(rest: &[&str]) -> (&'static str, Value) {
+        let metadata = match rest {
+            [] => json!({"finalizers": null}),
+            _ => json!({"$deleteFromPrimitiveList/finalizers": [FINALIZER], "$setElementOrder/finalizers": rest}),
+        };
+        (STATUS, json!({"metadata": metadata}))
     }
 
     fn ingress(ip: Option<&str>) -> (&'static str, Value) {
@@ -678,12 +791,15 @@ mod tests {
         outcome: Outcome,
         /// Service key → backend names, afterwards.
         load_balancers: Vec<(&'static str, Vec<&'static str>)>,
+        /// The API's finalizers afterwards, if the case is about them.
+        finalizers_after: Option<Vec<&'static str>>,
     }
 
     async fn check(c: Case) {
         let name = c.name;
         let svc: Arc<Service> = Arc::new(serde_json::from_value(c.svc.clone()).unwrap());
-        let api = c.api.with(c.svc);
+        // The API's copy is the cache's unless the case stored another (a writer got there since our read).
+        let api = c.api.or_with(c.svc);
         let ctx = context(&api, &c.cloud, &c.nodes);
         let result = reconcile(svc.clone(), ctx.clone()).await;
         match (&result, c.outcome) {
@@ -702,8 +818,20 @@ mod tests {
         let want: Vec<&str> = c.requests.iter().map(|(call, _)| *call).collect();
         assert_eq!(got, want, "{name}: API requests");
         for (s, (_, body)) in sent.iter().zip(&c.requests) {
-            assert_contains(&s.body, body, &format!("{name}: {}", s.call));
-            assert_eq!(s.patch, "merge", "{name}: {}", s.call);
+            // Finalizers: upstream's strategic-merge patch, byte for byte as JSON; the ingress: a merge patch of
+            // the same body (the list is atomic, so both types replace it).
+            if body.get("metadata").is_some() {
+                assert_eq!(s.body, *body, "{name}: {}", s.call);
+                assert_eq!(s.patch, "strategic", "{name}: {}", s.call);
+            } else {
+                assert_contains(&s.body, body, &format!("{name}: {}", s.call));
+                assert_eq!(s.patch, "merge", "{name}: {}", s.call);
+            }
+        }
+        if let Some(want) = c.finalizers_after {
+            let stored = api.object("/api/v1/namespaces/default/services/s1").unwrap_or_default();
+            let got: Vec<String> = serde_json::from_value(stored["metadata"]["finalizers"].clone()).unwrap_or_default();
+            assert_eq!(got, want, "{name}: the API's finalizers afterwards");
         }
         assert_eq!(api.events(), c.events, "{name}: events");
         for ev in api.event_bodies() {
@@ -733,10 +861,37 @@ mod tests {
                 cloud: InMemoryCloud::default(),
                 api: FakeApi::default(),
                 calls: vec![ensure_call(&["a", "b"])],
-                requests: vec![finalizers(&[OTHER, FINALIZER]), ingress(Some("203.0.113.1"))],
+                requests: vec![add_finalizer(&[OTHER]), ingress(Some("203.0.113.1"))],
                 events: ensuring.into(),
                 outcome: Outcome::Done,
                 load_balancers: vec![(KEY, vec!["a", "b"])],
+                finalizers_after: Some(vec![OTHER, FINALIZER]),
+            },
+            Case {
+                name: "a finalizer added since our read survives ours being added (trap 22)",
+                svc: service(json!({"metadata": {"finalizers": [OTHER]}})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default().with(service(json!({"metadata": {"finalizers": [OTHER, LATE]}}))),
+                calls: vec![ensure_call(&["a"])],
+                requests: vec![add_finalizer(&[OTHER]), ingress(Some("203.0.113.1"))],
+                events: ensuring.into(),
+                outcome: Outcome::Done,
+                load_balancers: vec![(KEY, vec!["a"])],
+                finalizers_after: Some(vec![OTHER, FINALIZER, LATE]),
+            },
+            Case {
+                name: "none cached: the patch is the list itself, and one added since our read survives (trap 22)",
+                svc: service(json!({})),
+                nodes: vec![backend("a", json!({}))],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default().with(service(json!({"metadata": {"finalizers": [LATE]}}))),
+                calls: vec![ensure_call(&["a"])],
+                requests: vec![add_finalizer(&[]), ingress(Some("203.0.113.1"))],
+                events: ensuring.into(),
+                outcome: Outcome::Done,
+                load_balancers: vec![(KEY, vec!["a"])],
+                finalizers_after: Some(vec![FINALIZER, LATE]),
             },
             Case {
                 name: "the finalizer cannot be added: no cloud call (trap 10)",
@@ -745,10 +900,11 @@ mod tests {
                 cloud: InMemoryCloud::default(),
                 api: FakeApi::default().failing(STATUS, 500, 1),
                 calls: vec![],
-                requests: vec![finalizers(&[FINALIZER])],
+                requests: vec![add_finalizer(&[])],
                 events: vec!["Normal EnsuringLoadBalancer", "Warning SyncLoadBalancerFailed"],
                 outcome: Outcome::Retry("failed to add load balancer cleanup finalizer", backoff),
                 load_balancers: vec![],
+                finalizers_after: None,
             },
             Case {
                 name: "nothing changed: ensured again, nothing written (trap 13)",
@@ -762,6 +918,7 @@ mod tests {
                 events: ensuring.into(),
                 outcome: Outcome::Done,
                 load_balancers: vec![(KEY, vec!["a"])],
+                finalizers_after: None,
             },
             Case {
                 name: "the node set: excluded, autoscaler-tainted and deleting nodes out, NotReady in (trap 8)",
@@ -784,6 +941,7 @@ mod tests {
                 events: ensuring.into(),
                 outcome: Outcome::Done,
                 load_balancers: vec![(KEY, vec!["a", "d"])],
+                finalizers_after: None,
             },
             Case {
                 name: "no nodes: UnAvailableLoadBalancer, and the cloud is asked anyway (trap 14)",
@@ -800,6 +958,7 @@ mod tests {
                 ],
                 outcome: Outcome::Done,
                 load_balancers: vec![(KEY, vec![])],
+                finalizers_after: None,
             },
             Case {
                 name: "cloud throttled: SyncLoadBalancerFailed, requeued after exactly its Retry-After (trap 15)",
@@ -811,13 +970,14 @@ mod tests {
                 ),
                 api: FakeApi::default(),
                 calls: vec![ensure_call(&["a"])],
-                requests: vec![finalizers(&[FINALIZER])],
+                requests: vec![add_finalizer(&[])],
                 events: vec!["Normal EnsuringLoadBalancer", "Warning SyncLoadBalancerFailed"],
                 outcome: Outcome::Retry(
                     "failed to ensure load balancer: retry after 7s: slow down",
                     Duration::from_secs(7),
                 ),
                 load_balancers: vec![],
+                finalizers_after: None,
             },
             Case {
                 name: "quota exceeded: the quota named, backoff from 5 s (trap 15)",
@@ -833,6 +993,7 @@ mod tests {
                 events: vec!["Normal EnsuringLoadBalancer", "Warning SyncLoadBalancerFailed"],
                 outcome: Outcome::Retry("quota exceeded (LoadBalancerLimitExceeded): 5 of 5", backoff),
                 load_balancers: vec![],
+                finalizers_after: None,
             },
             Case {
                 name: "deleted: load balancer deleted, then our finalizer removed, then the ingress cleared (trap 10)",
@@ -841,10 +1002,39 @@ mod tests {
                 cloud: has_lb(),
                 api: FakeApi::default(),
                 calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
-                requests: vec![finalizers(&[OTHER]), ingress(None)],
+                requests: vec![remove_finalizer(&[OTHER]), ingress(None)],
                 events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
                 outcome: Outcome::Done,
                 load_balancers: vec![],
+                finalizers_after: Some(vec![OTHER]),
+            },
+            Case {
+                name: "deleted: a finalizer added since our read survives ours being removed (trap 22)",
+                svc: deleting(json!({})),
+                nodes: vec![],
+                cloud: has_lb(),
+                api: FakeApi::default().with(deleting(json!({"metadata": {"finalizers": [OTHER, FINALIZER, LATE]}}))),
+                calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
+                requests: vec![remove_finalizer(&[OTHER]), ingress(None)],
+                events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+                finalizers_after: Some(vec![OTHER, LATE]),
+            },
+            Case {
+                name: "ours the only one cached: upstream's null patch drops one added since our read too (trap 22)",
+                svc: service(json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"type": "ClusterIP"}})),
+                nodes: vec![],
+                cloud: InMemoryCloud::default(),
+                api: FakeApi::default().with(service(
+                    json!({"metadata": {"finalizers": [FINALIZER, LATE]}, "spec": {"type": "ClusterIP"}}),
+                )),
+                calls: vec![Call::GetLoadBalancer(KEY.into())],
+                requests: vec![remove_finalizer(&[])],
+                events: vec!["Normal DeletedLoadBalancer"],
+                outcome: Outcome::Done,
+                load_balancers: vec![],
+                finalizers_after: Some(vec![]),
             },
             Case {
                 name: "deleted, the cloud's delete fails: the finalizer stays (trap 10)",
@@ -857,6 +1047,7 @@ mod tests {
                 events: vec!["Normal DeletingLoadBalancer", "Warning SyncLoadBalancerFailed"],
                 outcome: Outcome::Retry("failed to delete load balancer: boom", backoff),
                 load_balancers: vec![(KEY, vec!["a"])],
+                finalizers_after: None,
             },
             Case {
                 name: "deleted, the existence check fails: nothing deleted or removed",
@@ -875,6 +1066,7 @@ mod tests {
                     Duration::from_secs(2),
                 ),
                 load_balancers: vec![(KEY, vec!["a"])],
+                finalizers_after: None,
             },
             Case {
                 name: "type changed to ClusterIP: cleaned up like a deletion",
@@ -884,10 +1076,11 @@ mod tests {
                 cloud: has_lb(),
                 api: FakeApi::default(),
                 calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
-                requests: vec![finalizers(&[]), ingress(None)],
+                requests: vec![remove_finalizer(&[]), ingress(None)],
                 events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
                 outcome: Outcome::Done,
                 load_balancers: vec![],
+                finalizers_after: Some(vec![]),
             },
             Case {
                 name: "deleted with no load balancer: DeletedLoadBalancer all the same (trap 14)",
@@ -896,10 +1089,11 @@ mod tests {
                 cloud: InMemoryCloud::default(),
                 api: FakeApi::default(),
                 calls: vec![Call::GetLoadBalancer(KEY.into())],
-                requests: vec![finalizers(&[OTHER])],
+                requests: vec![remove_finalizer(&[OTHER])],
                 events: vec!["Normal DeletedLoadBalancer"],
                 outcome: Outcome::Done,
                 load_balancers: vec![],
+                finalizers_after: None,
             },
             Case {
                 name: "the Service is gone by the last writes: NotFound ignored (trap 10)",
@@ -908,10 +1102,11 @@ mod tests {
                 cloud: has_lb(),
                 api: FakeApi::default().failing(STATUS, 404, 2),
                 calls: vec![Call::GetLoadBalancer(KEY.into()), Call::EnsureLoadBalancerDeleted(KEY.into())],
-                requests: vec![finalizers(&[OTHER]), ingress(None)],
+                requests: vec![remove_finalizer(&[OTHER]), ingress(None)],
                 events: vec!["Normal DeletingLoadBalancer", "Normal DeletedLoadBalancer"],
                 outcome: Outcome::Done,
                 load_balancers: vec![],
+                finalizers_after: None,
             },
             Case {
                 name: "another class's Service with our finalizer, deleted: cleaned up (trap 11)",
@@ -920,10 +1115,11 @@ mod tests {
                 cloud: InMemoryCloud::default(),
                 api: FakeApi::default(),
                 calls: vec![Call::GetLoadBalancer(KEY.into())],
-                requests: vec![finalizers(&[OTHER])],
+                requests: vec![remove_finalizer(&[OTHER])],
                 events: vec!["Normal DeletedLoadBalancer"],
                 outcome: Outcome::Done,
                 load_balancers: vec![],
+                finalizers_after: None,
             },
         ];
         for c in cases {

@@ -69,7 +69,16 @@ async fn routes_follow_nodes_and_the_route_quota() {
         }
         let refused = all.iter().find(|n| condition(n, "NetworkUnavailable").is_some_and(|c| c.0 == "True")).unwrap();
         let refused_name = refused.metadata.name.clone().unwrap();
-        let ev = env.event("default", &refused_name, "FailedToCreateRoute", HANG).await;
+        // Found by its message: a node is also refused while it has no providerID yet (upstream's route
+        // controller attempts those too, docs/upstream-ccm.md), and that event may come first.
+        let ev = until(HANG, "a FailedToCreateRoute event naming the quota", async || {
+            let events = env.events_in("default", &refused_name).await;
+            events.into_iter().find(|e| {
+                e.reason.as_deref() == Some("FailedToCreateRoute")
+                    && e.message.as_deref().is_some_and(|m| m.contains("RouteLimitExceeded"))
+            })
+        })
+        .await;
         let msg = ev.message.unwrap_or_default();
         assert!(msg.starts_with("Could not create route "), "{msg}");
         assert!(msg.contains("RouteLimitExceeded"), "the event names the quota: {msg}");
