@@ -65,7 +65,7 @@ test-kind: deps control-plane ## The kind path's tests: the private engine's egr
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
 	$(CARGO) fmt --all --check
-	shellcheck -x scripts/*.sh scripts/faults/*.sh scripts/kind/*.sh
+	shellcheck -x scripts/*.sh scripts/kind/*.sh
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	python3 scripts/import-graph.py emulator/src --only-from http=cli,server

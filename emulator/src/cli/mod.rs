@@ -130,6 +130,10 @@ pub enum ScenarioCmd {
         /// Multiply the step times by this (0.1 runs ten times faster), e.g. for a quick run in CI.
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
+        /// Give the scenario's variable NAME this value instead of its default (repeatable), e.g.
+        /// `--set limit=3 --set duration=120`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
     },
 }
 
@@ -151,8 +155,19 @@ const SCENARIO_HELP: &str = "Run FILE's steps at their times. A scenario is YAML
       wait: true
 
 One action per step: add_fault, remove_fault, add_lb_fault, remove_lb_fault (data-plane rules: reset, latency,
-black-hole), set_rate_limit, remove_rate_limit, start_outage, stop_outages, set_quota, reclaim, clear_faults or
-wait. Examples are in scenarios/. The file is checked before anything runs.";
+black-hole), set_rate_limit, remove_rate_limit, start_outage, stop_outages, set_quota, reclaim, hang,
+stop_hangs, clear_faults or wait. Examples are in scenarios/. The file is checked before anything runs.
+
+A scenario may declare variables with defaults and use them in its steps; --set changes one:
+
+  vars: {limit: 2, duration: 60}
+  steps:
+    - at: 0s
+      set_quota: {name: routes-per-route-table, limit: \"${limit}\"}
+    - at: \"${duration}s\"
+      wait: true
+
+  fakecloud scenario run scenarios/route-limit.yaml --set limit=3";
 
 #[derive(Debug, Subcommand)]
 pub enum InstanceCmd {
@@ -409,8 +424,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
         Command::Hang(cmd) => faults::hang(&conn.client(true)?, &out, cmd).await,
         Command::Spot(cmd) => faults::spot(&conn.client(true)?, &out, cmd).await,
-        Command::Scenario(ScenarioCmd::Run { file, keep, check, time_scale }) => {
-            let plan = scenario::load(&file)?;
+        Command::Scenario(ScenarioCmd::Run { file, keep, check, time_scale, set }) => {
+            let plan = scenario::load(&file, &set)?;
             if check {
                 eprintln!("{}: ok", file.display());
                 return Ok(());

@@ -34,7 +34,11 @@
 //! `clear_faults` (true) or `wait` (true). The whole file is checked before the first step runs. At the end —
 //! and on Ctrl-C — what the scenario changed is put back (faults, data-plane faults, rate limits and outages it
 //! added are removed, machines it hung resume, quotas get their old limits), unless `--keep`.
+//!
+//! `vars: {limit: 2}` declares variables with their defaults; a step uses one as `"${limit}"` (the value
+//! itself) or inside a string (`at: "${duration}s"`), and `--set limit=3` overrides it (see [`parse`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -44,6 +48,7 @@ use fakecloud_api::{
     StartHangRequest, StartOutageRequest,
 };
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::faults::check;
@@ -56,6 +61,9 @@ pub struct Scenario {
     pub name: Option<String>,
     #[serde(default)]
     pub description: Option<String>,
+    /// Names the steps use as `${name}`, with their defaults; `--set name=value` overrides one.
+    #[serde(default)]
+    pub vars: BTreeMap<String, Value>,
     pub steps: Vec<Step>,
 }
 
@@ -212,10 +220,10 @@ pub struct Plan {
     steps: Vec<(Duration, Action)>,
 }
 
-/// Parse and check a scenario file without running it.
-pub fn load(path: &Path) -> Result<Plan> {
+/// Parse and check a scenario file without running it; `sets` are `--set NAME=VALUE`s.
+pub fn load(path: &Path, sets: &[String]) -> Result<Plan> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let scenario: Scenario = serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let scenario = parse(&text, sets).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
     if scenario.steps.is_empty() {
         bail!("{}: no steps", path.display());
     }
@@ -236,6 +244,80 @@ pub fn load(path: &Path) -> Result<Plan> {
     let name =
         scenario.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
     Ok(Plan { name, steps })
+}
+
+/// The scenario in `text`, each `${name}` in its steps replaced by the value `--set` gives it or its default
+/// under `vars`. A string that is just `${name}` takes the value itself (a number stays a number); inside a
+/// longer string (`"${duration}s"`) the value is written in. Replaced in the parsed document, never in the
+/// text, so a value cannot add YAML of its own.
+fn parse(text: &str, sets: &[String]) -> Result<Scenario> {
+    if sets.is_empty() && !text.contains("${") {
+        // Without variables, straight from the text: serde's errors keep their line and column.
+        return Ok(serde_saphyr::from_str(text)?);
+    }
+    let mut doc: Value = serde_saphyr::from_str(text)?;
+    let declared: BTreeMap<String, Value> = match doc.get("vars") {
+        Some(v) => serde_json::from_value(v.clone()).context("vars: give a map of names to default values")?,
+        None => BTreeMap::new(),
+    };
+    let mut values = declared.clone();
+    for set in sets {
+        let (name, value) = set.split_once('=').with_context(|| format!("--set {set:?}: give NAME=VALUE"))?;
+        if !declared.contains_key(name) {
+            let names: Vec<&str> = declared.keys().map(String::as_str).collect();
+            let known = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+            bail!("--set {name}: the scenario has no such variable (its vars: {known})");
+        }
+        // Typed as YAML types it: `5` a number, `local-1b` a string.
+        let typed = serde_saphyr::from_str::<Value>(value).unwrap_or_else(|_| Value::String(value.to_string()));
+        values.insert(name.to_string(), typed);
+    }
+    if let Some(steps) = doc.get_mut("steps") {
+        substitute(steps, &values, "steps")?;
+    }
+    Ok(serde_json::from_value(doc)?)
+}
+
+/// Replace every `${name}` under `v` (at `path`, for errors) with its value.
+fn substitute(v: &mut Value, values: &BTreeMap<String, Value>, path: &str) -> Result<()> {
+    match v {
+        Value::String(s) => {
+            let value_of = |name: &str| {
+                values.get(name).with_context(|| format!("{path}: ${{{name}}} is not declared under vars"))
+            };
+            if let Some(name) = s.strip_prefix("${").and_then(|r| r.strip_suffix('}'))
+                && !name.contains(['$', '{', '}'])
+            {
+                *v = value_of(name)?.clone();
+                return Ok(());
+            }
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(start) = rest.find("${") {
+                let end = rest[start..].find('}').with_context(|| format!("{path}: an unclosed ${{ in {s:?}"))?;
+                out.push_str(&rest[..start]);
+                match value_of(&rest[start + 2..start + end])? {
+                    Value::String(text) => out.push_str(text),
+                    other => out.push_str(&other.to_string()),
+                }
+                rest = &rest[start + end + 1..];
+            }
+            out.push_str(rest);
+            *s = out;
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                substitute(item, values, &format!("{path}[{i}]"))?;
+            }
+        }
+        Value::Object(fields) => {
+            for (k, field) in fields.iter_mut() {
+                substitute(field, values, &format!("{path}.{k}"))?;
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+    Ok(())
 }
 
 /// What the scenario changed, to put back.

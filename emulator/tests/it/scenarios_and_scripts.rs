@@ -1,4 +1,5 @@
-//! The CLI's scenario runner and the scripts in scripts/faults/, against a live emulator (the real binary).
+//! The CLI's scenario runner and the shipped scenarios (the bug reproductions among them), against a live
+//! emulator (the real binary).
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -14,20 +15,6 @@ fn repo() -> PathBuf {
 fn cli(url: &str) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"));
     c.env("FAKECLOUD_ENDPOINT", url).env("FAKECLOUD_USER_TOKEN", USER).env("FAKECLOUD_ADMIN_TOKEN", ADMIN);
-    c
-}
-
-fn script(url: &str, name: &str) -> tokio::process::Command {
-    script_in(tokio::process::Command::new("bash"), url, name)
-}
-
-/// `bash script` run by `c`, with the emulator's address and tokens.
-fn script_in(mut c: tokio::process::Command, url: &str, name: &str) -> tokio::process::Command {
-    c.arg(repo().join("scripts/faults").join(name))
-        .env("FAKECLOUD", env!("CARGO_BIN_EXE_fakecloud"))
-        .env("FAKECLOUD_ENDPOINT", url)
-        .env("FAKECLOUD_USER_TOKEN", USER)
-        .env("FAKECLOUD_ADMIN_TOKEN", ADMIN);
     c
 }
 
@@ -136,53 +123,66 @@ async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
     assert_eq!(admin.get_quota(QuotaName::Instances).await.unwrap().limit, 1000);
 }
 
+fn scenario(url: &str, name: &str, sets: &[&str]) -> tokio::process::Command {
+    let mut c = cli(url);
+    c.args(["scenario", "run"]).arg(repo().join("scenarios").join(name));
+    for set in sets {
+        c.args(["--set", set]);
+    }
+    c
+}
+
+/// The bug reproductions (once shell scripts, now scenarios with variables): each holds its change while it
+/// runs, with the values `--set` gives, and puts everything back at the end.
 #[tokio::test]
-async fn the_fault_scripts_change_state_and_put_it_back() {
+async fn the_bug_scenarios_take_their_variables_and_put_everything_back() {
     let dir = tempfile::tempdir().unwrap();
     let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
     let admin = Client::new(&url, ADMIN).unwrap();
 
-    // While a script runs its change is in force; afterwards it is gone.
-    let run = script(&url, "route-limit.sh").args(["3", "2"]).output();
-    // Looked for while the script holds it (2 s), not at a fixed moment: a slow start only moves the window.
-    let during = eventually(HANG, "the route quota lowered", || async {
+    let run = scenario(&url, "route-limit.yaml", &["limit=3", "duration=2"]).output();
+    // Looked for while the run holds it (2 s), not at a fixed moment: a slow start only moves the window.
+    let during = eventually(HANG, "the route quota lowered to the --set value", || async {
         let limit = admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit;
         (limit == 3).then_some(limit)
     });
     let (out, mid) = tokio::join!(run, during);
-    ok(&out.unwrap(), "route-limit.sh");
+    ok(&out.unwrap(), "route-limit.yaml");
     assert_eq!(mid, 3);
     assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
 
-    for (name, args) in [
-        ("pending-lb.sh", vec!["outage", "1"]),
-        ("pending-lb.sh", vec!["quota", "1"]),
-        ("throttle.sh", vec!["2", "1", "1"]),
-        ("zone-outage.sh", vec!["local-1b", "1"]),
-        ("chaos.sh", vec!["1"]),
+    let run = scenario(&url, "throttle.yaml", &["capacity=2", "rate=0.5", "duration=2"]).output();
+    let during = eventually(HANG, "the write bucket as --set says", || async {
+        let limits = admin.list_rate_limits().await.unwrap().items;
+        limits.into_iter().find(|l| l.id == "throttle-writes").map(|l| (l.limit.capacity, l.limit.refill_per_second))
+    });
+    let (out, bucket) = tokio::join!(run, during);
+    ok(&out.unwrap(), "throttle.yaml");
+    assert_eq!(bucket, (2, 0.5));
+
+    for (name, sets) in [
+        ("pending-lb-outage.yaml", vec!["duration=1"]),
+        ("pending-lb-quota.yaml", vec!["duration=1"]),
+        ("zone-outage.yaml", vec!["zone=local-1b", "duration=1"]),
+        ("chaos.yaml", vec!["duration=1"]),
     ] {
-        let text = ok(&script(&url, name).args(&args).output().await.unwrap(), name);
-        assert!(text.contains("==> ") && text.contains("restoring"), "{name} says what it does: {text}");
+        let text = ok(&scenario(&url, name, &sets).output().await.unwrap(), name);
+        assert!(text.contains("restored"), "{name} says it put things back: {text}");
     }
     assert!(admin.list_faults().await.unwrap().items.is_empty());
     assert!(admin.list_rate_limits().await.unwrap().items.is_empty());
     assert!(admin.list_outages().await.unwrap().items.is_empty());
-    assert!(admin.list_hangs().await.unwrap().items.is_empty(), "node-hang's machines resume");
     assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 100);
 
-    let spot = fakecloud_api::CreateInstanceRequest {
-        name: "spot-a".into(),
-        market: fakecloud_api::Market::Spot,
-        ..Default::default()
-    };
-    admin.create_instance(&spot, None).await.unwrap();
-    let text = ok(
-        &script(&url, "spot-reclaim.sh").args(["-n", "spot-a", "-N", "1s"]).output().await.unwrap(),
-        "spot-reclaim.sh",
-    );
-    assert!(text.contains("spot-a"), "{text}");
-    let listed = admin.list_all_instances(&Default::default()).await.unwrap();
-    assert!(listed[0].interruption_at.is_some());
+    // A variable the file does not declare, or a value its check refuses, is an error before anything runs.
+    let out = scenario(&url, "throttle.yaml", &["capcity=2"]).output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("capcity") && said.contains("capacity, duration, rate"), "{said}");
+    let out = scenario(&url, "route-limit.yaml", &["limit=-1"]).output().await.unwrap();
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = scenario(&url, "zone-outage.yaml", &["zone=mars-1a"]).output().await.unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("mars-1a"));
+    assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
 }
 
 #[tokio::test]
@@ -190,19 +190,15 @@ async fn ctrl_c_restores_too() {
     let dir = tempfile::tempdir().unwrap();
     let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
     let admin = Client::new(&url, ADMIN).unwrap();
-    // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below. Run as a terminal runs a
-    // command: in a process group of its own (Ctrl-C signals the whole group, the CLI call the script may be in
-    // the middle of too), and with SIGINT at its default — a test run started as a background job of a script
-    // inherits SIGINT ignored, and bash cannot trap a signal ignored when it starts.
-    let mut terminal = tokio::process::Command::new("python3");
-    terminal.args(["-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp('bash', ['bash'] + sys.argv[1:])"]);
-    let mut child = script_in(terminal, &url, "route-limit.sh").args(["4", "600"]).process_group(0).spawn().unwrap();
+    // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below. The runner installs its own
+    // SIGINT handler, so a test run that inherited SIGINT ignored still delivers it.
+    let mut child = scenario(&url, "route-limit.yaml", &["limit=4", "duration=600"]).spawn().unwrap();
     eventually(HANG, "the quota to be lowered", || async {
         (admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit == 4).then_some(())
     })
     .await;
     let pid = child.id().unwrap();
-    std::process::Command::new("kill").args(["-INT", "--", &format!("-{pid}")]).status().unwrap();
+    std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
     // Its restore is a quota write, which can wait seconds behind disk I/O on a busy machine.
     let status = tokio::time::timeout(HANG, child.wait()).await.unwrap().unwrap();
     assert!(!status.success());
