@@ -14,6 +14,10 @@ use crate::db::{Tx, WriteError, now_ms};
 #[derive(Debug, Clone)]
 pub struct ResourceId(pub String);
 
+/// The error code of a response, for the audit log and metrics.
+#[derive(Debug, Clone)]
+pub struct ErrorCode(pub String);
+
 tokio::task_local! {
     /// The call being answered, for the code that answers it: its request ID, and the entry a change writes.
     static CALL: Arc<CallContext>;

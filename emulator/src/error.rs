@@ -1,10 +1,10 @@
-//! The one error type of the emulator, and the one place it becomes an HTTP response.
+//! The one error type of the emulator's layers: what kind of failure it is, the API's error code and a
+//! message a person can act on. The store, the fault engine and the checks say what went wrong, never which
+//! HTTP status that is: the HTTP layer chooses the status of each kind in one place (`http::reply`).
 
 use std::borrow::Cow;
 
-use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use fakecloud_api::{ErrorBody, ErrorDetail, QuotaName, codes};
+use fakecloud_api::{QuotaName, codes};
 
 /// Headers an error's extra headers may not set: the answer's framing and the connection's fate are the
 /// server's (a `Content-Length` that disagrees with the body, or a `Transfer-Encoding`, would break the
@@ -20,14 +20,31 @@ pub const SERVER_HEADERS: &[&str] = &[
     "proxy-connection",
 ];
 
-/// The error code of a response, for the audit log and metrics.
-#[derive(Debug, Clone)]
-pub struct ErrorCode(pub String);
+/// What kind of failure an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The request is wrong: a field, a header, a body.
+    Invalid,
+    /// What it names does not exist.
+    NotFound,
+    /// It clashes with the state: a name or address in use, a resource in the wrong state, a reused key.
+    Conflict,
+    /// Well formed and consistent, but past a limit: a quota, a pool's addresses.
+    Exceeded,
+    /// Too many calls or streams at once.
+    Throttled,
+    /// The cloud cannot answer now: an outage, a busy database.
+    Unavailable,
+    /// A bug or a broken database: logged, and said so.
+    Internal,
+    /// A status chosen where it is the point: by the HTTP layer (401, 405, 413 ...) or by a fault rule.
+    Status(u16),
+}
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ApiError {
-    pub status: StatusCode,
+    pub kind: Kind,
     /// One of `fakecloud_api::codes`, or a code a fault rule chose.
     pub code: Cow<'static, str>,
     pub message: String,
@@ -38,12 +55,12 @@ pub struct ApiError {
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
-        Self { status, code: code.into(), message: message.into(), headers: Vec::new() }
+    pub fn new(kind: Kind, code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Self { kind, code: code.into(), message: message.into(), headers: Vec::new() }
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
+        Self::new(Kind::Invalid, code, message)
     }
 
     /// A request field that fails validation: the message starts with the field's name.
@@ -52,17 +69,17 @@ impl ApiError {
     }
 
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, code, message)
+        Self::new(Kind::NotFound, code, message)
     }
 
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, message)
+        Self::new(Kind::Conflict, code, message)
     }
 
     /// A request that would take `quota` past `limit`; the message says how to raise it.
     pub fn quota_exceeded(quota: QuotaName, limit: u32, what: &str) -> Self {
         Self::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
+            Kind::Exceeded,
             quota.exceeded_code(),
             format!(
                 "{what} would exceed the quota {quota} (limit {limit}); raise it with `fakecloud quota set {quota} <n>` \
@@ -72,7 +89,7 @@ impl ApiError {
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL_ERROR, message)
+        Self::new(Kind::Internal, codes::INTERNAL_ERROR, message)
     }
 }
 
@@ -109,31 +126,12 @@ impl From<&sqlx::Error> for ApiError {
             && matches!(db.code().as_deref(), Some("5") | Some("6") | Some("261") | Some("517"))
         {
             tracing::warn!(error = %e, "database busy");
-            let mut err =
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, codes::SERVICE_UNAVAILABLE, "database busy, retry");
+            let mut err = Self::new(Kind::Unavailable, codes::SERVICE_UNAVAILABLE, "database busy, retry");
             err.headers = vec![("Retry-After".into(), "1".into())];
             return err;
         }
         tracing::error!(error = %e, "database error");
         Self::internal("internal database error; see the emulator log")
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        // The call's ID, wherever the error was made.
-        let request_id = crate::call::request_id();
-        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
-        let mut resp = (self.status, axum::Json(body)).into_response();
-        for (k, v) in &self.headers {
-            if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str()))
-                && !SERVER_HEADERS.contains(&k.as_str())
-            {
-                resp.headers_mut().insert(k, v);
-            }
-        }
-        resp.extensions_mut().insert(ErrorCode(self.code.to_string()));
-        resp
     }
 }
 

@@ -11,10 +11,11 @@ use fakecloud_api::NoResponseMode;
 
 use super::FaultEngine;
 use super::call::Verdict;
+use crate::call::ErrorCode;
 use crate::call::ResourceId;
 use crate::config::Config;
 use crate::db::Db;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, Kind};
 use crate::store;
 
 /// The API representation of an instance or load balancer, for eventual consistency's "previous version".
@@ -51,7 +52,7 @@ pub async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, fau
             // GetInstance -> InstanceNotFound, as the resource's own 404 would say.
             None => {
                 let code = format!("{}NotFound", operation.trim_start_matches("Get"));
-                ApiError::new(StatusCode::NOT_FOUND, code, format!("{id} does not exist")).into_response()
+                ApiError::new(Kind::NotFound, code, format!("{id} does not exist")).into_response()
             }
         };
     }

@@ -1,13 +1,12 @@
 //! Outages: the whole API, one service or one zone, for a window. Calls in scope get 503 `ServiceUnavailable`
 //! with `Retry-After` set to the time left.
 
-use axum::http::StatusCode;
 use fakecloud_api::{Outage, OutageScope, StartOutageRequest, codes};
 use serde::{Deserialize, Serialize};
 
 use super::call::{Call, Verdict, service_of};
 use crate::db::rfc3339;
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Kind, Result};
 
 #[derive(Serialize, Deserialize)]
 struct Stored {
@@ -64,7 +63,7 @@ impl ActiveOutage {
 
     fn refuse(&self, now: i64, what: String) -> Verdict {
         let mut error = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            Kind::Unavailable,
             codes::SERVICE_UNAVAILABLE,
             format!("{what} is unavailable (outage {})", self.id),
         );

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use fakecloud_api::limits::{
     RATE_LIMIT_CAPACITY_MAX, RATE_LIMIT_CAPACITY_MIN, REFILL_PER_SECOND_MAX, REFILL_PER_SECOND_MIN,
 };
@@ -18,7 +18,7 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
 use super::call::{Call, Verdict};
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Kind, Result};
 use crate::validate;
 
 type Limiter = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
@@ -113,9 +113,9 @@ impl ActiveLimit {
                 let wait = not_until.wait_time_from(self.limiter.clock().now());
                 // Retry-After is whole seconds: round up, so a client that honours it is never early.
                 let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-                let status = StatusCode::from_u16(self.spec.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+                // The limit's own status (429, or 503 as some clouds throttle), checked when it was set.
                 let mut error = ApiError::new(
-                    status,
+                    Kind::Status(self.spec.status),
                     codes::REQUEST_LIMIT_EXCEEDED,
                     format!(
                         "rate limit {} exceeded ({} calls, {}/s); retry after {retry} s",

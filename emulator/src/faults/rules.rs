@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::call::{Call, Verdict};
 use super::trigger::{self, Firing, seconds};
 use crate::db::rfc3339;
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Kind, Result};
 use crate::validate;
 
 /// What is stored: the rule as given, plus its window resolved to absolute times.
@@ -215,7 +215,7 @@ impl ActiveRule {
         Some(match &self.stored.action {
             FaultAction::Error { status, code, message, headers } => {
                 let mut error = ApiError::new(
-                    StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                    Kind::Status(*status),
                     code.clone(),
                     message.clone().unwrap_or_else(|| format!("injected by fault rule {}", self.id)),
                 );
@@ -234,7 +234,7 @@ impl ActiveRule {
             }
             FaultAction::ApplyThenFail { status, code, message } => Verdict::ApplyThenFail {
                 error: ApiError::new(
-                    StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    Kind::Status(*status),
                     code.clone(),
                     message
                         .clone()

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::limits::{
@@ -24,7 +23,7 @@ use super::extract::ApiQuery;
 use super::state::AppState;
 use crate::db::Db;
 use crate::db::audit::rows as audit;
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Kind, Result};
 use crate::validate;
 
 /// How often an open stream looks for new entries.
@@ -56,7 +55,7 @@ async fn stream_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditStr
     let Ok(slot) = st.audit_streams.clone().try_acquire_owned() else {
         st.metrics.audit_streams_refused.inc();
         let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
+            Kind::Throttled,
             codes::TOO_MANY_STREAMS,
             format!(
                 "{AUDIT_STREAMS_PER_TOKEN} audit streams are open with this token, the most at once; close one or wait \

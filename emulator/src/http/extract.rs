@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode, header, request::Parts};
 use fakecloud_api::{IDEMPOTENCY_KEY_HEADER, codes};
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Kind};
 use crate::store::idempotency;
 
 /// The largest request body read, in bytes.
@@ -26,7 +26,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             });
         if !is_json {
             return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Kind::Status(StatusCode::UNSUPPORTED_MEDIA_TYPE.as_u16()),
                 codes::UNSUPPORTED_MEDIA_TYPE,
                 "send the body as JSON with Content-Type: application/json",
             ));
@@ -43,7 +43,7 @@ pub fn body_rejection(e: BytesRejection) -> ApiError {
     let limit = MAX_BODY_BYTES;
     let detail =
         if code == codes::PAYLOAD_TOO_LARGE { format!("the body is over {limit} bytes") } else { e.body_text() };
-    ApiError::new(status, code, format!("cannot read the request body: {detail}"))
+    ApiError::new(Kind::Status(status.as_u16()), code, format!("cannot read the request body: {detail}"))
 }
 
 /// A request body: exactly one JSON object. serde alone would read a struct from an array (its fields in

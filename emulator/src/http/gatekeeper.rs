@@ -16,11 +16,12 @@ use fakecloud_api::{REQUEST_ID_HEADER, codes};
 use super::extract;
 use super::state::AppState;
 use crate::auth::Role;
+use crate::call::ErrorCode;
 use crate::call::{CallContext, ResourceId};
 use crate::db::audit::rows::Record;
 use crate::db::group_commit::settled;
 use crate::db::now_ms;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, Kind};
 use crate::faults::{Call, Subject, effects};
 use crate::store;
 use crate::validate;
@@ -83,7 +84,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     // The open endpoints (health, metrics, the spec) are GET only.
                     let allow = route.as_deref().and_then(|r| st.operations.allow(r)).unwrap_or_else(|| "GET, HEAD".into());
                     let message = format!("{method} is not allowed on {}; it allows {allow}", entry.path);
-                    let mut r = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, codes::METHOD_NOT_ALLOWED, message).into_response();
+                    let mut r = ApiError::new(Kind::Status(StatusCode::METHOD_NOT_ALLOWED.as_u16()), codes::METHOD_NOT_ALLOWED, message).into_response();
                     if let Ok(v) = HeaderValue::from_str(&allow) {
                         r.headers_mut().insert(header::ALLOW, v);
                     }
@@ -91,7 +92,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                 }
                 (Some(_), None) => {
                     let mut r = ApiError::new(
-                        StatusCode::UNAUTHORIZED,
+                        Kind::Status(StatusCode::UNAUTHORIZED.as_u16()),
                         codes::UNAUTHORIZED,
                         "missing or invalid bearer token: send Authorization: Bearer <token> (see the credentials file the emulator printed at start)",
                     )
@@ -100,7 +101,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     r
                 }
                 (Some(op), Some(role)) if role < op.role => {
-                    ApiError::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, format!("{} needs the admin token", op.name)).into_response()
+                    ApiError::new(Kind::Status(StatusCode::FORBIDDEN.as_u16()), codes::FORBIDDEN, format!("{} needs the admin token", op.name)).into_response()
                 }
                 (Some(op), Some(role)) => {
                     if let Some(e) = &bad_input {
@@ -149,7 +150,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
         if read.timed_out.load(Ordering::Acquire) {
             let timeout = st.cfg.connections.body_read_timeout;
             resp = ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
+                Kind::Status(StatusCode::REQUEST_TIMEOUT.as_u16()),
                 codes::REQUEST_TIMEOUT,
                 format!(
                     "the request body did not arrive within {timeout:?} of the request's head (--body-read-timeout)"

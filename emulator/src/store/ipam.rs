@@ -9,7 +9,7 @@ use crate::config::Pool;
 use sqlx::Row;
 
 use crate::db::{NotDone, Ran, Script, Step, Tx};
-use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
+use crate::error::{ApiError, Kind, Result, conflict_on_unique, is_unique_violation};
 
 /// Pool key for fixed addresses outside the VPC (adopted machines).
 const EXTERNAL: &str = "external";
@@ -64,7 +64,7 @@ pub fn leased(pool: &Pool, ran: &Ran, step: Step) -> Result<Option<Ipv4Addr>> {
 pub async fn allocate_free(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4Addr> {
     let offset = next_free(tx, pool).await?.ok_or_else(|| {
         ApiError::new(
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            Kind::Exceeded,
             codes::INSUFFICIENT_ADDRESS_CAPACITY,
             format!("no free address left in {} ({} addresses, all in use)", pool.net, pool.capacity()),
         )
