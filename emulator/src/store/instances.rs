@@ -1,5 +1,6 @@
 //! Instances: create (with address and quota checks), get, list, and the stop/start/terminate transitions.
 
+use std::future::Future;
 use std::net::IpAddr;
 
 use fakecloud_api::limits::NOTICE_SECONDS_MAX;
@@ -9,12 +10,13 @@ use fakecloud_api::{
 };
 use sqlx::SqliteExecutor;
 
+use super::create::{self, Address};
 use super::quotas::Check;
-use super::write::{begin, begin_with};
-use super::{idempotency, ipam, lifecycle, quotas};
+use super::write::begin;
+use super::{ipam, lifecycle};
 use crate::call;
 use crate::config::{Config, Pool, Timings};
-use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
+use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
@@ -127,99 +129,23 @@ pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Opt
     validate::tags(&req.tags)?;
     check_fixed_addresses(req, cfg, &zone, pool)?;
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
-
-    let quota = [Check {
-        quota: QuotaName::Instances,
-        counter: Some("instances_live"),
-        adding: 1,
-        what: format!("creating instance {:?}", req.name),
-    }];
-    let id = new_id("i");
-    let tags = serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?;
-    let ipv6_address = req.ipv6_address.map(|a| a.to_string());
-    let new = |now| NewInstance {
-        id: &id,
+    let new = NewInstance {
+        id: new_id("i"),
         req,
-        zone: &zone,
-        instance_type: &instance_type,
-        schedule: lifecycle::schedule(now, "pending", "running", cfg.timings.boot_delay),
-        ipv6_address: ipv6_address.as_deref(),
-        tags: &tags,
-        now,
-    };
-    // The usual create (an address from the zone's pool) in the write's first round trip: the replay look-up,
-    // the quota, the lease and the insert, judged in that order below; the savepoint undoes the changes if a
-    // check refuses. Fixed addresses are checked and leased one by one.
-    let usual = req.private_ip.is_none() && req.ipv6_address.is_none();
-    let (mut tx, now, ran, (replay, quota_read, usual_steps)) = begin_with(db, |now, s| {
-        let replay = key.map(|k| idempotency::push_lookup(s, OPERATION_CREATE, k));
-        let quota_read = quotas::push_read(s, &quota);
-        let usual_steps = usual.then(|| {
-            let lease = ipam::push_lease_next(s, pool, &id);
-            let insert = new(now).push_insert(s, None);
-            let recorded = idempotency::push_record(s, OPERATION_CREATE, key, &request_json, &id, now);
-            (lease, insert, recorded)
-        });
-        (replay, quota_read, usual_steps)
-    })
-    .await?;
-    if let (Some(step), Some(key)) = (replay, key)
-        && let idempotency::Replay::Existing(id) =
-            idempotency::judge(ran.rows(step)?, OPERATION_CREATE, key, &request_json)?
-    {
-        let inst = fetch(&mut *tx, cfg, &id, now).await?;
-        return Ok((inst, true));
-    }
-    quotas::judge(&quota, ran.rows(quota_read)?)?;
-    let ip: IpAddr = match (usual_steps, req.private_ip) {
-        (Some((lease, insert, recorded)), _) => match ipam::leased(pool, &ran, lease)? {
-            Some(ip) => {
-                inserted(&mut tx, &req.name, ran.affected(insert)).await?;
-                if let Some(recorded) = recorded {
-                    ran.affected(recorded)?;
-                }
-                IpAddr::V4(ip)
-            }
-            // The top of the pool is taken: the insert found no address and failed; look for a gap.
-            None => {
-                let ip = IpAddr::V4(ipam::allocate_free(&mut tx, pool, &id).await?);
-                new(now).insert(&mut tx, ip, key, &request_json).await?;
-                ip
-            }
-        },
-        (None, Some(ip)) => {
-            let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
-            ipam::lease_fixed(&mut tx, in_vpc.then_some(pool), ip, &id).await?;
-            lease_ipv6(&mut tx, req, &id).await?;
-            new(now).insert(&mut tx, ip, key, &request_json).await?;
-            ip
-        }
-        (None, None) => {
-            let ip = IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?);
-            lease_ipv6(&mut tx, req, &id).await?;
-            new(now).insert(&mut tx, ip, key, &request_json).await?;
-            ip
-        }
-    };
-    let state = new(now).schedule.0;
-    call::commit(tx, &id).await?;
-    let row = Row {
-        seq: 0,
-        id,
-        name: req.name.clone(),
+        cfg,
+        pool,
+        quota: [Check {
+            quota: QuotaName::Instances,
+            counter: Some("instances_live"),
+            adding: 1,
+            what: format!("creating instance {:?}", req.name),
+        }],
+        tags: serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?,
+        ipv6_address: req.ipv6_address.map(|a| a.to_string()),
         zone,
         instance_type,
-        market: req.market.as_str().to_string(),
-        state: state.to_string(),
-        state_changed_at: now,
-        private_ip: ip.to_string(),
-        ipv6_address,
-        tags,
-        created_at: now,
-        state_reason: None,
-        interruption_at: None,
     };
-    Ok((row.into_api(&topo.region)?, false))
+    create::create(db, &new, key, &request_json).await
 }
 
 /// The IPv6 address the request names beside its IPv4 one, if any ([`check_fixed_addresses`]): leased to `id`.
@@ -262,54 +188,129 @@ fn check_fixed_addresses(req: &CreateInstanceRequest, cfg: &Config, zone: &str, 
     Ok(())
 }
 
-/// A new instance's row, as the create writes it.
+/// A new instance, as the create writes it (see [`create::NewResource`]).
 struct NewInstance<'a> {
-    id: &'a str,
+    id: String,
     req: &'a CreateInstanceRequest,
-    zone: &'a str,
-    instance_type: &'a str,
-    schedule: (&'static str, Option<&'static str>, Option<i64>),
-    ipv6_address: Option<&'a str>,
-    tags: &'a str,
-    now: i64,
+    cfg: &'a Config,
+    /// The subnet of its zone.
+    pool: &'a Pool,
+    quota: [Check; 1],
+    zone: String,
+    instance_type: String,
+    ipv6_address: Option<String>,
+    tags: String,
 }
 
 impl NewInstance<'_> {
-    /// Push its insert; with no `ip`, its address is the one just leased to it (none leased: the insert fails on
-    /// the missing address).
-    fn push_insert(&self, script: &mut Script, ip: Option<IpAddr>) -> Step {
-        let (state, next_state, next_at) = self.schedule;
+    fn schedule(&self, now: i64) -> (&'static str, Option<&'static str>, Option<i64>) {
+        lifecycle::schedule(now, "pending", "running", self.cfg.timings.boot_delay)
+    }
+}
+
+impl create::NewResource for NewInstance<'_> {
+    type Made = Instance;
+    type Found = ();
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn key_scope(&self, _: Option<&()>) -> Option<String> {
+        Some(OPERATION_CREATE.to_string())
+    }
+
+    /// The next free address of its zone's subnet, unless the request names its addresses.
+    fn address(&self) -> Address<'_> {
+        if self.req.private_ip.is_none() && self.req.ipv6_address.is_none() {
+            Address::Next(self.pool)
+        } else {
+            Address::Own
+        }
+    }
+
+    fn quotas(&self) -> &[Check] {
+        &self.quota
+    }
+
+    fn found(&self, _: &Ran, _: &[Step]) -> Result<()> {
+        Ok(())
+    }
+
+    fn push_insert(&self, script: &mut Script, now: i64, ip: Option<IpAddr>) -> Step {
+        let (state, next_state, next_at) = self.schedule(now);
         script.push(
             "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, ipv6_address, tags, created_at, state_changed_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, COALESCE(?9, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?10, ?11, ?12, ?12)",
             |b| {
-                b.bind(self.id.to_string())
+                b.bind(self.id.clone())
                     .bind(self.req.name.clone())
-                    .bind(self.zone.to_string())
-                    .bind(self.instance_type.to_string())
+                    .bind(self.zone.clone())
+                    .bind(self.instance_type.clone())
                     .bind(self.req.market.as_str())
                     .bind(state)
                     .bind(next_state)
                     .bind(next_at)
                     .bind(ip.map(|ip| ip.to_string()))
-                    .bind(self.ipv6_address.map(str::to_string))
-                    .bind(self.tags.to_string())
-                    .bind(self.now);
+                    .bind(self.ipv6_address.clone())
+                    .bind(self.tags.clone())
+                    .bind(now);
             },
         )
     }
 
-    /// Insert it at `ip`, and remember `key` for it.
-    async fn insert(&self, tx: &mut Tx, ip: IpAddr, key: Option<&str>, request_json: &str) -> Result<()> {
-        let mut script = Script::new();
-        let insert = self.push_insert(&mut script, Some(ip));
-        let recorded = idempotency::push_record(&mut script, OPERATION_CREATE, key, request_json, self.id, self.now);
-        let ran = script.run(tx).await;
-        inserted(tx, &self.req.name, ran.affected(insert)).await?;
-        if let Some(recorded) = recorded {
-            ran.affected(recorded)?;
-        }
-        Ok(())
+    fn inserted<'a>(
+        &'a self,
+        tx: &'a mut Tx,
+        _: &'a (),
+        outcome: std::result::Result<u64, NotDone<'a>>,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        inserted(tx, &self.req.name, outcome)
+    }
+
+    /// The address the request names (checked before the write: [`check_fixed_addresses`]), or the next free one
+    /// of the zone's subnet beside a named IPv6 address; and that IPv6 address.
+    async fn lease_own(&self, tx: &mut Tx) -> Result<IpAddr> {
+        let ip = match self.req.private_ip {
+            Some(ip) => {
+                let in_vpc = matches!(ip, IpAddr::V4(v4) if self.cfg.topology.vpc.contains(&v4));
+                ipam::lease_fixed(tx, in_vpc.then_some(self.pool), ip, &self.id).await?;
+                ip
+            }
+            None => IpAddr::V4(ipam::allocate(tx, self.pool, &self.id).await?),
+        };
+        lease_ipv6(tx, self.req, &self.id).await?;
+        Ok(ip)
+    }
+
+    fn made(&self, now: i64, ip: Option<IpAddr>, _: ()) -> Result<Instance> {
+        let ip = ip.ok_or_else(|| ApiError::internal("a new instance has no address"))?;
+        let row = Row {
+            seq: 0,
+            id: self.id.clone(),
+            name: self.req.name.clone(),
+            zone: self.zone.clone(),
+            instance_type: self.instance_type.clone(),
+            market: self.req.market.as_str().to_string(),
+            state: self.schedule(now).0.to_string(),
+            state_changed_at: now,
+            private_ip: ip.to_string(),
+            ipv6_address: self.ipv6_address.clone(),
+            tags: self.tags.clone(),
+            created_at: now,
+            state_reason: None,
+            interruption_at: None,
+        };
+        row.into_api(&self.cfg.topology.region)
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        tx: &'a mut Tx,
+        id: &'a str,
+        now: i64,
+    ) -> impl Future<Output = Result<Instance>> + Send + 'a {
+        fetch(&mut **tx, self.cfg, id, now)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Load balancers: validation, quotas and the VIP reservation at create; the address is shown once active.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::net::IpAddr;
 
 use fakecloud_api::limits::{HEALTH_INTERVAL_MAX, HEALTH_INTERVAL_MIN, LISTENERS_MIN};
@@ -11,12 +12,13 @@ use fakecloud_api::{
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row as _, SqliteExecutor};
 
+use super::create::{self, Address};
 use super::quotas::Check;
-use super::write::{begin, begin_with};
-use super::{idempotency, ipam, lifecycle, quotas};
+use super::write::begin;
+use super::{ipam, lifecycle, quotas};
 use crate::call;
 use crate::config::{Config, Pool};
-use crate::db::{Db, NotDone, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
+use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
@@ -26,7 +28,7 @@ const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= 
      listeners, backends, health_check, source_ranges, requested_ip, address, dns_name, created_at, \
      (CASE WHEN next_state_at <= ?1 THEN next_state_at ELSE updated_at END) AS updated_at FROM load_balancers";
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, Clone)]
 struct Row {
     seq: i64,
     id: String,
@@ -230,15 +232,15 @@ pub async fn create(
         check_health(hc)?;
     }
     let request_json = json(req)?;
-    let mut checks = vec![Check {
+    let mut quota = vec![Check {
         quota: QuotaName::LoadBalancers,
         counter: Some("lbs_live"),
         adding: 1,
         what: format!("creating load balancer {:?}", req.name),
     }];
-    checks.extend(per_lb_checks(&req.name, req.listeners.len(), req.backends.len(), req.source_ranges.len()));
+    quota.extend(per_lb_checks(&req.name, req.listeners.len(), req.backends.len(), req.source_ranges.len()));
     if req.scheme == Scheme::InternetFacing {
-        checks.push(Check {
+        quota.push(Check {
             quota: QuotaName::PublicIps,
             counter: Some("lbs_public"),
             adding: 1,
@@ -246,150 +248,156 @@ pub async fn create(
         });
     }
     let id = new_id("lb");
-    let pool = pool_for(cfg, req.scheme);
     let dns_name =
         format!("{}-{}.{}.lb.fakecloud.test", req.name.to_ascii_lowercase(), &id[3..11], cfg.topology.region);
-    let row = |now, address: String| -> Result<Row> {
-        let (state, _, _) = lifecycle::schedule(now, "provisioning", "active", cfg.timings.lb_provision_delay);
-        Ok(Row {
-            seq: 0,
-            id: id.clone(),
-            name: req.name.clone(),
-            scheme: req.scheme.as_str().to_string(),
-            state: state.to_string(),
-            listeners: json(&req.listeners)?,
-            backends: json(&req.backends)?,
-            health_check: req.health_check.as_ref().map(json).transpose()?,
-            source_ranges: json(&source_ranges)?,
-            requested_ip: req.requested_ip.map(|ip| ip.to_string()),
-            address,
-            dns_name: dns_name.clone(),
+    let row = Row {
+        seq: 0,
+        id,
+        name: req.name.clone(),
+        scheme: req.scheme.as_str().to_string(),
+        state: String::new(),
+        listeners: json(&req.listeners)?,
+        backends: json(&req.backends)?,
+        health_check: req.health_check.as_ref().map(json).transpose()?,
+        source_ranges: json(&source_ranges)?,
+        requested_ip: req.requested_ip.map(|ip| ip.to_string()),
+        address: String::new(),
+        dns_name,
+        created_at: 0,
+        updated_at: 0,
+    };
+    let new = NewLoadBalancer { row, req, cfg, pool: pool_for(cfg, req.scheme), quota };
+    create::create(db, &new, key, &request_json).await
+}
+
+/// A new load balancer, as the create writes it (see [`create::NewResource`]): its row's request fields.
+struct NewLoadBalancer<'a> {
+    row: Row,
+    req: &'a CreateLoadBalancerRequest,
+    cfg: &'a Config,
+    /// Where its address comes from: the public pool or the internal load balancers' subnet.
+    pool: &'a Pool,
+    quota: Vec<Check>,
+}
+
+impl NewLoadBalancer<'_> {
+    /// Its state at `now`, as the provisioning delay gives it.
+    fn schedule(&self, now: i64) -> (&'static str, Option<&'static str>, Option<i64>) {
+        lifecycle::schedule(now, "provisioning", "active", self.cfg.timings.lb_provision_delay)
+    }
+}
+
+impl create::NewResource for NewLoadBalancer<'_> {
+    type Made = LoadBalancer;
+    type Found = ();
+
+    fn id(&self) -> &str {
+        &self.row.id
+    }
+
+    fn key_scope(&self, _: Option<&()>) -> Option<String> {
+        Some(OPERATION_CREATE.to_string())
+    }
+
+    /// The next free address of its pool, unless the request names one.
+    fn address(&self) -> Address<'_> {
+        if self.req.requested_ip.is_some() { Address::Own } else { Address::Next(self.pool) }
+    }
+
+    fn quotas(&self) -> &[Check] {
+        &self.quota
+    }
+
+    fn push_checks(&self, script: &mut Script) -> Vec<Step> {
+        vec![push_missing_backends(script, &self.req.backends)]
+    }
+
+    fn found(&self, _: &Ran, _: &[Step]) -> Result<()> {
+        Ok(())
+    }
+
+    fn judge(&self, _: &(), ran: &Ran, checks: &[Step]) -> Result<()> {
+        let missing = checks.first().ok_or_else(|| ApiError::internal("the backends' check is missing"))?;
+        judge_backends(&self.req.backends, ran.rows(*missing)?)
+    }
+
+    /// Its insert: the request's fields, created at `now` in the state the provisioning delay gives, at
+    /// `address` or, with none, the one just leased to it (none leased: the insert fails on the missing address).
+    fn push_insert(&self, script: &mut Script, now: i64, address: Option<IpAddr>) -> Step {
+        let (state, next_state, next_at) = self.schedule(now);
+        let lb = &self.row;
+        script.push(
+            "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
+             source_ranges, requested_ip, address, dns_name, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?13, ?14, ?14)",
+            |b| {
+                b.bind(lb.id.clone())
+                    .bind(lb.name.clone())
+                    .bind(lb.scheme.clone())
+                    .bind(state)
+                    .bind(next_state)
+                    .bind(next_at)
+                    .bind(lb.listeners.clone())
+                    .bind(lb.backends.clone())
+                    .bind(lb.health_check.clone())
+                    .bind(lb.source_ranges.clone())
+                    .bind(lb.requested_ip.clone())
+                    .bind(address.map(|a| a.to_string()))
+                    .bind(lb.dns_name.clone())
+                    .bind(now);
+            },
+        )
+    }
+
+    /// A name in use is a conflict.
+    async fn inserted<'a>(
+        &'a self,
+        _: &'a mut Tx,
+        _: &'a (),
+        outcome: std::result::Result<u64, NotDone<'a>>,
+    ) -> Result<()> {
+        match outcome {
+            Ok(_) => Ok(()),
+            Err(NotDone::Failed(e)) if is_unique_violation(e) => Err(ApiError::conflict(
+                codes::LOAD_BALANCER_ALREADY_EXISTS,
+                format!("load balancer name {:?} is in use", self.row.name),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The address the request names, from its scheme's pool.
+    async fn lease_own(&self, tx: &mut Tx) -> Result<IpAddr> {
+        let ip = self.req.requested_ip.ok_or_else(|| ApiError::internal("no requested_ip to lease"))?;
+        ipam::lease_fixed(tx, Some(self.pool), ip, &self.row.id).await.map_err(|e| match e.code.as_ref() {
+            codes::INVALID_ADDRESS => ApiError::bad_request(
+                codes::INVALID_ADDRESS,
+                format!("requested_ip: {ip} is not in the {} pool {}", self.req.scheme.as_str(), self.pool.net),
+            ),
+            _ => e,
+        })?;
+        Ok(ip)
+    }
+
+    fn made(&self, now: i64, address: Option<IpAddr>, _: ()) -> Result<LoadBalancer> {
+        let address = address.ok_or_else(|| ApiError::internal("a new load balancer has no address"))?;
+        let row = Row {
+            state: self.schedule(now).0.to_string(),
+            address: address.to_string(),
             created_at: now,
             updated_at: now,
-        })
-    };
-    // The checks, the lease and the insert in the write's first round trip, judged in the order of the checks
-    // below; the savepoint undoes the changes if one refuses. A requested address is checked and leased after.
-    let new = row(0, String::new())?;
-    let (mut tx, now, ran, (replay, missing, quota_read, usual_steps)) = begin_with(db, |now, s| {
-        let replay = key.map(|k| idempotency::push_lookup(s, OPERATION_CREATE, k));
-        let missing = push_missing_backends(s, &req.backends);
-        let quota_read = quotas::push_read(s, &checks);
-        let usual_steps = req.requested_ip.is_none().then(|| {
-            let lease = ipam::push_lease_next(s, pool, &id);
-            let inserting = push_insert(s, &new, now, cfg, None);
-            let recorded = idempotency::push_record(s, OPERATION_CREATE, key, &request_json, &id, now);
-            (lease, inserting, recorded)
-        });
-        (replay, missing, quota_read, usual_steps)
-    })
-    .await?;
-    if let (Some(step), Some(key)) = (replay, key)
-        && let idempotency::Replay::Existing(id) =
-            idempotency::judge(ran.rows(step)?, OPERATION_CREATE, key, &request_json)?
-    {
-        return Ok((fetch(&mut *tx, &id, now).await?, true));
+            ..self.row.clone()
+        };
+        row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))
     }
-    judge_backends(&req.backends, ran.rows(missing)?)?;
-    quotas::judge(&checks, ran.rows(quota_read)?)?;
-    let address: IpAddr = match (usual_steps, req.requested_ip) {
-        (Some((lease, inserting, recorded)), _) => match ipam::leased(pool, &ran, lease)? {
-            Some(address) => {
-                inserted(&req.name, ran.affected(inserting))?;
-                if let Some(recorded) = recorded {
-                    ran.affected(recorded)?;
-                }
-                IpAddr::V4(address)
-            }
-            // The top of the pool is taken: the insert found no address and failed; look for a gap.
-            None => {
-                let address = IpAddr::V4(ipam::allocate_free(&mut tx, pool, &id).await?);
-                insert(&mut tx, &new, now, cfg, address, key, &request_json).await?;
-                address
-            }
-        },
-        (None, Some(ip)) => {
-            ipam::lease_fixed(&mut tx, Some(pool), ip, &id).await.map_err(|e| match e.code.as_ref() {
-                codes::INVALID_ADDRESS => ApiError::bad_request(
-                    codes::INVALID_ADDRESS,
-                    format!("requested_ip: {ip} is not in the {} pool {}", req.scheme.as_str(), pool.net),
-                ),
-                _ => e,
-            })?;
-            insert(&mut tx, &new, now, cfg, ip, key, &request_json).await?;
-            ip
-        }
-        (None, None) => {
-            let address = IpAddr::V4(ipam::allocate(&mut tx, pool, &id).await?);
-            insert(&mut tx, &new, now, cfg, address, key, &request_json).await?;
-            address
-        }
-    };
-    let row = row(now, address.to_string())?;
-    call::commit(tx, &id).await?;
-    let lb = row.into_api()?.ok_or_else(|| ApiError::internal("a new load balancer cannot be deleted"))?;
-    Ok((lb, false))
-}
 
-/// Push a new load balancer's insert: `lb`'s request fields (not its time, state or address), created at `now`
-/// in the state the provisioning delay gives, at `address` or, with none, the one just leased to it (none
-/// leased: the insert fails on the missing address).
-fn push_insert(script: &mut Script, lb: &Row, now: i64, cfg: &Config, address: Option<IpAddr>) -> Step {
-    let (state, next_state, next_at) =
-        lifecycle::schedule(now, "provisioning", "active", cfg.timings.lb_provision_delay);
-    script.push(
-        "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
-         source_ranges, requested_ip, address, dns_name, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?13, ?14, ?14)",
-        |b| {
-            b.bind(lb.id.as_str())
-                .bind(lb.name.as_str())
-                .bind(lb.scheme.as_str())
-                .bind(state)
-                .bind(next_state)
-                .bind(next_at)
-                .bind(lb.listeners.as_str())
-                .bind(lb.backends.as_str())
-                .bind(lb.health_check.as_deref())
-                .bind(lb.source_ranges.as_str())
-                .bind(lb.requested_ip.as_deref())
-                .bind(address.map(|a| a.to_string()))
-                .bind(lb.dns_name.as_str())
-                .bind(now);
-        },
-    )
-}
-
-/// Insert a new load balancer at `address` ([`push_insert`]), and remember `key` for it.
-async fn insert(
-    tx: &mut Tx,
-    lb: &Row,
-    now: i64,
-    cfg: &Config,
-    address: IpAddr,
-    key: Option<&str>,
-    request_json: &str,
-) -> Result<()> {
-    let mut script = Script::new();
-    let inserting = push_insert(&mut script, lb, now, cfg, Some(address));
-    let recorded = idempotency::push_record(&mut script, OPERATION_CREATE, key, request_json, &lb.id, now);
-    let ran = script.run(tx).await;
-    inserted(&lb.name, ran.affected(inserting))?;
-    if let Some(recorded) = recorded {
-        ran.affected(recorded)?;
-    }
-    Ok(())
-}
-
-/// The insert's outcome: a name in use is a conflict.
-fn inserted(name: &str, outcome: std::result::Result<u64, NotDone<'_>>) -> Result<()> {
-    match outcome {
-        Ok(_) => Ok(()),
-        Err(NotDone::Failed(e)) if is_unique_violation(e) => Err(ApiError::conflict(
-            codes::LOAD_BALANCER_ALREADY_EXISTS,
-            format!("load balancer name {name:?} is in use"),
-        )),
-        Err(e) => Err(e.into()),
+    fn fetch<'a>(
+        &'a self,
+        tx: &'a mut Tx,
+        id: &'a str,
+        now: i64,
+    ) -> impl Future<Output = Result<LoadBalancer>> + Send + 'a {
+        fetch(&mut **tx, id, now)
     }
 }
 

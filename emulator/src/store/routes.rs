@@ -1,12 +1,15 @@
 //! Route tables and their routes. The route quota is enforced here, inside the create's transaction.
 
+use std::future::Future;
+use std::net::IpAddr;
+
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
 use sqlx::{Row, SqliteExecutor};
 
-use super::idempotency;
-use super::write::{begin, begin_with};
+use super::create::{self, Address};
+use super::write::begin;
 use crate::call;
-use crate::db::{Db, NotDone, Script, Step, Tx, new_id, now_ms, rfc3339};
+use crate::db::{Db, NotDone, Ran, Script, Step, Tx, new_id, now_ms, rfc3339};
 use crate::error::{ApiError, Result, conflict_on_unique, is_unique_violation};
 use crate::validate;
 
@@ -185,106 +188,136 @@ pub async fn create(db: &Db, table: &str, req: &CreateRouteRequest, key: Option<
     // Stored canonically, so the unique index sees one network however it is written.
     let destination = validate::cidr("destination", &req.destination, true)?.to_string();
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
-    let id = new_id("r");
-    let new = |now| NewRoute { id: &id, table, req, destination: &destination, now };
-    // The checks and, with no key to look up first, the insert, in the write's first round trip: judged in
-    // order below (the table, the key, the target, the quota, then the insert's own conflict); the savepoint
-    // undoes the insert if a check refuses.
-    let (mut tx, now, ran, (checks, insert)) = begin_with(db, |now, s| {
-        // The table, the target's state, the table's route count and the quota.
-        let checks = s.push(
+    let new = NewRoute { id: new_id("r"), table, req, destination };
+    create::create(db, &new, key, &request_json).await
+}
+
+/// A new route, as the create writes it (see [`create::NewResource`]). Its quota is the table's own count,
+/// read with the table by its checks.
+struct NewRoute<'a> {
+    id: String,
+    /// The table as the caller named it (an ID, or `main`): the insert finds it, as the checks do.
+    table: &'a str,
+    req: &'a CreateRouteRequest,
+    destination: String,
+}
+
+/// What a route's checks found: its table (which scopes its idempotency keys), its target's state, the
+/// table's route count and the route quota.
+struct Found {
+    table_id: String,
+    target_state: Option<String>,
+    route_count: Option<i64>,
+    limit: Option<i64>,
+}
+
+impl create::NewResource for NewRoute<'_> {
+    type Made = Route;
+    type Found = Found;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Keys are per table: the same key may create a route in each.
+    fn key_scope(&self, found: Option<&Found>) -> Option<String> {
+        found.map(|f| format!("{OPERATION_CREATE}/{}", f.table_id))
+    }
+
+    fn address(&self) -> Address<'_> {
+        Address::None
+    }
+
+    /// The table, the target's state, the table's route count and the quota, in one statement.
+    fn push_checks(&self, script: &mut Script) -> Vec<Step> {
+        vec![script.push(
             "SELECT t.id, (SELECT state FROM instances WHERE id = ?2), t.route_count, \
              (SELECT limit_value FROM quotas WHERE name = ?3) \
              FROM (SELECT 1) LEFT JOIN (SELECT id, route_count FROM route_tables \
              WHERE id = ?1 OR (?1 = 'main' AND main = 1) LIMIT 1) t",
             |b| {
-                b.bind(table).bind(req.target_instance.as_str()).bind(QuotaName::RoutesPerRouteTable.as_str());
+                b.bind(self.table.to_string())
+                    .bind(self.req.target_instance.clone())
+                    .bind(QuotaName::RoutesPerRouteTable.as_str());
             },
-        );
-        // With a key, the create waits for its look-up: the key's operation names the table the checks find.
-        let insert = key.is_none().then(|| new(now).push_insert(s));
-        (checks, insert)
-    })
-    .await?;
-    let row = ran.rows(checks)?.first().ok_or_else(|| ApiError::internal("the route checks returned no row"))?;
-    let (table_id, target_state, route_count, limit): (Option<String>, Option<String>, Option<i64>, Option<i64>) =
-        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
-    let table_id = table_id.ok_or_else(|| table_not_found(table))?;
-    let op_key = format!("{OPERATION_CREATE}/{table_id}");
-    if let idempotency::Replay::Existing(id) = idempotency::check(&mut tx, &op_key, key, &request_json).await? {
-        return Ok((fetch(&mut *tx, &id, now).await?, true));
+        )]
     }
-    match target_state.as_deref() {
-        None => {
-            return Err(ApiError::bad_request(
-                codes::INVALID_ROUTE_TARGET,
-                format!("target_instance: instance {} does not exist", req.target_instance),
-            ));
-        }
-        Some(s @ ("shutting-down" | "terminated")) => {
-            return Err(ApiError::bad_request(
-                codes::INVALID_ROUTE_TARGET,
-                format!("target_instance: instance {} is {s}", req.target_instance),
-            ));
-        }
-        Some(_) => {}
+
+    /// The table must exist before anything else is said: it scopes the key.
+    fn found(&self, ran: &Ran, checks: &[Step]) -> Result<Found> {
+        let step = checks.first().ok_or_else(|| ApiError::internal("the route checks are missing"))?;
+        let row = ran.rows(*step)?.first().ok_or_else(|| ApiError::internal("the route checks returned no row"))?;
+        let (table_id, target_state, route_count, limit): (Option<String>, Option<String>, Option<i64>, Option<i64>) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
+        let table_id = table_id.ok_or_else(|| table_not_found(self.table))?;
+        Ok(Found { table_id, target_state, route_count, limit })
     }
-    let quota = QuotaName::RoutesPerRouteTable;
-    let limit = limit.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| quota.default_limit());
-    if route_count.unwrap_or(0) as usize + 1 > limit as usize {
-        return Err(ApiError::quota_exceeded(quota, limit, &format!("adding a route to {table_id}")));
-    }
-    match insert {
-        Some(insert) => inserted(&mut tx, &table_id, &destination, ran.affected(insert)).await?,
-        None => {
-            let mut script = Script::new();
-            let insert = new(now).push_insert(&mut script);
-            let recorded = idempotency::push_record(&mut script, &op_key, key, &request_json, &id, now);
-            let ran = script.run(&mut tx).await;
-            inserted(&mut tx, &table_id, &destination, ran.affected(insert)).await?;
-            if let Some(recorded) = recorded {
-                ran.affected(recorded)?;
+
+    /// A live target, and room under the route quota.
+    fn judge(&self, found: &Found, _: &Ran, _: &[Step]) -> Result<()> {
+        match found.target_state.as_deref() {
+            None => {
+                return Err(ApiError::bad_request(
+                    codes::INVALID_ROUTE_TARGET,
+                    format!("target_instance: instance {} does not exist", self.req.target_instance),
+                ));
             }
+            Some(s @ ("shutting-down" | "terminated")) => {
+                return Err(ApiError::bad_request(
+                    codes::INVALID_ROUTE_TARGET,
+                    format!("target_instance: instance {} is {s}", self.req.target_instance),
+                ));
+            }
+            Some(_) => {}
         }
+        let quota = QuotaName::RoutesPerRouteTable;
+        let limit = found.limit.and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| quota.default_limit());
+        if found.route_count.unwrap_or(0) as usize + 1 > limit as usize {
+            return Err(ApiError::quota_exceeded(quota, limit, &format!("adding a route to {}", found.table_id)));
+        }
+        Ok(())
     }
-    call::commit(tx, &id).await?;
-    let route = RouteRow {
-        id,
-        route_table_id: table_id,
-        name: req.name.clone(),
-        destination,
-        target_instance: req.target_instance.clone(),
-        target_live: true,
-        created_at: now,
-    };
-    Ok((route.into(), false))
-}
 
-/// A new route's row, as the create writes it.
-struct NewRoute<'a> {
-    id: &'a str,
-    /// The table as the caller named it (an ID, or `main`): the insert finds it, as the checks do.
-    table: &'a str,
-    req: &'a CreateRouteRequest,
-    destination: &'a str,
-    now: i64,
-}
-
-impl NewRoute<'_> {
-    /// Push its insert; it inserts nothing if the table does not exist (the checks say so).
-    fn push_insert(&self, script: &mut Script) -> Step {
+    /// Its insert; it inserts nothing if the table does not exist (the checks say so).
+    fn push_insert(&self, script: &mut Script, now: i64, _: Option<IpAddr>) -> Step {
         script.push(
             "INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) \
              SELECT ?1, id, ?3, ?4, ?5, ?6 FROM route_tables WHERE id = ?2 OR (?2 = 'main' AND main = 1) LIMIT 1",
             |b| {
-                b.bind(self.id)
-                    .bind(self.table)
-                    .bind(self.req.name.as_str())
-                    .bind(self.destination)
-                    .bind(self.req.target_instance.as_str())
-                    .bind(self.now);
+                b.bind(self.id.clone())
+                    .bind(self.table.to_string())
+                    .bind(self.req.name.clone())
+                    .bind(self.destination.clone())
+                    .bind(self.req.target_instance.clone())
+                    .bind(now);
             },
         )
+    }
+
+    fn inserted<'a>(
+        &'a self,
+        tx: &'a mut Tx,
+        found: &'a Found,
+        outcome: std::result::Result<u64, NotDone<'a>>,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        inserted(tx, &found.table_id, &self.destination, outcome)
+    }
+
+    fn made(&self, now: i64, _: Option<IpAddr>, found: Found) -> Result<Route> {
+        let route = RouteRow {
+            id: self.id.clone(),
+            route_table_id: found.table_id,
+            name: self.req.name.clone(),
+            destination: self.destination.clone(),
+            target_instance: self.req.target_instance.clone(),
+            target_live: true,
+            created_at: now,
+        };
+        Ok(route.into())
+    }
+
+    fn fetch<'a>(&'a self, tx: &'a mut Tx, id: &'a str, now: i64) -> impl Future<Output = Result<Route>> + Send + 'a {
+        fetch(&mut **tx, id, now)
     }
 }
 

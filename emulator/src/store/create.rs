@@ -1,0 +1,191 @@
+//! The create every resource goes through. A resource brings its own part ([`NewResource`]: its checks, its
+//! insert, its answer); the pipeline does the rest in the same order for all:
+//!
+//! 1. in the write's first round trip to SQLite: the replay look-up of the idempotency key, the resource's own
+//!    checks, the quota reads and — the usual create — the address lease, the insert and the key's record;
+//! 2. judged in order: what the checks found that the key's scope needs (a route's table), the replay (an
+//!    earlier create with the same key and request answers as it did), the rest of the checks, the quotas, then
+//!    the insert's own conflicts. A refusal drops the write, and its savepoint undoes the usual insert;
+//! 3. an address the resource chose itself, or one the usual lease could not find past the pool's top, is
+//!    leased then, and the insert made after it;
+//! 4. committed with the call's audit entry ([`crate::call::commit`]).
+
+use std::future::Future;
+use std::net::IpAddr;
+
+use super::idempotency::{self, Replay};
+use super::ipam;
+use super::quotas::{self, Check};
+use super::write::begin_with;
+use crate::call;
+use crate::config::Pool;
+use crate::db::{Db, NotDone, Ran, Script, Step, Tx};
+use crate::error::Result;
+
+/// Where a new resource's address comes from.
+pub enum Address<'a> {
+    /// It has none.
+    None,
+    /// The next free one of this pool, leased in the write's first round trip.
+    Next(&'a Pool),
+    /// One the resource leases itself once the checks have passed ([`NewResource::lease_own`]): an address the
+    /// request names.
+    Own,
+}
+
+/// A resource's own part in its create.
+pub trait NewResource: Sync {
+    /// The resource as the API answers with it.
+    type Made;
+    /// What its checks found that the rest of the create needs (a route's table), or `()`.
+    type Found: Send + Sync;
+
+    fn id(&self) -> &str;
+
+    /// The scope its idempotency keys are looked up and kept in: its create operation, and for a resource
+    /// inside another, that one as `found` names it. `None` while it cannot be told without `found`: the
+    /// replay look-up then waits for the checks (a round trip of its own).
+    fn key_scope(&self, found: Option<&Self::Found>) -> Option<String>;
+
+    fn address(&self) -> Address<'_>;
+
+    /// The quotas it counts against, read in the first round trip and judged after its own checks.
+    fn quotas(&self) -> &[Check] {
+        &[]
+    }
+
+    /// Its own checks, pushed onto the first round trip.
+    fn push_checks(&self, _script: &mut Script) -> Vec<Step> {
+        Vec::new()
+    }
+
+    /// What the checks found; refused here before the replay look-up.
+    fn found(&self, ran: &Ran, checks: &[Step]) -> Result<Self::Found>;
+
+    /// The rest of the checks' verdict, once the call is known not to be a replay.
+    fn judge(&self, _found: &Self::Found, _ran: &Ran, _checks: &[Step]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Push its insert, created at `now`, at `address` (`None`: the one just leased to it, or none).
+    fn push_insert(&self, script: &mut Script, now: i64, address: Option<IpAddr>) -> Step;
+
+    /// The insert's outcome: a unique index that refused it becomes the resource's conflict, naming what
+    /// holds the name or destination.
+    fn inserted<'a>(
+        &'a self,
+        tx: &'a mut Tx,
+        found: &'a Self::Found,
+        outcome: std::result::Result<u64, NotDone<'a>>,
+    ) -> impl Future<Output = Result<()>> + Send + 'a;
+
+    /// Lease the address the request names ([`Address::Own`]).
+    fn lease_own(&self, _tx: &mut Tx) -> impl Future<Output = Result<IpAddr>> + Send {
+        async { Err(crate::error::ApiError::internal("this resource leases no address of its own")) }
+    }
+
+    /// The new resource as the create answers it.
+    fn made(&self, now: i64, address: Option<IpAddr>, found: Self::Found) -> Result<Self::Made>;
+
+    /// The resource an earlier create with the same key made (a replay).
+    fn fetch<'a>(
+        &'a self,
+        tx: &'a mut Tx,
+        id: &'a str,
+        now: i64,
+    ) -> impl Future<Output = Result<Self::Made>> + Send + 'a;
+}
+
+/// The steps of the first round trip.
+struct First {
+    replay: Option<Step>,
+    checks: Vec<Step>,
+    quotas: Option<Step>,
+    /// The usual insert: its lease (with an address from a pool), the insert, the key's record.
+    usual: Option<(Option<Step>, Step, Option<Step>)>,
+}
+
+/// Create `new` as the request `request_json` with `key` asks; returns it and whether it was a replay.
+pub async fn create<R: NewResource>(
+    db: &Db,
+    new: &R,
+    key: Option<&str>,
+    request_json: &str,
+) -> Result<(R::Made, bool)> {
+    let early_scope = new.key_scope(None);
+    let (mut tx, now, ran, first) = begin_with(db, |now, s| {
+        let replay = key.zip(early_scope.as_deref()).map(|(k, scope)| idempotency::push_lookup(s, scope, k));
+        let checks = new.push_checks(s);
+        let quotas = (!new.quotas().is_empty()).then(|| quotas::push_read(s, new.quotas()));
+        // The usual insert rides along unless a key must be looked up first in a scope the checks will tell.
+        let usual = (key.is_none() || early_scope.is_some())
+            .then(|| {
+                let lease = match new.address() {
+                    Address::Next(pool) => Some(ipam::push_lease_next(s, pool, new.id())),
+                    Address::None => None,
+                    Address::Own => return None,
+                };
+                let insert = new.push_insert(s, now, None);
+                let scope = early_scope.as_deref().unwrap_or_default();
+                let recorded = idempotency::push_record(s, scope, key, request_json, new.id(), now);
+                Some((lease, insert, recorded))
+            })
+            .flatten();
+        First { replay, checks, quotas, usual }
+    })
+    .await?;
+
+    let found = new.found(&ran, &first.checks)?;
+    let scope = new.key_scope(Some(&found)).unwrap_or_default();
+    let replay = match (key, first.replay) {
+        (Some(key), Some(step)) => idempotency::judge(ran.rows(step)?, &scope, key, request_json)?,
+        (Some(key), None) => idempotency::check(&mut tx, &scope, Some(key), request_json).await?,
+        (None, _) => Replay::Fresh,
+    };
+    if let Replay::Existing(id) = replay {
+        return Ok((new.fetch(&mut tx, &id, now).await?, true));
+    }
+    new.judge(&found, &ran, &first.checks)?;
+    if let Some(step) = first.quotas {
+        quotas::judge(new.quotas(), ran.rows(step)?)?;
+    }
+
+    let had_usual = first.usual.is_some();
+    let usual_address = match (&first.usual, new.address()) {
+        (Some((Some(lease), ..)), Address::Next(pool)) => ipam::leased(pool, &ran, *lease)?.map(IpAddr::V4),
+        _ => None,
+    };
+    let address = match (first.usual, usual_address) {
+        // The usual create went through with its address (or needed none): only its outcome is left to read.
+        (Some((lease, insert, recorded)), leased) if lease.is_none() || leased.is_some() => {
+            new.inserted(&mut tx, &found, ran.affected(insert)).await?;
+            if let Some(recorded) = recorded {
+                ran.affected(recorded)?;
+            }
+            leased
+        }
+        // The top of the pool is taken (the usual insert found no address and failed), the request names its
+        // address, or the key was looked up after the checks: lease now, then insert.
+        _ => {
+            let address = match new.address() {
+                Address::None => None,
+                Address::Next(pool) if had_usual => {
+                    Some(IpAddr::V4(ipam::allocate_free(&mut tx, pool, new.id()).await?))
+                }
+                Address::Next(pool) => Some(IpAddr::V4(ipam::allocate(&mut tx, pool, new.id()).await?)),
+                Address::Own => Some(new.lease_own(&mut tx).await?),
+            };
+            let mut script = Script::new();
+            let insert = new.push_insert(&mut script, now, address);
+            let recorded = idempotency::push_record(&mut script, &scope, key, request_json, new.id(), now);
+            let ran = script.run(&mut tx).await;
+            new.inserted(&mut tx, &found, ran.affected(insert)).await?;
+            if let Some(recorded) = recorded {
+                ran.affected(recorded)?;
+            }
+            address
+        }
+    };
+    call::commit(tx, new.id()).await?;
+    Ok((new.made(now, address, found)?, false))
+}
