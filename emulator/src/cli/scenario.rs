@@ -268,14 +268,19 @@ fn parse(text: &str, sets: &[String]) -> Result<Scenario> {
             let known = if names.is_empty() { "none".to_string() } else { names.join(", ") };
             bail!("--set {name}: the scenario has no such variable (its vars: {known})");
         }
-        // Typed as YAML types it: `5` a number, `local-1b` a string.
-        let typed = serde_saphyr::from_str::<Value>(value).unwrap_or_else(|_| Value::String(value.to_string()));
+        // A number or a boolean as YAML reads it (`5`, `0.5`, `true`); anything else is the string as given,
+        // never a list or a map of YAML's making.
+        let typed = match serde_saphyr::from_str::<Value>(value) {
+            Ok(v @ (Value::Number(_) | Value::Bool(_))) => v,
+            _ => Value::String(value.to_string()),
+        };
         values.insert(name.to_string(), typed);
     }
     if let Some(steps) = doc.get_mut("steps") {
         substitute(steps, &values, "steps")?;
     }
-    Ok(serde_json::from_value(doc)?)
+    // With the path of what does not fit: `steps[0].at: invalid type ...`.
+    serde_path_to_error::deserialize(doc).map_err(|e| anyhow::anyhow!("{}: {}", e.path(), e.inner()))
 }
 
 /// Replace every `${name}` under `v` (at `path`, for errors) with its value.
@@ -478,4 +483,45 @@ pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> R
         eprintln!("scenario {}: restored what it changed (use --keep to leave it)", plan.name);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const FILE: &str = "vars: {limit: 2, duration: 60, zone: local-1a}\nsteps:\n  - at: 0s\n    \
+                        set_quota: {name: routes-per-route-table, limit: \"${limit}\"}\n  - at: 1s\n    \
+                        start_outage: {scope: zone, zone: \"${zone}\"}\n  - at: \"${duration}s\"\n    wait: true\n";
+
+    fn sets(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn variables_take_their_defaults_or_the_set_values_typed_as_yaml_types_them() {
+        let s = parse(FILE, &[]).unwrap();
+        assert_eq!(s.steps[0].set_quota.as_ref().unwrap().limit, 2);
+        assert_eq!(s.steps[2].at, "60s");
+        let s = parse(FILE, &sets(&["limit=7", "duration=1m30", "zone=local-1b"])).unwrap();
+        assert_eq!(s.steps[0].set_quota.as_ref().unwrap().limit, 7, "a number stays a number");
+        assert_eq!(s.steps[1].start_outage.as_ref().unwrap().zone.as_deref(), Some("local-1b"));
+        assert_eq!(s.steps[2].at, "1m30s", "written into a longer string");
+    }
+
+    #[test]
+    fn unknown_variables_and_misfits_are_named() {
+        let e = parse(FILE, &sets(&["limt=3"])).unwrap_err().to_string();
+        assert!(e.contains("limt") && e.contains("duration, limit, zone"), "{e}");
+        let e = parse(FILE, &sets(&["limit"])).unwrap_err().to_string();
+        assert!(e.contains("NAME=VALUE"), "{e}");
+        let e = parse("steps:\n  - at: \"${t}s\"\n    wait: true\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("steps[0].at") && e.contains("${t}"), "{e}");
+        let e = parse("vars: {t: 5}\nsteps:\n  - at: \"${t}\"\n    wait: true\n", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("steps[0].at: invalid type"), "{e}");
+        // A value is a value, never more YAML: this name stays one string.
+        let s = parse(FILE, &sets(&["zone=a, b: {c: d}"])).unwrap();
+        assert_eq!(s.steps[1].start_outage.as_ref().unwrap().zone.as_deref(), Some("a, b: {c: d}"));
+    }
 }
