@@ -1,4 +1,5 @@
-//! The OpenAPI document that ccm-upstream's Go client is generated from (`ccm-upstream/openapi.json`) is the
+//! The OpenAPI document that ccm-upstream's Go client is generated from (`api/openapi.json`, beside the API's
+//! Rust types) is the
 //! one the emulator serves: a change to the API fails here until the snapshot and the client are regenerated,
 //! so the Go client cannot drift silently. `FAKECLOUD_UPDATE_OPENAPI=1` rewrites the snapshot; then run
 //! `go generate ./...` in ccm-upstream.
@@ -13,7 +14,7 @@ async fn the_go_clients_openapi_snapshot_is_what_the_emulator_serves() {
     let emu = Emu::start().await;
     let (status, served) = emu.raw(reqwest::Method::GET, "/openapi.json", None, None).await;
     assert_eq!(status, 200);
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ccm-upstream/openapi.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../api/openapi.json");
     if std::env::var_os("FAKECLOUD_UPDATE_OPENAPI").is_some() {
         let text = serde_json::to_string_pretty(&served).expect("the document serializes") + "\n";
         std::fs::write(&path, text).expect("the snapshot is written");
