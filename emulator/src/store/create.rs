@@ -101,8 +101,27 @@ struct First {
     replay: Option<Step>,
     checks: Vec<Step>,
     quotas: Option<Step>,
-    /// The usual insert: its lease (with an address from a pool), the insert, the key's record.
-    usual: Option<(Option<Step>, Step, Option<Step>)>,
+    usual: Option<Insert>,
+}
+
+/// An insert's steps: the lease of its address from a pool (if the first round trip made one), the insert,
+/// the key's record.
+#[derive(Clone, Copy)]
+struct Insert {
+    lease: Option<Step>,
+    insert: Step,
+    recorded: Option<Step>,
+}
+
+impl Insert {
+    /// Whether the insert went in, as the resource reads its outcome, and the key's record with it.
+    async fn outcome<R: NewResource>(self, new: &R, tx: &mut Tx, found: &R::Found, ran: &Ran) -> Result<()> {
+        new.inserted(tx, found, ran.affected(self.insert)).await?;
+        if let Some(recorded) = self.recorded {
+            ran.affected(recorded)?;
+        }
+        Ok(())
+    }
 }
 
 /// Create `new` as the request `request_json` with `key` asks; returns it and whether it was a replay.
@@ -128,7 +147,7 @@ pub async fn create<R: NewResource>(
                 let insert = new.push_insert(s, now, None);
                 let scope = early_scope.as_deref().unwrap_or_default();
                 let recorded = idempotency::push_record(s, scope, key, request_json, new.id(), now);
-                Some((lease, insert, recorded))
+                Some(Insert { lease, insert, recorded })
             })
             .flatten();
         First { replay, checks, quotas, usual }
@@ -150,26 +169,24 @@ pub async fn create<R: NewResource>(
         quotas::judge(new.quotas(), ran.rows(step)?)?;
     }
 
-    let had_usual = first.usual.is_some();
-    let usual_address = match (&first.usual, new.address()) {
-        (Some((Some(lease), ..)), Address::Next(pool)) => ipam::leased(pool, &ran, *lease)?.map(IpAddr::V4),
+    let usual_address = match (first.usual, new.address()) {
+        (Some(Insert { lease: Some(lease), .. }), Address::Next(pool)) => {
+            ipam::leased(pool, &ran, lease)?.map(IpAddr::V4)
+        }
         _ => None,
     };
-    let address = match (first.usual, usual_address) {
+    let address = match first.usual {
         // The usual create went through with its address (or needed none): only its outcome is left to read.
-        (Some((lease, insert, recorded)), leased) if lease.is_none() || leased.is_some() => {
-            new.inserted(&mut tx, &found, ran.affected(insert)).await?;
-            if let Some(recorded) = recorded {
-                ran.affected(recorded)?;
-            }
-            leased
+        Some(usual) if usual.lease.is_none() || usual_address.is_some() => {
+            usual.outcome(new, &mut tx, &found, &ran).await?;
+            usual_address
         }
         // The top of the pool is taken (the usual insert found no address and failed), the request names its
         // address, or the key was looked up after the checks: lease now, then insert.
         _ => {
             let address = match new.address() {
                 Address::None => None,
-                Address::Next(pool) if had_usual => {
+                Address::Next(pool) if first.usual.is_some() => {
                     Some(IpAddr::V4(ipam::allocate_free(&mut tx, pool, new.id()).await?))
                 }
                 Address::Next(pool) => Some(IpAddr::V4(ipam::allocate(&mut tx, pool, new.id()).await?)),
@@ -179,10 +196,7 @@ pub async fn create<R: NewResource>(
             let insert = new.push_insert(&mut script, now, address);
             let recorded = idempotency::push_record(&mut script, &scope, key, request_json, new.id(), now);
             let ran = script.run(&mut tx).await;
-            new.inserted(&mut tx, &found, ran.affected(insert)).await?;
-            if let Some(recorded) = recorded {
-                ran.affected(recorded)?;
-            }
+            Insert { lease: None, insert, recorded }.outcome(new, &mut tx, &found, &ran).await?;
             address
         }
     };
