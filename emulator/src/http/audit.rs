@@ -28,7 +28,7 @@ async fn list_audit(State(st): State<AppState>, ApiQuery(q): ApiQuery<AuditQuery
 }
 
 /// The query, checked: what the log is asked for.
-pub(super) fn filter(q: &AuditQuery) -> Result<audit::Filter> {
+fn filter(q: &AuditQuery) -> Result<audit::Filter> {
     let limit = validate::in_range("limit", q.limit.unwrap_or(AUDIT_LIMIT_DEFAULT), AUDIT_LIMIT_MIN, AUDIT_LIMIT_MAX)?;
     let since_ms = match &q.since {
         None => None,
