@@ -68,8 +68,8 @@ lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circ
 	shellcheck -x scripts/*.sh scripts/kind/*.sh
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
-	python3 scripts/import-graph.py emulator/src --only-from http=cli,server
-	for crate in api ccm controlplane e2e vpc-router; do python3 scripts/import-graph.py $$crate/src || exit 1; done
+	python3 scripts/import-graph.py emulator/src --only-from http=serve,server
+	for crate in api cli ccm controlplane e2e vpc-router; do python3 scripts/import-graph.py $$crate/src || exit 1; done
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

@@ -21,7 +21,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet 'moto[server]==5.2.5' requests
 fi
-cargo build --locked --release -p fakecloud-emulator --bin fakecloud
+cargo build --locked --release -p fakecloud-cli --bin fakecloud
 db_dir=$(mktemp -d)
 token="bench-token-$(date +%s%N)"
 # A /12 VPC: a saturated create run makes more instances and load balancers than a /16's subnets hold.

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 
 echo "==> building the emulator"
-nice -n 10 "$cargo" build --locked -p fakecloud-emulator --bin fakecloud
+nice -n 10 "$cargo" build --locked -p fakecloud-cli --bin fakecloud
 echo "==> installing the console tests' packages (npm ci)"
 (cd console-tests && npm ci --no-audit --no-fund --loglevel=error)
 echo "==> the console in headless Chromium"

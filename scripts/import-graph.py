@@ -3,8 +3,8 @@
 
     scripts/import-graph.py emulator/src            # fails (exit 1) on a circle, naming its modules
     scripts/import-graph.py emulator/src --edges    # and prints every module's imports
-    scripts/import-graph.py emulator/src --only-from http=cli,server
-                                                    # and fails when a module outside http, cli and server
+    scripts/import-graph.py emulator/src --only-from http=serve,server
+                                                    # and fails when a module outside http, serve and server
                                                     # imports http (or a module under it): a lower layer
                                                     # reaching up
 

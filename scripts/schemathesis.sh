@@ -24,7 +24,7 @@ if [[ ! -f $venv/.installed ]]; then
 fi
 
 echo "==> building the emulator"
-nice -n 10 "$cargo" build --locked -p fakecloud-emulator --bin fakecloud
+nice -n 10 "$cargo" build --locked -p fakecloud-cli --bin fakecloud
 
 root=$PWD
 work=$(mktemp -d)

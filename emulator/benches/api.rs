@@ -1,12 +1,14 @@
-//! `make bench`: latency and throughput of the emulator's API, measured against the real release binary on
-//! loopback with a real SQLite file. Prints a Markdown table (the source of BENCHMARKS.md).
+//! `make bench`: latency and throughput of the emulator's API, measured against the emulator as a process of
+//! its own, release-built, on loopback with a real SQLite file. Prints a Markdown table (the source of
+//! BENCHMARKS.md). The `fakecloud` binary lives in the CLI crate, above this one, so this benchmark's own binary
+//! plays it: run as `api serve FLAGS…`, it is `fakecloud serve FLAGS…`.
 //!
 //! Sequential: one client, one call at a time (p50/p99). Concurrent: 32 in-flight calls from one process
 //! (requests per second). Walk: 10,000 instances, 1,000 per page.
 //!
 //! `-- --creates` runs only the create rows (write throughput). `-- --dataplane` measures the load balancer data
-//! plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` runs another build of the binary instead of this one
-//! (e.g. a saved copy of the previous commit's, to compare the two back to back).
+//! plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` serves with another build instead of this one (a
+//! `fakecloud` binary, e.g. a saved copy of the previous commit's, to compare the two back to back).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "api/dataplane.rs"]
@@ -86,10 +88,10 @@ where
     (samples, start.elapsed())
 }
 
-/// Start `fakecloud serve` (this build's, or `FAKECLOUD_BENCH_BIN`) on a fresh database in `dir`, with no
+/// Start `serve` (this binary's, or `FAKECLOUD_BENCH_BIN`'s) on a fresh database in `dir`, with no
 /// provisioning delays and `extra` arguments; the process and an admin client of it.
 async fn start_emulator(dir: &Path, extra: &[&str]) -> (tokio::process::Child, Client) {
-    let bin = std::env::var("FAKECLOUD_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_fakecloud").to_string());
+    let bin = std::env::var_os("FAKECLOUD_BENCH_BIN").map_or_else(|| std::env::current_exe().unwrap(), Into::into);
     let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--lb-provision-delay", "0s"])
         .args(extra)
@@ -114,8 +116,19 @@ async fn start_emulator(dir: &Path, extra: &[&str]) -> (tokio::process::Child, C
     (child, Client::new(&url, TOKEN).unwrap())
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("serve") {
+        if let Err(e) = fakecloud_emulator::serve::run_from_args(args) {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    tokio::runtime::Runtime::new().unwrap().block_on(bench());
+}
+
+async fn bench() {
     let quick = std::env::args().any(|a| a == "--quick");
     let creates_only = std::env::args().any(|a| a == "--creates");
     let (seq_n, conc_n) = if quick { (300, 2000) } else { (2000, 20000) };

@@ -8,12 +8,11 @@
 //! - [`auth`]: the tokens and the roles they grant; [`metrics`]: what `/metrics` shows (the API's calls and the
 //!   data plane's connections).
 //! - [`dataplane`]: the load balancers' listeners, proxy and health checks (`serve --serve-load-balancers`).
-//! - [`server`]: start it all (used by `fakecloud serve` and by tests).
+//! - [`server`]: start it all (used by tests); [`serve`]: the `fakecloud serve` command (its flags, logging).
 
 pub mod addresses;
 pub mod auth;
 pub mod call;
-pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod dataplane;
@@ -23,6 +22,7 @@ pub mod faults;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod serve;
 pub mod server;
 pub mod snapshot;
 pub mod store;

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{Client, CreateInstanceRequest, InstanceState};
+use fakecloud_cli::adopt::{ADOPTED_TAG, Outcome, adopt};
 use fakecloud_controlplane::{Binaries, ControlPlane};
 use fakecloud_emulator::auth::Tokens;
-use fakecloud_emulator::cli::adopt::{ADOPTED_TAG, Outcome, adopt};
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use fakecloud_emulator::server::Server;
 use k8s_openapi::api::core::v1::Node;

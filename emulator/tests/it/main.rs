@@ -1,5 +1,5 @@
 //! The emulator's integration tests, in one binary (one link instead of one per file): each module is a file of
-//! tests over real HTTP against a real emulator (in process, or the `fakecloud` binary), with a real SQLite file.
+//! tests over real HTTP against a real emulator (in process, or as a process of its own: see `common::spawn_emulator`), with a real SQLite file.
 
 mod audit_and_metrics;
 mod body_props;
@@ -19,4 +19,3 @@ mod network;
 mod openapi_snapshot;
 mod persistence;
 mod public_pool;
-mod scenarios_and_scripts;

@@ -150,9 +150,23 @@ pub async fn wait_state(c: &Client, id: &str, state: InstanceState) -> Instance 
     .await
 }
 
-/// Start the real binary on `db`, returning it and its URL (read from its first line of output).
+/// The emulator as a process of its own, for the cases that kill it, restart it or cap its open files: on
+/// `db`, returning it and its URL (read from its first line of output).
 pub async fn spawn_emulator(db: &std::path::Path) -> (Child, String, Arc<Mutex<String>>) {
     spawn_emulator_with(db, &[], None).await
+}
+
+/// Where [`spawn_emulator_with`] hands `fakecloud serve`'s flags to [`serve_as_a_process`], as a JSON list.
+const SERVE_FLAGS: &str = "FAKECLOUD_TEST_SERVE_FLAGS";
+
+/// The process of [`spawn_emulator_with`]: the `fakecloud` binary lives in the CLI crate, above this one, so
+/// this test binary plays it, re-run with only this case selected, and serves as `fakecloud serve` would.
+#[test]
+#[ignore = "the emulator process of spawn_emulator_with; it serves only when that sets FAKECLOUD_TEST_SERVE_FLAGS"]
+fn serve_as_a_process() {
+    let Ok(flags) = std::env::var(SERVE_FLAGS) else { return };
+    let flags: Vec<String> = serde_json::from_str(&flags).unwrap();
+    fakecloud_emulator::serve::run_from_args(flags).unwrap();
 }
 
 /// [`spawn_emulator`] with more flags, and with its open-file limit (soft and hard) set to `fd_limit`.
@@ -161,19 +175,21 @@ pub async fn spawn_emulator_with(
     flags: &[&str],
     fd_limit: Option<u32>,
 ) -> (Child, String, Arc<Mutex<String>>) {
+    let this = std::env::current_exe().unwrap();
     let mut command = match fd_limit {
         Some(n) => {
             let mut c = Command::new("sh");
-            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), env!("CARGO_BIN_EXE_fakecloud")]);
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")]).arg(this);
             c
         }
-        None => Command::new(env!("CARGO_BIN_EXE_fakecloud")),
+        None => Command::new(this),
     };
+    let mut serve: Vec<String> = ["--listen", "127.0.0.1:0", "--boot-delay", "0s"].map(String::from).into();
+    serve.extend(flags.iter().map(|f| f.to_string()));
+    serve.extend(["--db".to_string(), db.to_str().unwrap().to_string()]);
     let mut child = command
-        .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s"])
-        .args(flags)
-        .arg("--db")
-        .arg(db)
+        .args(["--exact", "common::serve_as_a_process", "--ignored", "--nocapture", "--quiet"])
+        .env(SERVE_FLAGS, serde_json::to_string(&serve).unwrap())
         .env("FAKECLOUD_USER_TOKEN", USER)
         .env("FAKECLOUD_ADMIN_TOKEN", ADMIN)
         .env("RUST_LOG", "debug")

@@ -1,12 +1,11 @@
-//! The `fakecloud` command line: `serve` runs the emulator; every other command is a client of its API through
-//! `fakecloud_api::Client`.
+//! The `fakecloud` command line: `serve` runs the emulator (`fakecloud_emulator::serve`); every other command
+//! is a client of its API through `fakecloud_api::Client`.
 
 pub mod adopt;
 mod faults;
 mod output;
 mod parse;
 pub mod scenario;
-mod serve;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,7 +18,7 @@ use fakecloud_api::{
 };
 
 use self::output::{Format, Output};
-pub use self::serve::ServeArgs;
+use fakecloud_emulator::serve::{self, ServeArgs};
 
 #[derive(Debug, Parser)]
 #[command(name = "fakecloud", version, about = "A local cloud emulator for testing Kubernetes cloud integrations", long_about = LONG_ABOUT)]

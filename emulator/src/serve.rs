@@ -1,4 +1,5 @@
-//! `fakecloud serve`.
+//! `fakecloud serve`: its flags, its logging, and the emulator started from them. The `fakecloud` binary (the
+//! CLI crate) runs it; so do this crate's tests and benchmarks that need the emulator as a process of its own.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -147,6 +148,18 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// `fakecloud serve ARGS` in a program that is not the `fakecloud` binary but must play it: this crate's tests
+/// and benchmarks that kill, restart or limit the emulator (the binary lives in the CLI crate, above this one).
+pub fn run_from_args(args: impl IntoIterator<Item = String>) -> Result<()> {
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+    let serve = <Serve as clap::Parser>::try_parse_from(std::iter::once("serve".to_string()).chain(args))?;
+    tokio::runtime::Runtime::new()?.block_on(run(serve.args))
 }
 
 pub async fn run(args: ServeArgs) -> Result<()> {

@@ -1,5 +1,5 @@
 use clap::Parser;
-use fakecloud_emulator::cli::{Cli, run};
+use fakecloud_cli::{Cli, run};
 
 #[tokio::main]
 async fn main() {

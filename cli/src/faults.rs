@@ -11,8 +11,8 @@ use fakecloud_api::{
     SetRateLimitRequest, SpotRandomRequest, StartHangRequest, StartOutageRequest,
 };
 
-use super::output::Output;
-use super::parse;
+use crate::output::Output;
+use crate::parse;
 
 #[derive(Debug, Subcommand)]
 pub enum FaultCmd {

@@ -50,9 +50,9 @@ use fakecloud_api::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::ApiError;
-use crate::faults::check;
-use crate::store;
+use fakecloud_emulator::error::ApiError;
+use fakecloud_emulator::faults::check;
+use fakecloud_emulator::store;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -202,7 +202,7 @@ impl Action {
             Action::Reclaim(req) => store::instances::check_reclaim(req).map(drop),
             Action::Hang(req) => store::hangs::check(req).map(drop),
             Action::RemoveFault(id) | Action::RemoveLbFault(id) | Action::RemoveRateLimit(id) => {
-                crate::validate::NAME.check("id", id)
+                fakecloud_emulator::validate::NAME.check("id", id)
             }
             Action::SetQuota(..) | Action::StopOutages | Action::StopHangs | Action::ClearFaults | Action::Wait => {
                 Ok(())
@@ -227,7 +227,7 @@ pub fn load(path: &Path, sets: &[String]) -> Result<Plan> {
     if scenario.steps.is_empty() {
         bail!("{}: no steps", path.display());
     }
-    let operations = crate::http::operation_names();
+    let operations = fakecloud_emulator::http::operation_names();
     let mut steps = Vec::new();
     for (n, step) in scenario.steps.into_iter().enumerate() {
         let (at, action) = step.check(n)?;

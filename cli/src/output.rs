@@ -90,6 +90,49 @@ fn load_balancer_table(items: &[LoadBalancer]) -> String {
     )
 }
 
+/// One load balancer (`lb get`); with the data plane on, also its backends' health and its listeners that are
+/// not listening, with why.
+fn load_balancer_text(lb: &LoadBalancer) -> String {
+    let mut out = load_balancer_table(std::slice::from_ref(lb));
+    if let Some(d) = &lb.data_plane {
+        out.push_str(&format!("\n\ndata plane: {}", d.state.as_str()));
+        for r in &d.reasons {
+            out.push_str(&format!("\n  - {r}"));
+        }
+    }
+    let not_listening: Vec<Vec<String>> = lb
+        .listener_status
+        .iter()
+        .filter(|l| l.state != ListenerState::Listening)
+        .map(|l| {
+            vec![
+                format!("{:?}/{}", l.protocol, l.port).to_uppercase(),
+                format!("{:?}", l.state).to_lowercase(),
+                l.reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    if !not_listening.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(&table(&["LISTENER", "STATE", "REASON"], not_listening));
+    }
+    if !lb.backend_health.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(&table(
+            &["BACKEND", "HEALTH", "SINCE", "LAST ERROR"],
+            lb.backend_health.iter().map(|h| {
+                vec![
+                    h.instance.clone(),
+                    format!("{:?}", h.state).to_lowercase(),
+                    h.since.clone(),
+                    h.last_error.clone().unwrap_or_default(),
+                ]
+            }),
+        ));
+    }
+    out
+}
+
 impl Output {
     pub fn new(format: Format) -> Self {
         Self(format)
@@ -157,50 +200,9 @@ impl Output {
         self.print(items, || load_balancer_table(items))
     }
 
-    /// One load balancer; with the data plane on, also its backends' health and its listeners that are not
-    /// listening, with why.
     pub fn load_balancer(&self, lb: &LoadBalancer) -> Result<()> {
         // JSON as a list of one, as `lb list` and the other commands print.
-        self.print(std::slice::from_ref(lb), || {
-            let mut out = load_balancer_table(std::slice::from_ref(lb));
-            if let Some(d) = &lb.data_plane {
-                out.push_str(&format!("\n\ndata plane: {}", d.state.as_str()));
-                for r in &d.reasons {
-                    out.push_str(&format!("\n  - {r}"));
-                }
-            }
-            let not_listening: Vec<Vec<String>> = lb
-                .listener_status
-                .iter()
-                .filter(|l| l.state != ListenerState::Listening)
-                .map(|l| {
-                    vec![
-                        format!("{:?}/{}", l.protocol, l.port).to_uppercase(),
-                        format!("{:?}", l.state).to_lowercase(),
-                        l.reason.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            if !not_listening.is_empty() {
-                out.push_str("\n\n");
-                out.push_str(&table(&["LISTENER", "STATE", "REASON"], not_listening));
-            }
-            if !lb.backend_health.is_empty() {
-                out.push_str("\n\n");
-                out.push_str(&table(
-                    &["BACKEND", "HEALTH", "SINCE", "LAST ERROR"],
-                    lb.backend_health.iter().map(|h| {
-                        vec![
-                            h.instance.clone(),
-                            format!("{:?}", h.state).to_lowercase(),
-                            h.since.clone(),
-                            h.last_error.clone().unwrap_or_default(),
-                        ]
-                    }),
-                ));
-            }
-            out
-        })
+        self.print(std::slice::from_ref(lb), || load_balancer_text(lb))
     }
 
     pub fn quotas(&self, items: &[Quota]) -> Result<()> {
@@ -345,5 +347,56 @@ impl Output {
     pub fn value(&self, v: &serde_json::Value) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(v)?);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use fakecloud_api::DataPlaneStatus;
+
+    /// A load balancer as the API answers when its data plane is on: `state` the data plane's, the listener on
+    /// 18002 failed, the second of two backends unhealthy (its checks cannot connect).
+    fn load_balancer(state: &str) -> LoadBalancer {
+        serde_json::from_value(serde_json::json!({
+            "id": "lb-1", "name": "web", "scheme": "internet-facing", "state": "active",
+            "listeners": [
+                {"protocol": "TCP", "port": 18001, "backend_port": 30001},
+                {"protocol": "TCP", "port": 18002, "backend_port": 30002}
+            ],
+            "backends": ["i-1", "i-2"], "source_ranges": [], "address": "203.0.113.7",
+            "created_at": "2026-11-28T00:00:00Z", "updated_at": "2026-11-28T00:00:00Z",
+            "listener_status": [
+                {"protocol": "TCP", "port": 18001, "state": "listening"},
+                {"protocol": "TCP", "port": 18002, "state": "failed", "reason": "address in use"}
+            ],
+            "backend_health": [
+                {"instance": "i-1", "state": "healthy", "since": "2026-11-28T00:00:01Z"},
+                {"instance": "i-2", "state": "unhealthy", "since": "2026-11-28T00:00:02Z",
+                 "last_error": "connect: connection refused"}
+            ],
+            "data_plane": {"state": state, "reasons": ["listener TCP/18002 failed: address in use"]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn lb_list_says_when_the_data_plane_does_not_carry_all_traffic() {
+        let listed = load_balancer_table(&[load_balancer("degraded"), load_balancer("down")]);
+        assert!(listed.contains("active (degraded)") && listed.contains("active (down)"), "{listed}");
+        assert!(listed.contains("TCP/18002→30002 (failed)") && listed.contains("1/2 healthy"), "{listed}");
+        let serving = load_balancer_table(&[LoadBalancer {
+            data_plane: Some(DataPlaneStatus { state: DataPlaneState::Serving, reasons: Vec::new() }),
+            ..load_balancer("serving")
+        }]);
+        assert!(!serving.contains("(serving)"), "{serving}");
+    }
+
+    #[test]
+    fn lb_get_shows_the_data_plane_listeners_and_backend_health_with_why() {
+        let got = load_balancer_text(&load_balancer("degraded"));
+        assert!(got.contains("data plane: degraded") && got.contains("listener TCP/18002 failed"), "{got}");
+        assert!(got.contains("1/2 healthy") && got.contains("unhealthy") && got.contains("connect"), "{got}");
     }
 }

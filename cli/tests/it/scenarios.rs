@@ -1,33 +1,13 @@
-//! The CLI's scenario runner and the shipped scenarios (the bug reproductions among them), against a live
-//! emulator (the real binary).
-#![allow(clippy::unwrap_used)]
+//! The scenario runner (`fakecloud scenario run`) and the shipped scenarios, the bug reproductions among them.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
-
-use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator};
 use fakecloud_api::{AuditQuery, Client, QuotaName};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn cli(url: &str) -> tokio::process::Command {
-    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_fakecloud"));
-    c.env("FAKECLOUD_ENDPOINT", url).env("FAKECLOUD_USER_TOKEN", USER).env("FAKECLOUD_ADMIN_TOKEN", ADMIN);
-    c
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed: {text}");
-    text
-}
+use crate::{ADMIN, HANG, cli, emulator, eventually, ok, repo};
 
 #[tokio::test]
 async fn shipped_scenarios_parse_and_bad_ones_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let (_emulator, url) = emulator(dir.path()).await;
     for entry in std::fs::read_dir(repo().join("scenarios")).unwrap() {
         let path = entry.unwrap().path();
         let out = cli(&url).args(["scenario", "run", "--check"]).arg(&path).output().await.unwrap();
@@ -46,7 +26,7 @@ async fn shipped_scenarios_parse_and_bad_ones_are_refused() {
 #[tokio::test]
 async fn every_shipped_scenario_runs_against_a_live_emulator() {
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let (_emulator, url) = emulator(dir.path()).await;
     let admin = Client::new(&url, ADMIN).unwrap();
     // spot-wave reclaims instances tagged pool=spot: give it one.
     let spot = fakecloud_api::CreateInstanceRequest {
@@ -88,7 +68,7 @@ async fn every_shipped_scenario_runs_against_a_live_emulator() {
 #[tokio::test]
 async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let (_emulator, url) = emulator(dir.path()).await;
     let file = dir.path().join("s.yaml");
     std::fs::write(
         &file,
@@ -137,7 +117,7 @@ fn scenario(url: &str, name: &str, sets: &[&str]) -> tokio::process::Command {
 #[tokio::test]
 async fn the_bug_scenarios_take_their_variables_and_put_everything_back() {
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let (_emulator, url) = emulator(dir.path()).await;
     let admin = Client::new(&url, ADMIN).unwrap();
 
     let run = scenario(&url, "route-limit.yaml", &["limit=3", "duration=2"]).output();
@@ -188,7 +168,7 @@ async fn the_bug_scenarios_take_their_variables_and_put_everything_back() {
 #[tokio::test]
 async fn ctrl_c_restores_too() {
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let (_emulator, url) = emulator(dir.path()).await;
     let admin = Client::new(&url, ADMIN).unwrap();
     // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below. The runner installs its own
     // SIGINT handler, so a test run that inherited SIGINT ignored still delivers it.
@@ -210,7 +190,7 @@ async fn ctrl_c_restores_too() {
 #[tokio::test]
 async fn a_scenario_is_checked_whole_before_its_first_step() {
     let dir = tempfile::tempdir().unwrap();
-    let (_child, url, _) = spawn_emulator(&dir.path().join("fc.db")).await;
+    let (_emulator, url) = emulator(dir.path()).await;
     let admin = Client::new(&url, ADMIN).unwrap();
     let file = dir.path().join("bad-step-2.yaml");
     std::fs::write(

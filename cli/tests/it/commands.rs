@@ -1,0 +1,31 @@
+//! Commands as a person types them: what they send, and what they print of the answer.
+
+use fakecloud_api::{Client, CreateInstanceRequest, LbFaultAction};
+
+use crate::{ADMIN, cli, emulator, ok};
+
+/// A data-plane latency rule through `lb-fault add`, listed and deleted (the emulator's `dataplane` tests show
+/// such a rule holding connections).
+#[tokio::test]
+async fn lb_fault_add_list_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let req = CreateInstanceRequest { name: "b1".into(), ..Default::default() };
+    let backend = admin.create_instance(&req, None).await.unwrap().id;
+
+    let added = ["lb-fault", "add", "--id", "slow", "--name", "slow-*", "--backend", &backend, "--latency", "400ms"];
+    let out = cli(&url).args(added).args(["--jitter", "100ms"]).output().await.unwrap();
+    ok(&out, "lb-fault add");
+    let rule = &admin.list_lb_faults().await.unwrap().items[0];
+    assert_eq!((rule.id.as_str(), rule.action.clone()), ("slow", LbFaultAction::Latency { ms: 400, jitter_ms: 100 }));
+    assert_eq!(
+        (rule.matcher.names.as_slice(), rule.matcher.backends.as_slice()),
+        (&["slow-*".to_string()][..], &[backend][..])
+    );
+
+    let listed = ok(&cli(&url).args(["lb-fault", "list"]).output().await.unwrap(), "lb-fault list");
+    assert!(listed.contains("latency 400ms+100ms") && listed.contains("slow-*"), "{listed}");
+    ok(&cli(&url).args(["lb-fault", "delete", "slow"]).output().await.unwrap(), "lb-fault delete");
+    assert!(admin.list_lb_faults().await.unwrap().items.is_empty());
+}
