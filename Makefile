@@ -20,11 +20,16 @@ upstream-ccm: ## Build upstream's cloud-controller-manager with fakecloud's Go p
 build: deps ## Build every binary (debug)
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
 
-up: deps control-plane ## Start a local cluster (control plane, emulator, simulated nodes) and say how to use it
-	@bash scripts/up.sh
+# The launcher finds fakecloud and fakecloud-ccm beside itself, and the control plane in the cache `control-plane` fills.
+LAUNCHER = $${CARGO_TARGET_DIR:-target}/debug/fakecloud-controlplane
+
+up: deps control-plane ## Start a local cluster (control plane, emulator, CCM, simulated nodes) and say how to use it
+	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
+	@$(LAUNCHER) stack up
 
 down: ## Stop everything `make up` started
-	@bash scripts/down.sh
+	@$(CARGO) build $(CARGO_FLAGS) --quiet --bin fakecloud-controlplane
+	@$(LAUNCHER) stack down
 
 kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker engine if none answers), the emulator beside it, the CCM in it (FAKECLOUD_KIND_CCM=fakecloud|upstream)
 	@bash scripts/kind-up.sh

@@ -1,5 +1,7 @@
-//! `fakecloud-controlplane up|down`: run the loopback control plane in the foreground (for
-//! `make up`) and tear it down from another shell.
+//! `fakecloud-controlplane up|down`: run the loopback control plane in the foreground and tear it down from
+//! another shell; `kubelets`: the simulated kubelets; `stack up|down`: the whole local stack (`make up`).
+
+mod stack;
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -74,6 +76,12 @@ enum Command {
         #[arg(long, value_name = "TAINTS", value_delimiter = ',', value_parser = fakecloud_controlplane::kubelets::parse_taint)]
         register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
     },
+    /// The local stack in the background: control plane, emulator, CCM, simulated kubelets and three Nodes
+    /// (`make up`, `make down`).
+    Stack {
+        #[command(subcommand)]
+        command: stack::Command,
+    },
     /// Stop the control plane recorded in a run directory and remove the directory.
     Down {
         #[arg(long, env = "FAKECLOUD_RUN_DIR")]
@@ -130,6 +138,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             kubelets(&kubeconfig, &emulator, credentials, opts).await
         }
+        Command::Stack { command } => stack::run(command).await,
         Command::Down { run_dir, keep } => {
             let stopped = down(&run_dir, keep)?;
             if stopped.is_empty() {

@@ -325,21 +325,32 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 #[derive(Debug)]
 pub struct Processes {
     run_dir: PathBuf,
+    log_dir: PathBuf,
     owner: Option<ProcessRecord>,
     started: Vec<ManagedProcess>,
 }
 
 impl Processes {
+    /// Logs in `<run_dir>/logs/<name>.log`.
     pub fn new(run_dir: &Path) -> Result<Self> {
-        let processes =
-            Self { run_dir: run_dir.to_path_buf(), owner: ProcessRecord::current("launcher"), started: Vec::new() };
+        Self::logging_to(run_dir, &run_dir.join("logs"))
+    }
+
+    /// Logs in `<log_dir>/<name>.log` (`make up` keeps its services' logs at the top of its run directory).
+    pub fn logging_to(run_dir: &Path, log_dir: &Path) -> Result<Self> {
+        let processes = Self {
+            run_dir: run_dir.to_path_buf(),
+            log_dir: log_dir.to_path_buf(),
+            owner: ProcessRecord::current("launcher"),
+            started: Vec::new(),
+        };
         processes.record()?;
         Ok(processes)
     }
 
     /// Starts a component and records it before doing anything else.
     pub fn spawn(&mut self, name: &'static str, binary: &Path, args: &[String]) -> Result<&mut ManagedProcess> {
-        let log = self.run_dir.join("logs").join(format!("{name}.log"));
+        let log = self.log_dir.join(format!("{name}.log"));
         let process = ManagedProcess::spawn(name, binary, args, &log, &self.run_dir)?;
         self.started.push(process);
         self.record()?;

@@ -1,0 +1,56 @@
+//! The `stack` subcommands and their options.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the local stack in the background and return once its Nodes are Ready (what `make up` runs).
+    ///
+    /// In the run directory (.run/, or FAKECLOUD_RUN_DIR): the upstream control plane (etcd, kube-apiserver,
+    /// kube-controller-manager on 127.0.0.1, in controlplane/), the emulator (`fakecloud serve`, state in
+    /// fakecloud.db, tokens in fakecloud.credentials), fakecloud-ccm (HTTPS /healthz and /metrics) and the
+    /// simulated kubelets; then instances node-a, node-b and node-c over the region's zones. Returns when their
+    /// Nodes are Ready and initialized by the CCM, and prints how to use the stack; it keeps running until
+    /// `stack down` (`make down`).
+    ///
+    /// `fakecloud` and `fakecloud-ccm` are taken from beside this binary (target/debug/ after `cargo build`),
+    /// the control-plane binaries from FAKECLOUD_K8S_BIN or the cache scripts/build-control-plane.sh fills.
+    /// Logs: <run dir>/{stack,emulator,ccm,kubelets}.log and <run dir>/controlplane/logs/. If a step fails,
+    /// everything started is stopped again and the logs are kept.
+    Up(Options),
+    /// Stop everything `stack up` started from the run directory and remove the files it made there.
+    ///
+    /// Only processes recorded in the run directory are signalled, each only while its PID still names the
+    /// process that was started. Fails if a process of the run directory is still alive afterwards.
+    Down {
+        #[command(flatten)]
+        run_dir: RunDirArg,
+    },
+    /// The background process `stack up` starts; it owns the components until SIGTERM.
+    #[command(hide = true)]
+    Supervise(Options),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunDirArg {
+    /// Directory for the stack's state, logs and credentials.
+    #[arg(long = "run-dir", env = "FAKECLOUD_RUN_DIR", default_value = ".run")]
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Options {
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
+    /// The emulator's port on 127.0.0.1.
+    #[arg(long, env = "FAKECLOUD_PORT", default_value_t = 8787)]
+    pub port: u16,
+    /// The CCM's HTTPS port (/healthz, /metrics) on 127.0.0.1.
+    #[arg(long, env = "FAKECLOUD_CCM_PORT", default_value_t = 10258)]
+    pub ccm_port: u16,
+    /// Directory holding etcd, kube-apiserver, kube-controller-manager (and kubectl); default: the build cache.
+    #[arg(long, env = "FAKECLOUD_K8S_BIN")]
+    pub bin_dir: Option<PathBuf>,
+}

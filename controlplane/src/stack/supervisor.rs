@@ -1,0 +1,285 @@
+//! The process `stack up` leaves running: it starts the control plane, the emulator, the CCM and the simulated
+//! kubelets, creates the instances, waits for their Nodes, and then owns it all until SIGTERM (`stack down`).
+//!
+//! Its progress lines go to stdout, a pipe `up` reads until [`READY`]; once `up` has returned nobody reads it,
+//! and later lines (there are none by design) would be dropped. Its log (stderr) is `<run dir>/stack.log`.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fakecloud_api::{Client, CreateInstanceRequest};
+use fakecloud_controlplane::process::{Processes, log_tail};
+use fakecloud_controlplane::{CLUSTER_CIDR, ControlPlane, kubelets::UNINITIALIZED_TAINT, pinned_kubernetes_version};
+use k8s_openapi::api::core::v1::Node;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::cli::Options;
+use super::layout::{NODES, READY, RunDir, endpoint, sibling};
+
+/// How long the emulator may take to answer, and the Nodes to be Ready and initialized, before `up` calls it a
+/// hang (each takes seconds; these leave room for a busy 2-core machine).
+const EMULATOR_HANG: Duration = Duration::from_secs(60);
+const NODES_HANG: Duration = Duration::from_secs(120);
+/// How often a long wait says what it is waiting for.
+const STILL_WAITING: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(250);
+
+pub async fn supervise(options: Options) -> anyhow::Result<()> {
+    // A session of its own, as `setsid` gives: the terminal's Ctrl-C and hangup, and make's process group, do
+    // not reach the stack; `stack down` stops it.
+    nix::unistd::setsid().context("starting a session of its own")?;
+    // Installed before starting anything, so a SIGTERM during start still stops what was started.
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let progress = Progress { started: Instant::now() };
+    let started = tokio::select! {
+        stack = start(&options, &progress) => stack,
+        _ = sigterm.recv() => Err(anyhow::anyhow!("interrupted by SIGTERM while starting")),
+        _ = sigint.recv() => Err(anyhow::anyhow!("interrupted by SIGINT while starting")),
+    };
+    // On an error the components are already stopped: dropping what `start` held stops them.
+    let stack = started.inspect_err(|e| progress.say(&format!("error: {e:#}")))?;
+    progress.line(READY);
+    stack.run_until_signalled(&mut sigterm, &mut sigint).await
+}
+
+/// Progress lines, `[up  12s] ...`, for `up` to relay (and in the log).
+struct Progress {
+    started: Instant,
+}
+
+impl Progress {
+    fn say(&self, message: &str) {
+        tracing::info!("{message}");
+        self.line(&format!("[up {:>3}s] {message}", self.started.elapsed().as_secs()));
+    }
+
+    fn line(&self, line: &str) {
+        // Once `up` has returned the pipe has no reader; nothing is lost that the log does not have.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    }
+
+    /// Awaits `future`, saying every few seconds that it still waits for `what`.
+    async fn awaiting<T>(&self, what: &str, future: impl Future<Output = T>) -> T {
+        let mut future = std::pin::pin!(future);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + STILL_WAITING, STILL_WAITING);
+        let started = Instant::now();
+        loop {
+            tokio::select! {
+                result = &mut future => return result,
+                _ = tick.tick() => self.say(&format!("still waiting for {what} ({} s)", started.elapsed().as_secs())),
+            }
+        }
+    }
+}
+
+/// The running stack. Fields drop in order: the services (kubelets, CCM, emulator, newest first), then the
+/// control plane they use.
+struct Stack {
+    services: Processes,
+    control_plane: ControlPlane,
+}
+
+async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> {
+    let dir = RunDir::new(&options.run_dir.path)?;
+    let fakecloud = sibling("fakecloud")?;
+    let ccm = sibling("fakecloud-ccm")?;
+    let me = std::env::current_exe().context("locating this binary")?;
+
+    progress.say(&format!("starting the control plane in {}", dir.controlplane().display()));
+    let mut builder = ControlPlane::builder().run_dir(dir.controlplane());
+    if let Some(bin_dir) = &options.bin_dir {
+        builder = builder.bin_dir(bin_dir);
+    }
+    let mut control_plane = progress.awaiting("the control plane", builder.start()).await?;
+    progress.say(&format!(
+        "control plane ready: Kubernetes {} at {}",
+        pinned_kubernetes_version(),
+        control_plane.apiserver_url()
+    ));
+
+    let mut services = Processes::logging_to(&dir.root, &dir.root)?;
+    let url = endpoint(options.port);
+    let db = dir.file("fakecloud.db");
+    progress.say(&format!("starting the emulator at {url} (state: {})", db.display()));
+    let listen = format!("127.0.0.1:{}", options.port);
+    spawn(&mut services, &dir, "emulator", &fakecloud, &["serve", "--listen", &listen, "--db", &path(&db)])?;
+    let user_token = progress
+        .awaiting("the emulator", tokio::time::timeout(EMULATOR_HANG, emulator_ready(&mut services, &dir, &url)));
+    let user_token = user_token.await.map_err(|_| {
+        anyhow::anyhow!(
+            "the emulator did not answer within {EMULATOR_HANG:?} (log: {})",
+            dir.file("emulator.log").display()
+        )
+    })??;
+
+    // The CCM as a customer of the cloud: the user token, in a file only it reads.
+    let token_file = dir.file("ccm-token");
+    write_private(&token_file, &format!("{user_token}\n"))?;
+    let cloud_config = dir.file("cloud-config.yaml");
+    std::fs::write(&cloud_config, format!("endpoint: {url}\ntoken-file: {}\n", token_file.display()))
+        .with_context(|| format!("writing {}", cloud_config.display()))?;
+    progress.say(&format!("starting fakecloud-ccm (HTTPS /healthz and /metrics on 127.0.0.1:{})", options.ccm_port));
+    let kubeconfig = path(control_plane.admin_kubeconfig());
+    let ccm_args = [
+        "--cloud-provider=fakecloud",
+        "--cloud-config",
+        &path(&cloud_config),
+        "--kubeconfig",
+        &kubeconfig,
+        "--cluster-cidr",
+        CLUSTER_CIDR,
+        "--bind-address",
+        "127.0.0.1",
+        "--secure-port",
+        &options.ccm_port.to_string(),
+    ];
+    spawn(&mut services, &dir, "ccm", &ccm, &ccm_args)?;
+
+    progress.say("starting the simulated kubelets");
+    let credentials = path(&dir.credentials());
+    let kubelet_args = ["kubelets", "--kubeconfig", &kubeconfig, "--emulator", &url, "--credentials", &credentials];
+    spawn(&mut services, &dir, "kubelets", &me, &kubelet_args)?;
+
+    let cloud = Client::new(&url, user_token)?;
+    let zones = cloud.region().await.context("reading the emulator's zones")?.zones;
+    anyhow::ensure!(!zones.is_empty(), "the emulator's region has no zones");
+    for (name, zone) in NODES.iter().zip(zones.iter().cycle()) {
+        progress.say(&format!("creating instance {name} in {}", zone.name));
+        let request =
+            CreateInstanceRequest { name: name.to_string(), zone: Some(zone.name.clone()), ..Default::default() };
+        // The key makes a retry of this step return the same instance instead of failing on the name.
+        cloud
+            .create_instance(&request, Some(&format!("make-up-{name}")))
+            .await
+            .with_context(|| format!("creating instance {name}"))?;
+    }
+
+    progress
+        .say(&format!("waiting for the {} Nodes to register, turn Ready and be initialized by the CCM", NODES.len()));
+    let nodes = nodes_ready(&mut services, &mut control_plane);
+    progress.awaiting("the Nodes", tokio::time::timeout(NODES_HANG, nodes)).await.map_err(|_| {
+        anyhow::anyhow!(
+            "the Nodes were not Ready and initialized within {NODES_HANG:?}\n--- {kubelets}:\n{}\n--- {ccm}:\n{}",
+            log_tail(&dir.file("kubelets.log"), 20),
+            log_tail(&dir.file("ccm.log"), 20),
+            kubelets = dir.file("kubelets.log").display(),
+            ccm = dir.file("ccm.log").display(),
+        )
+    })??;
+    progress.say(&format!("up: {} Nodes Ready and initialized", NODES.len()));
+    Ok(Stack { services, control_plane })
+}
+
+impl Stack {
+    /// Until SIGTERM or SIGINT; stops everything early if the control plane fails. A service that exits is left
+    /// so: replacing the CCM with one's own build starts with killing this one (see the README).
+    async fn run_until_signalled(mut self, sigterm: &mut Signal, sigint: &mut Signal) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let outcome = loop {
+            tokio::select! {
+                _ = sigterm.recv() => break Ok("SIGTERM"),
+                _ = sigint.recv() => break Ok("SIGINT"),
+                _ = tick.tick() => if let Err(e) = self.control_plane.check_running() {
+                    break Err(anyhow::Error::new(e).context("the control plane stopped working; stopping the stack"));
+                },
+            }
+        };
+        if let Ok(signal) = &outcome {
+            tracing::info!("{signal} received; stopping the stack");
+        }
+        let Stack { mut services, control_plane } = self;
+        services.stop_all();
+        control_plane.stop();
+        outcome.map(|_| ())
+    }
+}
+
+/// Starts a service with its log at `<run dir>/<name>.log` and its PID in `<name>.pid` (`kill $(cat
+/// .run/ccm.pid)` stops one service).
+fn spawn(
+    services: &mut Processes,
+    dir: &RunDir,
+    name: &'static str,
+    binary: &Path,
+    args: &[&str],
+) -> anyhow::Result<()> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let pid = services.spawn(name, binary, &args)?.record.pid;
+    let pid_file = dir.file(&format!("{name}.pid"));
+    std::fs::write(&pid_file, format!("{pid}\n")).with_context(|| format!("writing {}", pid_file.display()))
+}
+
+/// Fails with the log's tail if a service has exited.
+fn all_running(services: &mut Processes) -> anyhow::Result<()> {
+    match services.first_exited() {
+        Some((name, status, log, tail)) => {
+            anyhow::bail!("{name} exited ({status}); its log is {}:\n{tail}", log.display())
+        }
+        None => Ok(()),
+    }
+}
+
+/// Waits until the emulator has written its credentials and answers with them; returns the user token.
+async fn emulator_ready(services: &mut Processes, dir: &RunDir, url: &str) -> anyhow::Result<String> {
+    loop {
+        all_running(services)?;
+        let text = std::fs::read_to_string(dir.credentials()).unwrap_or_default();
+        if let Some(token) = fakecloud_api::credential(&text, "FAKECLOUD_USER_TOKEN")
+            && Client::new(url, token.clone())?.region().await.is_ok()
+        {
+            return Ok(token);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until every one of [`NODES`] is Ready and initialized (the CCM removed the uninitialized taint).
+async fn nodes_ready(services: &mut Processes, control_plane: &mut ControlPlane) -> anyhow::Result<()> {
+    let api = kube::Api::<Node>::all(control_plane.client());
+    loop {
+        all_running(services)?;
+        control_plane.check_running()?;
+        // A failed list is "not yet": the apiserver may be busy; the hang budget bounds the wait.
+        let nodes = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+        let ready = nodes.iter().filter(|n| NODES.contains(&n.metadata.name.as_deref().unwrap_or_default()));
+        if ready.filter(|n| ready_and_initialized(n)).count() == NODES.len() {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn ready_and_initialized(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED_TAINT));
+    ready && !tainted
+}
+
+/// Writes a file only its owner can read (a token).
+fn write_private(file: &Path, text: &str) -> anyhow::Result<()> {
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("creating {}", file.display()))?;
+    out.write_all(text.as_bytes()).with_context(|| format!("writing {}", file.display()))
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}

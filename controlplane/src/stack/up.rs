@@ -1,0 +1,177 @@
+//! `stack up` in the foreground: checks, the supervisor started detached, its progress relayed, and the
+//! message that says how to use the stack.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::Context as _;
+use fakecloud_controlplane::process::RunState;
+use fakecloud_controlplane::{Binaries, pinned_kubernetes_version};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::cli::Options;
+use super::down::{Logs, down};
+use super::layout::{FILES, NODES, READY, RunDir, endpoint, sibling};
+
+pub async fn up(options: Options) -> anyhow::Result<()> {
+    let dir = RunDir::new(&options.run_dir.path)?;
+    refuse_running(&dir)?;
+    if dir.controlplane().exists() || FILES.iter().any(|f| dir.file(f).exists()) {
+        eprintln!("[up] removing what an earlier run left in {} (it no longer runs)", dir.root.display());
+        down(&dir, Logs::Remove)
+            .context("could not clean up after the earlier run; run `make down` and read what it says")?;
+    }
+    ensure_port_free(options.port, "another emulator?", "FAKECLOUD_PORT")?;
+    ensure_port_free(options.ccm_port, "another CCM?", "FAKECLOUD_CCM_PORT")?;
+    // Found now, so that a missing build fails before anything starts.
+    let binaries = Binaries::locate(options.bin_dir.as_deref())?;
+    let fakecloud = sibling("fakecloud")?;
+    sibling("fakecloud-ccm")?;
+
+    std::fs::create_dir_all(&dir.root).with_context(|| format!("creating {}", dir.root.display()))?;
+    let log_path = dir.file("stack.log");
+    let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let mut command = tokio::process::Command::new(std::env::current_exe().context("locating this binary")?);
+    command.args(["stack", "supervise", "--run-dir"]).arg(&dir.root).args([
+        "--port",
+        &options.port.to_string(),
+        "--ccm-port",
+        &options.ccm_port.to_string(),
+    ]);
+    if let Some(bin_dir) = &options.bin_dir {
+        command.arg("--bin-dir").arg(bin_dir);
+    }
+    let mut supervisor = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .context("starting the stack's supervisor")?;
+    let progress = supervisor.stdout.take().context("the supervisor's progress pipe")?;
+
+    // Relay its progress until it is ready or gone. A Ctrl-C here stops it (it then stops what it started).
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut lines = BufReader::new(progress).lines();
+    let mut interrupted = false;
+    let ready = loop {
+        tokio::select! {
+            line = lines.next_line() => match line.context("reading the supervisor's progress")? {
+                Some(line) if line == READY => break !interrupted,
+                Some(line) => eprintln!("{line}"),
+                None => break false,
+            },
+            _ = sigint.recv(), if !interrupted => interrupted = stop(&supervisor),
+            _ = sigterm.recv(), if !interrupted => interrupted = stop(&supervisor),
+        }
+    };
+    if !ready {
+        let status = supervisor.wait().await.context("waiting for the supervisor")?;
+        eprintln!("[up] did not finish ({status}); stopping what was started (logs kept in {})", dir.root.display());
+        down(&dir, Logs::Keep)?;
+        anyhow::bail!(
+            "the stack did not start; read {} and {}",
+            log_path.display(),
+            dir.controlplane().join("logs").display()
+        );
+    }
+    print_usage(&dir, &options, &binaries, &fakecloud);
+    Ok(())
+}
+
+/// SIGTERM to the supervisor; true once sent.
+fn stop(supervisor: &tokio::process::Child) -> bool {
+    eprintln!("[up] interrupted; stopping what was started");
+    let pid = supervisor.id().and_then(|pid| i32::try_from(pid).ok()).map(nix::unistd::Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    true
+}
+
+/// Refuses a run directory whose stack (or control plane) still runs.
+fn refuse_running(dir: &RunDir) -> anyhow::Result<()> {
+    // By PID: the supervisor owns both records.
+    let mut running = BTreeMap::new();
+    for state_dir in [dir.root.clone(), dir.controlplane()] {
+        if let Some(state) = RunState::read(&state_dir)? {
+            running.extend(state.alive().iter().map(|r| (r.pid, format!("{} (pid {})", r.name, r.pid))));
+        }
+    }
+    let running: Vec<String> = running.into_values().collect();
+    anyhow::ensure!(
+        running.is_empty(),
+        "fakecloud is already up from {}: {}.\n  Use it as the last `make up` said (export KUBECONFIG={}), or stop it with `make down` first.",
+        dir.root.display(),
+        running.join(", "),
+        dir.admin_kubeconfig().display()
+    );
+    Ok(())
+}
+
+fn ensure_port_free(port: u16, guess: &str, variable: &str) -> anyhow::Result<()> {
+    if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_err() {
+        anyhow::bail!(
+            "port {port} on 127.0.0.1 is taken ({guess}); stop what uses it (`ss -ltnp 'sport = :{port}'` shows it), or pick another port: {variable}={} make up",
+            port.wrapping_add(1)
+        );
+    }
+    Ok(())
+}
+
+fn print_usage(dir: &RunDir, options: &Options, binaries: &Binaries, fakecloud: &Path) {
+    let kubeconfig = dir.admin_kubeconfig();
+    let version = pinned_kubernetes_version();
+    let kubectl = binaries.kubectl();
+    if let Some(kubectl) = &kubectl {
+        // As `kubectl get nodes -o wide` prints them; the message below is what matters if this fails.
+        let _ = std::process::Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "nodes", "-o", "wide"])
+            .stdout(std::io::stderr())
+            .status();
+    }
+    let kubectl_hint = match &kubectl {
+        Some(ours) if on_path("kubectl").as_ref() != Some(ours) => {
+            format!("{} get nodes    # kubectl {version}, built with the control plane", ours.display())
+        }
+        _ => "kubectl get nodes".to_string(),
+    };
+    let url = endpoint(options.port);
+    let credentials = dir.credentials();
+    let root = dir.root.display();
+    println!(
+        "
+fakecloud is up: Kubernetes {version} on loopback, the emulator, fakecloud-ccm and {count} simulated nodes.
+
+  export KUBECONFIG={kubeconfig}
+  {kubectl_hint}
+  kubectl create service loadbalancer web --tcp=80:8080 && kubectl get svc web -w    # EXTERNAL-IP from the CCM
+  curl -sk https://127.0.0.1:{ccm_port}/healthz?verbose                              # the CCM's health checks
+
+  export FAKECLOUD_ENDPOINT={url}
+  source {credentials}    # the emulator's tokens (FAKECLOUD_USER_TOKEN, FAKECLOUD_ADMIN_TOKEN)
+  {fakecloud} instance list
+
+  Console: {url}/console    # sign in with a token from {credentials}
+
+Logs: {root}/{{stack,emulator,ccm,kubelets}}.log and {cp_logs}/
+Stop everything: make down",
+        count = NODES.len(),
+        kubeconfig = kubeconfig.display(),
+        ccm_port = options.ccm_port,
+        credentials = credentials.display(),
+        fakecloud = fakecloud.display(),
+        cp_logs = dir.controlplane().join("logs").display(),
+    );
+}
+
+/// Where `name` resolves on PATH, if it does.
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+}

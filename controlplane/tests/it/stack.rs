@@ -1,0 +1,72 @@
+//! `fakecloud-controlplane stack up|down` (what `make up` and `make down` run), end to end: up in a fresh run
+//! directory on free ports, a second up refused, down, and no process of the run directory left.
+//!
+//! Needs the control-plane binaries (skipped without them outside CI, as the other tests here) and `fakecloud`
+//! and `fakecloud-ccm` beside the launcher (a workspace build or test run puts them there).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fakecloud_controlplane::Binaries;
+
+const LAUNCHER: &str = env!("CARGO_BIN_EXE_fakecloud-controlplane");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+fn stack(args: &[&str], run_dir: &Path) -> Output {
+    Command::new(LAUNCHER).arg("stack").args(args).arg("--run-dir").arg(run_dir).output().expect("the launcher runs")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// PIDs of processes naming `dir` on their command line.
+fn processes_naming(dir: &Path) -> Vec<u32> {
+    let dir = dir.to_string_lossy();
+    let entries = std::fs::read_dir("/proc").expect("/proc");
+    entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline).contains(&*dir).then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn up_refuses_a_second_up_and_down_leaves_nothing() {
+    if Binaries::for_tests("stack up/down").is_none() {
+        return;
+    }
+    let beside: PathBuf = Path::new(LAUNCHER).parent().expect("the launcher's directory").to_path_buf();
+    if let Some(missing) = ["fakecloud", "fakecloud-ccm"].into_iter().find(|b| !beside.join(b).is_file()) {
+        eprintln!("skipping stack up/down: no {missing} in {} (cargo build --bin {missing})", beside.display());
+        return;
+    }
+    let parent = tempfile::tempdir().expect("a temporary directory");
+    let run_dir = parent.path().join("run");
+    let (port, ccm_port) = (free_port().to_string(), free_port().to_string());
+
+    let up = stack(&["up", "--port", &port, "--ccm-port", &ccm_port], &run_dir);
+    assert!(up.status.success(), "stack up failed:\n{}", text(&up));
+    assert!(text(&up).contains("fakecloud is up"), "{}", text(&up));
+    for file in ["fakecloud.credentials", "ccm.log", "emulator.log", "kubelets.log", "ccm.pid"] {
+        assert!(run_dir.join(file).is_file(), "{file} missing from {}", run_dir.display());
+    }
+    assert!(run_dir.join("controlplane/kubeconfigs/admin.kubeconfig").is_file());
+    assert!(!processes_naming(&run_dir).is_empty(), "the stack runs on after up returned");
+
+    let again = stack(&["up", "--port", &port, "--ccm-port", &ccm_port], &run_dir);
+    assert!(!again.status.success(), "a second up must refuse");
+    assert!(text(&again).contains("already up"), "{}", text(&again));
+
+    let down = stack(&["down"], &run_dir);
+    assert!(down.status.success(), "stack down failed:\n{}", text(&down));
+    assert!(!run_dir.exists(), "down removes the run directory it made");
+    assert_eq!(processes_naming(&run_dir), Vec::<u32>::new(), "processes of the run directory left");
+}
