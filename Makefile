@@ -44,6 +44,9 @@ check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integr
 	$(CARGO) test $(CARGO_FLAGS) -p fakecloud-e2e --lib
 
 test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
+	@# make up's binaries: the controlplane crate's test of `stack up|down` runs them (cargo test builds a
+	@# package's binaries only for its own tests).
+	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
 	@bash scripts/test-upstream-ccm.sh
 	@bash scripts/schemathesis.sh
