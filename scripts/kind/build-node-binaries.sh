@@ -12,6 +12,10 @@
 #   coredns   github.com/coredns/coredns at the version kubeadm deploys (CoreDNSVersion in kubeadm's
 #             constants, read from the module cache, so the image tag and the binary agree)
 #   kind      sigs.k8s.io/kind, KIND_VERSION or the newest release known to support this Kubernetes minor
+#   cni/      the CNI plugins the VPC router's config uses (bridge, host-local, loopback, portmap), from
+#             github.com/containernetworking/plugins at the release kind's node image ships (its base image
+#             Dockerfile's CNI_PLUGINS_VERSION). kind's image has all but bridge; the router image carries
+#             these and installs on each node the ones it lacks (vpc-router/deploy/vpc-router.yaml)
 #
 # kube-apiserver, kube-controller-manager, etcd and kubectl are not built here: scripts/build-control-plane.sh
 # has them (and `make test` must not pay for the ones here).
@@ -134,6 +138,28 @@ build_kind() {
 	install_built kind "sigs.k8s.io/kind@$kind_tool_version"
 }
 
+# The CNI plugins' release: the one kind's own node image ships, read from kind's base image Dockerfile.
+cni_plugins_version() {
+	local file version
+	file="$(module_dir "sigs.k8s.io/kind@$kind_tool_version")/images/base/Dockerfile"
+	version=$(sed -n 's/^ARG CNI_PLUGINS_VERSION="\(v[0-9][^"]*\)".*/\1/p' "$file" | head -n1)
+	[[ -n "$version" ]] || die "could not read CNI_PLUGINS_VERSION from $file (did kind rename it?)"
+	printf '%s\n' "$version"
+}
+
+cni_plugins=(main/bridge ipam/host-local main/loopback meta/portmap)
+build_cni_plugins() {
+	local version=$1 dir plugin
+	dir=$(module_dir "github.com/containernetworking/plugins@$version")
+	mkdir -p "$tmp_dir/cni"
+	for plugin in "${cni_plugins[@]}"; do
+		build_in_module "$dir" "./plugins/$plugin" "cni/${plugin#*/}" \
+			"-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$version"
+	done
+	rm -rf "$kind_bin_dir/cni"
+	install_built cni "github.com/containernetworking/plugins@$version ${cni_plugins[*]}"
+}
+
 log "using $(go version); Kubernetes $k8s_version, crictl $crictl_version, kind $kind_tool_version"
 
 missing=()
@@ -152,6 +178,10 @@ coredns=$(coredns_version)
 is_built coredns "github.com/coredns/coredns@$coredns" || step "build coredns $coredns (kubeadm's CoreDNSVersion)" build_coredns "$coredns"
 
 is_built kind "sigs.k8s.io/kind@$kind_tool_version" || step "build kind $kind_tool_version" build_kind
+
+cni=$(cni_plugins_version)
+is_built cni "github.com/containernetworking/plugins@$cni ${cni_plugins[*]}" ||
+	step "build the CNI plugins ${cni_plugins[*]#*/} $cni (kind's CNI_PLUGINS_VERSION)" build_cni_plugins "$cni"
 
 log "kind node binaries for Kubernetes $k8s_version ready in $kind_bin_dir"
 printf '%s\n' "$kind_bin_dir"

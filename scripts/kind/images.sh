@@ -27,12 +27,14 @@ for name in "${!binaries[@]}"; do bins+=(--bin "${binaries[$name]}"); done
 step "building ${binaries[*]} ($image_profile profile)" \
 	cargo build --locked --quiet --profile "$image_profile" "${bins[@]}" --manifest-path "$kind_repo_root/Cargo.toml"
 
-# An image of one prebuilt binary: NAME, the binary's path (staged as its file name).
+# An image of one prebuilt binary: NAME, the binary's path (staged as its file name), and optionally a
+# directory staged beside it as cni-plugins/.
 image_of() {
-	local name=$1 bin=$2 context="$stage_root/$1"
+	local name=$1 bin=$2 plugins=${3:-} context="$stage_root/$1"
 	local staged="$context/${bin##*/}"
 	rm -rf "$context"
 	mkdir -p "$context"
+	if [[ -n "$plugins" ]]; then cp -r "$plugins" "$context/cni-plugins"; fi
 	# Without its debug info (symbols stay, so a backtrace still names functions): a debug build's binary is
 	# mostly DWARF, and every kind node holds each image twice (its layers and the unpacked copy).
 	objcopy --strip-debug "$bin" "$staged"
@@ -42,7 +44,16 @@ image_of() {
 		-t "fakecloud/$name:$tag" "$context" >/dev/null
 }
 
-for name in "${!binaries[@]}"; do image_of "$name" "$image_target_dir/${binaries[$name]}"; done
+# The VPC router's image carries the CNI plugins its config uses, for the nodes that lack them (kindest/node has
+# no bridge), built by build-node-binaries.sh.
+[[ -d "$kind_bin_dir/cni" ]] || die "$kind_bin_dir/cni is missing: run scripts/kind/build-node-binaries.sh first (make kind-up does)"
+for name in "${!binaries[@]}"; do
+	if [[ "$name" == vpc-router ]]; then
+		image_of "$name" "$image_target_dir/${binaries[$name]}" "$kind_bin_dir/cni"
+	else
+		image_of "$name" "$image_target_dir/${binaries[$name]}"
+	fi
+done
 
 agnhost="$kind_bin_dir/agnhost"
 [[ -x "$agnhost" ]] || die "$agnhost is missing: run scripts/kind/build-node-binaries.sh first (make kind-up does)"

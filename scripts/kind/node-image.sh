@@ -44,8 +44,10 @@ node_packages+=,conntrack,iptables,nftables,ebtables,ipset,iproute2,ethtool,util
 node_packages+=,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
 # kube-proxy's image base: what it execs (upstream bases it on distroless-iptables).
 kube_proxy_packages=iptables,nftables,conntrack,ipset,kmod
-# The CNI plugins kind's own node image ships in /opt/cni/bin (Debian's package has them in /usr/lib/cni).
-required_cni_plugins=(bridge host-local loopback portmap ptp)
+# The CNI plugins kind's own node image ships in /opt/cni/bin, and only those (its base image Dockerfile copies
+# host-local, loopback, ptp and portmap; Debian's package has them in /usr/lib/cni): like kindest/node, this
+# image has no bridge, so the kind path proves the VPC router brings what its config needs to any node image.
+kind_cni_plugins=(host-local loopback portmap ptp)
 
 base_image=debian:bookworm-slim
 iptables_base_image="$kind_image_repository/debian-iptables:$debian_suite"
@@ -271,11 +273,11 @@ customize_node_rootfs() {
 		grep -q 'proxy_plugins' "$dir/etc/containerd/config.toml"; then
 		die "kind's containerd config.toml changed shape; update the edits in customize_node_rootfs"
 	fi
-	# CNI plugins where containerd looks for them.
+	# kind's CNI plugins where containerd looks for them.
 	mkdir -p "$dir/opt/cni/bin"
-	for plugin in "$dir"/usr/lib/cni/*; do ln -sf "/usr/lib/cni/${plugin##*/}" "$dir/opt/cni/bin/"; done
-	for plugin in "${required_cni_plugins[@]}"; do
+	for plugin in "${kind_cni_plugins[@]}"; do
 		[[ -x "$dir/usr/lib/cni/$plugin" ]] || die "Debian's containernetworking-plugins has no $plugin"
+		ln -sf "/usr/lib/cni/$plugin" "$dir/opt/cni/bin/"
 	done
 	# The StorageClass kind falls back to without this file, written so it does not warn.
 	mkdir -p "$dir/kind/manifests"

@@ -15,7 +15,8 @@ every node as a hostNetwork DaemonSet and needs CAP_NET_ADMIN.
 1. CNI config. It waits until the node's spec.podCIDRs are allocated. Then it writes --cni-config for the
    standard plugins in /opt/cni/bin: bridge (cni0, the pods' gateway, masquerading traffic that leaves the
    pod network) with host-local IPAM (one range per pod CIDR, so both families on a dual-stack node) and
-   portmap (hostPort). The file is written atomically, and only when its content changes.
+   portmap (hostPort). The file is written atomically, and only when its content changes. The image carries
+   these plugins; the DaemonSet's init container copies those a node lacks into its /opt/cni/bin.
 
 2. Routes. Every --sync-period it lists the emulator's route table (--route-table) with the endpoint and
    token of --cloud-config (the same file as fakecloud-ccm's). For each route to another node's
