@@ -67,9 +67,11 @@ e2e-kind: deps control-plane ## The conformance suite against the kind cluster o
 e2e-kind-upstream: deps control-plane ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
-test-kind: deps control-plane ## The kind path's tests: the private engine's egress guard, then make e2e-kind (CI runs it after make test)
+test-kind: deps control-plane ## The kind path's tests: the private engine's egress guard, make e2e-kind, then the testcontainers module on that engine (CI runs it after make test)
 	@bash scripts/kind/test-engine.sh
 	@bash scripts/e2e-kind.sh
+	@# The emulator's image is there now (kind-up built it): the module's test may not skip.
+	eval "$$(bash scripts/kind/engine.sh env)" && FAKECLOUD_TESTCONTAINERS=1 $(CARGO) test $(CARGO_FLAGS) -p fakecloud-testcontainers
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
 	$(CARGO) fmt --all --check
@@ -77,7 +79,7 @@ lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circ
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	python3 scripts/import-graph.py emulator/src --only-from http=serve,server
-	for crate in api cli ccm controlplane e2e vpc-router; do python3 scripts/import-graph.py $$crate/src || exit 1; done
+	for crate in api cli ccm controlplane e2e vpc-router testcontainers; do python3 scripts/import-graph.py $$crate/src || exit 1; done
 
 fmt: ## Format the code
 	$(CARGO) fmt --all
