@@ -29,9 +29,12 @@ func TestTheEmulatorStartsAnswersBothTokensAndIsRemovedOnTerminate(t *testing.T)
 	docker, err := engine(ctx)
 	if err != nil {
 		if os.Getenv("FAKECLOUD_TESTCONTAINERS") == "1" {
-			t.Fatalf("no container engine answers (%v), and FAKECLOUD_TESTCONTAINERS=1 asks for this test", err)
+			t.Fatalf("no container engine answers (DOCKER_HOST=%q: %v), and FAKECLOUD_TESTCONTAINERS=1 asks for this test",
+				os.Getenv("DOCKER_HOST"), err)
 		}
-		t.Skipf("skipping: no container engine answers (%v); make test-kind runs this test", err)
+		// testcontainers-go's error names only the last place it looked: say which engine was asked for.
+		t.Skipf("skipping: no container engine answers (DOCKER_HOST=%q: %v); make test-kind runs this test",
+			os.Getenv("DOCKER_HOST"), err)
 	}
 	defer func() { _ = docker.Close() }()
 
