@@ -67,11 +67,14 @@ e2e-kind: deps control-plane ## The conformance suite against the kind cluster o
 e2e-kind-upstream: deps control-plane ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
-test-kind: deps control-plane ## The kind path's tests: the private engine's egress guard, make e2e-kind, then the testcontainers module on that engine (CI runs it after make test)
+test-kind: deps control-plane ## The kind path's tests: the private engine's egress guard, make e2e-kind, then the testcontainers modules (Rust and Go) on that engine (CI runs it after make test)
 	@bash scripts/kind/test-engine.sh
 	@bash scripts/e2e-kind.sh
-	@# The emulator's image is there now (kind-up built it): the module's test may not skip.
+	@# The emulator's image is there now (kind-up built it): the modules' tests may not skip. No registry
+	@# serves testcontainers-go's reaper image, so the Go test runs without it; -count=1, as a cached pass
+	@# would not have started a container.
 	eval "$$(bash scripts/kind/engine.sh env)" && FAKECLOUD_TESTCONTAINERS=1 $(CARGO) test $(CARGO_FLAGS) -p fakecloud-testcontainers
+	eval "$$(bash scripts/kind/engine.sh env)" && cd ccm-upstream && FAKECLOUD_TESTCONTAINERS=1 TESTCONTAINERS_RYUK_DISABLED=true go test -count=1 ./testcontainers/...
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
 	$(CARGO) fmt --all --check

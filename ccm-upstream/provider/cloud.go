@@ -59,7 +59,7 @@ func New(cfg *Config) (*Cloud, error) {
 	c := &Cloud{cfg: cfg}
 	api, err := fakecloudapi.NewClient(cfg.Endpoint,
 		fakecloudapi.WithHTTPClient(&http.Client{Timeout: requestTimeout}),
-		fakecloudapi.WithRequestEditorFn(c.authorize))
+		fakecloudapi.WithBearerToken(cfg.Token))
 	if err != nil {
 		return nil, fmt.Errorf("cloud-config: endpoint %q: %w", cfg.Endpoint, err)
 	}
@@ -68,11 +68,6 @@ func New(cfg *Config) (*Cloud, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-func (c *Cloud) authorize(_ context.Context, req *http.Request) error {
-	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	return nil
 }
 
 // checkRegion asks the emulator for its region, as fakecloud-ccm does first: a throttled or unavailable cloud
