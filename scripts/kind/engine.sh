@@ -19,7 +19,8 @@
 # DOCKER-USER chain that drops everything forwarded out of the host's external interface(s) (dockerd keeps an
 # existing DOCKER-USER chain and jumps to it first), and a daemon `dns` on a loopback address where nothing
 # listens, so containers reach each other, the host and ports published on loopback, and nothing else. A port
-# published without an address (testcontainers publishes so) binds loopback only (`ip`), not every interface. The
+# published without an address binds every interface, as on a user's Docker: testcontainers run from inside a
+# container (a /.dockerenv, as on CI here) reaches it through the bridge's gateway, not loopback. The
 # iptables rules and the sysctls dockerd changes are saved before it starts and put back after it stops; the
 # bridges it made are deleted.
 set -euo pipefail
@@ -196,7 +197,6 @@ start() {
 		  "storage-driver": "overlay2",
 		  "exec-opts": ["native.cgroupdriver=cgroupfs"],
 		  "dns": ["$no_dns"],
-		  "ip": "127.0.0.1",
 		  "default-runtime": "runc",
 		  "userland-proxy-path": "$engine_bin_dir/docker-proxy",
 		  "features": {"containerd-snapshotter": false}
