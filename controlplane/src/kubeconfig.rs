@@ -11,7 +11,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 
 /// Who a kubeconfig authenticates as.
 #[derive(Debug, Clone)]
@@ -49,16 +49,7 @@ pub fn render(server: &str, ca_pem: &str, user: &str, credentials: &Credentials<
 
 /// Writes a kubeconfig readable only by us (it carries credentials).
 pub fn write(path: &Path, contents: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .io_context(|| format!("creating {}", path.display()))?;
-    file.write_all(contents.as_bytes()).io_context(|| format!("writing {}", path.display()))
+    crate::files::write(path, contents.as_bytes(), 0o600)
 }
 
 /// An API server as a kubeconfig names it.

@@ -17,6 +17,7 @@
 
 pub mod binaries;
 pub mod error;
+pub mod files;
 pub mod kubeconfig;
 pub mod kubelets;
 pub mod launcher;

@@ -136,8 +136,8 @@ impl Pki {
                 cert_pem: cert.pem(),
                 key_pem: key.serialize_pem(),
             };
-            write_file(&files.cert, files.cert_pem.as_bytes(), 0o644)?;
-            write_file(&files.key, files.key_pem.as_bytes(), 0o600)?;
+            crate::files::write(&files.cert, files.cert_pem.as_bytes(), 0o644)?;
+            crate::files::write(&files.key, files.key_pem.as_bytes(), 0o600)?;
             Ok(files)
         };
         let pki = Pki {
@@ -157,23 +157,10 @@ impl Pki {
             service_account_key: dir.join("sa.key"),
             service_account_pub: dir.join("sa.pub"),
         };
-        write_file(&pki.service_account_key, service_account.serialize_pem().as_bytes(), 0o600)?;
-        write_file(&pki.service_account_pub, service_account.public_key_pem().as_bytes(), 0o644)?;
+        crate::files::write(&pki.service_account_key, service_account.serialize_pem().as_bytes(), 0o600)?;
+        crate::files::write(&pki.service_account_pub, service_account.public_key_pem().as_bytes(), 0o644)?;
         Ok(pki)
     }
-}
-
-fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .io_context(|| format!("creating {}", path.display()))?;
-    file.write_all(contents).io_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

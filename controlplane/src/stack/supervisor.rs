@@ -5,7 +5,6 @@
 //! and later lines (there are none by design) would be dropped. Its log (stderr) is `<run dir>/stack.log`.
 
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -119,7 +118,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
 
     // The CCM as a customer of the cloud: the user token, in a file only it reads.
     let token_file = dir.file("ccm-token");
-    write_private(&token_file, &format!("{user_token}\n"))?;
+    fakecloud_controlplane::files::write(&token_file, format!("{user_token}\n").as_bytes(), 0o600)?;
     let cloud_config = dir.file("cloud-config.yaml");
     std::fs::write(&cloud_config, format!("endpoint: {url}\ntoken-file: {}\n", token_file.display()))
         .with_context(|| format!("writing {}", cloud_config.display()))?;
@@ -266,18 +265,6 @@ fn ready_and_initialized(node: &Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED_TAINT));
     ready && !tainted
-}
-
-/// Writes a file only its owner can read (a token).
-fn write_private(file: &Path, text: &str) -> anyhow::Result<()> {
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(file)
-        .with_context(|| format!("creating {}", file.display()))?;
-    out.write_all(text.as_bytes()).with_context(|| format!("writing {}", file.display()))
 }
 
 fn path(p: &Path) -> String {
