@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check test test-console test-kind e2e e2e-kind e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down check test test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ down: ## Stop everything `make up` started
 kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker engine if none answers), the emulator beside it, the CCM in it (FAKECLOUD_KIND_CCM=fakecloud|upstream)
 	@bash scripts/kind-up.sh
 
-kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine)
+kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine); e2e-kind-both's two clusters
 	@bash scripts/kind-down.sh
 
 check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integration tests (no Go build, no browser, no e2e cases; control-plane tests skip until make control-plane has run)
@@ -64,17 +64,14 @@ e2e-upstream: deps control-plane ## The conformance cases on the local backend a
 e2e-kind: deps control-plane ## The conformance suite against the kind cluster of kind-up (made first if missing), no case skipped
 	@bash scripts/e2e-kind.sh
 
+e2e-kind-both: deps control-plane ## make e2e-kind against both CCMs at once: kind clusters fakecloud and fakecloud-upstream on one engine
+	@bash scripts/e2e-kind-both.sh
+
 e2e-kind-upstream: deps control-plane ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
-test-kind: deps control-plane ## The kind path's tests: the private engine's egress guard, make e2e-kind, then the testcontainers modules (Rust and Go) on that engine (CI runs it after make test)
-	@bash scripts/kind/test-engine.sh
-	@bash scripts/e2e-kind.sh
-	@# The emulator's image is there now (kind-up built it): the modules' tests may not skip. No registry
-	@# serves testcontainers-go's reaper image, so the Go test runs without it; -count=1, as a cached pass
-	@# would not have started a container.
-	eval "$$(bash scripts/kind/engine.sh env)" && FAKECLOUD_TESTCONTAINERS=1 $(CARGO) test $(CARGO_FLAGS) -p fakecloud-testcontainers
-	eval "$$(bash scripts/kind/engine.sh env)" && cd ccm-upstream && FAKECLOUD_TESTCONTAINERS=1 TESTCONTAINERS_RYUK_DISABLED=true go test -count=1 ./testcontainers/...
+test-kind: deps control-plane ## The kind path's tests: make e2e-kind-both, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it after make test)
+	@bash scripts/test-kind.sh
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
 	$(CARGO) fmt --all --check

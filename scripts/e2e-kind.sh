@@ -4,19 +4,18 @@
 # container, the CCM as its two-replica Deployment (fakecloud-ccm, or upstream's with FAKECLOUD_KIND_CCM=upstream:
 # the one kind-up deployed), the VPC router as the pod network. The suite adds
 # simulated machines of its own and kills the CCM's leader pod and the emulator container where a case needs it.
-# Every case must run: a skipped case fails this target. Reports as `make e2e`'s, in target/nextest/e2e-existing/.
+# Every case must run: a skipped case fails this target. Reports as `make e2e`'s, in target/nextest/kind-<ccm>/.
 set -euo pipefail
 kind_script=e2e-kind
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
 repo_root=$kind_repo_root
-cluster=${KIND_CLUSTER_NAME:-fakecloud}
-run_root=${FAKECLOUD_RUN_DIR:-$repo_root/.run}
+cluster=$kind_cluster
+run_root=$kind_run_root
 
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
-if ! { command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1 &&
-	command -v kind >/dev/null 2>&1 && kind get clusters 2>/dev/null | grep -qx "$cluster"; }; then
+if ! kind_cluster_exists "$cluster"; then
 	log "no kind cluster $cluster yet: make kind-up first"
 	bash "$repo_root/scripts/kind-up.sh"
 	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
@@ -35,16 +34,18 @@ source "$run_root/kind.credentials" # FAKECLOUD_ENDPOINT, FAKECLOUD_ADMIN_TOKEN
 export FAKECLOUD_E2E_BACKEND=existing
 export FAKECLOUD_E2E_KUBECONFIG=$run_root/kind.kubeconfig
 export FAKECLOUD_E2E_EMULATOR=$FAKECLOUD_ENDPOINT
-export FAKECLOUD_E2E_EMULATOR_KILL='docker kill --signal=KILL fakecloud-emulator'
-export FAKECLOUD_E2E_EMULATOR_START='docker start fakecloud-emulator'
+export FAKECLOUD_E2E_EMULATOR_KILL="docker kill --signal=KILL $kind_emulator"
+export FAKECLOUD_E2E_EMULATOR_START="docker start $kind_emulator"
 # Which CCM the cases judge (and whose pods are its leader and logs).
 export FAKECLOUD_E2E_CCM=$kind_ccm FAKECLOUD_E2E_CCM_PODS=app.kubernetes.io/name=$kind_ccm_deployment
 # kind's kube-controller-manager and the Deployment's fakecloud-ccm run with the upstream defaults.
 export FAKECLOUD_E2E_NODE_GRACE=${FAKECLOUD_E2E_NODE_GRACE:-50s}
+# A report directory per CCM (target/nextest/kind-<ccm>/): make e2e-kind-both runs the two at once.
+export FAKECLOUD_E2E_PROFILE=kind-$kind_ccm
 log "running the conformance suite against kind cluster $cluster ($kind_ccm_deployment, emulator $FAKECLOUD_ENDPOINT)"
 rc=0
 bash "$repo_root/scripts/e2e.sh" "$@" || rc=$?
-junit="$repo_root/target/nextest/e2e-existing/junit.xml"
+junit="$repo_root/target/nextest/$FAKECLOUD_E2E_PROFILE/junit.xml"
 if [[ -f "$junit" ]] && grep -q '<skipped' "$junit"; then
 	log "error: cases were skipped on kind, where every case must run: $(grep -o 'name="[^"]*"><skipped' "$junit" | cut -d'"' -f2 | tr '\n' ' ')"
 	rc=1

@@ -6,6 +6,7 @@
 # FAKECLOUD_E2E_BACKEND=existing: the conformance cases (tests/it/conformance_*.rs) against the cluster, emulator
 # and CCM the FAKECLOUD_E2E_* variables name (see e2e/src/backend.rs; `make e2e-kind` sets them for kind). The
 # tests of the fakecloud-ccm binary itself (tests/it/ccm_*.rs) need a local cluster and are left out there.
+# Its nextest profile is FAKECLOUD_E2E_PROFILE (default e2e-existing; make e2e-kind: kind-<ccm>).
 # Extra arguments go to `cargo nextest run` (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ cargo=${CARGO:-cargo}
 
 case ${FAKECLOUD_E2E_BACKEND:-local} in
 local) profile=e2e filter=() ;;
-existing) profile=e2e-existing filter=(-E 'test(/^conformance_/)') ;;
+existing) profile=${FAKECLOUD_E2E_PROFILE:-e2e-existing} filter=(-E 'test(/^conformance_/)') ;;
 *)
 	echo "FAKECLOUD_E2E_BACKEND=$FAKECLOUD_E2E_BACKEND: use local (the default) or existing" >&2
 	exit 2

@@ -19,10 +19,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
 repo_root=$kind_repo_root
 kind_dir="$repo_root/scripts/kind"
 kind_config=${KIND_CONFIG:-$repo_root/kind-config/cluster.yaml}
-cluster=${KIND_CLUSTER_NAME:-fakecloud}
+cluster=$kind_cluster
 port=${FAKECLOUD_PORT:-8787}
-run_root=${FAKECLOUD_RUN_DIR:-$repo_root/.run}
-emulator=fakecloud-emulator
+run_root=$kind_run_root
+emulator=$kind_emulator
 kubeconfig="$run_root/kind.kubeconfig"
 
 [[ -f "$kind_config" ]] || die "no kind config at $kind_config"
@@ -128,7 +128,7 @@ token_admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 # A fixed address on the kind network, near the top of its IPv4 range (away from the nodes, which docker
 # numbers from the bottom): pods and nodes reach the emulator there without DNS for container names, and a
 # `docker kill` + `docker start` (the e2e suite's emulator crash) brings it back at the same place, on its volume.
-subnets=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}')
+subnets=$(docker network inspect "$kind_network" -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}')
 subnet=$(tr ' ' '\n' <<<"$subnets" | grep -m1 '\.')
 # The nodes live outside the emulator's VPC: it adopts machines there (`fakecloud adopt`, below) because it is
 # told the kind network is where they are, as a real cloud takes private IPs only inside its own networks.
@@ -141,7 +141,7 @@ lb_pool=$(python3 -c 'import ipaddress, sys; n = ipaddress.ip_network(sys.argv[1
 [[ -n "$lb_pool" ]] || die "the kind network $subnet is too small for the nodes, the emulator and a /24 of load balancer addresses (kind makes a /16; 'docker network rm kind' and run again)"
 created+=(emulator)
 step "starting the emulator on the kind network at $emulator_ip, load balancers in $lb_pool (container $emulator, host port $port)" \
-	docker run -d --name "$emulator" --network kind --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
+	docker run -d --name "$emulator" --network "$kind_network" --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
 	-v "$emulator-data:/var/lib/fakecloud" --user 0 --cap-add NET_ADMIN \
 	-e FAKECLOUD_SERVE_LOAD_BALANCERS=true -e FAKECLOUD_PUBLIC_POOL="$lb_pool" -e FAKECLOUD_HOLD_PUBLIC_POOL=true \
 	-e FAKECLOUD_ADOPT_NETWORKS="$adopt_networks" \

@@ -49,7 +49,31 @@ kind_ccm_select() {
 	esac
 }
 kind_ccm_select "${FAKECLOUD_KIND_CCM:-fakecloud}"
-kind_ccm_file="${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}/kind.ccm"
+
+# One cluster's names (KIND_CLUSTER_NAME): the default cluster `fakecloud` keeps the plain ones; any other gets
+# its own kind network, emulator container and run directory, so two clusters (one per CCM: make e2e-kind-both)
+# run side by side on one engine, each with its own cloud.
+kind_cluster=${KIND_CLUSTER_NAME:-fakecloud}
+kind_upstream_cluster=fakecloud-upstream # make e2e-kind-both's second cluster, for upstream's CCM
+if [[ "$kind_cluster" == fakecloud ]]; then
+	kind_network=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}
+	kind_emulator=fakecloud-emulator
+	kind_run_root=${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}
+else
+	kind_network=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind-$kind_cluster}
+	kind_emulator=$kind_cluster-emulator
+	kind_run_root=${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run/$kind_cluster}
+fi
+# kind itself reads another network's name from here (and warns that it does).
+if [[ "$kind_network" != kind ]]; then export KIND_EXPERIMENTAL_DOCKER_NETWORK=$kind_network; fi
+kind_ccm_file="$kind_run_root/kind.ccm"
+
+# Whether kind cluster NAME (default $kind_cluster) runs on the engine that answers (the caller has its
+# DOCKER_HOST).
+kind_cluster_exists() {
+	command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1 &&
+		PATH="$kind_bin_dir:$PATH" kind get clusters 2>/dev/null | grep -qx "${1:-$kind_cluster}"
+}
 
 # The CCM's Deployment, as kind-up applies it (before its --cluster-cidr is set); kubectl on PATH.
 kind_ccm_manifest() {

@@ -14,7 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 tag=${FAKECLOUD_IMAGE_TAG:-dev}
 # image name -> binary it carries
 declare -A binaries=([emulator]=fakecloud [ccm]=fakecloud-ccm [vpc-router]=fakecloud-vpc-router)
-stage_root="${FAKECLOUD_RUN_DIR:-$kind_repo_root/.run}/image-context"
+stage_root="$kind_run_root/image-context"
 # Every image built here carries this label: what a rebuild leaves untagged (the old binary's layer) is pruned
 # by it, and never anyone else's image. Without that, each run with a new binary left its old image behind in the
 # engine's data-root, and the disk filled over repeated runs.

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `make test-kind`: the kind path's tests, as CI runs them after `make test`:
+#  1. make e2e-kind-both: the conformance suite against fakecloud-ccm and upstream's CCM at once, on two kind
+#     clusters (made here; every case must run);
+#  2. the testcontainers modules (Rust and Go) against the emulator's image on that engine: kind-up built it, so
+#     their tests may not skip. No registry serves testcontainers-go's reaper image, so the Go test runs without
+#     it; -count=1, as a cached pass would not have started a container;
+#  3. make kind-down: both clusters (the private engine stops with the last one);
+#  4. the private engine's own tests (scripts/kind/test-engine.sh: the egress guard, nothing left after stop),
+#     which stop and restart it, so they come last, with no cluster on it.
+# Every step runs even when an earlier one failed; the exit status is non-zero if any did.
+set -uo pipefail
+kind_script=test-kind
+# shellcheck source=scripts/kind/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
+cd "$kind_repo_root" || exit 1
+cargo=${CARGO:-cargo}
+
+failed=()
+run() {
+	local what=$1
+	shift
+	if ! step "$what" "$@"; then failed+=("$what"); fi
+}
+testcontainers_rust() {
+	eval "$(bash scripts/kind/engine.sh env)" && FAKECLOUD_TESTCONTAINERS=1 "$cargo" test --locked -p fakecloud-testcontainers
+}
+testcontainers_go() {
+	eval "$(bash scripts/kind/engine.sh env)" && cd ccm-upstream &&
+		FAKECLOUD_TESTCONTAINERS=1 TESTCONTAINERS_RYUK_DISABLED=true go test -count=1 ./testcontainers/...
+}
+
+run "the conformance suite against both CCMs on kind" bash scripts/e2e-kind-both.sh
+run "the Rust testcontainers module's tests" testcontainers_rust
+run "the Go testcontainers module's tests" testcontainers_go
+run "deleting both kind clusters" bash scripts/kind-down.sh
+run "the private engine's tests" bash scripts/kind/test-engine.sh
+
+if ((${#failed[@]})); then
+	log "FAILED: $(printf '%s; ' "${failed[@]}")"
+	exit 1
+fi
+log "the kind path's tests passed"
