@@ -26,7 +26,7 @@ db_dir=$(mktemp -d)
 token="bench-token-$(date +%s%N)"
 # A /12 VPC: a saturated create run makes more instances and load balancers than a /16's subnets hold.
 FAKECLOUD_USER_TOKEN=$token FAKECLOUD_ADMIN_TOKEN=$token RUST_LOG=warn \
-  target/release/fakecloud serve --listen 127.0.0.1:0 --boot-delay 0s --lb-provision-delay 0s \
+  "${CARGO_TARGET_DIR:-target}/release/fakecloud" serve --listen 127.0.0.1:0 --boot-delay 0s --lb-provision-delay 0s \
   --vpc-cidr 10.0.0.0/12 --db "$db_dir/fc.db" 2> "$db_dir/serve.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$db_dir"' EXIT

@@ -45,7 +45,7 @@ export FAKECLOUD_E2E_PROFILE=kind-$kind_ccm
 log "running the conformance suite against kind cluster $cluster ($kind_ccm_deployment, emulator $FAKECLOUD_ENDPOINT)"
 rc=0
 bash "$repo_root/scripts/e2e.sh" "$@" || rc=$?
-junit="$repo_root/target/nextest/$FAKECLOUD_E2E_PROFILE/junit.xml"
+junit="$cargo_target_dir/nextest/$FAKECLOUD_E2E_PROFILE/junit.xml"
 if [[ -f "$junit" ]] && grep -q '<skipped' "$junit"; then
 	log "error: cases were skipped on kind, where every case must run: $(grep -o 'name="[^"]*"><skipped' "$junit" | cut -d'"' -f2 | tr '\n' ' ')"
 	rc=1

@@ -27,7 +27,7 @@ if ! "$cargo" nextest --version >/dev/null 2>&1; then
 	"$cargo" install --locked cargo-nextest --no-default-features --features default-no-update
 fi
 
-out=target/nextest/$profile
+out=${CARGO_TARGET_DIR:-target}/nextest/$profile
 rm -f "$out/junit.xml"
 rc=0
 "$cargo" nextest run --locked -p fakecloud-e2e --profile "$profile" --no-fail-fast "${filter[@]}" "$@" || rc=$?

@@ -21,12 +21,15 @@ engine_socket="$engine_run_dir/docker.sock"
 kind_image_repository=fakecloud.local
 kind_node_image="fakecloud/kind-node:$k8s_version"
 
+# Where cargo builds: CARGO_TARGET_DIR (CI keeps it outside the clone) or the clone's target/.
+cargo_target_dir=${CARGO_TARGET_DIR:-$kind_repo_root/target}
+[[ "$cargo_target_dir" == /* ]] || cargo_target_dir="$kind_repo_root/$cargo_target_dir"
 # The cargo profile of the binaries in the project's images (images.sh) and of the CLI kind-up runs, and where
 # cargo puts them: release, or FAKECLOUD_IMAGE_PROFILE=dev for a quicker debug build.
 image_profile=${FAKECLOUD_IMAGE_PROFILE:-release}
 case "$image_profile" in
-release) image_target_dir="$kind_repo_root/target/release" ;;
-dev) image_target_dir="$kind_repo_root/target/debug" ;;
+release) image_target_dir="$cargo_target_dir/release" ;;
+dev) image_target_dir="$cargo_target_dir/debug" ;;
 *)
 	printf 'error: FAKECLOUD_IMAGE_PROFILE must be release or dev, not %s\n' "'$image_profile'" >&2
 	exit 1
