@@ -38,6 +38,11 @@ if ! (command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&
 fi
 bash "$kind_dir/engine.sh" start
 eval "$(bash "$kind_dir/engine.sh" env)"
+# kind runs rootless nodes only on cgroup v2 (its rootless guide): say so before kind fails deep in its start.
+if docker info -f '{{json .SecurityOptions}}' 2>/dev/null | grep -q rootless &&
+	[[ "$(docker info -f '{{.CgroupVersion}}' 2>/dev/null)" != 2 ]]; then
+	die "the Docker engine that answers is rootless on cgroup v1, where kind cannot run its nodes: use a rootful engine (or unset DOCKER_HOST and stop it: make kind-up then starts a private one), or boot the host with cgroup v2"
+fi
 
 # The node image (~1.3 GB) once, then per running node ~1.6 GB (its /var: the preloaded images and ours,
 # unpacked; measured on the 3-node config) with room to spare, plus the build caches on a first run.
@@ -91,6 +96,14 @@ if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
 fi
 node_image=${KIND_NODE_IMAGE:-$kind_node_image}
 if [[ "$node_image" == "$kind_node_image" ]]; then bash "$kind_dir/node-image.sh"; fi
+# A node image of another Kubernetes version would run kubelets that this checkout's control-plane tools, CCMs
+# and test images were not built for: refused before anything is created. kind's node images say their version
+# in /kind/version (ours too).
+image_version=$(docker run --rm --entrypoint cat "$node_image" /kind/version 2>&1) ||
+	die "cannot read /kind/version from node image $node_image (not a kind node image, or not in the engine and not pullable): $image_version
+  use kindest/node:$k8s_version, or unset KIND_NODE_IMAGE and make kind-up builds fakecloud's own"
+[[ "$image_version" == "$k8s_version" ]] ||
+	die "node image $node_image is Kubernetes $image_version, and this checkout's is $k8s_version (controlplane/upstream/go.mod): use kindest/node:$k8s_version, or unset KIND_NODE_IMAGE and make kind-up builds fakecloud's own"
 bash "$kind_dir/images.sh"
 
 # --- 3. the cluster ---------------------------------------------------------------------------------------

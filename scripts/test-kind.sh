@@ -2,11 +2,12 @@
 # `make test-kind`: the kind path's tests, as CI runs them after `make test`:
 #  1. make e2e-kind-both: the conformance suite against fakecloud-ccm and upstream's CCM at once, on two kind
 #     clusters (made here; every case must run);
-#  2. the testcontainers modules (Rust and Go) against the emulator's image on that engine: kind-up built it, so
+#  2. kind-up refuses a node image of another Kubernetes version up front, creating nothing;
+#  3. the testcontainers modules (Rust and Go) against the emulator's image on that engine: kind-up built it, so
 #     their tests may not skip. No registry serves testcontainers-go's reaper image, so the Go test runs without
 #     it; -count=1, as a cached pass would not have started a container;
-#  3. make kind-down: both clusters (the private engine stops with the last one);
-#  4. the private engine's own tests (scripts/kind/test-engine.sh: the egress guard, nothing left after stop),
+#  4. make kind-down: both clusters (the private engine stops with the last one);
+#  5. the private engine's own tests (scripts/kind/test-engine.sh: the egress guard, nothing left after stop),
 #     which stop and restart it, so they come last, with no cluster on it.
 # Every step runs even when an earlier one failed; the exit status is non-zero if any did.
 set -uo pipefail
@@ -31,6 +32,21 @@ testcontainers_go() {
 }
 
 run "the conformance suite against both CCMs on kind" bash scripts/e2e-kind-both.sh
+# A copy of the node image that says it is another Kubernetes version (built offline from the image itself).
+refuses_other_version() {
+	local image=fakecloud/kind-node:other-version out
+	eval "$(bash scripts/kind/engine.sh env)"
+	printf 'FROM %s\nRUN printf v1.0.0 >/kind/version\n' "$kind_node_image" |
+		docker build --quiet --network none -t "$image" - >/dev/null || return 1
+	out=$(KIND_CLUSTER_NAME=fakecloud-refused KIND_NODE_IMAGE=$image FAKECLOUD_PORT=8789 bash scripts/kind-up.sh 2>&1)
+	local rc=$?
+	docker image rm "$image" >/dev/null 2>&1
+	rmdir .run/fakecloud-refused 2>/dev/null
+	((rc != 0)) && grep -q "is Kubernetes v1.0.0, and this checkout's is $k8s_version" <<<"$out" &&
+		! PATH="$kind_bin_dir:$PATH" kind get clusters 2>/dev/null | grep -qx fakecloud-refused
+}
+
+run "kind-up refuses a node image of another Kubernetes version" refuses_other_version
 run "the Rust testcontainers module's tests" testcontainers_rust
 run "the Go testcontainers module's tests" testcontainers_go
 run "deleting both kind clusters" bash scripts/kind-down.sh
