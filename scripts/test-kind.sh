@@ -19,21 +19,28 @@ cargo=${CARGO:-cargo}
 
 failed=()
 run() {
-	local what=$1
+	local what=$1 start=$SECONDS rc=0
 	shift
-	if ! step "$what" "$@"; then failed+=("$what"); fi
+	log "$what ..."
+	"$@" || rc=$?
+	if ((rc == 0)); then
+		log "$what: passed in $((SECONDS - start))s"
+	else
+		log "$what: FAILED (exit $rc) after $((SECONDS - start))s"
+		failed+=("$what")
+	fi
 }
 testcontainers_rust() {
 	eval "$(bash scripts/kind/engine.sh env)" && FAKECLOUD_TESTCONTAINERS=1 "$cargo" test --locked -p fakecloud-testcontainers
 }
-testcontainers_go() {
+testcontainers_go() (
 	eval "$(bash scripts/kind/engine.sh env)" && cd ccm-upstream &&
 		FAKECLOUD_TESTCONTAINERS=1 TESTCONTAINERS_RYUK_DISABLED=true go test -count=1 ./testcontainers/...
-}
+)
 
 run "the conformance suite against both CCMs on kind" bash scripts/e2e-kind-both.sh
 # A copy of the node image that says it is another Kubernetes version (built offline from the image itself).
-refuses_other_version() {
+refuses_other_version() (
 	local image=fakecloud/kind-node:other-version out
 	eval "$(bash scripts/kind/engine.sh env)"
 	printf 'FROM %s\nRUN printf v1.0.0 >/kind/version\n' "$kind_node_image" |
@@ -44,7 +51,7 @@ refuses_other_version() {
 	rmdir .run/fakecloud-refused 2>/dev/null
 	((rc != 0)) && grep -q "is Kubernetes v1.0.0, and this checkout's is $k8s_version" <<<"$out" &&
 		! PATH="$kind_bin_dir:$PATH" kind get clusters 2>/dev/null | grep -qx fakecloud-refused
-}
+)
 
 run "kind-up refuses a node image of another Kubernetes version" refuses_other_version
 run "the Rust testcontainers module's tests" testcontainers_rust
