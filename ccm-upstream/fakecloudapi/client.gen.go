@@ -446,12 +446,31 @@ func (e QuotaName) Valid() bool {
 	}
 }
 
+// Defines values for RateLimitKind.
+const (
+	FixedWindow RateLimitKind = "fixed-window"
+	TokenBucket RateLimitKind = "token-bucket"
+)
+
+// Valid indicates whether the value is a known member of the RateLimitKind enum.
+func (e RateLimitKind) Valid() bool {
+	switch e {
+	case FixedWindow:
+		return true
+	case TokenBucket:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RateLimitScope.
 const (
-	All       RateLimitScope = "all"
-	Operation RateLimitScope = "operation"
-	Reads     RateLimitScope = "reads"
-	Writes    RateLimitScope = "writes"
+	All        RateLimitScope = "all"
+	Operation  RateLimitScope = "operation"
+	Operations RateLimitScope = "operations"
+	Reads      RateLimitScope = "reads"
+	Writes     RateLimitScope = "writes"
 )
 
 // Valid indicates whether the value is a known member of the RateLimitScope enum.
@@ -460,6 +479,8 @@ func (e RateLimitScope) Valid() bool {
 	case All:
 		return true
 	case Operation:
+		return true
+	case Operations:
 		return true
 	case Reads:
 		return true
@@ -674,8 +695,154 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	}
 }
 
+// Defines values for SetRateLimitRequestOperations.
+const (
+	SetRateLimitRequestOperationsAddFault           SetRateLimitRequestOperations = "AddFault"
+	SetRateLimitRequestOperationsAddLbFault         SetRateLimitRequestOperations = "AddLbFault"
+	SetRateLimitRequestOperationsClearFaults        SetRateLimitRequestOperations = "ClearFaults"
+	SetRateLimitRequestOperationsCreateInstance     SetRateLimitRequestOperations = "CreateInstance"
+	SetRateLimitRequestOperationsCreateLoadBalancer SetRateLimitRequestOperations = "CreateLoadBalancer"
+	SetRateLimitRequestOperationsCreateRoute        SetRateLimitRequestOperations = "CreateRoute"
+	SetRateLimitRequestOperationsCreateRouteTable   SetRateLimitRequestOperations = "CreateRouteTable"
+	SetRateLimitRequestOperationsDeleteFault        SetRateLimitRequestOperations = "DeleteFault"
+	SetRateLimitRequestOperationsDeleteLbFault      SetRateLimitRequestOperations = "DeleteLbFault"
+	SetRateLimitRequestOperationsDeleteLoadBalancer SetRateLimitRequestOperations = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationsDeleteRateLimit    SetRateLimitRequestOperations = "DeleteRateLimit"
+	SetRateLimitRequestOperationsDeleteRoute        SetRateLimitRequestOperations = "DeleteRoute"
+	SetRateLimitRequestOperationsDeleteRouteTable   SetRateLimitRequestOperations = "DeleteRouteTable"
+	SetRateLimitRequestOperationsGetInstance        SetRateLimitRequestOperations = "GetInstance"
+	SetRateLimitRequestOperationsGetLoadBalancer    SetRateLimitRequestOperations = "GetLoadBalancer"
+	SetRateLimitRequestOperationsGetQuota           SetRateLimitRequestOperations = "GetQuota"
+	SetRateLimitRequestOperationsGetRegion          SetRateLimitRequestOperations = "GetRegion"
+	SetRateLimitRequestOperationsListAudit          SetRateLimitRequestOperations = "ListAudit"
+	SetRateLimitRequestOperationsListFaults         SetRateLimitRequestOperations = "ListFaults"
+	SetRateLimitRequestOperationsListHangs          SetRateLimitRequestOperations = "ListHangs"
+	SetRateLimitRequestOperationsListInstances      SetRateLimitRequestOperations = "ListInstances"
+	SetRateLimitRequestOperationsListLbFaults       SetRateLimitRequestOperations = "ListLbFaults"
+	SetRateLimitRequestOperationsListLoadBalancers  SetRateLimitRequestOperations = "ListLoadBalancers"
+	SetRateLimitRequestOperationsListOutages        SetRateLimitRequestOperations = "ListOutages"
+	SetRateLimitRequestOperationsListQuotas         SetRateLimitRequestOperations = "ListQuotas"
+	SetRateLimitRequestOperationsListRateLimits     SetRateLimitRequestOperations = "ListRateLimits"
+	SetRateLimitRequestOperationsListRouteTables    SetRateLimitRequestOperations = "ListRouteTables"
+	SetRateLimitRequestOperationsListRoutes         SetRateLimitRequestOperations = "ListRoutes"
+	SetRateLimitRequestOperationsReclaimSpot        SetRateLimitRequestOperations = "ReclaimSpot"
+	SetRateLimitRequestOperationsReset              SetRateLimitRequestOperations = "Reset"
+	SetRateLimitRequestOperationsSetQuota           SetRateLimitRequestOperations = "SetQuota"
+	SetRateLimitRequestOperationsSetRateLimit       SetRateLimitRequestOperations = "SetRateLimit"
+	SetRateLimitRequestOperationsSnapshot           SetRateLimitRequestOperations = "Snapshot"
+	SetRateLimitRequestOperationsStartHang          SetRateLimitRequestOperations = "StartHang"
+	SetRateLimitRequestOperationsStartInstance      SetRateLimitRequestOperations = "StartInstance"
+	SetRateLimitRequestOperationsStartOutage        SetRateLimitRequestOperations = "StartOutage"
+	SetRateLimitRequestOperationsStartSpotRandom    SetRateLimitRequestOperations = "StartSpotRandom"
+	SetRateLimitRequestOperationsStopHang           SetRateLimitRequestOperations = "StopHang"
+	SetRateLimitRequestOperationsStopInstance       SetRateLimitRequestOperations = "StopInstance"
+	SetRateLimitRequestOperationsStopOutage         SetRateLimitRequestOperations = "StopOutage"
+	SetRateLimitRequestOperationsStopSpotRandom     SetRateLimitRequestOperations = "StopSpotRandom"
+	SetRateLimitRequestOperationsStreamAudit        SetRateLimitRequestOperations = "StreamAudit"
+	SetRateLimitRequestOperationsTerminateInstance  SetRateLimitRequestOperations = "TerminateInstance"
+	SetRateLimitRequestOperationsUpdateLoadBalancer SetRateLimitRequestOperations = "UpdateLoadBalancer"
+)
+
+// Valid indicates whether the value is a known member of the SetRateLimitRequestOperations enum.
+func (e SetRateLimitRequestOperations) Valid() bool {
+	switch e {
+	case SetRateLimitRequestOperationsAddFault:
+		return true
+	case SetRateLimitRequestOperationsAddLbFault:
+		return true
+	case SetRateLimitRequestOperationsClearFaults:
+		return true
+	case SetRateLimitRequestOperationsCreateInstance:
+		return true
+	case SetRateLimitRequestOperationsCreateLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsCreateRoute:
+		return true
+	case SetRateLimitRequestOperationsCreateRouteTable:
+		return true
+	case SetRateLimitRequestOperationsDeleteFault:
+		return true
+	case SetRateLimitRequestOperationsDeleteLbFault:
+		return true
+	case SetRateLimitRequestOperationsDeleteLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsDeleteRateLimit:
+		return true
+	case SetRateLimitRequestOperationsDeleteRoute:
+		return true
+	case SetRateLimitRequestOperationsDeleteRouteTable:
+		return true
+	case SetRateLimitRequestOperationsGetInstance:
+		return true
+	case SetRateLimitRequestOperationsGetLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsGetQuota:
+		return true
+	case SetRateLimitRequestOperationsGetRegion:
+		return true
+	case SetRateLimitRequestOperationsListAudit:
+		return true
+	case SetRateLimitRequestOperationsListFaults:
+		return true
+	case SetRateLimitRequestOperationsListHangs:
+		return true
+	case SetRateLimitRequestOperationsListInstances:
+		return true
+	case SetRateLimitRequestOperationsListLbFaults:
+		return true
+	case SetRateLimitRequestOperationsListLoadBalancers:
+		return true
+	case SetRateLimitRequestOperationsListOutages:
+		return true
+	case SetRateLimitRequestOperationsListQuotas:
+		return true
+	case SetRateLimitRequestOperationsListRateLimits:
+		return true
+	case SetRateLimitRequestOperationsListRouteTables:
+		return true
+	case SetRateLimitRequestOperationsListRoutes:
+		return true
+	case SetRateLimitRequestOperationsReclaimSpot:
+		return true
+	case SetRateLimitRequestOperationsReset:
+		return true
+	case SetRateLimitRequestOperationsSetQuota:
+		return true
+	case SetRateLimitRequestOperationsSetRateLimit:
+		return true
+	case SetRateLimitRequestOperationsSnapshot:
+		return true
+	case SetRateLimitRequestOperationsStartHang:
+		return true
+	case SetRateLimitRequestOperationsStartInstance:
+		return true
+	case SetRateLimitRequestOperationsStartOutage:
+		return true
+	case SetRateLimitRequestOperationsStartSpotRandom:
+		return true
+	case SetRateLimitRequestOperationsStopHang:
+		return true
+	case SetRateLimitRequestOperationsStopInstance:
+		return true
+	case SetRateLimitRequestOperationsStopOutage:
+		return true
+	case SetRateLimitRequestOperationsStopSpotRandom:
+		return true
+	case SetRateLimitRequestOperationsStreamAudit:
+		return true
+	case SetRateLimitRequestOperationsTerminateInstance:
+		return true
+	case SetRateLimitRequestOperationsUpdateLoadBalancer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SetRateLimitRequestStatus.
 const (
+	N400 SetRateLimitRequestStatus = 400
+	N403 SetRateLimitRequestStatus = 403
 	N429 SetRateLimitRequestStatus = 429
 	N503 SetRateLimitRequestStatus = 503
 )
@@ -683,6 +850,10 @@ const (
 // Valid indicates whether the value is a known member of the SetRateLimitRequestStatus enum.
 func (e SetRateLimitRequestStatus) Valid() bool {
 	switch e {
+	case N400:
+		return true
+	case N403:
+		return true
 	case N429:
 		return true
 	case N503:
@@ -1335,7 +1506,8 @@ type RateLimit struct {
 	// Id The limit's name, from the URL.
 	Id string `json:"id"`
 
-	// Limit A token bucket: `capacity` calls at once, refilled at `refill_per_second`.
+	// Limit A rate limit: a token bucket (`capacity` calls at once, refilled at `refill_per_second`) or a clock-aligned
+	// fixed window (`capacity` calls per `window_seconds`), and what a refused call gets.
 	Limit SetRateLimitRequest `json:"limit"`
 
 	// Refused Calls refused since the emulator started.
@@ -1350,6 +1522,9 @@ type RateLimitBucket struct {
 	// Tokens Tokens now, between 0 and the capacity (fractions refill continuously).
 	Tokens float64 `json:"tokens"`
 }
+
+// RateLimitKind How a limit counts calls.
+type RateLimitKind string
 
 // RateLimitList defines model for RateLimitList.
 type RateLimitList struct {
@@ -1440,29 +1615,60 @@ type SetQuotaRequest struct {
 	Limit int64 `json:"limit"`
 }
 
-// SetRateLimitRequest A token bucket: `capacity` calls at once, refilled at `refill_per_second`.
+// SetRateLimitRequest A rate limit: a token bucket (`capacity` calls at once, refilled at `refill_per_second`) or a clock-aligned
+// fixed window (`capacity` calls per `window_seconds`), and what a refused call gets.
 type SetRateLimitRequest struct {
-	// Capacity 1–1,000,000.
+	// Capacity 1–1,000,000: the bucket's size, or the calls a window allows.
 	Capacity int32 `json:"capacity"`
+
+	// Code The refusal's error code (default `RequestLimitExceeded`).
+	Code *string `json:"code,omitempty"`
+
+	// Kind How a limit counts calls.
+	Kind *RateLimitKind `json:"kind,omitempty"`
+
+	// Message The refusal's message (default: which limit, and when to retry).
+	Message *string `json:"message,omitempty"`
 
 	// Operation With scope `operation`: the operation name.
 	Operation *SetRateLimitRequestOperation `json:"operation,omitempty"`
 
-	// PerToken One bucket per caller token instead of one for all.
+	// Operations With scope `operations`: the operation names (at least one).
+	Operations *[]SetRateLimitRequestOperations `json:"operations,omitempty"`
+
+	// PerToken One bucket (or window count) per caller token instead of one for all.
 	PerToken *bool `json:"per_token,omitempty"`
 
-	// RefillPerSecond Tokens added per second, > 0.
-	RefillPerSecond float64         `json:"refill_per_second"`
-	Scope           *RateLimitScope `json:"scope,omitempty"`
+	// RefillPerSecond Token bucket: tokens added per second (0.001–1,000,000). A fixed window leaves it out.
+	RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
 
-	// Status Status when the bucket is empty: 429 (default) or 503 (as EC2 does).
+	// RemainingFormat With `remaining_header`: its value, `{remaining}` standing for the count, e.g.
+	// `Microsoft.Compute/HighCostGet3Min;{remaining}` (default: the count alone).
+	RemainingFormat *string `json:"remaining_format,omitempty"`
+
+	// RemainingHeader A header every answer to a call the limit applies to carries (refusals too), with what is left after
+	// the call, e.g. `x-ms-ratelimit-remaining-subscription-reads`.
+	RemainingHeader *string `json:"remaining_header,omitempty"`
+
+	// RetryAfter Whether a refusal says when to retry (`Retry-After` and `RateLimit-Reset`); default true. EC2 and
+	// Azure's compute windows say nothing, so a client must back off on its own.
+	RetryAfter *bool           `json:"retry_after,omitempty"`
+	Scope      *RateLimitScope `json:"scope,omitempty"`
+
+	// Status Status of a refusal: 429 (default), 503 (EC2), 400 (ELB) or 403 (GCP).
 	Status *SetRateLimitRequestStatus `json:"status,omitempty"`
+
+	// WindowSeconds Fixed window: its length in seconds (1–86,400).
+	WindowSeconds *int32 `json:"window_seconds,omitempty"`
 }
 
 // SetRateLimitRequestOperation With scope `operation`: the operation name.
 type SetRateLimitRequestOperation string
 
-// SetRateLimitRequestStatus Status when the bucket is empty: 429 (default) or 503 (as EC2 does).
+// SetRateLimitRequestOperations defines model for SetRateLimitRequest.Operations.
+type SetRateLimitRequestOperations string
+
+// SetRateLimitRequestStatus Status of a refusal: 429 (default), 503 (EC2), 400 (ELB) or 403 (GCP).
 type SetRateLimitRequestStatus int32
 
 // SnapshotRequest defines model for SnapshotRequest.
@@ -2191,14 +2397,16 @@ type ClientInterface interface {
 	// DeleteRateLimit performs a DELETE /v1/rate-limits/{id} (the `DeleteRateLimit` operationId) request.
 	DeleteRateLimit(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SetRateLimitWithBody Create or replace the named token bucket.
+	// SetRateLimitWithBody Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/rate-limits/{id} (the `SetRateLimit` operationId).
 	SetRateLimitWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SetRateLimit Create or replace the named token bucket.
+	// SetRateLimit Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2933,7 +3141,8 @@ func (c *Client) DeleteRateLimit(ctx context.Context, id string, reqEditors ...R
 	return c.Client.Do(req)
 }
 
-// SetRateLimitWithBody Create or replace the named token bucket.
+// SetRateLimitWithBody Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2950,7 +3159,8 @@ func (c *Client) SetRateLimitWithBody(ctx context.Context, id string, contentTyp
 	return c.Client.Do(req)
 }
 
-// SetRateLimit Create or replace the named token bucket.
+// SetRateLimit Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5325,14 +5535,16 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	DeleteRateLimitWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteRateLimitResponse, error)
 
-	// SetRateLimitWithBodyWithResponse Create or replace the named token bucket.
+	// SetRateLimitWithBodyWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/rate-limits/{id} (the `SetRateLimit` operationId).
 	SetRateLimitWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetRateLimitResponse, error)
 
-	// SetRateLimitWithResponse Create or replace the named token bucket.
+	// SetRateLimitWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11769,7 +11981,8 @@ func (c *ClientWithResponses) DeleteRateLimitWithResponse(ctx context.Context, i
 	return ParseDeleteRateLimitResponse(rsp)
 }
 
-// SetRateLimitWithBodyWithResponse Create or replace the named token bucket.
+// SetRateLimitWithBodyWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11782,7 +11995,8 @@ func (c *ClientWithResponses) SetRateLimitWithBodyWithResponse(ctx context.Conte
 	return ParseSetRateLimitResponse(rsp)
 }
 
-// SetRateLimitWithResponse Create or replace the named token bucket.
+// SetRateLimitWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -384,7 +384,11 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
         Action::SetRateLimit(id, limit) => {
             client.set_rate_limit(id, limit).await?;
             undo.limits.push(id.clone());
-            format!("rate limit {id}: {} calls, {}/s on {:?}", limit.capacity, limit.refill_per_second, limit.scope)
+            let refill = match (limit.window_seconds, limit.refill_per_second) {
+                (Some(w), _) => format!("per {w} s window"),
+                (None, r) => format!("{}/s", r.unwrap_or_default()),
+            };
+            format!("rate limit {id}: {} calls, {refill} on {:?}", limit.capacity, limit.scope)
         }
         Action::RemoveRateLimit(id) => {
             client.delete_rate_limit(id).await?;

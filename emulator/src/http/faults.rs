@@ -105,7 +105,8 @@ async fn list_rate_limits(State(st): State<AppState>) -> Response {
     reply(StatusCode::OK, "", RateLimitList { items: st.faults().list_limits().await })
 }
 
-/// Create or replace the named token bucket.
+/// Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+/// code and headers of its refusals.
 #[utoipa::path(put, path = "/v1/rate-limits/{id}", operation_id = "SetRateLimit", tag = "faults", params(("id" = String, Path)),
     request_body = SetRateLimitRequest, responses((status = 200, body = RateLimit), (status = 400, body = ErrorBody)),
     security(("admin" = [])))]

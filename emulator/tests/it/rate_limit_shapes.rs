@@ -1,0 +1,178 @@
+//! Rate limits shaped as real clouds throttle (fixed windows aligned to the clock, their own statuses, codes and
+//! headers), driven over real HTTP until they refuse.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fakecloud_api::{ErrorBody, RateLimitKind, RateLimitScope, SetRateLimitRequest, codes};
+
+use crate::common::{Emu, USER};
+
+/// More calls than any budget here takes to spend twice (a window may roll over mid-run): a hang detector.
+const CALLS_MAX: usize = 5000;
+
+async fn call(emu: &Emu, method: reqwest::Method, path: &str) -> reqwest::Response {
+    let req = reqwest::Client::new().request(method.clone(), format!("{}{path}", emu.url())).bearer_auth(USER);
+    let req = if method == reqwest::Method::POST { req.json(&serde_json::json!({})) } else { req };
+    req.send().await.unwrap()
+}
+
+/// Call until a refusal of `status`; the refusal. Other answers (a 404 of a made-up ID) count as calls.
+async fn until_refused(emu: &Emu, method: reqwest::Method, path: &str, status: u16) -> reqwest::Response {
+    for _ in 0..CALLS_MAX {
+        let resp = call(emu, method.clone(), path).await;
+        if resp.status().as_u16() == status {
+            return resp;
+        }
+    }
+    panic!("{method} {path} never refused with {status} in {CALLS_MAX} calls");
+}
+
+fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
+    resp.headers().get(name).map(|v| v.to_str().unwrap().to_string())
+}
+
+async fn envelope(resp: reqwest::Response) -> fakecloud_api::ErrorDetail {
+    resp.json::<ErrorBody>().await.unwrap().error
+}
+
+/// That `retry` seconds from now is the end of a window of `window` seconds aligned to the clock: Retry-After
+/// is rounded up, and the answer took a moment to arrive, so the instant lands up to 2 s past a boundary.
+fn points_at_a_boundary(retry: u64, window: u64) {
+    assert!((1..=window).contains(&retry), "Retry-After {retry} for a {window} s window");
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let past = (now + retry as f64) % window as f64;
+    assert!(past < 2.0 || past > window as f64 - 0.5, "now {now} + {retry} s is {past} s into a window");
+}
+
+fn window(scope: RateLimitScope, operations: &[&str], capacity: u32, seconds: u32) -> SetRateLimitRequest {
+    SetRateLimitRequest {
+        scope,
+        operations: operations.iter().map(|op| op.to_string()).collect(),
+        kind: RateLimitKind::FixedWindow,
+        capacity,
+        refill_per_second: None,
+        window_seconds: Some(seconds),
+        ..SetRateLimitRequest::default()
+    }
+}
+
+/// A fixed window of 3 calls per 2 s on a class of operations: the 4th call in a window is refused until the
+/// next 2 s boundary, which Retry-After names; every answer it applies to says what is left.
+#[tokio::test]
+async fn a_fixed_window_refuses_until_the_next_clock_aligned_boundary() {
+    let emu = Emu::start().await;
+    let mut spec = window(RateLimitScope::Operations, &["GetRegion", "GetQuota"], 3, 2);
+    spec.remaining_header = Some("X-Calls-Left".into());
+    spec.remaining_format = Some("{remaining} left".into());
+    emu.admin.set_rate_limit("two-seconds", &spec).await.unwrap();
+
+    let first = call(&emu, reqwest::Method::GET, "/v1/region").await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(header(&first, "x-calls-left").as_deref(), Some("2 left"), "the first call of a window");
+    let other = call(&emu, reqwest::Method::GET, "/v1/instances").await;
+    assert_eq!((other.status().as_u16(), header(&other, "x-calls-left")), (200, None), "not in the class");
+
+    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/region", 429).await;
+    assert_eq!(header(&refused, "x-calls-left").as_deref(), Some("0 left"), "refusals say it too");
+    let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
+    points_at_a_boundary(retry, 2);
+    assert_eq!(header(&refused, "ratelimit-limit").as_deref(), Some("3"));
+    assert_eq!(envelope(refused).await.code, codes::REQUEST_LIMIT_EXCEEDED);
+
+    // Honouring Retry-After gets the call through: a new window, its calls all back.
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    let next = call(&emu, reqwest::Method::GET, "/v1/region").await;
+    assert_eq!(next.status(), 200);
+    let listed = emu.admin.list_rate_limits().await.unwrap().items;
+    assert!(listed[0].refused >= 1 && listed[0].buckets[0].tokens <= 2.0, "{listed:?}");
+}
+
+/// A limit's own status, code and message, and no Retry-After when it says so.
+#[tokio::test]
+async fn a_limit_refuses_with_its_own_status_code_and_message() {
+    let emu = Emu::start().await;
+    let spec = SetRateLimitRequest {
+        scope: RateLimitScope::Reads,
+        capacity: 1,
+        refill_per_second: Some(0.001),
+        status: 400,
+        code: Some("Throttling".into()),
+        message: Some("Rate exceeded".into()),
+        retry_after: false,
+        ..SetRateLimitRequest::default()
+    };
+    emu.admin.set_rate_limit("quiet", &spec).await.unwrap();
+    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/region", 400).await;
+    assert_eq!((header(&refused, "retry-after"), header(&refused, "ratelimit-reset")), (None, None));
+    let error = envelope(refused).await;
+    assert_eq!((error.code.as_str(), error.message.as_str()), ("Throttling", "Rate exceeded"));
+}
+
+#[tokio::test]
+async fn bad_limits_are_refused_naming_what_is_wrong() {
+    let emu = Emu::start().await;
+    let bucket = SetRateLimitRequest::default;
+    let cases = [
+        (SetRateLimitRequest { status: 418, ..bucket() }, "status", "400, 403, 429 or 503"),
+        (window(RateLimitScope::All, &[], 5, 0), "window_seconds", "between 1 and 86400"),
+        (window(RateLimitScope::All, &[], 5, 86_401), "window_seconds", "between 1 and 86400"),
+        (
+            SetRateLimitRequest { window_seconds: None, ..window(RateLimitScope::All, &[], 5, 1) },
+            "window_seconds",
+            "needs",
+        ),
+        (
+            SetRateLimitRequest { refill_per_second: Some(1.0), ..window(RateLimitScope::All, &[], 5, 1) },
+            "refill_per_second",
+            "token-bucket",
+        ),
+        (SetRateLimitRequest { window_seconds: Some(5), ..bucket() }, "window_seconds", "fixed-window"),
+        (SetRateLimitRequest { refill_per_second: None, ..bucket() }, "refill_per_second", "needs its refill rate"),
+        (SetRateLimitRequest { refill_per_second: Some(0.0), ..bucket() }, "refill_per_second", "between 0.001"),
+        (SetRateLimitRequest { scope: RateLimitScope::Operations, ..bucket() }, "operations", "needs a list"),
+        (window(RateLimitScope::Operations, &["GetRegion", "GetRegionn"], 5, 1), "operations[1]", "not an operation"),
+        (window(RateLimitScope::Reads, &["GetRegion"], 5, 1), "operations", "only with scope operations"),
+        (SetRateLimitRequest { code: Some("no spaces".into()), ..bucket() }, "code", "letters"),
+        (SetRateLimitRequest { message: Some(String::new()), ..bucket() }, "message", "between 1"),
+        (
+            SetRateLimitRequest { remaining_header: Some("bad header".into()), ..bucket() },
+            "remaining_header",
+            "not a valid",
+        ),
+        (
+            SetRateLimitRequest { remaining_header: Some("Content-Length".into()), ..bucket() },
+            "remaining_header",
+            "set by the server",
+        ),
+        (
+            SetRateLimitRequest { remaining_format: Some("{remaining}".into()), ..bucket() },
+            "remaining_format",
+            "only with remaining_header",
+        ),
+        (
+            SetRateLimitRequest {
+                remaining_header: Some("X-Left".into()),
+                remaining_format: Some("left".into()),
+                ..bucket()
+            },
+            "remaining_format",
+            "{remaining}",
+        ),
+        (
+            SetRateLimitRequest {
+                remaining_header: Some("X-Left".into()),
+                remaining_format: Some("{remaining}\n".into()),
+                ..bucket()
+            },
+            "remaining_format",
+            "header value",
+        ),
+    ];
+    for (spec, field, says) in cases {
+        let err = emu.admin.set_rate_limit("bad", &spec).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{field}: {err}");
+        assert!(err.to_string().contains(field) && err.to_string().contains(says), "{field} {says}: {err}");
+    }
+    assert!(emu.admin.list_rate_limits().await.unwrap().items.is_empty());
+}
