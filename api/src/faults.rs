@@ -258,6 +258,50 @@ fn yes() -> bool {
     true
 }
 
+/// Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
+/// other preset's limits. What each holds, and where its numbers come from, is in the emulator
+/// (`faults::presets`) and the README's "Failure-shape presets".
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateLimitPreset {
+    /// EC2: 503 `RequestLimitExceeded` without Retry-After; token buckets for reads (100, 20/s) and writes
+    /// (50, 5/s), and resource buckets for CreateInstance (1,000, 2/s) and TerminateInstance (1,000, 20/s).
+    AwsEc2,
+    /// ELB: 400 `Throttling` "Rate exceeded" without Retry-After; load balancer reads 40, 10/s, writes 20, 2/s.
+    AwsElb,
+    /// Azure Resource Manager: 429 with Retry-After; subscription reads (250, 25/s) and writes (200, 10/s) with
+    /// `x-ms-ratelimit-remaining-subscription-*` on every answer; instance reads also in Compute's
+    /// `HighCostGet3Min` window (160 per 3 min), refused without Retry-After.
+    AzureArm,
+    /// GCP Compute Engine: 403 `rateLimitExceeded`; reads and writes each 1,500 a minute in windows aligned to
+    /// the clock's minutes.
+    GcpCompute,
+}
+
+impl RateLimitPreset {
+    pub const ALL: [Self; 4] = [Self::AwsEc2, Self::AwsElb, Self::AzureArm, Self::GcpCompute];
+
+    /// The name in URLs and files, e.g. `aws-ec2`; the prefix of its limits' ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AwsEc2 => "aws-ec2",
+            Self::AwsElb => "aws-elb",
+            Self::AzureArm => "azure-arm",
+            Self::GcpCompute => "gcp-compute",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl std::fmt::Display for RateLimitPreset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct RateLimit {
     /// The limit's name, from the URL.

@@ -550,51 +550,53 @@ func (e Service) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperation.
 const (
-	SetRateLimitRequestOperationAddFault           SetRateLimitRequestOperation = "AddFault"
-	SetRateLimitRequestOperationAddLbFault         SetRateLimitRequestOperation = "AddLbFault"
-	SetRateLimitRequestOperationClearFaults        SetRateLimitRequestOperation = "ClearFaults"
-	SetRateLimitRequestOperationCreateInstance     SetRateLimitRequestOperation = "CreateInstance"
-	SetRateLimitRequestOperationCreateLoadBalancer SetRateLimitRequestOperation = "CreateLoadBalancer"
-	SetRateLimitRequestOperationCreateRoute        SetRateLimitRequestOperation = "CreateRoute"
-	SetRateLimitRequestOperationCreateRouteTable   SetRateLimitRequestOperation = "CreateRouteTable"
-	SetRateLimitRequestOperationDeleteFault        SetRateLimitRequestOperation = "DeleteFault"
-	SetRateLimitRequestOperationDeleteLbFault      SetRateLimitRequestOperation = "DeleteLbFault"
-	SetRateLimitRequestOperationDeleteLoadBalancer SetRateLimitRequestOperation = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationDeleteRateLimit    SetRateLimitRequestOperation = "DeleteRateLimit"
-	SetRateLimitRequestOperationDeleteRoute        SetRateLimitRequestOperation = "DeleteRoute"
-	SetRateLimitRequestOperationDeleteRouteTable   SetRateLimitRequestOperation = "DeleteRouteTable"
-	SetRateLimitRequestOperationGetInstance        SetRateLimitRequestOperation = "GetInstance"
-	SetRateLimitRequestOperationGetLoadBalancer    SetRateLimitRequestOperation = "GetLoadBalancer"
-	SetRateLimitRequestOperationGetQuota           SetRateLimitRequestOperation = "GetQuota"
-	SetRateLimitRequestOperationGetRegion          SetRateLimitRequestOperation = "GetRegion"
-	SetRateLimitRequestOperationLessThannil        SetRateLimitRequestOperation = "<nil>"
-	SetRateLimitRequestOperationListAudit          SetRateLimitRequestOperation = "ListAudit"
-	SetRateLimitRequestOperationListFaults         SetRateLimitRequestOperation = "ListFaults"
-	SetRateLimitRequestOperationListHangs          SetRateLimitRequestOperation = "ListHangs"
-	SetRateLimitRequestOperationListInstances      SetRateLimitRequestOperation = "ListInstances"
-	SetRateLimitRequestOperationListLbFaults       SetRateLimitRequestOperation = "ListLbFaults"
-	SetRateLimitRequestOperationListLoadBalancers  SetRateLimitRequestOperation = "ListLoadBalancers"
-	SetRateLimitRequestOperationListOutages        SetRateLimitRequestOperation = "ListOutages"
-	SetRateLimitRequestOperationListQuotas         SetRateLimitRequestOperation = "ListQuotas"
-	SetRateLimitRequestOperationListRateLimits     SetRateLimitRequestOperation = "ListRateLimits"
-	SetRateLimitRequestOperationListRouteTables    SetRateLimitRequestOperation = "ListRouteTables"
-	SetRateLimitRequestOperationListRoutes         SetRateLimitRequestOperation = "ListRoutes"
-	SetRateLimitRequestOperationReclaimSpot        SetRateLimitRequestOperation = "ReclaimSpot"
-	SetRateLimitRequestOperationReset              SetRateLimitRequestOperation = "Reset"
-	SetRateLimitRequestOperationSetQuota           SetRateLimitRequestOperation = "SetQuota"
-	SetRateLimitRequestOperationSetRateLimit       SetRateLimitRequestOperation = "SetRateLimit"
-	SetRateLimitRequestOperationSnapshot           SetRateLimitRequestOperation = "Snapshot"
-	SetRateLimitRequestOperationStartHang          SetRateLimitRequestOperation = "StartHang"
-	SetRateLimitRequestOperationStartInstance      SetRateLimitRequestOperation = "StartInstance"
-	SetRateLimitRequestOperationStartOutage        SetRateLimitRequestOperation = "StartOutage"
-	SetRateLimitRequestOperationStartSpotRandom    SetRateLimitRequestOperation = "StartSpotRandom"
-	SetRateLimitRequestOperationStopHang           SetRateLimitRequestOperation = "StopHang"
-	SetRateLimitRequestOperationStopInstance       SetRateLimitRequestOperation = "StopInstance"
-	SetRateLimitRequestOperationStopOutage         SetRateLimitRequestOperation = "StopOutage"
-	SetRateLimitRequestOperationStopSpotRandom     SetRateLimitRequestOperation = "StopSpotRandom"
-	SetRateLimitRequestOperationStreamAudit        SetRateLimitRequestOperation = "StreamAudit"
-	SetRateLimitRequestOperationTerminateInstance  SetRateLimitRequestOperation = "TerminateInstance"
-	SetRateLimitRequestOperationUpdateLoadBalancer SetRateLimitRequestOperation = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationAddFault               SetRateLimitRequestOperation = "AddFault"
+	SetRateLimitRequestOperationAddLbFault             SetRateLimitRequestOperation = "AddLbFault"
+	SetRateLimitRequestOperationClearFaults            SetRateLimitRequestOperation = "ClearFaults"
+	SetRateLimitRequestOperationClearRateLimitPresets  SetRateLimitRequestOperation = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationCreateInstance         SetRateLimitRequestOperation = "CreateInstance"
+	SetRateLimitRequestOperationCreateLoadBalancer     SetRateLimitRequestOperation = "CreateLoadBalancer"
+	SetRateLimitRequestOperationCreateRoute            SetRateLimitRequestOperation = "CreateRoute"
+	SetRateLimitRequestOperationCreateRouteTable       SetRateLimitRequestOperation = "CreateRouteTable"
+	SetRateLimitRequestOperationDeleteFault            SetRateLimitRequestOperation = "DeleteFault"
+	SetRateLimitRequestOperationDeleteLbFault          SetRateLimitRequestOperation = "DeleteLbFault"
+	SetRateLimitRequestOperationDeleteLoadBalancer     SetRateLimitRequestOperation = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationDeleteRateLimit        SetRateLimitRequestOperation = "DeleteRateLimit"
+	SetRateLimitRequestOperationDeleteRoute            SetRateLimitRequestOperation = "DeleteRoute"
+	SetRateLimitRequestOperationDeleteRouteTable       SetRateLimitRequestOperation = "DeleteRouteTable"
+	SetRateLimitRequestOperationGetInstance            SetRateLimitRequestOperation = "GetInstance"
+	SetRateLimitRequestOperationGetLoadBalancer        SetRateLimitRequestOperation = "GetLoadBalancer"
+	SetRateLimitRequestOperationGetQuota               SetRateLimitRequestOperation = "GetQuota"
+	SetRateLimitRequestOperationGetRegion              SetRateLimitRequestOperation = "GetRegion"
+	SetRateLimitRequestOperationInstallRateLimitPreset SetRateLimitRequestOperation = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationLessThannil            SetRateLimitRequestOperation = "<nil>"
+	SetRateLimitRequestOperationListAudit              SetRateLimitRequestOperation = "ListAudit"
+	SetRateLimitRequestOperationListFaults             SetRateLimitRequestOperation = "ListFaults"
+	SetRateLimitRequestOperationListHangs              SetRateLimitRequestOperation = "ListHangs"
+	SetRateLimitRequestOperationListInstances          SetRateLimitRequestOperation = "ListInstances"
+	SetRateLimitRequestOperationListLbFaults           SetRateLimitRequestOperation = "ListLbFaults"
+	SetRateLimitRequestOperationListLoadBalancers      SetRateLimitRequestOperation = "ListLoadBalancers"
+	SetRateLimitRequestOperationListOutages            SetRateLimitRequestOperation = "ListOutages"
+	SetRateLimitRequestOperationListQuotas             SetRateLimitRequestOperation = "ListQuotas"
+	SetRateLimitRequestOperationListRateLimits         SetRateLimitRequestOperation = "ListRateLimits"
+	SetRateLimitRequestOperationListRouteTables        SetRateLimitRequestOperation = "ListRouteTables"
+	SetRateLimitRequestOperationListRoutes             SetRateLimitRequestOperation = "ListRoutes"
+	SetRateLimitRequestOperationReclaimSpot            SetRateLimitRequestOperation = "ReclaimSpot"
+	SetRateLimitRequestOperationReset                  SetRateLimitRequestOperation = "Reset"
+	SetRateLimitRequestOperationSetQuota               SetRateLimitRequestOperation = "SetQuota"
+	SetRateLimitRequestOperationSetRateLimit           SetRateLimitRequestOperation = "SetRateLimit"
+	SetRateLimitRequestOperationSnapshot               SetRateLimitRequestOperation = "Snapshot"
+	SetRateLimitRequestOperationStartHang              SetRateLimitRequestOperation = "StartHang"
+	SetRateLimitRequestOperationStartInstance          SetRateLimitRequestOperation = "StartInstance"
+	SetRateLimitRequestOperationStartOutage            SetRateLimitRequestOperation = "StartOutage"
+	SetRateLimitRequestOperationStartSpotRandom        SetRateLimitRequestOperation = "StartSpotRandom"
+	SetRateLimitRequestOperationStopHang               SetRateLimitRequestOperation = "StopHang"
+	SetRateLimitRequestOperationStopInstance           SetRateLimitRequestOperation = "StopInstance"
+	SetRateLimitRequestOperationStopOutage             SetRateLimitRequestOperation = "StopOutage"
+	SetRateLimitRequestOperationStopSpotRandom         SetRateLimitRequestOperation = "StopSpotRandom"
+	SetRateLimitRequestOperationStreamAudit            SetRateLimitRequestOperation = "StreamAudit"
+	SetRateLimitRequestOperationTerminateInstance      SetRateLimitRequestOperation = "TerminateInstance"
+	SetRateLimitRequestOperationUpdateLoadBalancer     SetRateLimitRequestOperation = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperation enum.
@@ -605,6 +607,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationAddLbFault:
 		return true
 	case SetRateLimitRequestOperationClearFaults:
+		return true
+	case SetRateLimitRequestOperationClearRateLimitPresets:
 		return true
 	case SetRateLimitRequestOperationCreateInstance:
 		return true
@@ -633,6 +637,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationGetQuota:
 		return true
 	case SetRateLimitRequestOperationGetRegion:
+		return true
+	case SetRateLimitRequestOperationInstallRateLimitPreset:
 		return true
 	case SetRateLimitRequestOperationLessThannil:
 		return true
@@ -697,50 +703,52 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperations.
 const (
-	SetRateLimitRequestOperationsAddFault           SetRateLimitRequestOperations = "AddFault"
-	SetRateLimitRequestOperationsAddLbFault         SetRateLimitRequestOperations = "AddLbFault"
-	SetRateLimitRequestOperationsClearFaults        SetRateLimitRequestOperations = "ClearFaults"
-	SetRateLimitRequestOperationsCreateInstance     SetRateLimitRequestOperations = "CreateInstance"
-	SetRateLimitRequestOperationsCreateLoadBalancer SetRateLimitRequestOperations = "CreateLoadBalancer"
-	SetRateLimitRequestOperationsCreateRoute        SetRateLimitRequestOperations = "CreateRoute"
-	SetRateLimitRequestOperationsCreateRouteTable   SetRateLimitRequestOperations = "CreateRouteTable"
-	SetRateLimitRequestOperationsDeleteFault        SetRateLimitRequestOperations = "DeleteFault"
-	SetRateLimitRequestOperationsDeleteLbFault      SetRateLimitRequestOperations = "DeleteLbFault"
-	SetRateLimitRequestOperationsDeleteLoadBalancer SetRateLimitRequestOperations = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationsDeleteRateLimit    SetRateLimitRequestOperations = "DeleteRateLimit"
-	SetRateLimitRequestOperationsDeleteRoute        SetRateLimitRequestOperations = "DeleteRoute"
-	SetRateLimitRequestOperationsDeleteRouteTable   SetRateLimitRequestOperations = "DeleteRouteTable"
-	SetRateLimitRequestOperationsGetInstance        SetRateLimitRequestOperations = "GetInstance"
-	SetRateLimitRequestOperationsGetLoadBalancer    SetRateLimitRequestOperations = "GetLoadBalancer"
-	SetRateLimitRequestOperationsGetQuota           SetRateLimitRequestOperations = "GetQuota"
-	SetRateLimitRequestOperationsGetRegion          SetRateLimitRequestOperations = "GetRegion"
-	SetRateLimitRequestOperationsListAudit          SetRateLimitRequestOperations = "ListAudit"
-	SetRateLimitRequestOperationsListFaults         SetRateLimitRequestOperations = "ListFaults"
-	SetRateLimitRequestOperationsListHangs          SetRateLimitRequestOperations = "ListHangs"
-	SetRateLimitRequestOperationsListInstances      SetRateLimitRequestOperations = "ListInstances"
-	SetRateLimitRequestOperationsListLbFaults       SetRateLimitRequestOperations = "ListLbFaults"
-	SetRateLimitRequestOperationsListLoadBalancers  SetRateLimitRequestOperations = "ListLoadBalancers"
-	SetRateLimitRequestOperationsListOutages        SetRateLimitRequestOperations = "ListOutages"
-	SetRateLimitRequestOperationsListQuotas         SetRateLimitRequestOperations = "ListQuotas"
-	SetRateLimitRequestOperationsListRateLimits     SetRateLimitRequestOperations = "ListRateLimits"
-	SetRateLimitRequestOperationsListRouteTables    SetRateLimitRequestOperations = "ListRouteTables"
-	SetRateLimitRequestOperationsListRoutes         SetRateLimitRequestOperations = "ListRoutes"
-	SetRateLimitRequestOperationsReclaimSpot        SetRateLimitRequestOperations = "ReclaimSpot"
-	SetRateLimitRequestOperationsReset              SetRateLimitRequestOperations = "Reset"
-	SetRateLimitRequestOperationsSetQuota           SetRateLimitRequestOperations = "SetQuota"
-	SetRateLimitRequestOperationsSetRateLimit       SetRateLimitRequestOperations = "SetRateLimit"
-	SetRateLimitRequestOperationsSnapshot           SetRateLimitRequestOperations = "Snapshot"
-	SetRateLimitRequestOperationsStartHang          SetRateLimitRequestOperations = "StartHang"
-	SetRateLimitRequestOperationsStartInstance      SetRateLimitRequestOperations = "StartInstance"
-	SetRateLimitRequestOperationsStartOutage        SetRateLimitRequestOperations = "StartOutage"
-	SetRateLimitRequestOperationsStartSpotRandom    SetRateLimitRequestOperations = "StartSpotRandom"
-	SetRateLimitRequestOperationsStopHang           SetRateLimitRequestOperations = "StopHang"
-	SetRateLimitRequestOperationsStopInstance       SetRateLimitRequestOperations = "StopInstance"
-	SetRateLimitRequestOperationsStopOutage         SetRateLimitRequestOperations = "StopOutage"
-	SetRateLimitRequestOperationsStopSpotRandom     SetRateLimitRequestOperations = "StopSpotRandom"
-	SetRateLimitRequestOperationsStreamAudit        SetRateLimitRequestOperations = "StreamAudit"
-	SetRateLimitRequestOperationsTerminateInstance  SetRateLimitRequestOperations = "TerminateInstance"
-	SetRateLimitRequestOperationsUpdateLoadBalancer SetRateLimitRequestOperations = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationsAddFault               SetRateLimitRequestOperations = "AddFault"
+	SetRateLimitRequestOperationsAddLbFault             SetRateLimitRequestOperations = "AddLbFault"
+	SetRateLimitRequestOperationsClearFaults            SetRateLimitRequestOperations = "ClearFaults"
+	SetRateLimitRequestOperationsClearRateLimitPresets  SetRateLimitRequestOperations = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationsCreateInstance         SetRateLimitRequestOperations = "CreateInstance"
+	SetRateLimitRequestOperationsCreateLoadBalancer     SetRateLimitRequestOperations = "CreateLoadBalancer"
+	SetRateLimitRequestOperationsCreateRoute            SetRateLimitRequestOperations = "CreateRoute"
+	SetRateLimitRequestOperationsCreateRouteTable       SetRateLimitRequestOperations = "CreateRouteTable"
+	SetRateLimitRequestOperationsDeleteFault            SetRateLimitRequestOperations = "DeleteFault"
+	SetRateLimitRequestOperationsDeleteLbFault          SetRateLimitRequestOperations = "DeleteLbFault"
+	SetRateLimitRequestOperationsDeleteLoadBalancer     SetRateLimitRequestOperations = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationsDeleteRateLimit        SetRateLimitRequestOperations = "DeleteRateLimit"
+	SetRateLimitRequestOperationsDeleteRoute            SetRateLimitRequestOperations = "DeleteRoute"
+	SetRateLimitRequestOperationsDeleteRouteTable       SetRateLimitRequestOperations = "DeleteRouteTable"
+	SetRateLimitRequestOperationsGetInstance            SetRateLimitRequestOperations = "GetInstance"
+	SetRateLimitRequestOperationsGetLoadBalancer        SetRateLimitRequestOperations = "GetLoadBalancer"
+	SetRateLimitRequestOperationsGetQuota               SetRateLimitRequestOperations = "GetQuota"
+	SetRateLimitRequestOperationsGetRegion              SetRateLimitRequestOperations = "GetRegion"
+	SetRateLimitRequestOperationsInstallRateLimitPreset SetRateLimitRequestOperations = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationsListAudit              SetRateLimitRequestOperations = "ListAudit"
+	SetRateLimitRequestOperationsListFaults             SetRateLimitRequestOperations = "ListFaults"
+	SetRateLimitRequestOperationsListHangs              SetRateLimitRequestOperations = "ListHangs"
+	SetRateLimitRequestOperationsListInstances          SetRateLimitRequestOperations = "ListInstances"
+	SetRateLimitRequestOperationsListLbFaults           SetRateLimitRequestOperations = "ListLbFaults"
+	SetRateLimitRequestOperationsListLoadBalancers      SetRateLimitRequestOperations = "ListLoadBalancers"
+	SetRateLimitRequestOperationsListOutages            SetRateLimitRequestOperations = "ListOutages"
+	SetRateLimitRequestOperationsListQuotas             SetRateLimitRequestOperations = "ListQuotas"
+	SetRateLimitRequestOperationsListRateLimits         SetRateLimitRequestOperations = "ListRateLimits"
+	SetRateLimitRequestOperationsListRouteTables        SetRateLimitRequestOperations = "ListRouteTables"
+	SetRateLimitRequestOperationsListRoutes             SetRateLimitRequestOperations = "ListRoutes"
+	SetRateLimitRequestOperationsReclaimSpot            SetRateLimitRequestOperations = "ReclaimSpot"
+	SetRateLimitRequestOperationsReset                  SetRateLimitRequestOperations = "Reset"
+	SetRateLimitRequestOperationsSetQuota               SetRateLimitRequestOperations = "SetQuota"
+	SetRateLimitRequestOperationsSetRateLimit           SetRateLimitRequestOperations = "SetRateLimit"
+	SetRateLimitRequestOperationsSnapshot               SetRateLimitRequestOperations = "Snapshot"
+	SetRateLimitRequestOperationsStartHang              SetRateLimitRequestOperations = "StartHang"
+	SetRateLimitRequestOperationsStartInstance          SetRateLimitRequestOperations = "StartInstance"
+	SetRateLimitRequestOperationsStartOutage            SetRateLimitRequestOperations = "StartOutage"
+	SetRateLimitRequestOperationsStartSpotRandom        SetRateLimitRequestOperations = "StartSpotRandom"
+	SetRateLimitRequestOperationsStopHang               SetRateLimitRequestOperations = "StopHang"
+	SetRateLimitRequestOperationsStopInstance           SetRateLimitRequestOperations = "StopInstance"
+	SetRateLimitRequestOperationsStopOutage             SetRateLimitRequestOperations = "StopOutage"
+	SetRateLimitRequestOperationsStopSpotRandom         SetRateLimitRequestOperations = "StopSpotRandom"
+	SetRateLimitRequestOperationsStreamAudit            SetRateLimitRequestOperations = "StreamAudit"
+	SetRateLimitRequestOperationsTerminateInstance      SetRateLimitRequestOperations = "TerminateInstance"
+	SetRateLimitRequestOperationsUpdateLoadBalancer     SetRateLimitRequestOperations = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperations enum.
@@ -751,6 +759,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsAddLbFault:
 		return true
 	case SetRateLimitRequestOperationsClearFaults:
+		return true
+	case SetRateLimitRequestOperationsClearRateLimitPresets:
 		return true
 	case SetRateLimitRequestOperationsCreateInstance:
 		return true
@@ -779,6 +789,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsGetQuota:
 		return true
 	case SetRateLimitRequestOperationsGetRegion:
+		return true
+	case SetRateLimitRequestOperationsInstallRateLimitPreset:
 		return true
 	case SetRateLimitRequestOperationsListAudit:
 		return true
@@ -911,6 +923,30 @@ func (e ListInstancesParamsState) Valid() bool {
 	case ListInstancesParamsStateStopping:
 		return true
 	case ListInstancesParamsStateTerminated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InstallRateLimitPresetParamsName.
+const (
+	AwsEc2     InstallRateLimitPresetParamsName = "aws-ec2"
+	AwsElb     InstallRateLimitPresetParamsName = "aws-elb"
+	AzureArm   InstallRateLimitPresetParamsName = "azure-arm"
+	GcpCompute InstallRateLimitPresetParamsName = "gcp-compute"
+)
+
+// Valid indicates whether the value is a known member of the InstallRateLimitPresetParamsName enum.
+func (e InstallRateLimitPresetParamsName) Valid() bool {
+	switch e {
+	case AwsEc2:
+		return true
+	case AwsElb:
+		return true
+	case AzureArm:
+		return true
+	case GcpCompute:
 		return true
 	default:
 		return false
@@ -1814,6 +1850,9 @@ type CreateLoadBalancerParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// InstallRateLimitPresetParamsName defines parameters for InstallRateLimitPreset.
+type InstallRateLimitPresetParamsName string
+
 // CreateRouteParams defines parameters for CreateRoute.
 type CreateRouteParams struct {
 	// IdempotencyKey Client token: a retry with the same key returns the original route
@@ -2390,6 +2429,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/quotas/{name} (the `SetQuota` operationId).
 	SetQuota(ctx context.Context, name string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ClearRateLimitPresets Remove every preset's rate limits (limits set by name stay); answers with those removed.
+	//
+	// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+	ClearRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// InstallRateLimitPreset Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+	// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+	// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+	// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+	// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+	//
+	// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+	InstallRateLimitPreset(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListRateLimits performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
 	ListRateLimits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3105,6 +3158,40 @@ func (c *Client) SetQuotaWithBody(ctx context.Context, name string, contentType 
 // Corresponds with PUT /v1/quotas/{name} (the `SetQuota` operationId).
 func (c *Client) SetQuota(ctx context.Context, name string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSetQuotaRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ClearRateLimitPresets Remove every preset's rate limits (limits set by name stay); answers with those removed.
+//
+// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+func (c *Client) ClearRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClearRateLimitPresetsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// InstallRateLimitPreset Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+//
+// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+func (c *Client) InstallRateLimitPreset(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewInstallRateLimitPresetRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -4730,6 +4817,67 @@ func NewSetQuotaRequestWithBody(server string, name string, contentType string, 
 	return req, nil
 }
 
+// NewClearRateLimitPresetsRequest constructs an http.Request for the ClearRateLimitPresets method
+func NewClearRateLimitPresetsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rate-limit-presets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewInstallRateLimitPresetRequest constructs an http.Request for the InstallRateLimitPreset method
+func NewInstallRateLimitPresetRequest(server string, name InstallRateLimitPresetParamsName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rate-limit-presets/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListRateLimitsRequest constructs an http.Request for the ListRateLimits method
 func NewListRateLimitsRequest(server string) (*http.Request, error) {
 	var err error
@@ -5524,6 +5672,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/quotas/{name} (the `SetQuota` operationId).
 	SetQuotaWithResponse(ctx context.Context, name string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*SetQuotaResponse, error)
+
+	// ClearRateLimitPresetsWithResponse Remove every preset's rate limits (limits set by name stay); answers with those removed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+	ClearRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClearRateLimitPresetsResponse, error)
+
+	// InstallRateLimitPresetWithResponse Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+	// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+	// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+	// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+	// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+	InstallRateLimitPresetWithResponse(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*InstallRateLimitPresetResponse, error)
 
 	// ListRateLimitsWithResponse performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
 	//
@@ -9733,6 +9899,246 @@ func (r SetQuotaResponse) ContentType() string {
 	return ""
 }
 
+// ClearRateLimitPresetsResponse200Headers the declared response headers of an HTTP 200 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse200Headers struct {
+	XRequestId *string
+}
+
+// ClearRateLimitPresetsResponse401Headers the declared response headers of an HTTP 401 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// ClearRateLimitPresetsResponse403Headers the declared response headers of an HTTP 403 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse403Headers struct {
+	XRequestId *string
+}
+
+// ClearRateLimitPresetsResponse503Headers the declared response headers of an HTTP 503 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// ClearRateLimitPresetsResponseDefaultHeaders the declared response headers of an HTTP default response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type ClearRateLimitPresetsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ClearRateLimitPresetsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ClearRateLimitPresetsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ClearRateLimitPresetsResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ClearRateLimitPresetsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ClearRateLimitPresetsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON200() *RateLimitList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ClearRateLimitPresetsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClearRateLimitPresetsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClearRateLimitPresetsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClearRateLimitPresetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// InstallRateLimitPresetResponse200Headers the declared response headers of an HTTP 200 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse200Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse400Headers the declared response headers of an HTTP 400 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse400Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse401Headers the declared response headers of an HTTP 401 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// InstallRateLimitPresetResponse403Headers the declared response headers of an HTTP 403 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse403Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse404Headers the declared response headers of an HTTP 404 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse404Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse503Headers the declared response headers of an HTTP 503 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponseDefaultHeaders the declared response headers of an HTTP default response for InstallRateLimitPreset
+type InstallRateLimitPresetResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type InstallRateLimitPresetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *InstallRateLimitPresetResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *InstallRateLimitPresetResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InstallRateLimitPresetResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *InstallRateLimitPresetResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *InstallRateLimitPresetResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *InstallRateLimitPresetResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *InstallRateLimitPresetResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON200() *RateLimitList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r InstallRateLimitPresetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r InstallRateLimitPresetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r InstallRateLimitPresetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r InstallRateLimitPresetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListRateLimitsResponse200Headers the declared response headers of an HTTP 200 response for ListRateLimits
 type ListRateLimitsResponse200Headers struct {
 	XRequestId *string
@@ -11957,6 +12363,36 @@ func (c *ClientWithResponses) SetQuotaWithResponse(ctx context.Context, name str
 		return nil, err
 	}
 	return ParseSetQuotaResponse(rsp)
+}
+
+// ClearRateLimitPresetsWithResponse Remove every preset's rate limits (limits set by name stay); answers with those removed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+func (c *ClientWithResponses) ClearRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClearRateLimitPresetsResponse, error) {
+	rsp, err := c.ClearRateLimitPresets(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClearRateLimitPresetsResponse(rsp)
+}
+
+// InstallRateLimitPresetWithResponse Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+func (c *ClientWithResponses) InstallRateLimitPresetWithResponse(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*InstallRateLimitPresetResponse, error) {
+	rsp, err := c.InstallRateLimitPreset(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInstallRateLimitPresetResponse(rsp)
 }
 
 // ListRateLimitsWithResponse performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
@@ -16912,6 +17348,282 @@ func ParseSetQuotaResponse(rsp *http.Response) (*SetQuotaResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers SetQuotaResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseClearRateLimitPresetsResponse parses an HTTP response from a ClearRateLimitPresetsWithResponse call
+func ParseClearRateLimitPresetsResponse(rsp *http.Response) (*ClearRateLimitPresetsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClearRateLimitPresetsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ClearRateLimitPresetsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ClearRateLimitPresetsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ClearRateLimitPresetsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers ClearRateLimitPresetsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ClearRateLimitPresetsResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseInstallRateLimitPresetResponse parses an HTTP response from a InstallRateLimitPresetWithResponse call
+func ParseInstallRateLimitPresetResponse(rsp *http.Response) (*InstallRateLimitPresetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &InstallRateLimitPresetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers InstallRateLimitPresetResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers InstallRateLimitPresetResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers InstallRateLimitPresetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers InstallRateLimitPresetResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers InstallRateLimitPresetResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers InstallRateLimitPresetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers InstallRateLimitPresetResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

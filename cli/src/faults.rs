@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use fakecloud_api::{
     Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, LbFaultAction,
-    LbFaultMatch, ListInstancesQuery, NoResponseMode, OutageScope, RateLimitKind, RateLimitScope, ReclaimRequest,
-    Service, SetRateLimitRequest, SpotRandomRequest, StartHangRequest, StartOutageRequest,
+    LbFaultMatch, ListInstancesQuery, NoResponseMode, OutageScope, RateLimitKind, RateLimitPreset, RateLimitScope,
+    ReclaimRequest, Service, SetRateLimitRequest, SpotRandomRequest, StartHangRequest, StartOutageRequest,
 };
 
 use crate::output::Output;
@@ -268,6 +268,12 @@ pub enum RateLimitCmd {
     List,
     /// Delete one limit, or all with no ID.
     Clear { id: Option<String> },
+    /// Install a real cloud's throttling as limits named <preset>-..., replacing any other preset's (limits set
+    /// by name stay); `clear` removes every preset's limits.
+    Preset {
+        #[arg(value_enum)]
+        name: PresetArg,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -364,6 +370,23 @@ pub enum ScopeArg {
     Writes,
     Operation,
     Operations,
+}
+
+/// The presets, as the README's "Failure-shape presets" table details them.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PresetArg {
+    /// EC2: 503 RequestLimitExceeded, no Retry-After; buckets reads 100 (20/s), writes 50 (5/s), CreateInstance
+    /// 1,000 (2/s), TerminateInstance 1,000 (20/s).
+    AwsEc2,
+    /// ELB: 400 Throttling "Rate exceeded", no Retry-After; load balancer reads 40 (10/s), writes 20 (2/s).
+    AwsElb,
+    /// Azure ARM: 429 with Retry-After; reads 250 (25/s), writes 200 (10/s), x-ms-ratelimit-remaining-* on every
+    /// answer; instance reads 160 per 3 min (HighCostGet3Min), refused without Retry-After.
+    AzureArm,
+    /// GCP Compute: 403 rateLimitExceeded; reads and writes 1,500 a minute each, windows aligned to the minute.
+    GcpCompute,
+    /// Remove every preset's limits.
+    Clear,
 }
 
 #[derive(Debug, Subcommand)]
@@ -482,6 +505,16 @@ pub async fn rate_limit(client: &Client, out: &Output, cmd: RateLimitCmd) -> Res
                 removed.push(client.delete_rate_limit(&l.id).await?);
             }
             out.rate_limits(&removed)
+        }
+        RateLimitCmd::Preset { name } => {
+            let preset = match name {
+                PresetArg::AwsEc2 => RateLimitPreset::AwsEc2,
+                PresetArg::AwsElb => RateLimitPreset::AwsElb,
+                PresetArg::AzureArm => RateLimitPreset::AzureArm,
+                PresetArg::GcpCompute => RateLimitPreset::GcpCompute,
+                PresetArg::Clear => return out.rate_limits(&client.clear_rate_limit_presets().await?.items),
+            };
+            out.rate_limits(&client.install_rate_limit_preset(preset).await?.items)
         }
     }
 }

@@ -29,3 +29,38 @@ async fn lb_fault_add_list_and_delete() {
     ok(&cli(&url).args(["lb-fault", "delete", "slow"]).output().await.unwrap(), "lb-fault delete");
     assert!(admin.list_lb_faults().await.unwrap().items.is_empty());
 }
+
+/// `ratelimit preset NAME` installs a cloud's throttling (replacing another preset's), `ratelimit preset clear`
+/// removes it, and `--help` says what each preset does.
+#[tokio::test]
+async fn ratelimit_preset_installs_replaces_and_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let ids = async || {
+        let mut ids: Vec<String> = admin.list_rate_limits().await.unwrap().items.into_iter().map(|l| l.id).collect();
+        ids.sort();
+        ids
+    };
+
+    let help = ok(&cli(&url).args(["ratelimit", "preset", "--help"]).output().await.unwrap(), "preset --help");
+    for says in
+        ["aws-ec2", "503 RequestLimitExceeded", "aws-elb", "azure-arm", "HighCostGet3Min", "gcp-compute", "clear"]
+    {
+        assert!(help.contains(says), "--help does not say {says:?}: {help}");
+    }
+
+    ok(&cli(&url).args(["ratelimit", "preset", "aws-ec2"]).output().await.unwrap(), "preset aws-ec2");
+    let printed = ok(&cli(&url).args(["ratelimit", "preset", "azure-arm"]).output().await.unwrap(), "preset azure-arm");
+    assert!(printed.contains("azure-arm-compute-high-cost-get") && printed.contains("every 180s"), "{printed}");
+    assert_eq!(
+        ids().await,
+        ["azure-arm-compute-high-cost-get", "azure-arm-subscription-reads", "azure-arm-subscription-writes"]
+    );
+
+    ok(&cli(&url).args(["ratelimit", "preset", "clear"]).output().await.unwrap(), "preset clear");
+    assert!(ids().await.is_empty());
+    let out = cli(&url).args(["ratelimit", "preset", "aws-ec3"]).output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("aws-ec2") && said.contains("gcp-compute"), "{said}");
+}

@@ -12,6 +12,7 @@ mod call;
 pub mod effects;
 mod lb_rules;
 mod outages;
+mod presets;
 mod rate_limits;
 mod rules;
 mod spot_random;
@@ -22,8 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fakecloud_api::{
-    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, RateLimit, SetRateLimitRequest,
-    SpotRandom, SpotRandomRequest, StartOutageRequest,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, RateLimit, RateLimitPreset,
+    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
 };
 use tokio::sync::{Mutex, RwLock, watch};
 
@@ -352,6 +353,40 @@ impl FaultEngine {
         let api = limit.to_api();
         limits.push(Arc::new(limit));
         Ok(api)
+    }
+
+    /// Install a cloud's throttling: its limits replace every preset's (limits set by name stay).
+    pub async fn install_preset(&self, preset: RateLimitPreset) -> Result<Vec<RateLimit>> {
+        let _edit = self.edit.lock().await;
+        let built = presets::limits(preset)
+            .into_iter()
+            .map(|(id, spec)| ActiveLimit::new(&id, spec, &self.operations))
+            .collect::<Result<Vec<_>>>()?;
+        let mut limits = self.limits.write().await;
+        self.forget_presets(&mut limits).await?;
+        let mut installed = Vec::new();
+        for limit in built {
+            installed.push(self.put_limit(&mut limits, limit).await?);
+        }
+        tracing::info!(%preset, "rate limit preset installed");
+        Ok(installed)
+    }
+
+    /// Remove every preset's limits; what was removed.
+    pub async fn clear_presets(&self) -> Result<Vec<RateLimit>> {
+        let _edit = self.edit.lock().await;
+        let mut limits = self.limits.write().await;
+        self.forget_presets(&mut limits).await
+    }
+
+    /// One at a time, so that memory never holds a limit the database has lost, nor the other way round.
+    async fn forget_presets(&self, limits: &mut Vec<Arc<ActiveLimit>>) -> Result<Vec<RateLimit>> {
+        let mut removed = Vec::new();
+        while let Some(at) = limits.iter().position(|l| presets::is_preset_limit(&l.id)) {
+            self.forget("rate_limit", &limits[at].id).await?;
+            removed.push(limits.remove(at).to_api());
+        }
+        Ok(removed)
     }
 
     pub async fn list_limits(&self) -> Vec<RateLimit> {

@@ -1,14 +1,14 @@
 //! Rate limits shaped as real clouds throttle (fixed windows aligned to the clock, their own statuses, codes and
-//! headers), driven over real HTTP until they refuse.
+//! headers), and the presets built of them, driven over real HTTP until they refuse.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fakecloud_api::{ErrorBody, RateLimitKind, RateLimitScope, SetRateLimitRequest, codes};
+use fakecloud_api::{ErrorBody, RateLimitKind, RateLimitPreset, RateLimitScope, SetRateLimitRequest, codes};
 
-use crate::common::{Emu, USER};
+use crate::common::{ADMIN, Emu, USER};
 
-/// More calls than any budget here takes to spend twice (a window may roll over mid-run): a hang detector.
+/// More calls than any preset's budget takes to spend twice (a window may roll over mid-run): a hang detector.
 const CALLS_MAX: usize = 5000;
 
 async fn call(emu: &Emu, method: reqwest::Method, path: &str) -> reqwest::Response {
@@ -110,7 +110,7 @@ async fn a_limit_refuses_with_its_own_status_code_and_message() {
 }
 
 #[tokio::test]
-async fn bad_limits_are_refused_naming_what_is_wrong() {
+async fn bad_limits_and_unknown_presets_are_refused_naming_what_is_wrong() {
     let emu = Emu::start().await;
     let bucket = SetRateLimitRequest::default;
     let cases = [
@@ -175,4 +175,140 @@ async fn bad_limits_are_refused_naming_what_is_wrong() {
         assert!(err.to_string().contains(field) && err.to_string().contains(says), "{field} {says}: {err}");
     }
     assert!(emu.admin.list_rate_limits().await.unwrap().items.is_empty());
+
+    let (status, body) = emu.raw(reqwest::Method::PUT, "/v1/rate-limit-presets/aws-ec3", Some(ADMIN), None).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], codes::RATE_LIMIT_PRESET_NOT_FOUND);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("aws-ec3") && message.contains("aws-ec2, aws-elb, azure-arm, gcp-compute"), "{message}");
+    // Presets are the admin's, as every fault is.
+    let (status, _) = emu.raw(reqwest::Method::PUT, "/v1/rate-limit-presets/aws-ec2", Some(USER), None).await;
+    assert_eq!(status, 403);
+}
+
+/// A preset replaces any other preset's limits and leaves those set by name; they survive a restart; clearing
+/// presets removes theirs only.
+#[tokio::test]
+async fn a_preset_replaces_the_others_survives_a_restart_and_clears() {
+    let mut emu = Emu::start().await;
+    let mine = SetRateLimitRequest { capacity: 100, refill_per_second: Some(10.0), ..SetRateLimitRequest::default() };
+    emu.admin.set_rate_limit("mine", &mine).await.unwrap();
+    let ids = async |emu: &Emu| {
+        let mut ids: Vec<String> =
+            emu.admin.list_rate_limits().await.unwrap().items.into_iter().map(|l| l.id).collect();
+        ids.sort();
+        ids
+    };
+    let ec2 = emu.admin.install_rate_limit_preset(RateLimitPreset::AwsEc2).await.unwrap().items;
+    assert_eq!(ec2.len(), 4);
+    assert!(ec2.iter().all(|l| l.id.starts_with("aws-ec2-")), "{ec2:?}");
+    emu.admin.install_rate_limit_preset(RateLimitPreset::GcpCompute).await.unwrap();
+    assert_eq!(ids(&emu).await, ["gcp-compute-reads", "gcp-compute-writes", "mine"]);
+    emu.restart().await;
+    assert_eq!(ids(&emu).await, ["gcp-compute-reads", "gcp-compute-writes", "mine"]);
+    let restored = emu.admin.list_rate_limits().await.unwrap().items;
+    let reads = restored.iter().find(|l| l.id == "gcp-compute-reads").unwrap();
+    assert_eq!(
+        (reads.limit.kind, reads.limit.window_seconds, reads.limit.status),
+        (RateLimitKind::FixedWindow, Some(60), 403)
+    );
+    let cleared = emu.admin.clear_rate_limit_presets().await.unwrap().items;
+    assert_eq!(cleared.len(), 2);
+    assert_eq!(ids(&emu).await, ["mine"]);
+}
+
+/// EC2: 503 `RequestLimitExceeded` with no Retry-After, for reads and (separately) writes.
+#[tokio::test]
+async fn aws_ec2_throttles_with_503_and_no_retry_after() {
+    let emu = Emu::start().await;
+    emu.admin.install_rate_limit_preset(RateLimitPreset::AwsEc2).await.unwrap();
+    for (method, path) in
+        [(reqwest::Method::GET, "/v1/region"), (reqwest::Method::POST, "/v1/instances/i-none/terminate")]
+    {
+        let refused = until_refused(&emu, method, path, 503).await;
+        assert_eq!((header(&refused, "retry-after"), header(&refused, "ratelimit-reset")), (None, None), "{path}");
+        assert_eq!(envelope(refused).await.code, "RequestLimitExceeded", "{path}");
+    }
+    let limits = emu.admin.list_rate_limits().await.unwrap().items;
+    let refused = |id: &str| limits.iter().find(|l| l.id == id).unwrap().refused;
+    assert!(refused("aws-ec2-non-mutating") >= 1 && refused("aws-ec2-mutating") >= 1, "{limits:?}");
+}
+
+/// ELB: 400 `Throttling` "Rate exceeded", no Retry-After; only load balancer calls count.
+#[tokio::test]
+async fn aws_elb_throttles_with_400_throttling() {
+    let emu = Emu::start().await;
+    emu.admin.install_rate_limit_preset(RateLimitPreset::AwsElb).await.unwrap();
+    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/load-balancers", 400).await;
+    assert_eq!(header(&refused, "retry-after"), None);
+    let error = envelope(refused).await;
+    assert_eq!((error.code.as_str(), error.message.as_str()), ("Throttling", "Rate exceeded"));
+    assert_eq!(call(&emu, reqwest::Method::GET, "/v1/region").await.status(), 200, "not a load balancer call");
+}
+
+/// Azure: the remaining counts on every answer; Compute's costly-read window refuses 429 without Retry-After,
+/// the subscription's bucket 429 with it.
+#[tokio::test]
+async fn azure_arm_says_what_is_left_on_every_answer_and_throttles_with_429() {
+    let emu = Emu::start().await;
+    emu.admin.install_rate_limit_preset(RateLimitPreset::AzureArm).await.unwrap();
+    let (reads, writes, resource) = (
+        "x-ms-ratelimit-remaining-subscription-reads",
+        "x-ms-ratelimit-remaining-subscription-writes",
+        "x-ms-ratelimit-remaining-resource",
+    );
+    let region = call(&emu, reqwest::Method::GET, "/v1/region").await;
+    assert_eq!(region.status(), 200);
+    assert_eq!(
+        (header(&region, reads).as_deref(), header(&region, writes), header(&region, resource)),
+        (Some("249"), None, None)
+    );
+    let listed = call(&emu, reqwest::Method::GET, "/v1/instances").await;
+    assert_eq!(listed.status(), 200);
+    assert_eq!(header(&listed, resource).as_deref(), Some("Microsoft.Compute/HighCostGet3Min;159"));
+    assert!(header(&listed, reads).is_some());
+    call(&emu, reqwest::Method::POST, "/v1/instances/i-none/stop").await;
+    let write = call(&emu, reqwest::Method::POST, "/v1/instances/i-none/terminate").await;
+    assert_eq!(write.status(), 404);
+    assert_eq!(header(&write, writes).as_deref(), Some("198"), "two writes of 200");
+
+    // The costly reads' window (the subscription's bucket may refuse first if the window rolls over mid-run:
+    // then wait as it says).
+    let mut refused = None;
+    for _ in 0..CALLS_MAX {
+        let resp = call(&emu, reqwest::Method::GET, "/v1/instances").await;
+        if resp.status() != 429 {
+            continue;
+        }
+        if let Some(retry) = header(&resp, "retry-after") {
+            tokio::time::sleep(Duration::from_secs(retry.parse().unwrap())).await;
+            continue;
+        }
+        refused = Some(resp);
+        break;
+    }
+    let refused = refused.expect("the HighCostGet3Min window never refused");
+    assert_eq!(header(&refused, resource).as_deref(), Some("Microsoft.Compute/HighCostGet3Min;0"));
+    assert_eq!(envelope(refused).await.code, "OperationNotAllowed");
+
+    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/region", 429).await;
+    assert_eq!(header(&refused, reads).as_deref(), Some("0"));
+    let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "a token every 40 ms: Retry-After {retry}");
+    assert_eq!(envelope(refused).await.code, "SubscriptionRequestsThrottled");
+}
+
+/// GCP: 403 `rateLimitExceeded` until the next minute of the clock; writes have a budget of their own.
+#[tokio::test]
+async fn gcp_compute_refuses_until_the_next_minute_boundary() {
+    let emu = Emu::start().await;
+    emu.admin.install_rate_limit_preset(RateLimitPreset::GcpCompute).await.unwrap();
+    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/region", 403).await;
+    let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
+    points_at_a_boundary(retry, 60);
+    let error = envelope(refused).await;
+    assert_eq!(error.code, "rateLimitExceeded");
+    assert!(error.message.contains("usageLimits"), "{}", error.message);
+    let write = call(&emu, reqwest::Method::POST, "/v1/instances/i-none/terminate").await;
+    assert_eq!(write.status(), 404, "writes are counted apart");
 }
