@@ -58,8 +58,39 @@ async fn ratelimit_preset_installs_replaces_and_clears() {
         ["azure-arm-compute-high-cost-get", "azure-arm-subscription-reads", "azure-arm-subscription-writes"]
     );
 
+    // A limit set by name stays: a fixed window on a class of operations, as the README shows it.
+    let costly = [
+        "ratelimit",
+        "set",
+        "costly",
+        "--scope",
+        "operations",
+        "--operation",
+        "ListInstances",
+        "--operation",
+        "GetInstance",
+        "--capacity",
+        "160",
+        "--window",
+        "180s",
+        "--no-retry-after",
+        "--remaining-header",
+        "x-ms-ratelimit-remaining-resource",
+        "--remaining-format",
+        "Microsoft.Compute/HighCostGet3Min;{remaining}",
+    ];
+    ok(&cli(&url).args(costly).output().await.unwrap(), "ratelimit set --window");
     ok(&cli(&url).args(["ratelimit", "preset", "clear"]).output().await.unwrap(), "preset clear");
-    assert!(ids().await.is_empty());
+    let left = admin.list_rate_limits().await.unwrap().items;
+    let [costly] = &left[..] else { panic!("only the limit set by name is left: {left:?}") };
+    assert_eq!(
+        (costly.id.as_str(), costly.limit.window_seconds, costly.limit.retry_after),
+        ("costly", Some(180), false)
+    );
+    assert_eq!(costly.limit.operations, ["ListInstances", "GetInstance"]);
+    let half =
+        cli(&url).args(["ratelimit", "set", "x", "--capacity", "1", "--window", "1500ms"]).output().await.unwrap();
+    assert!(!half.status.success() && String::from_utf8_lossy(&half.stderr).contains("whole seconds"));
     let out = cli(&url).args(["ratelimit", "preset", "aws-ec3"]).output().await.unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("aws-ec2") && said.contains("gcp-compute"), "{said}");
