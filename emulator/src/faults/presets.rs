@@ -19,9 +19,9 @@ fn ec2(capacity: u32, refill_per_second: f64) -> SetRateLimitRequest {
     }
 }
 
-/// ELB answers 400 with the code `Throttling` and the message "Rate exceeded", without `Retry-After` (ELB
-/// throttling guide, <https://docs.aws.amazon.com/elasticloadbalancing/latest/userguide/elb-api-throttling.html>;
-/// the Query API's error code is `Throttling`).
+/// ELB answers 400 with the code `Throttling` (as issue #26 gives it; the ELB throttling guide,
+/// <https://docs.aws.amazon.com/elasticloadbalancing/latest/userguide/elb-api-throttling.html>, names it
+/// `ThrottlingException`, the SDKs' name) and the guide's message "Rate exceeded", without `Retry-After`.
 fn elb(operations: &[&str], capacity: u32, refill_per_second: f64) -> SetRateLimitRequest {
     SetRateLimitRequest {
         scope: RateLimitScope::Operations,

@@ -19,13 +19,29 @@ async fn call(emu: &Emu, method: reqwest::Method, path: &str) -> reqwest::Respon
 
 /// Call until a refusal of `status`; the refusal. Other answers (a 404 of a made-up ID) count as calls.
 async fn until_refused(emu: &Emu, method: reqwest::Method, path: &str, status: u16) -> reqwest::Response {
+    until_refused_at(emu, method, path, status).await.0
+}
+
+/// As [`until_refused`], with when (Unix seconds) the refused call was sent and its answer received: the
+/// server judged it in between.
+async fn until_refused_at(
+    emu: &Emu,
+    method: reqwest::Method,
+    path: &str,
+    status: u16,
+) -> (reqwest::Response, f64, f64) {
     for _ in 0..CALLS_MAX {
+        let sent = unix_now();
         let resp = call(emu, method.clone(), path).await;
         if resp.status().as_u16() == status {
-            return resp;
+            return (resp, sent, unix_now());
         }
     }
     panic!("{method} {path} never refused with {status} in {CALLS_MAX} calls");
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
 fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
@@ -36,13 +52,16 @@ async fn envelope(resp: reqwest::Response) -> fakecloud_api::ErrorDetail {
     resp.json::<ErrorBody>().await.unwrap().error
 }
 
-/// That `retry` seconds from now is the end of a window of `window` seconds aligned to the clock: Retry-After
-/// is rounded up, and the answer took a moment to arrive, so the instant lands up to 2 s past a boundary.
-fn points_at_a_boundary(retry: u64, window: u64) {
+/// That `retry` (Retry-After of a call judged between `sent` and `received`) names the end of a window of
+/// `window` seconds aligned to the clock. The server rounds the wait up to whole seconds, so the window ends in
+/// (judged + retry - 1, judged + retry]: some multiple of `window` must lie in (sent + retry - 1,
+/// received + retry].
+fn points_at_a_boundary(retry: u64, window: u64, sent: f64, received: f64) {
     assert!((1..=window).contains(&retry), "Retry-After {retry} for a {window} s window");
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-    let past = (now + retry as f64) % window as f64;
-    assert!(past < 2.0 || past > window as f64 - 0.5, "now {now} + {retry} s is {past} s into a window");
+    let (w, retry) = (window as f64, retry as f64);
+    let (after, until) = (sent + retry - 1.0, received + retry);
+    let boundary = ((after / w).floor() + 1.0) * w;
+    assert!(boundary <= until + 0.002, "no {window} s boundary in ({after}, {until}]: Retry-After {retry}");
 }
 
 fn window(scope: RateLimitScope, operations: &[&str], capacity: u32, seconds: u32) -> SetRateLimitRequest {
@@ -73,10 +92,10 @@ async fn a_fixed_window_refuses_until_the_next_clock_aligned_boundary() {
     let other = call(&emu, reqwest::Method::GET, "/v1/instances").await;
     assert_eq!((other.status().as_u16(), header(&other, "x-calls-left")), (200, None), "not in the class");
 
-    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/region", 429).await;
+    let (refused, sent, received) = until_refused_at(&emu, reqwest::Method::GET, "/v1/region", 429).await;
     assert_eq!(header(&refused, "x-calls-left").as_deref(), Some("0 left"), "refusals say it too");
     let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
-    points_at_a_boundary(retry, 2);
+    points_at_a_boundary(retry, 2, sent, received);
     assert_eq!(header(&refused, "ratelimit-limit").as_deref(), Some("3"));
     assert_eq!(envelope(refused).await.code, codes::REQUEST_LIMIT_EXCEEDED);
 
@@ -303,9 +322,9 @@ async fn azure_arm_says_what_is_left_on_every_answer_and_throttles_with_429() {
 async fn gcp_compute_refuses_until_the_next_minute_boundary() {
     let emu = Emu::start().await;
     emu.admin.install_rate_limit_preset(RateLimitPreset::GcpCompute).await.unwrap();
-    let refused = until_refused(&emu, reqwest::Method::GET, "/v1/region", 403).await;
+    let (refused, sent, received) = until_refused_at(&emu, reqwest::Method::GET, "/v1/region", 403).await;
     let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
-    points_at_a_boundary(retry, 60);
+    points_at_a_boundary(retry, 60, sent, received);
     let error = envelope(refused).await;
     assert_eq!(error.code, "rateLimitExceeded");
     assert!(error.message.contains("usageLimits"), "{}", error.message);
