@@ -435,6 +435,17 @@ impl Client {
         self.send::<(), _>(Method::DELETE, &format!("/v1/rate-limits/{id}"), None, None).await
     }
 
+    /// Install a cloud's throttling as rate limits `<preset>-...`, replacing any other preset's; the limits
+    /// installed.
+    pub async fn install_rate_limit_preset(&self, preset: RateLimitPreset) -> Result<RateLimitList> {
+        self.send::<(), _>(Method::PUT, &format!("/v1/rate-limit-presets/{preset}"), None, None).await
+    }
+
+    /// Remove every preset's rate limits; those removed.
+    pub async fn clear_rate_limit_presets(&self) -> Result<RateLimitList> {
+        self.send::<(), _>(Method::DELETE, "/v1/rate-limit-presets", None, None).await
+    }
+
     pub async fn start_outage(&self, req: &StartOutageRequest) -> Result<Outage> {
         self.send(Method::POST, "/v1/outages", Some(req), None).await
     }

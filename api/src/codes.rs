@@ -20,6 +20,7 @@ pub const LOAD_BALANCER_NOT_FOUND: &str = "LoadBalancerNotFound";
 pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
 pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
 pub const HANG_NOT_FOUND: &str = "HangNotFound";
+pub const RATE_LIMIT_PRESET_NOT_FOUND: &str = "RateLimitPresetNotFound";
 // 405 / 408 / 413 / 415 / 429
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";

@@ -160,9 +160,27 @@ pub enum RateLimitScope {
     Writes,
     /// The calls of `operation`.
     Operation,
+    /// The calls of any of `operations`: a class of operations sharing one budget (EC2's describe calls, a
+    /// cloud's costly reads).
+    Operations,
 }
 
-/// A token bucket: `capacity` calls at once, refilled at `refill_per_second`.
+/// How a limit counts calls.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateLimitKind {
+    /// `capacity` calls at once, refilled continuously at `refill_per_second` (AWS, Azure's subscription
+    /// limits).
+    #[default]
+    TokenBucket,
+    /// `capacity` calls per window of `window_seconds`, the windows aligned to the clock: each starts at a
+    /// multiple of `window_seconds` since the Unix epoch, so a 60 s budget spent at 10:00:15 comes back at
+    /// 10:01:00 (GCP's per-minute quotas).
+    FixedWindow,
+}
+
+/// A rate limit: a token bucket (`capacity` calls at once, refilled at `refill_per_second`) or a clock-aligned
+/// fixed window (`capacity` calls per `window_seconds`), and what a refused call gets.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SetRateLimitRequest {
@@ -171,20 +189,117 @@ pub struct SetRateLimitRequest {
     /// With scope `operation`: the operation name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<String>,
-    /// One bucket per caller token instead of one for all.
+    /// With scope `operations`: the operation names (at least one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<String>,
+    /// One bucket (or window count) per caller token instead of one for all.
     #[serde(default)]
     pub per_token: bool,
-    /// 1–1,000,000.
+    #[serde(default)]
+    pub kind: RateLimitKind,
+    /// 1–1,000,000: the bucket's size, or the calls a window allows.
     pub capacity: u32,
-    /// Tokens added per second, > 0.
-    pub refill_per_second: f64,
-    /// Status when the bucket is empty: 429 (default) or 503 (as EC2 does).
+    /// Token bucket: tokens added per second (0.001–1,000,000). A fixed window leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill_per_second: Option<f64>,
+    /// Fixed window: its length in seconds (1–86,400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<u32>,
+    /// Status of a refusal: 429 (default), 503 (EC2), 400 (ELB) or 403 (GCP).
     #[serde(default = "default_limit_status")]
     pub status: u16,
+    /// The refusal's error code (default `RequestLimitExceeded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The refusal's message (default: which limit, and when to retry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether a refusal says when to retry (`Retry-After` and `RateLimit-Reset`); default true. EC2 and
+    /// Azure's compute windows say nothing, so a client must back off on its own.
+    #[serde(default = "yes")]
+    pub retry_after: bool,
+    /// A header every answer to a call the limit applies to carries (refusals too), with what is left after
+    /// the call, e.g. `x-ms-ratelimit-remaining-subscription-reads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_header: Option<String>,
+    /// With `remaining_header`: its value, `{remaining}` standing for the count, e.g.
+    /// `Microsoft.Compute/HighCostGet3Min;{remaining}` (default: the count alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_format: Option<String>,
+}
+
+impl Default for SetRateLimitRequest {
+    /// A bucket of one call, refilled once a second, refused as today's limits are (429 with Retry-After).
+    fn default() -> Self {
+        Self {
+            scope: RateLimitScope::All,
+            operation: None,
+            operations: Vec::new(),
+            per_token: false,
+            kind: RateLimitKind::TokenBucket,
+            capacity: 1,
+            refill_per_second: Some(1.0),
+            window_seconds: None,
+            status: default_limit_status(),
+            code: None,
+            message: None,
+            retry_after: true,
+            remaining_header: None,
+            remaining_format: None,
+        }
+    }
 }
 
 fn default_limit_status() -> u16 {
     429
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
+/// other preset's limits. What each holds, and where its numbers come from, is in the emulator
+/// (`faults::presets`) and the README's "Failure-shape presets".
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateLimitPreset {
+    /// EC2: 503 `RequestLimitExceeded` without Retry-After; token buckets for reads (100, 20/s) and writes
+    /// (50, 5/s), and resource buckets for CreateInstance (1,000, 2/s) and TerminateInstance (1,000, 20/s).
+    AwsEc2,
+    /// ELB: 400 `Throttling` "Rate exceeded" without Retry-After; load balancer reads 40, 10/s, writes 20, 2/s.
+    AwsElb,
+    /// Azure Resource Manager: 429 with Retry-After; subscription reads (250, 25/s) and writes (200, 10/s) with
+    /// `x-ms-ratelimit-remaining-subscription-*` on every answer; instance reads also in Compute's
+    /// `HighCostGet3Min` window (160 per 3 min), refused without Retry-After.
+    AzureArm,
+    /// GCP Compute Engine: 403 `rateLimitExceeded`; reads and writes each 1,500 a minute in windows aligned to
+    /// the clock's minutes.
+    GcpCompute,
+}
+
+impl RateLimitPreset {
+    pub const ALL: [Self; 4] = [Self::AwsEc2, Self::AwsElb, Self::AzureArm, Self::GcpCompute];
+
+    /// The name in URLs and files, e.g. `aws-ec2`; the prefix of its limits' ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AwsEc2 => "aws-ec2",
+            Self::AwsElb => "aws-elb",
+            Self::AzureArm => "azure-arm",
+            Self::GcpCompute => "gcp-compute",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl std::fmt::Display for RateLimitPreset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]

@@ -8,6 +8,12 @@ pub const RATE_LIMIT_CAPACITY_MAX: u32 = 1_000_000;
 /// what a nanosecond clock can count: 1,000,000 tokens at 0.001/s take 31 years, not 584.
 pub const REFILL_PER_SECOND_MIN: f64 = 0.001;
 pub const REFILL_PER_SECOND_MAX: f64 = 1_000_000.0;
+/// A fixed-window rate limit's window, in seconds: up to a day.
+pub const RATE_LIMIT_WINDOW_SECONDS_MIN: u32 = 1;
+pub const RATE_LIMIT_WINDOW_SECONDS_MAX: u32 = 86_400;
+/// A rate limit's own refusal message, and its remaining header's value format, in characters.
+pub const RATE_LIMIT_MESSAGE_MAX_CHARS: usize = 1024;
+pub const RATE_LIMIT_FORMAT_MAX_CHARS: usize = 256;
 
 /// A latency fault's delay and jitter, each and together.
 pub const LATENCY_MAX_MS: u64 = 600_000;

@@ -446,12 +446,31 @@ func (e QuotaName) Valid() bool {
 	}
 }
 
+// Defines values for RateLimitKind.
+const (
+	FixedWindow RateLimitKind = "fixed-window"
+	TokenBucket RateLimitKind = "token-bucket"
+)
+
+// Valid indicates whether the value is a known member of the RateLimitKind enum.
+func (e RateLimitKind) Valid() bool {
+	switch e {
+	case FixedWindow:
+		return true
+	case TokenBucket:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RateLimitScope.
 const (
-	All       RateLimitScope = "all"
-	Operation RateLimitScope = "operation"
-	Reads     RateLimitScope = "reads"
-	Writes    RateLimitScope = "writes"
+	All        RateLimitScope = "all"
+	Operation  RateLimitScope = "operation"
+	Operations RateLimitScope = "operations"
+	Reads      RateLimitScope = "reads"
+	Writes     RateLimitScope = "writes"
 )
 
 // Valid indicates whether the value is a known member of the RateLimitScope enum.
@@ -460,6 +479,8 @@ func (e RateLimitScope) Valid() bool {
 	case All:
 		return true
 	case Operation:
+		return true
+	case Operations:
 		return true
 	case Reads:
 		return true
@@ -529,51 +550,53 @@ func (e Service) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperation.
 const (
-	SetRateLimitRequestOperationAddFault           SetRateLimitRequestOperation = "AddFault"
-	SetRateLimitRequestOperationAddLbFault         SetRateLimitRequestOperation = "AddLbFault"
-	SetRateLimitRequestOperationClearFaults        SetRateLimitRequestOperation = "ClearFaults"
-	SetRateLimitRequestOperationCreateInstance     SetRateLimitRequestOperation = "CreateInstance"
-	SetRateLimitRequestOperationCreateLoadBalancer SetRateLimitRequestOperation = "CreateLoadBalancer"
-	SetRateLimitRequestOperationCreateRoute        SetRateLimitRequestOperation = "CreateRoute"
-	SetRateLimitRequestOperationCreateRouteTable   SetRateLimitRequestOperation = "CreateRouteTable"
-	SetRateLimitRequestOperationDeleteFault        SetRateLimitRequestOperation = "DeleteFault"
-	SetRateLimitRequestOperationDeleteLbFault      SetRateLimitRequestOperation = "DeleteLbFault"
-	SetRateLimitRequestOperationDeleteLoadBalancer SetRateLimitRequestOperation = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationDeleteRateLimit    SetRateLimitRequestOperation = "DeleteRateLimit"
-	SetRateLimitRequestOperationDeleteRoute        SetRateLimitRequestOperation = "DeleteRoute"
-	SetRateLimitRequestOperationDeleteRouteTable   SetRateLimitRequestOperation = "DeleteRouteTable"
-	SetRateLimitRequestOperationGetInstance        SetRateLimitRequestOperation = "GetInstance"
-	SetRateLimitRequestOperationGetLoadBalancer    SetRateLimitRequestOperation = "GetLoadBalancer"
-	SetRateLimitRequestOperationGetQuota           SetRateLimitRequestOperation = "GetQuota"
-	SetRateLimitRequestOperationGetRegion          SetRateLimitRequestOperation = "GetRegion"
-	SetRateLimitRequestOperationLessThannil        SetRateLimitRequestOperation = "<nil>"
-	SetRateLimitRequestOperationListAudit          SetRateLimitRequestOperation = "ListAudit"
-	SetRateLimitRequestOperationListFaults         SetRateLimitRequestOperation = "ListFaults"
-	SetRateLimitRequestOperationListHangs          SetRateLimitRequestOperation = "ListHangs"
-	SetRateLimitRequestOperationListInstances      SetRateLimitRequestOperation = "ListInstances"
-	SetRateLimitRequestOperationListLbFaults       SetRateLimitRequestOperation = "ListLbFaults"
-	SetRateLimitRequestOperationListLoadBalancers  SetRateLimitRequestOperation = "ListLoadBalancers"
-	SetRateLimitRequestOperationListOutages        SetRateLimitRequestOperation = "ListOutages"
-	SetRateLimitRequestOperationListQuotas         SetRateLimitRequestOperation = "ListQuotas"
-	SetRateLimitRequestOperationListRateLimits     SetRateLimitRequestOperation = "ListRateLimits"
-	SetRateLimitRequestOperationListRouteTables    SetRateLimitRequestOperation = "ListRouteTables"
-	SetRateLimitRequestOperationListRoutes         SetRateLimitRequestOperation = "ListRoutes"
-	SetRateLimitRequestOperationReclaimSpot        SetRateLimitRequestOperation = "ReclaimSpot"
-	SetRateLimitRequestOperationReset              SetRateLimitRequestOperation = "Reset"
-	SetRateLimitRequestOperationSetQuota           SetRateLimitRequestOperation = "SetQuota"
-	SetRateLimitRequestOperationSetRateLimit       SetRateLimitRequestOperation = "SetRateLimit"
-	SetRateLimitRequestOperationSnapshot           SetRateLimitRequestOperation = "Snapshot"
-	SetRateLimitRequestOperationStartHang          SetRateLimitRequestOperation = "StartHang"
-	SetRateLimitRequestOperationStartInstance      SetRateLimitRequestOperation = "StartInstance"
-	SetRateLimitRequestOperationStartOutage        SetRateLimitRequestOperation = "StartOutage"
-	SetRateLimitRequestOperationStartSpotRandom    SetRateLimitRequestOperation = "StartSpotRandom"
-	SetRateLimitRequestOperationStopHang           SetRateLimitRequestOperation = "StopHang"
-	SetRateLimitRequestOperationStopInstance       SetRateLimitRequestOperation = "StopInstance"
-	SetRateLimitRequestOperationStopOutage         SetRateLimitRequestOperation = "StopOutage"
-	SetRateLimitRequestOperationStopSpotRandom     SetRateLimitRequestOperation = "StopSpotRandom"
-	SetRateLimitRequestOperationStreamAudit        SetRateLimitRequestOperation = "StreamAudit"
-	SetRateLimitRequestOperationTerminateInstance  SetRateLimitRequestOperation = "TerminateInstance"
-	SetRateLimitRequestOperationUpdateLoadBalancer SetRateLimitRequestOperation = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationAddFault               SetRateLimitRequestOperation = "AddFault"
+	SetRateLimitRequestOperationAddLbFault             SetRateLimitRequestOperation = "AddLbFault"
+	SetRateLimitRequestOperationClearFaults            SetRateLimitRequestOperation = "ClearFaults"
+	SetRateLimitRequestOperationClearRateLimitPresets  SetRateLimitRequestOperation = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationCreateInstance         SetRateLimitRequestOperation = "CreateInstance"
+	SetRateLimitRequestOperationCreateLoadBalancer     SetRateLimitRequestOperation = "CreateLoadBalancer"
+	SetRateLimitRequestOperationCreateRoute            SetRateLimitRequestOperation = "CreateRoute"
+	SetRateLimitRequestOperationCreateRouteTable       SetRateLimitRequestOperation = "CreateRouteTable"
+	SetRateLimitRequestOperationDeleteFault            SetRateLimitRequestOperation = "DeleteFault"
+	SetRateLimitRequestOperationDeleteLbFault          SetRateLimitRequestOperation = "DeleteLbFault"
+	SetRateLimitRequestOperationDeleteLoadBalancer     SetRateLimitRequestOperation = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationDeleteRateLimit        SetRateLimitRequestOperation = "DeleteRateLimit"
+	SetRateLimitRequestOperationDeleteRoute            SetRateLimitRequestOperation = "DeleteRoute"
+	SetRateLimitRequestOperationDeleteRouteTable       SetRateLimitRequestOperation = "DeleteRouteTable"
+	SetRateLimitRequestOperationGetInstance            SetRateLimitRequestOperation = "GetInstance"
+	SetRateLimitRequestOperationGetLoadBalancer        SetRateLimitRequestOperation = "GetLoadBalancer"
+	SetRateLimitRequestOperationGetQuota               SetRateLimitRequestOperation = "GetQuota"
+	SetRateLimitRequestOperationGetRegion              SetRateLimitRequestOperation = "GetRegion"
+	SetRateLimitRequestOperationInstallRateLimitPreset SetRateLimitRequestOperation = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationLessThannil            SetRateLimitRequestOperation = "<nil>"
+	SetRateLimitRequestOperationListAudit              SetRateLimitRequestOperation = "ListAudit"
+	SetRateLimitRequestOperationListFaults             SetRateLimitRequestOperation = "ListFaults"
+	SetRateLimitRequestOperationListHangs              SetRateLimitRequestOperation = "ListHangs"
+	SetRateLimitRequestOperationListInstances          SetRateLimitRequestOperation = "ListInstances"
+	SetRateLimitRequestOperationListLbFaults           SetRateLimitRequestOperation = "ListLbFaults"
+	SetRateLimitRequestOperationListLoadBalancers      SetRateLimitRequestOperation = "ListLoadBalancers"
+	SetRateLimitRequestOperationListOutages            SetRateLimitRequestOperation = "ListOutages"
+	SetRateLimitRequestOperationListQuotas             SetRateLimitRequestOperation = "ListQuotas"
+	SetRateLimitRequestOperationListRateLimits         SetRateLimitRequestOperation = "ListRateLimits"
+	SetRateLimitRequestOperationListRouteTables        SetRateLimitRequestOperation = "ListRouteTables"
+	SetRateLimitRequestOperationListRoutes             SetRateLimitRequestOperation = "ListRoutes"
+	SetRateLimitRequestOperationReclaimSpot            SetRateLimitRequestOperation = "ReclaimSpot"
+	SetRateLimitRequestOperationReset                  SetRateLimitRequestOperation = "Reset"
+	SetRateLimitRequestOperationSetQuota               SetRateLimitRequestOperation = "SetQuota"
+	SetRateLimitRequestOperationSetRateLimit           SetRateLimitRequestOperation = "SetRateLimit"
+	SetRateLimitRequestOperationSnapshot               SetRateLimitRequestOperation = "Snapshot"
+	SetRateLimitRequestOperationStartHang              SetRateLimitRequestOperation = "StartHang"
+	SetRateLimitRequestOperationStartInstance          SetRateLimitRequestOperation = "StartInstance"
+	SetRateLimitRequestOperationStartOutage            SetRateLimitRequestOperation = "StartOutage"
+	SetRateLimitRequestOperationStartSpotRandom        SetRateLimitRequestOperation = "StartSpotRandom"
+	SetRateLimitRequestOperationStopHang               SetRateLimitRequestOperation = "StopHang"
+	SetRateLimitRequestOperationStopInstance           SetRateLimitRequestOperation = "StopInstance"
+	SetRateLimitRequestOperationStopOutage             SetRateLimitRequestOperation = "StopOutage"
+	SetRateLimitRequestOperationStopSpotRandom         SetRateLimitRequestOperation = "StopSpotRandom"
+	SetRateLimitRequestOperationStreamAudit            SetRateLimitRequestOperation = "StreamAudit"
+	SetRateLimitRequestOperationTerminateInstance      SetRateLimitRequestOperation = "TerminateInstance"
+	SetRateLimitRequestOperationUpdateLoadBalancer     SetRateLimitRequestOperation = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperation enum.
@@ -584,6 +607,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationAddLbFault:
 		return true
 	case SetRateLimitRequestOperationClearFaults:
+		return true
+	case SetRateLimitRequestOperationClearRateLimitPresets:
 		return true
 	case SetRateLimitRequestOperationCreateInstance:
 		return true
@@ -612,6 +637,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationGetQuota:
 		return true
 	case SetRateLimitRequestOperationGetRegion:
+		return true
+	case SetRateLimitRequestOperationInstallRateLimitPreset:
 		return true
 	case SetRateLimitRequestOperationLessThannil:
 		return true
@@ -674,8 +701,160 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	}
 }
 
+// Defines values for SetRateLimitRequestOperations.
+const (
+	SetRateLimitRequestOperationsAddFault               SetRateLimitRequestOperations = "AddFault"
+	SetRateLimitRequestOperationsAddLbFault             SetRateLimitRequestOperations = "AddLbFault"
+	SetRateLimitRequestOperationsClearFaults            SetRateLimitRequestOperations = "ClearFaults"
+	SetRateLimitRequestOperationsClearRateLimitPresets  SetRateLimitRequestOperations = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationsCreateInstance         SetRateLimitRequestOperations = "CreateInstance"
+	SetRateLimitRequestOperationsCreateLoadBalancer     SetRateLimitRequestOperations = "CreateLoadBalancer"
+	SetRateLimitRequestOperationsCreateRoute            SetRateLimitRequestOperations = "CreateRoute"
+	SetRateLimitRequestOperationsCreateRouteTable       SetRateLimitRequestOperations = "CreateRouteTable"
+	SetRateLimitRequestOperationsDeleteFault            SetRateLimitRequestOperations = "DeleteFault"
+	SetRateLimitRequestOperationsDeleteLbFault          SetRateLimitRequestOperations = "DeleteLbFault"
+	SetRateLimitRequestOperationsDeleteLoadBalancer     SetRateLimitRequestOperations = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationsDeleteRateLimit        SetRateLimitRequestOperations = "DeleteRateLimit"
+	SetRateLimitRequestOperationsDeleteRoute            SetRateLimitRequestOperations = "DeleteRoute"
+	SetRateLimitRequestOperationsDeleteRouteTable       SetRateLimitRequestOperations = "DeleteRouteTable"
+	SetRateLimitRequestOperationsGetInstance            SetRateLimitRequestOperations = "GetInstance"
+	SetRateLimitRequestOperationsGetLoadBalancer        SetRateLimitRequestOperations = "GetLoadBalancer"
+	SetRateLimitRequestOperationsGetQuota               SetRateLimitRequestOperations = "GetQuota"
+	SetRateLimitRequestOperationsGetRegion              SetRateLimitRequestOperations = "GetRegion"
+	SetRateLimitRequestOperationsInstallRateLimitPreset SetRateLimitRequestOperations = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationsListAudit              SetRateLimitRequestOperations = "ListAudit"
+	SetRateLimitRequestOperationsListFaults             SetRateLimitRequestOperations = "ListFaults"
+	SetRateLimitRequestOperationsListHangs              SetRateLimitRequestOperations = "ListHangs"
+	SetRateLimitRequestOperationsListInstances          SetRateLimitRequestOperations = "ListInstances"
+	SetRateLimitRequestOperationsListLbFaults           SetRateLimitRequestOperations = "ListLbFaults"
+	SetRateLimitRequestOperationsListLoadBalancers      SetRateLimitRequestOperations = "ListLoadBalancers"
+	SetRateLimitRequestOperationsListOutages            SetRateLimitRequestOperations = "ListOutages"
+	SetRateLimitRequestOperationsListQuotas             SetRateLimitRequestOperations = "ListQuotas"
+	SetRateLimitRequestOperationsListRateLimits         SetRateLimitRequestOperations = "ListRateLimits"
+	SetRateLimitRequestOperationsListRouteTables        SetRateLimitRequestOperations = "ListRouteTables"
+	SetRateLimitRequestOperationsListRoutes             SetRateLimitRequestOperations = "ListRoutes"
+	SetRateLimitRequestOperationsReclaimSpot            SetRateLimitRequestOperations = "ReclaimSpot"
+	SetRateLimitRequestOperationsReset                  SetRateLimitRequestOperations = "Reset"
+	SetRateLimitRequestOperationsSetQuota               SetRateLimitRequestOperations = "SetQuota"
+	SetRateLimitRequestOperationsSetRateLimit           SetRateLimitRequestOperations = "SetRateLimit"
+	SetRateLimitRequestOperationsSnapshot               SetRateLimitRequestOperations = "Snapshot"
+	SetRateLimitRequestOperationsStartHang              SetRateLimitRequestOperations = "StartHang"
+	SetRateLimitRequestOperationsStartInstance          SetRateLimitRequestOperations = "StartInstance"
+	SetRateLimitRequestOperationsStartOutage            SetRateLimitRequestOperations = "StartOutage"
+	SetRateLimitRequestOperationsStartSpotRandom        SetRateLimitRequestOperations = "StartSpotRandom"
+	SetRateLimitRequestOperationsStopHang               SetRateLimitRequestOperations = "StopHang"
+	SetRateLimitRequestOperationsStopInstance           SetRateLimitRequestOperations = "StopInstance"
+	SetRateLimitRequestOperationsStopOutage             SetRateLimitRequestOperations = "StopOutage"
+	SetRateLimitRequestOperationsStopSpotRandom         SetRateLimitRequestOperations = "StopSpotRandom"
+	SetRateLimitRequestOperationsStreamAudit            SetRateLimitRequestOperations = "StreamAudit"
+	SetRateLimitRequestOperationsTerminateInstance      SetRateLimitRequestOperations = "TerminateInstance"
+	SetRateLimitRequestOperationsUpdateLoadBalancer     SetRateLimitRequestOperations = "UpdateLoadBalancer"
+)
+
+// Valid indicates whether the value is a known member of the SetRateLimitRequestOperations enum.
+func (e SetRateLimitRequestOperations) Valid() bool {
+	switch e {
+	case SetRateLimitRequestOperationsAddFault:
+		return true
+	case SetRateLimitRequestOperationsAddLbFault:
+		return true
+	case SetRateLimitRequestOperationsClearFaults:
+		return true
+	case SetRateLimitRequestOperationsClearRateLimitPresets:
+		return true
+	case SetRateLimitRequestOperationsCreateInstance:
+		return true
+	case SetRateLimitRequestOperationsCreateLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsCreateRoute:
+		return true
+	case SetRateLimitRequestOperationsCreateRouteTable:
+		return true
+	case SetRateLimitRequestOperationsDeleteFault:
+		return true
+	case SetRateLimitRequestOperationsDeleteLbFault:
+		return true
+	case SetRateLimitRequestOperationsDeleteLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsDeleteRateLimit:
+		return true
+	case SetRateLimitRequestOperationsDeleteRoute:
+		return true
+	case SetRateLimitRequestOperationsDeleteRouteTable:
+		return true
+	case SetRateLimitRequestOperationsGetInstance:
+		return true
+	case SetRateLimitRequestOperationsGetLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsGetQuota:
+		return true
+	case SetRateLimitRequestOperationsGetRegion:
+		return true
+	case SetRateLimitRequestOperationsInstallRateLimitPreset:
+		return true
+	case SetRateLimitRequestOperationsListAudit:
+		return true
+	case SetRateLimitRequestOperationsListFaults:
+		return true
+	case SetRateLimitRequestOperationsListHangs:
+		return true
+	case SetRateLimitRequestOperationsListInstances:
+		return true
+	case SetRateLimitRequestOperationsListLbFaults:
+		return true
+	case SetRateLimitRequestOperationsListLoadBalancers:
+		return true
+	case SetRateLimitRequestOperationsListOutages:
+		return true
+	case SetRateLimitRequestOperationsListQuotas:
+		return true
+	case SetRateLimitRequestOperationsListRateLimits:
+		return true
+	case SetRateLimitRequestOperationsListRouteTables:
+		return true
+	case SetRateLimitRequestOperationsListRoutes:
+		return true
+	case SetRateLimitRequestOperationsReclaimSpot:
+		return true
+	case SetRateLimitRequestOperationsReset:
+		return true
+	case SetRateLimitRequestOperationsSetQuota:
+		return true
+	case SetRateLimitRequestOperationsSetRateLimit:
+		return true
+	case SetRateLimitRequestOperationsSnapshot:
+		return true
+	case SetRateLimitRequestOperationsStartHang:
+		return true
+	case SetRateLimitRequestOperationsStartInstance:
+		return true
+	case SetRateLimitRequestOperationsStartOutage:
+		return true
+	case SetRateLimitRequestOperationsStartSpotRandom:
+		return true
+	case SetRateLimitRequestOperationsStopHang:
+		return true
+	case SetRateLimitRequestOperationsStopInstance:
+		return true
+	case SetRateLimitRequestOperationsStopOutage:
+		return true
+	case SetRateLimitRequestOperationsStopSpotRandom:
+		return true
+	case SetRateLimitRequestOperationsStreamAudit:
+		return true
+	case SetRateLimitRequestOperationsTerminateInstance:
+		return true
+	case SetRateLimitRequestOperationsUpdateLoadBalancer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SetRateLimitRequestStatus.
 const (
+	N400 SetRateLimitRequestStatus = 400
+	N403 SetRateLimitRequestStatus = 403
 	N429 SetRateLimitRequestStatus = 429
 	N503 SetRateLimitRequestStatus = 503
 )
@@ -683,6 +862,10 @@ const (
 // Valid indicates whether the value is a known member of the SetRateLimitRequestStatus enum.
 func (e SetRateLimitRequestStatus) Valid() bool {
 	switch e {
+	case N400:
+		return true
+	case N403:
+		return true
 	case N429:
 		return true
 	case N503:
@@ -740,6 +923,30 @@ func (e ListInstancesParamsState) Valid() bool {
 	case ListInstancesParamsStateStopping:
 		return true
 	case ListInstancesParamsStateTerminated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InstallRateLimitPresetParamsName.
+const (
+	AwsEc2     InstallRateLimitPresetParamsName = "aws-ec2"
+	AwsElb     InstallRateLimitPresetParamsName = "aws-elb"
+	AzureArm   InstallRateLimitPresetParamsName = "azure-arm"
+	GcpCompute InstallRateLimitPresetParamsName = "gcp-compute"
+)
+
+// Valid indicates whether the value is a known member of the InstallRateLimitPresetParamsName enum.
+func (e InstallRateLimitPresetParamsName) Valid() bool {
+	switch e {
+	case AwsEc2:
+		return true
+	case AwsElb:
+		return true
+	case AzureArm:
+		return true
+	case GcpCompute:
 		return true
 	default:
 		return false
@@ -1335,7 +1542,8 @@ type RateLimit struct {
 	// Id The limit's name, from the URL.
 	Id string `json:"id"`
 
-	// Limit A token bucket: `capacity` calls at once, refilled at `refill_per_second`.
+	// Limit A rate limit: a token bucket (`capacity` calls at once, refilled at `refill_per_second`) or a clock-aligned
+	// fixed window (`capacity` calls per `window_seconds`), and what a refused call gets.
 	Limit SetRateLimitRequest `json:"limit"`
 
 	// Refused Calls refused since the emulator started.
@@ -1350,6 +1558,9 @@ type RateLimitBucket struct {
 	// Tokens Tokens now, between 0 and the capacity (fractions refill continuously).
 	Tokens float64 `json:"tokens"`
 }
+
+// RateLimitKind How a limit counts calls.
+type RateLimitKind string
 
 // RateLimitList defines model for RateLimitList.
 type RateLimitList struct {
@@ -1440,29 +1651,60 @@ type SetQuotaRequest struct {
 	Limit int64 `json:"limit"`
 }
 
-// SetRateLimitRequest A token bucket: `capacity` calls at once, refilled at `refill_per_second`.
+// SetRateLimitRequest A rate limit: a token bucket (`capacity` calls at once, refilled at `refill_per_second`) or a clock-aligned
+// fixed window (`capacity` calls per `window_seconds`), and what a refused call gets.
 type SetRateLimitRequest struct {
-	// Capacity 1–1,000,000.
+	// Capacity 1–1,000,000: the bucket's size, or the calls a window allows.
 	Capacity int32 `json:"capacity"`
+
+	// Code The refusal's error code (default `RequestLimitExceeded`).
+	Code *string `json:"code,omitempty"`
+
+	// Kind How a limit counts calls.
+	Kind *RateLimitKind `json:"kind,omitempty"`
+
+	// Message The refusal's message (default: which limit, and when to retry).
+	Message *string `json:"message,omitempty"`
 
 	// Operation With scope `operation`: the operation name.
 	Operation *SetRateLimitRequestOperation `json:"operation,omitempty"`
 
-	// PerToken One bucket per caller token instead of one for all.
+	// Operations With scope `operations`: the operation names (at least one).
+	Operations *[]SetRateLimitRequestOperations `json:"operations,omitempty"`
+
+	// PerToken One bucket (or window count) per caller token instead of one for all.
 	PerToken *bool `json:"per_token,omitempty"`
 
-	// RefillPerSecond Tokens added per second, > 0.
-	RefillPerSecond float64         `json:"refill_per_second"`
-	Scope           *RateLimitScope `json:"scope,omitempty"`
+	// RefillPerSecond Token bucket: tokens added per second (0.001–1,000,000). A fixed window leaves it out.
+	RefillPerSecond *float64 `json:"refill_per_second,omitempty"`
 
-	// Status Status when the bucket is empty: 429 (default) or 503 (as EC2 does).
+	// RemainingFormat With `remaining_header`: its value, `{remaining}` standing for the count, e.g.
+	// `Microsoft.Compute/HighCostGet3Min;{remaining}` (default: the count alone).
+	RemainingFormat *string `json:"remaining_format,omitempty"`
+
+	// RemainingHeader A header every answer to a call the limit applies to carries (refusals too), with what is left after
+	// the call, e.g. `x-ms-ratelimit-remaining-subscription-reads`.
+	RemainingHeader *string `json:"remaining_header,omitempty"`
+
+	// RetryAfter Whether a refusal says when to retry (`Retry-After` and `RateLimit-Reset`); default true. EC2 and
+	// Azure's compute windows say nothing, so a client must back off on its own.
+	RetryAfter *bool           `json:"retry_after,omitempty"`
+	Scope      *RateLimitScope `json:"scope,omitempty"`
+
+	// Status Status of a refusal: 429 (default), 503 (EC2), 400 (ELB) or 403 (GCP).
 	Status *SetRateLimitRequestStatus `json:"status,omitempty"`
+
+	// WindowSeconds Fixed window: its length in seconds (1–86,400).
+	WindowSeconds *int32 `json:"window_seconds,omitempty"`
 }
 
 // SetRateLimitRequestOperation With scope `operation`: the operation name.
 type SetRateLimitRequestOperation string
 
-// SetRateLimitRequestStatus Status when the bucket is empty: 429 (default) or 503 (as EC2 does).
+// SetRateLimitRequestOperations defines model for SetRateLimitRequest.Operations.
+type SetRateLimitRequestOperations string
+
+// SetRateLimitRequestStatus Status of a refusal: 429 (default), 503 (EC2), 400 (ELB) or 403 (GCP).
 type SetRateLimitRequestStatus int32
 
 // SnapshotRequest defines model for SnapshotRequest.
@@ -1607,6 +1849,9 @@ type CreateLoadBalancerParams struct {
 	// IdempotencyKey Client token: a retry with the same key returns the original load balancer
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
+
+// InstallRateLimitPresetParamsName defines parameters for InstallRateLimitPreset.
+type InstallRateLimitPresetParamsName string
 
 // CreateRouteParams defines parameters for CreateRoute.
 type CreateRouteParams struct {
@@ -2185,20 +2430,36 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/quotas/{name} (the `SetQuota` operationId).
 	SetQuota(ctx context.Context, name string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ClearRateLimitPresets Remove every preset's rate limits (limits set by name stay); answers with those removed.
+	//
+	// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+	ClearRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// InstallRateLimitPreset Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+	// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+	// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+	// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+	// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+	//
+	// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+	InstallRateLimitPreset(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRateLimits performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
 	ListRateLimits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteRateLimit performs a DELETE /v1/rate-limits/{id} (the `DeleteRateLimit` operationId) request.
 	DeleteRateLimit(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SetRateLimitWithBody Create or replace the named token bucket.
+	// SetRateLimitWithBody Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/rate-limits/{id} (the `SetRateLimit` operationId).
 	SetRateLimitWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// SetRateLimit Create or replace the named token bucket.
+	// SetRateLimit Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2907,6 +3168,40 @@ func (c *Client) SetQuota(ctx context.Context, name string, body SetQuotaJSONReq
 	return c.Client.Do(req)
 }
 
+// ClearRateLimitPresets Remove every preset's rate limits (limits set by name stay); answers with those removed.
+//
+// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+func (c *Client) ClearRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClearRateLimitPresetsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// InstallRateLimitPreset Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+//
+// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+func (c *Client) InstallRateLimitPreset(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewInstallRateLimitPresetRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRateLimits performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
 func (c *Client) ListRateLimits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListRateLimitsRequest(c.Server)
@@ -2933,7 +3228,8 @@ func (c *Client) DeleteRateLimit(ctx context.Context, id string, reqEditors ...R
 	return c.Client.Do(req)
 }
 
-// SetRateLimitWithBody Create or replace the named token bucket.
+// SetRateLimitWithBody Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2950,7 +3246,8 @@ func (c *Client) SetRateLimitWithBody(ctx context.Context, id string, contentTyp
 	return c.Client.Do(req)
 }
 
-// SetRateLimit Create or replace the named token bucket.
+// SetRateLimit Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4520,6 +4817,67 @@ func NewSetQuotaRequestWithBody(server string, name string, contentType string, 
 	return req, nil
 }
 
+// NewClearRateLimitPresetsRequest constructs an http.Request for the ClearRateLimitPresets method
+func NewClearRateLimitPresetsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rate-limit-presets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewInstallRateLimitPresetRequest constructs an http.Request for the InstallRateLimitPreset method
+func NewInstallRateLimitPresetRequest(server string, name InstallRateLimitPresetParamsName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rate-limit-presets/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListRateLimitsRequest constructs an http.Request for the ListRateLimits method
 func NewListRateLimitsRequest(server string) (*http.Request, error) {
 	var err error
@@ -5315,6 +5673,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/quotas/{name} (the `SetQuota` operationId).
 	SetQuotaWithResponse(ctx context.Context, name string, body SetQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*SetQuotaResponse, error)
 
+	// ClearRateLimitPresetsWithResponse Remove every preset's rate limits (limits set by name stay); answers with those removed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+	ClearRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClearRateLimitPresetsResponse, error)
+
+	// InstallRateLimitPresetWithResponse Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+	// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+	// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+	// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+	// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+	InstallRateLimitPresetWithResponse(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*InstallRateLimitPresetResponse, error)
+
 	// ListRateLimitsWithResponse performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5325,14 +5701,16 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	DeleteRateLimitWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteRateLimitResponse, error)
 
-	// SetRateLimitWithBodyWithResponse Create or replace the named token bucket.
+	// SetRateLimitWithBodyWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/rate-limits/{id} (the `SetRateLimit` operationId).
 	SetRateLimitWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetRateLimitResponse, error)
 
-	// SetRateLimitWithResponse Create or replace the named token bucket.
+	// SetRateLimitWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+	// code and headers of its refusals.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9521,6 +9899,246 @@ func (r SetQuotaResponse) ContentType() string {
 	return ""
 }
 
+// ClearRateLimitPresetsResponse200Headers the declared response headers of an HTTP 200 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse200Headers struct {
+	XRequestId *string
+}
+
+// ClearRateLimitPresetsResponse401Headers the declared response headers of an HTTP 401 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// ClearRateLimitPresetsResponse403Headers the declared response headers of an HTTP 403 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse403Headers struct {
+	XRequestId *string
+}
+
+// ClearRateLimitPresetsResponse503Headers the declared response headers of an HTTP 503 response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// ClearRateLimitPresetsResponseDefaultHeaders the declared response headers of an HTTP default response for ClearRateLimitPresets
+type ClearRateLimitPresetsResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type ClearRateLimitPresetsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ClearRateLimitPresetsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ClearRateLimitPresetsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ClearRateLimitPresetsResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ClearRateLimitPresetsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ClearRateLimitPresetsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON200() *RateLimitList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ClearRateLimitPresetsResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ClearRateLimitPresetsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClearRateLimitPresetsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClearRateLimitPresetsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClearRateLimitPresetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// InstallRateLimitPresetResponse200Headers the declared response headers of an HTTP 200 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse200Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse400Headers the declared response headers of an HTTP 400 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse400Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse401Headers the declared response headers of an HTTP 401 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// InstallRateLimitPresetResponse403Headers the declared response headers of an HTTP 403 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse403Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse404Headers the declared response headers of an HTTP 404 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse404Headers struct {
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponse503Headers the declared response headers of an HTTP 503 response for InstallRateLimitPreset
+type InstallRateLimitPresetResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// InstallRateLimitPresetResponseDefaultHeaders the declared response headers of an HTTP default response for InstallRateLimitPreset
+type InstallRateLimitPresetResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type InstallRateLimitPresetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitList
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *InstallRateLimitPresetResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *InstallRateLimitPresetResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InstallRateLimitPresetResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *InstallRateLimitPresetResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *InstallRateLimitPresetResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *InstallRateLimitPresetResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *InstallRateLimitPresetResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON200() *RateLimitList {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r InstallRateLimitPresetResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r InstallRateLimitPresetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r InstallRateLimitPresetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r InstallRateLimitPresetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r InstallRateLimitPresetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListRateLimitsResponse200Headers the declared response headers of an HTTP 200 response for ListRateLimits
 type ListRateLimitsResponse200Headers struct {
 	XRequestId *string
@@ -11747,6 +12365,36 @@ func (c *ClientWithResponses) SetQuotaWithResponse(ctx context.Context, name str
 	return ParseSetQuotaResponse(rsp)
 }
 
+// ClearRateLimitPresetsWithResponse Remove every preset's rate limits (limits set by name stay); answers with those removed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
+func (c *ClientWithResponses) ClearRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClearRateLimitPresetsResponse, error) {
+	rsp, err := c.ClearRateLimitPresets(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClearRateLimitPresetsResponse(rsp)
+}
+
+// InstallRateLimitPresetWithResponse Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/rate-limit-presets/{name} (the `InstallRateLimitPreset` operationId).
+func (c *ClientWithResponses) InstallRateLimitPresetWithResponse(ctx context.Context, name InstallRateLimitPresetParamsName, reqEditors ...RequestEditorFn) (*InstallRateLimitPresetResponse, error) {
+	rsp, err := c.InstallRateLimitPreset(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInstallRateLimitPresetResponse(rsp)
+}
+
 // ListRateLimitsWithResponse performs a GET /v1/rate-limits (the `ListRateLimits` operationId) request.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -11769,7 +12417,8 @@ func (c *ClientWithResponses) DeleteRateLimitWithResponse(ctx context.Context, i
 	return ParseDeleteRateLimitResponse(rsp)
 }
 
-// SetRateLimitWithBodyWithResponse Create or replace the named token bucket.
+// SetRateLimitWithBodyWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11782,7 +12431,8 @@ func (c *ClientWithResponses) SetRateLimitWithBodyWithResponse(ctx context.Conte
 	return ParseSetRateLimitResponse(rsp)
 }
 
-// SetRateLimitWithResponse Create or replace the named token bucket.
+// SetRateLimitWithResponse Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+// code and headers of its refusals.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16698,6 +17348,282 @@ func ParseSetQuotaResponse(rsp *http.Response) (*SetQuotaResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers SetQuotaResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseClearRateLimitPresetsResponse parses an HTTP response from a ClearRateLimitPresetsWithResponse call
+func ParseClearRateLimitPresetsResponse(rsp *http.Response) (*ClearRateLimitPresetsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClearRateLimitPresetsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ClearRateLimitPresetsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ClearRateLimitPresetsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ClearRateLimitPresetsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers ClearRateLimitPresetsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ClearRateLimitPresetsResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseInstallRateLimitPresetResponse parses an HTTP response from a InstallRateLimitPresetWithResponse call
+func ParseInstallRateLimitPresetResponse(rsp *http.Response) (*InstallRateLimitPresetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &InstallRateLimitPresetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers InstallRateLimitPresetResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers InstallRateLimitPresetResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers InstallRateLimitPresetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers InstallRateLimitPresetResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers InstallRateLimitPresetResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers InstallRateLimitPresetResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers InstallRateLimitPresetResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use fakecloud_api::{
     Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, LbFaultAction,
-    LbFaultMatch, ListInstancesQuery, NoResponseMode, OutageScope, RateLimitScope, ReclaimRequest, Service,
-    SetRateLimitRequest, SpotRandomRequest, StartHangRequest, StartOutageRequest,
+    LbFaultMatch, ListInstancesQuery, NoResponseMode, OutageScope, RateLimitKind, RateLimitPreset, RateLimitScope,
+    ReclaimRequest, Service, SetRateLimitRequest, SpotRandomRequest, StartHangRequest, StartOutageRequest,
 };
 
 use crate::output::Output;
@@ -261,32 +261,106 @@ impl FaultAddArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RateLimitCmd {
-    /// Create or replace a token bucket named ID.
-    Set {
-        id: String,
-        /// Which calls take tokens.
-        #[arg(long, value_enum, default_value = "all")]
-        scope: ScopeArg,
-        /// With --scope operation: the operation.
-        #[arg(long)]
-        operation: Option<String>,
-        /// Calls allowed at once (the bucket's size).
-        #[arg(long)]
-        capacity: u32,
-        /// Tokens added per second.
-        #[arg(long)]
-        refill: f64,
-        /// One bucket per caller token.
-        #[arg(long)]
-        per_token: bool,
-        /// Status when empty: 429 or 503.
-        #[arg(long, default_value_t = 429)]
-        status: u16,
-    },
-    /// List buckets with how many calls each refused.
+    /// Create or replace a rate limit named ID: a token bucket (--capacity, --refill) or, with --window, a
+    /// fixed window aligned to the clock (--capacity calls per window).
+    Set(Box<RateLimitSetArgs>),
+    /// List limits with how many calls each refused.
     List,
-    /// Delete one bucket, or all with no ID.
+    /// Delete one limit, or all with no ID.
     Clear { id: Option<String> },
+    /// Install a real cloud's throttling as limits named <preset>-..., replacing any other preset's (limits set
+    /// by name stay); `clear` removes every preset's limits.
+    Preset {
+        #[arg(value_enum)]
+        name: PresetArg,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RateLimitSetArgs {
+    id: String,
+    /// Which calls count.
+    #[arg(long, value_enum, default_value = "all")]
+    scope: ScopeArg,
+    /// With --scope operation: the operation; with --scope operations: one of them (repeatable).
+    #[arg(long = "operation")]
+    operations: Vec<String>,
+    /// Calls allowed at once (the bucket's size), or per window.
+    #[arg(long)]
+    capacity: u32,
+    /// Token bucket: tokens added per second.
+    #[arg(long, required_unless_present = "window", conflicts_with = "window")]
+    refill: Option<f64>,
+    /// Fixed window: its length, e.g. 60s; windows start at multiples of it since the Unix epoch.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    window: Option<Duration>,
+    /// One bucket per caller token.
+    #[arg(long)]
+    per_token: bool,
+    /// Status of a refusal: 400, 403, 429 or 503.
+    #[arg(long, default_value_t = 429)]
+    status: u16,
+    /// Error code of a refusal (default RequestLimitExceeded).
+    #[arg(long)]
+    code: Option<String>,
+    /// Message of a refusal.
+    #[arg(long)]
+    message: Option<String>,
+    /// Refusals say nothing of when to retry (no Retry-After, no RateLimit-Reset), as EC2's.
+    #[arg(long)]
+    no_retry_after: bool,
+    /// A header on every answer the limit applies to, with the calls left.
+    #[arg(long)]
+    remaining_header: Option<String>,
+    /// With --remaining-header: its value, {remaining} standing for the count.
+    #[arg(long, requires = "remaining_header")]
+    remaining_format: Option<String>,
+}
+
+impl RateLimitSetArgs {
+    fn into_request(self) -> Result<(String, SetRateLimitRequest)> {
+        let scope = match self.scope {
+            ScopeArg::All => RateLimitScope::All,
+            ScopeArg::Reads => RateLimitScope::Reads,
+            ScopeArg::Writes => RateLimitScope::Writes,
+            ScopeArg::Operation => RateLimitScope::Operation,
+            ScopeArg::Operations => RateLimitScope::Operations,
+        };
+        let (operation, operations) = match (scope, &self.operations[..]) {
+            (RateLimitScope::Operation, [one]) => (Some(one.clone()), Vec::new()),
+            (RateLimitScope::Operation, _) => bail!("--scope operation takes one --operation"),
+            (RateLimitScope::Operations, _) => (None, self.operations),
+            (_, []) => (None, Vec::new()),
+            _ => bail!("--operation only with --scope operation or operations"),
+        };
+        let (kind, window_seconds) = match self.window {
+            Some(w) => {
+                let seconds = u32::try_from(w.as_secs()).unwrap_or(u32::MAX);
+                if w.subsec_nanos() > 0 {
+                    bail!("--window: whole seconds, e.g. 60s");
+                }
+                (RateLimitKind::FixedWindow, Some(seconds))
+            }
+            None => (RateLimitKind::TokenBucket, None),
+        };
+        let req = SetRateLimitRequest {
+            scope,
+            operation,
+            operations,
+            per_token: self.per_token,
+            kind,
+            capacity: self.capacity,
+            refill_per_second: self.refill,
+            window_seconds,
+            status: self.status,
+            code: self.code,
+            message: self.message,
+            retry_after: !self.no_retry_after,
+            remaining_header: self.remaining_header,
+            remaining_format: self.remaining_format,
+        };
+        Ok((self.id, req))
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -295,6 +369,24 @@ pub enum ScopeArg {
     Reads,
     Writes,
     Operation,
+    Operations,
+}
+
+/// The presets, as the README's "Failure-shape presets" table details them.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PresetArg {
+    /// EC2: 503 RequestLimitExceeded, no Retry-After; buckets reads 100 (20/s), writes 50 (5/s), CreateInstance
+    /// 1,000 (2/s), TerminateInstance 1,000 (20/s).
+    AwsEc2,
+    /// ELB: 400 Throttling "Rate exceeded", no Retry-After; load balancer reads 40 (10/s), writes 20 (2/s).
+    AwsElb,
+    /// Azure ARM: 429 with Retry-After; reads 250 (25/s), writes 200 (10/s), x-ms-ratelimit-remaining-* on every
+    /// answer; instance reads 160 per 3 min (HighCostGet3Min), refused without Retry-After.
+    AzureArm,
+    /// GCP Compute: 403 rateLimitExceeded; reads and writes 1,500 a minute each, windows aligned to the minute.
+    GcpCompute,
+    /// Remove every preset's limits.
+    Clear,
 }
 
 #[derive(Debug, Subcommand)]
@@ -401,14 +493,8 @@ pub async fn lb_fault(client: &Client, out: &Output, cmd: LbFaultCmd) -> Result<
 
 pub async fn rate_limit(client: &Client, out: &Output, cmd: RateLimitCmd) -> Result<()> {
     match cmd {
-        RateLimitCmd::Set { id, scope, operation, capacity, refill, per_token, status } => {
-            let scope = match scope {
-                ScopeArg::All => RateLimitScope::All,
-                ScopeArg::Reads => RateLimitScope::Reads,
-                ScopeArg::Writes => RateLimitScope::Writes,
-                ScopeArg::Operation => RateLimitScope::Operation,
-            };
-            let req = SetRateLimitRequest { scope, operation, per_token, capacity, refill_per_second: refill, status };
+        RateLimitCmd::Set(args) => {
+            let (id, req) = args.into_request()?;
             out.rate_limits(&[client.set_rate_limit(&id, &req).await?])
         }
         RateLimitCmd::List => out.rate_limits(&client.list_rate_limits().await?.items),
@@ -419,6 +505,16 @@ pub async fn rate_limit(client: &Client, out: &Output, cmd: RateLimitCmd) -> Res
                 removed.push(client.delete_rate_limit(&l.id).await?);
             }
             out.rate_limits(&removed)
+        }
+        RateLimitCmd::Preset { name } => {
+            let preset = match name {
+                PresetArg::AwsEc2 => RateLimitPreset::AwsEc2,
+                PresetArg::AwsElb => RateLimitPreset::AwsElb,
+                PresetArg::AzureArm => RateLimitPreset::AzureArm,
+                PresetArg::GcpCompute => RateLimitPreset::GcpCompute,
+                PresetArg::Clear => return out.rate_limits(&client.clear_rate_limit_presets().await?.items),
+            };
+            out.rate_limits(&client.install_rate_limit_preset(preset).await?.items)
         }
     }
 }

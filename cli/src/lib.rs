@@ -154,8 +154,9 @@ const SCENARIO_HELP: &str = "Run FILE's steps at their times. A scenario is YAML
       wait: true
 
 One action per step: add_fault, remove_fault, add_lb_fault, remove_lb_fault (data-plane rules: reset, latency,
-black-hole), set_rate_limit, remove_rate_limit, start_outage, stop_outages, set_quota, reclaim, hang,
-stop_hangs, clear_faults or wait. Examples are in scenarios/. The file is checked before anything runs.
+black-hole), set_rate_limit, remove_rate_limit, rate_limit_preset (aws-ec2, aws-elb, azure-arm, gcp-compute),
+clear_rate_limit_presets, start_outage, stop_outages, set_quota, reclaim, hang, stop_hangs, clear_faults or
+wait. Examples are in scenarios/. The file is checked before anything runs.
 
 A scenario may declare variables with defaults and use them in its steps; --set changes one:
 

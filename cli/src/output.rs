@@ -292,17 +292,23 @@ impl Output {
     pub fn rate_limits(&self, items: &[RateLimit]) -> Result<()> {
         self.print(items, || {
             table(
-                &["ID", "SCOPE", "CAPACITY", "REFILL/S", "PER TOKEN", "TOKENS NOW", "STATUS", "REFUSED"],
+                &["ID", "SCOPE", "CAPACITY", "REFILL", "PER TOKEN", "TOKENS NOW", "STATUS", "REFUSED"],
                 items.iter().map(|l| {
-                    let scope = match &l.limit.operation {
-                        Some(op) => op.clone(),
-                        None => format!("{:?}", l.limit.scope).to_lowercase(),
+                    let scope = match (&l.limit.operation, &l.limit.operations[..]) {
+                        (Some(op), _) => op.clone(),
+                        (None, []) => format!("{:?}", l.limit.scope).to_lowercase(),
+                        (None, ops) => ops.join(","),
+                    };
+                    // A fixed window's calls come back whole when it ends; a bucket's a token at a time.
+                    let refill = match l.limit.window_seconds {
+                        Some(w) => format!("every {w}s"),
+                        None => format!("{}/s", l.limit.refill_per_second.unwrap_or_default()),
                     };
                     vec![
                         l.id.clone(),
                         scope,
                         l.limit.capacity.to_string(),
-                        l.limit.refill_per_second.to_string(),
+                        refill,
                         l.limit.per_token.to_string(),
                         l.buckets.iter().map(|b| format!("{} {:.1}", b.key, b.tokens)).collect::<Vec<_>>().join(", "),
                         l.limit.status.to_string(),

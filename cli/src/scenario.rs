@@ -11,6 +11,8 @@
 //!     add_fault: {id: slow-routes, match: {operations: [CreateRoute]}, action: {type: latency, ms: 800}}
 //!   - at: 12s
 //!     set_rate_limit: {id: writes, scope: writes, capacity: 5, refill_per_second: 1}
+//!   - at: 14s
+//!     rate_limit_preset: aws-ec2     # EC2's throttling: 503 RequestLimitExceeded, no Retry-After
 //!   - at: 15s
 //!     reclaim: {tag: pool=spot, notice_seconds: 10}
 //!   - at: 20s
@@ -29,6 +31,8 @@
 //!
 //! Each step has `at` and exactly one action: `add_fault` (the body of POST /v1/faults), `remove_fault` (an
 //! id), `add_lb_fault` (the body of POST /v1/lb-faults: a data-plane rule), `remove_lb_fault` (an id), `set_rate_limit` (`id` plus the body of PUT /v1/rate-limits/{id}), `remove_rate_limit` (an id),
+//! `rate_limit_preset` (a cloud's throttling: `aws-ec2`, `aws-elb`, `azure-arm` or `gcp-compute`),
+//! `clear_rate_limit_presets` (true),
 //! `start_outage` (the body of POST /v1/outages), `stop_outages` (true), `set_quota` (`name`, `limit`),
 //! `reclaim` (the body of POST /v1/spot/reclaim), `hang` (the body of POST /v1/hangs), `stop_hangs` (true),
 //! `clear_faults` (true) or `wait` (true). The whole file is checked before the first step runs. At the end —
@@ -44,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use fakecloud_api::{
-    Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, QuotaName, ReclaimRequest, SetRateLimitRequest,
-    StartHangRequest, StartOutageRequest,
+    Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, QuotaName, RateLimitPreset, ReclaimRequest,
+    SetRateLimitRequest, StartHangRequest, StartOutageRequest,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -84,6 +88,10 @@ pub struct Step {
     set_rate_limit: Option<NamedLimit>,
     #[serde(default)]
     remove_rate_limit: Option<String>,
+    #[serde(default)]
+    rate_limit_preset: Option<RateLimitPreset>,
+    #[serde(default)]
+    clear_rate_limit_presets: Option<bool>,
     #[serde(default)]
     start_outage: Option<StartOutageRequest>,
     #[serde(default)]
@@ -125,6 +133,8 @@ enum Action {
     RemoveLbFault(String),
     SetRateLimit(String, SetRateLimitRequest),
     RemoveRateLimit(String),
+    RateLimitPreset(RateLimitPreset),
+    ClearRateLimitPresets,
     StartOutage(StartOutageRequest),
     StopOutages,
     SetQuota(QuotaName, u32),
@@ -157,6 +167,12 @@ impl Step {
         }
         if let Some(id) = self.remove_rate_limit {
             actions.push(Action::RemoveRateLimit(id));
+        }
+        if let Some(p) = self.rate_limit_preset {
+            actions.push(Action::RateLimitPreset(p));
+        }
+        if self.clear_rate_limit_presets == Some(true) {
+            actions.push(Action::ClearRateLimitPresets);
         }
         if let Some(o) = self.start_outage {
             actions.push(Action::StartOutage(o));
@@ -204,9 +220,14 @@ impl Action {
             Action::RemoveFault(id) | Action::RemoveLbFault(id) | Action::RemoveRateLimit(id) => {
                 fakecloud_emulator::validate::NAME.check("id", id)
             }
-            Action::SetQuota(..) | Action::StopOutages | Action::StopHangs | Action::ClearFaults | Action::Wait => {
-                Ok(())
-            }
+            // A preset's limits are checked where they are defined (faults::presets' tests).
+            Action::SetQuota(..)
+            | Action::RateLimitPreset(_)
+            | Action::ClearRateLimitPresets
+            | Action::StopOutages
+            | Action::StopHangs
+            | Action::ClearFaults
+            | Action::Wait => Ok(()),
         }
     }
 }
@@ -384,12 +405,27 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
         Action::SetRateLimit(id, limit) => {
             client.set_rate_limit(id, limit).await?;
             undo.limits.push(id.clone());
-            format!("rate limit {id}: {} calls, {}/s on {:?}", limit.capacity, limit.refill_per_second, limit.scope)
+            let refill = match (limit.window_seconds, limit.refill_per_second) {
+                (Some(w), _) => format!("per {w} s window"),
+                (None, r) => format!("{}/s", r.unwrap_or_default()),
+            };
+            format!("rate limit {id}: {} calls, {refill} on {:?}", limit.capacity, limit.scope)
         }
         Action::RemoveRateLimit(id) => {
             client.delete_rate_limit(id).await?;
             undo.limits.retain(|l| l != id);
             format!("removed rate limit {id}")
+        }
+        Action::RateLimitPreset(preset) => {
+            let installed = client.install_rate_limit_preset(*preset).await?.items;
+            let ids: Vec<String> = installed.into_iter().map(|l| l.id).collect();
+            let said = format!("rate limit preset {preset}: {}", ids.join(", "));
+            undo.limits.extend(ids);
+            said
+        }
+        Action::ClearRateLimitPresets => {
+            let removed = client.clear_rate_limit_presets().await?.items;
+            format!("cleared rate limit presets ({} limits)", removed.len())
         }
         Action::StartOutage(req) => {
             let o = client.start_outage(req).await?;

@@ -182,7 +182,7 @@ export const outageColumns = (stop) => [
 export const rateLimitColumns = (clear) => [
   ["ID", (r) => r.id],
   ["Scope", (r) => r.limit.operation ?? r.limit.scope],
-  ["Bucket", (r) => `${r.limit.capacity} calls, +${r.limit.refill_per_second}/s${r.limit.per_token ? " per token" : ""}`],
+  ["Bucket", (r) => `${r.limit.capacity} calls${r.limit.window_seconds ? ` per ${r.limit.window_seconds} s window` : `, +${r.limit.refill_per_second}/s`}${r.limit.per_token ? " per token" : ""}`],
   // Whole tokens: a call needs one.
   [
     "Tokens now",

@@ -29,3 +29,69 @@ async fn lb_fault_add_list_and_delete() {
     ok(&cli(&url).args(["lb-fault", "delete", "slow"]).output().await.unwrap(), "lb-fault delete");
     assert!(admin.list_lb_faults().await.unwrap().items.is_empty());
 }
+
+/// `ratelimit preset NAME` installs a cloud's throttling (replacing another preset's), `ratelimit preset clear`
+/// removes it, and `--help` says what each preset does.
+#[tokio::test]
+async fn ratelimit_preset_installs_replaces_and_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let ids = async || {
+        let mut ids: Vec<String> = admin.list_rate_limits().await.unwrap().items.into_iter().map(|l| l.id).collect();
+        ids.sort();
+        ids
+    };
+
+    let help = ok(&cli(&url).args(["ratelimit", "preset", "--help"]).output().await.unwrap(), "preset --help");
+    for says in
+        ["aws-ec2", "503 RequestLimitExceeded", "aws-elb", "azure-arm", "HighCostGet3Min", "gcp-compute", "clear"]
+    {
+        assert!(help.contains(says), "--help does not say {says:?}: {help}");
+    }
+
+    ok(&cli(&url).args(["ratelimit", "preset", "aws-ec2"]).output().await.unwrap(), "preset aws-ec2");
+    let printed = ok(&cli(&url).args(["ratelimit", "preset", "azure-arm"]).output().await.unwrap(), "preset azure-arm");
+    assert!(printed.contains("azure-arm-compute-high-cost-get") && printed.contains("every 180s"), "{printed}");
+    assert_eq!(
+        ids().await,
+        ["azure-arm-compute-high-cost-get", "azure-arm-subscription-reads", "azure-arm-subscription-writes"]
+    );
+
+    // A limit set by name stays: a fixed window on a class of operations, as the README shows it.
+    let costly = [
+        "ratelimit",
+        "set",
+        "costly",
+        "--scope",
+        "operations",
+        "--operation",
+        "ListInstances",
+        "--operation",
+        "GetInstance",
+        "--capacity",
+        "160",
+        "--window",
+        "180s",
+        "--no-retry-after",
+        "--remaining-header",
+        "x-ms-ratelimit-remaining-resource",
+        "--remaining-format",
+        "Microsoft.Compute/HighCostGet3Min;{remaining}",
+    ];
+    ok(&cli(&url).args(costly).output().await.unwrap(), "ratelimit set --window");
+    ok(&cli(&url).args(["ratelimit", "preset", "clear"]).output().await.unwrap(), "preset clear");
+    let left = admin.list_rate_limits().await.unwrap().items;
+    let [costly] = &left[..] else { panic!("only the limit set by name is left: {left:?}") };
+    assert_eq!(
+        (costly.id.as_str(), costly.limit.window_seconds, costly.limit.retry_after),
+        ("costly", Some(180), false)
+    );
+    assert_eq!(costly.limit.operations, ["ListInstances", "GetInstance"]);
+    let half =
+        cli(&url).args(["ratelimit", "set", "x", "--capacity", "1", "--window", "1500ms"]).output().await.unwrap();
+    assert!(!half.status.success() && String::from_utf8_lossy(&half.stderr).contains("whole seconds"));
+    let out = cli(&url).args(["ratelimit", "preset", "aws-ec3"]).output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("aws-ec2") && said.contains("gcp-compute"), "{said}");
+}

@@ -134,7 +134,10 @@ async fn the_bug_scenarios_take_their_variables_and_put_everything_back() {
     let run = scenario(&url, "throttle.yaml", &["capacity=2", "rate=0.5", "duration=2"]).output();
     let during = eventually(HANG, "the write bucket as --set says", || async {
         let limits = admin.list_rate_limits().await.unwrap().items;
-        limits.into_iter().find(|l| l.id == "throttle-writes").map(|l| (l.limit.capacity, l.limit.refill_per_second))
+        limits
+            .into_iter()
+            .find(|l| l.id == "throttle-writes")
+            .map(|l| (l.limit.capacity, l.limit.refill_per_second.unwrap_or_default()))
     });
     let (out, bucket) = tokio::join!(run, during);
     ok(&out.unwrap(), "throttle.yaml");

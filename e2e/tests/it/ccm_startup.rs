@@ -131,14 +131,7 @@ async fn a_cloud_that_throttles_at_start_is_waited_out_not_a_crash() {
     let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg, tokens).await.unwrap();
     // One call per 5 s, and that one taken: the CCM's first call is told to wait.
     let admin = fakecloud_api::Client::new(&server.url(), "a-0123456789abcdef").unwrap();
-    let limit = fakecloud_api::SetRateLimitRequest {
-        scope: fakecloud_api::RateLimitScope::All,
-        operation: None,
-        per_token: false,
-        capacity: 1,
-        refill_per_second: 0.2,
-        status: 429,
-    };
+    let limit = fakecloud_api::SetRateLimitRequest { capacity: 1, refill_per_second: Some(0.2), ..Default::default() };
     admin.set_rate_limit("start", &limit).await.unwrap();
     let user = fakecloud_api::Client::new(&server.url(), "u-0123456789abcdef").unwrap();
     user.region().await.unwrap();

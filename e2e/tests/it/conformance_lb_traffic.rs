@@ -247,11 +247,10 @@ async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_list
         // update of the load balancer waits its turn. (Per token: the VPC router and the suite are not slowed.)
         let throttle = SetRateLimitRequest {
             scope: RateLimitScope::All,
-            operation: None,
             per_token: true,
             capacity: 2,
-            refill_per_second: 1.5,
-            status: 429,
+            refill_per_second: Some(1.5),
+            ..Default::default()
         };
         env.cloud.set_rate_limit("lb-ccm-restart", &throttle).await.unwrap();
 

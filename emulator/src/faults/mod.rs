@@ -12,6 +12,7 @@ mod call;
 pub mod effects;
 mod lb_rules;
 mod outages;
+mod presets;
 mod rate_limits;
 mod rules;
 mod spot_random;
@@ -22,8 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fakecloud_api::{
-    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, RateLimit, SetRateLimitRequest,
-    SpotRandom, SpotRandomRequest, StartOutageRequest,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, RateLimit, RateLimitPreset,
+    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
 };
 use tokio::sync::{Mutex, RwLock, watch};
 
@@ -109,9 +110,12 @@ impl FaultEngine {
             || self.outages.read().await.iter().any(|o| o.active(now) && o.zone().is_some())
     }
 
-    pub async fn judge(&self, call: &Call<'_>) -> Verdict {
+    /// The verdict on a call, and the headers every answer to it carries whatever the verdict (the remaining
+    /// counts of the rate limits it went through).
+    pub async fn judge(&self, call: &Call<'_>) -> (Verdict, Vec<(String, String)>) {
+        let mut headers = Vec::new();
         if call.admin_only {
-            return Verdict::Pass;
+            return (Verdict::Pass, headers);
         }
         let now = now_ms();
         {
@@ -119,24 +123,24 @@ impl FaultEngine {
             if !outages.is_empty()
                 && let Some(v) = outages::judge(&outages, call, now)
             {
-                return v;
+                return (v, headers);
             }
         }
         {
             let limits = self.limits.read().await;
             for l in limits.iter() {
-                if let Some(v) = l.judge(call) {
-                    return v;
+                if let Some(v) = l.judge(call, &mut headers) {
+                    return (v, headers);
                 }
             }
         }
         let rules = self.rules.read().await;
         for r in rules.iter() {
             if let Some(v) = r.judge(call, now) {
-                return v;
+                return (v, headers);
             }
         }
-        Verdict::Pass
+        (Verdict::Pass, headers)
     }
 
     /// Eventual consistency: until `for_` has passed, reads of `id` see `previous` — its version from before the
@@ -336,12 +340,53 @@ impl FaultEngine {
         let _edit = self.edit.lock().await;
         crate::validate::NAME.check("id", id)?;
         let limit = ActiveLimit::new(id, spec, &self.operations)?;
-        self.persist("rate_limit", id, 0, &limit.stored()).await?;
         let mut limits = self.limits.write().await;
-        limits.retain(|l| l.id != id);
-        limits.push(Arc::new(limit));
+        let api = self.put_limit(&mut limits, limit).await?;
         tracing::info!(limit = %id, "rate limit set");
-        Ok(limits[limits.len() - 1].to_api())
+        Ok(api)
+    }
+
+    /// Store `limit` and put it in force, replacing the one of its name. Under the edit lock.
+    async fn put_limit(&self, limits: &mut Vec<Arc<ActiveLimit>>, limit: ActiveLimit) -> Result<RateLimit> {
+        self.persist("rate_limit", &limit.id, 0, &limit.stored()).await?;
+        limits.retain(|l| l.id != limit.id);
+        let api = limit.to_api();
+        limits.push(Arc::new(limit));
+        Ok(api)
+    }
+
+    /// Install a cloud's throttling: its limits replace every preset's (limits set by name stay).
+    pub async fn install_preset(&self, preset: RateLimitPreset) -> Result<Vec<RateLimit>> {
+        let _edit = self.edit.lock().await;
+        let built = presets::limits(preset)
+            .into_iter()
+            .map(|(id, spec)| ActiveLimit::new(&id, spec, &self.operations))
+            .collect::<Result<Vec<_>>>()?;
+        let mut limits = self.limits.write().await;
+        self.forget_presets(&mut limits).await?;
+        let mut installed = Vec::new();
+        for limit in built {
+            installed.push(self.put_limit(&mut limits, limit).await?);
+        }
+        tracing::info!(%preset, "rate limit preset installed");
+        Ok(installed)
+    }
+
+    /// Remove every preset's limits; what was removed.
+    pub async fn clear_presets(&self) -> Result<Vec<RateLimit>> {
+        let _edit = self.edit.lock().await;
+        let mut limits = self.limits.write().await;
+        self.forget_presets(&mut limits).await
+    }
+
+    /// One at a time, so that memory never holds a limit the database has lost, nor the other way round.
+    async fn forget_presets(&self, limits: &mut Vec<Arc<ActiveLimit>>) -> Result<Vec<RateLimit>> {
+        let mut removed = Vec::new();
+        while let Some(at) = limits.iter().position(|l| presets::is_preset_limit(&l.id)) {
+            self.forget("rate_limit", &limits[at].id).await?;
+            removed.push(limits.remove(at).to_api());
+        }
+        Ok(removed)
     }
 
     pub async fn list_limits(&self) -> Vec<RateLimit> {

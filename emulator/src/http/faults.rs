@@ -1,21 +1,22 @@
 //! Fault injection API (admin): `/v1/faults`, `/v1/lb-faults`, `/v1/rate-limits`, `/v1/outages`,
-//! `/v1/hangs`, `/v1/spot/reclaim`.
+//! `/v1/rate-limit-presets`, `/v1/hangs`, `/v1/spot/reclaim`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{
     CreateFaultRuleRequest, CreateLbFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, Hang, HangList, LbFaultRule,
-    LbFaultRuleList, Outage, OutageList, RateLimit, RateLimitList, ReclaimRequest, ReclaimResponse,
-    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartHangRequest, StartOutageRequest,
+    LbFaultRuleList, Outage, OutageList, RateLimit, RateLimitList, RateLimitPreset, ReclaimRequest, ReclaimResponse,
+    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartHangRequest, StartOutageRequest, codes,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath};
 use super::reply::{created, reply};
 use super::state::AppState;
-use crate::error::Result;
+use crate::error::{ApiError, Result};
 use crate::store::{hangs, instances};
+use crate::validate;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -25,6 +26,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(delete_lb_fault))
         .routes(routes!(list_rate_limits))
         .routes(routes!(set_rate_limit, delete_rate_limit))
+        .routes(routes!(install_rate_limit_preset))
+        .routes(routes!(clear_rate_limit_presets))
         .routes(routes!(start_outage, list_outages))
         .routes(routes!(stop_outage))
         .routes(routes!(start_hang, list_hangs))
@@ -105,7 +108,8 @@ async fn list_rate_limits(State(st): State<AppState>) -> Response {
     reply(StatusCode::OK, "", RateLimitList { items: st.faults().list_limits().await })
 }
 
-/// Create or replace the named token bucket.
+/// Create or replace the named rate limit: a token bucket or a clock-aligned fixed window, with the status,
+/// code and headers of its refusals.
 #[utoipa::path(put, path = "/v1/rate-limits/{id}", operation_id = "SetRateLimit", tag = "faults", params(("id" = String, Path)),
     request_body = SetRateLimitRequest, responses((status = 200, body = RateLimit), (status = 400, body = ErrorBody)),
     security(("admin" = [])))]
@@ -121,6 +125,32 @@ async fn set_rate_limit(
     responses((status = 200, body = RateLimit), (status = 404, body = ErrorBody)), security(("admin" = [])))]
 async fn delete_rate_limit(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, st.faults().delete_limit(&id).await?))
+}
+
+/// Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
+/// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
+/// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
+/// `x-ms-ratelimit-remaining-*` on every answer; Compute's `HighCostGet3Min` window refuses without it),
+/// `gcp-compute` (403 `rateLimitExceeded` in per-minute windows aligned to the clock).
+#[utoipa::path(put, path = "/v1/rate-limit-presets/{name}", operation_id = "InstallRateLimitPreset", tag = "faults",
+    params(("name" = inline(RateLimitPreset), Path)),
+    responses((status = 200, body = RateLimitList), (status = 404, body = ErrorBody)), security(("admin" = [])))]
+async fn install_rate_limit_preset(State(st): State<AppState>, ApiPath(name): ApiPath<String>) -> Result<Response> {
+    let preset = RateLimitPreset::from_name(&name).ok_or_else(|| {
+        let names: Vec<&str> = RateLimitPreset::ALL.iter().map(|p| p.name()).collect();
+        ApiError::not_found(
+            codes::RATE_LIMIT_PRESET_NOT_FOUND,
+            format!("no rate limit preset named {}; presets: {}", validate::quoted(&name), names.join(", ")),
+        )
+    })?;
+    Ok(reply(StatusCode::OK, "", RateLimitList { items: st.faults().install_preset(preset).await? }))
+}
+
+/// Remove every preset's rate limits (limits set by name stay); answers with those removed.
+#[utoipa::path(delete, path = "/v1/rate-limit-presets", operation_id = "ClearRateLimitPresets", tag = "faults",
+    responses((status = 200, body = RateLimitList)), security(("admin" = [])))]
+async fn clear_rate_limit_presets(State(st): State<AppState>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", RateLimitList { items: st.faults().clear_presets().await? }))
 }
 
 /// Start an outage of the whole API, one service or one zone.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::{REQUEST_ID_HEADER, codes};
@@ -128,15 +128,22 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                         token,
                         subject: subject.as_ref(),
                     };
-                    let verdict = st.faults().judge(&call).await;
+                    let (verdict, headers) = st.faults().judge(&call).await;
                     let resp = effects::apply(verdict, req, next, st.faults(), &st.db, &st.cfg, path_id.as_deref(), &mut fault).await;
                     // Eventual consistency is the public API's lag: the admin token is the cloud's own view (its
                     // machines — the simulated kubelets — and the operator), which sees every instance at once.
-                    if mutating || role == Role::Admin {
+                    let mut resp = if mutating || role == Role::Admin {
                         resp
                     } else {
                         effects::conceal(resp, &op.name, path_id.as_deref(), st.faults()).await
+                    };
+                    // Rate limits' remaining counts, on every answer (checked as header names and values when set).
+                    for (k, v) in headers {
+                        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+                            resp.headers_mut().insert(k, v);
+                        }
                     }
+                    resp
                 }
             }
         }))

@@ -238,11 +238,9 @@ async fn rules_survive_a_restart() {
             "writes",
             &SetRateLimitRequest {
                 scope: RateLimitScope::Writes,
-                operation: None,
-                per_token: false,
                 capacity: 5,
-                refill_per_second: 1.0,
-                status: 429,
+                refill_per_second: Some(1.0),
+                ..Default::default()
             },
         )
         .await
@@ -291,14 +289,7 @@ async fn bad_rules_are_refused_naming_the_field() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    let bad_limit = SetRateLimitRequest {
-        scope: RateLimitScope::All,
-        operation: None,
-        per_token: false,
-        capacity: 0,
-        refill_per_second: 1.0,
-        status: 429,
-    };
+    let bad_limit = SetRateLimitRequest { capacity: 0, ..Default::default() };
     assert!(emu.admin.set_rate_limit("x", &bad_limit).await.unwrap_err().to_string().contains("capacity"));
 }
 
@@ -372,7 +363,7 @@ async fn data_plane_rules_are_checked_listed_kept_and_deleted() {
 }
 
 fn bucket(scope: RateLimitScope, capacity: u32, refill: f64) -> SetRateLimitRequest {
-    SetRateLimitRequest { scope, operation: None, per_token: false, capacity, refill_per_second: refill, status: 429 }
+    SetRateLimitRequest { scope, capacity, refill_per_second: Some(refill), ..Default::default() }
 }
 
 /// The buckets' tokens now: what is left after the last call plus the refill since, per caller role when per

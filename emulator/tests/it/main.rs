@@ -19,3 +19,4 @@ mod network;
 mod openapi_snapshot;
 mod persistence;
 mod public_pool;
+mod rate_limit_shapes;

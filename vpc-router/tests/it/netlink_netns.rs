@@ -285,14 +285,7 @@ fn the_route_loop_follows_the_emulators_route_table_onto_the_host() {
         assert_eq!(ours(&netlink).await, pairs(&[("10.244.1.0/24", "172.18.0.3"), ("10.244.2.0/24", "172.18.0.4")]));
 
         // Throttled (429) and an outage (503): the Retry-After is passed on, and the routes stay.
-        let bucket = SetRateLimitRequest {
-            scope: Default::default(),
-            operation: None,
-            per_token: false,
-            capacity: 1,
-            refill_per_second: 0.01,
-            status: 429,
-        };
+        let bucket = SetRateLimitRequest { capacity: 1, refill_per_second: Some(0.01), ..Default::default() };
         admin.set_rate_limit("tight", &bucket).await.expect("rate limit");
         let _ = router.sync_once().await;
         let e = router.sync_once().await.expect_err("throttled");
