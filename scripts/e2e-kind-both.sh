@@ -47,7 +47,7 @@ wait "$first" || rc_first=$?
 wait "$second" || rc_second=$?
 
 for ccm in fakecloud upstream; do
-	summary="$cargo_target_dir/nextest/kind-$ccm/summary.md"
+	summary="$repo_root/target/nextest/kind-$ccm/summary.md"
 	if [[ -f "$summary" ]]; then
 		echo
 		echo "== $ccm CCM =="

@@ -45,8 +45,11 @@ export FAKECLOUD_E2E_PROFILE=kind-$kind_ccm
 log "running the conformance suite against kind cluster $cluster ($kind_ccm_deployment, emulator $FAKECLOUD_ENDPOINT)"
 rc=0
 bash "$repo_root/scripts/e2e.sh" "$@" || rc=$?
-junit="$cargo_target_dir/nextest/$FAKECLOUD_E2E_PROFILE/junit.xml"
-if [[ -f "$junit" ]] && grep -q '<skipped' "$junit"; then
+junit="$repo_root/target/nextest/$FAKECLOUD_E2E_PROFILE/junit.xml"
+if [[ ! -f "$junit" ]]; then
+	log "error: no report at $junit, so whether every case ran cannot be checked"
+	rc=1
+elif grep -q '<skipped' "$junit"; then
 	log "error: cases were skipped on kind, where every case must run: $(grep -o 'name="[^"]*"><skipped' "$junit" | cut -d'"' -f2 | tr '\n' ' ')"
 	rc=1
 fi

@@ -27,7 +27,8 @@ if ! "$cargo" nextest --version >/dev/null 2>&1; then
 	"$cargo" install --locked cargo-nextest --no-default-features --features default-no-update
 fi
 
-out=${CARGO_TARGET_DIR:-target}/nextest/$profile
+# nextest keeps its reports under the workspace (its store dir), wherever CARGO_TARGET_DIR puts the build.
+out=target/nextest/$profile
 rm -f "$out/junit.xml"
 rc=0
 "$cargo" nextest run --locked -p fakecloud-e2e --profile "$profile" --no-fail-fast "${filter[@]}" "$@" || rc=$?
