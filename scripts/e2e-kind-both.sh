@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # `make e2e-kind-both`: `make e2e-kind` against both CCMs at once, on two kind clusters sharing one engine:
 #
-#   cluster              CCM                                          emulator (host port)   run directory
-#   fakecloud            fakecloud-ccm                                fakecloud-emulator (8787)            .run/
-#   fakecloud-upstream   upstream's cloud-controller-manager + Go     fakecloud-upstream-emulator (8788)   .run/fakecloud-upstream/
-#                        provider
+#   cluster             CCM                                   emulator container (host port)      run directory
+#   fakecloud           fakecloud-ccm                         fakecloud-emulator (8787)           .run/
+#   fakecloud-upstream  upstream's CCM with the Go provider   fakecloud-upstream-emulator (8788)  .run/fakecloud-upstream/
 #
 # Each cluster has its own kind network, cloud and load balancer addresses, so the two suites cannot see each
 # other. A suite spends most of its time waiting on its cluster (grace periods, the CCM's periods), so the two
