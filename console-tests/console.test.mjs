@@ -217,6 +217,21 @@ test("a rate limit set in the form shows its buckets' tokens, and is deleted", a
   await page.locator("#rate-limits-table").getByText("none").waitFor();
 });
 
+test("a preset's button installs that cloud's throttling, another replaces it, and clear removes them", async () => {
+  await page.click("nav button[data-view=faults]");
+  await page.click("#rate-limit-presets button[data-preset=aws-ec2]");
+  await page.locator("#rate-limits-table").getByText("aws-ec2-mutating").waitFor();
+  // EC2's refusal is a 503 without Retry-After, as the preset says on the API.
+  const ec2 = (await api("GET", "/v1/rate-limits", undefined, ADMIN)).body.items;
+  assert.ok(ec2.some((r) => r.id === "aws-ec2-mutating" && r.limit.status === 503 && r.limit.retry_after === false));
+  await page.click("#rate-limit-presets button[data-preset=gcp-compute]");
+  await page.locator("#rate-limits-table").getByText("gcp-compute-").first().waitFor();
+  await page.locator("#rate-limits-table").getByText("aws-ec2-").first().waitFor({ state: "detached" });
+  await shot("rate-limit-presets");
+  await page.click("#rate-limit-presets button[data-preset='']");
+  await page.locator("#rate-limits-table").getByText("none").waitFor();
+});
+
 test("a latency fault added in the form delays the calls it matches", async () => {
   await page.click("nav button[data-view=faults]");
   await page.selectOption("#fault-form [name=type]", "latency");

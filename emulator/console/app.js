@@ -244,6 +244,15 @@ function onRateLimitForm(e) {
   act(() => call("PUT", `/v1/rate-limits/${encodeURIComponent(f.id ?? "")}`, body));
 }
 
+/// A preset's button installs it (`PUT /v1/rate-limit-presets/{name}`); the one without a name clears them all.
+function onPresetButton(e) {
+  const name = e.target.dataset?.preset;
+  if (name === undefined) return;
+  act(() =>
+    name ? call("PUT", `/v1/rate-limit-presets/${encodeURIComponent(name)}`) : call("DELETE", "/v1/rate-limit-presets"),
+  );
+}
+
 function onOutageForm(e) {
   e.preventDefault();
   const f = fields(e.target);
@@ -313,6 +322,7 @@ $("tabs").addEventListener("click", (e) => e.target.dataset?.view && show(e.targ
 $("fault-form").addEventListener("submit", onFaultForm);
 $("fault-form").elements.type.addEventListener("change", onFaultType);
 $("rate-limit-form").addEventListener("submit", onRateLimitForm);
+$("rate-limit-presets").addEventListener("click", onPresetButton);
 $("outage-form").addEventListener("submit", onOutageForm);
 $("audit-filters").addEventListener("input", renderTail);
 $("audit-filters").addEventListener("submit", (e) => e.preventDefault());
