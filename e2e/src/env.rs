@@ -330,6 +330,13 @@ impl Env {
         self.cloud.create_instance(&req, None).await.unwrap_or_else(|e| panic!("creating instance {}: {e}", req.name))
     }
 
+    /// A machine of the case's own (named [`Env::name`]`(name)`) that no simulated kubelet registers: its Node
+    /// is the case's to register ([`crate::own_node`]) or never comes. Removed with the case's other machines.
+    pub async fn machine_without_kubelet(&self, name: &str) -> Instance {
+        let tags = [(crate::own_node::NO_KUBELET_TAG.to_string(), "none".to_string())].into();
+        self.create_instance(CreateInstanceRequest { name: name.into(), tags, ..Default::default() }).await
+    }
+
     /// A machine named [`Env::name`]`(name)` in `zone`.
     pub async fn instance(&self, name: &str, zone: &str) -> Instance {
         self.create_instance(CreateInstanceRequest { name: name.into(), zone: Some(zone.into()), ..Default::default() })

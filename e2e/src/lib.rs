@@ -9,6 +9,7 @@
 //! - [`local`]: the local cluster itself — the upstream control plane, an emulator, simulated kubelets, CCM
 //!   processes run as the deploy manifest's ServiceAccount — also used directly by the tests of the
 //!   `fakecloud-ccm` binary (`tests/it/ccm_*.rs`) and the benchmarks.
+//! - [`own_node`]: Nodes a case registers and keeps alive itself, for machines without a simulated kubelet.
 //! - [`bench`]: what the CCM benchmarks measure of a CCM process, fakecloud-ccm and upstream's alike.
 //! - [`Probe`]: how any of them looks at a cluster (Nodes, events, the CCM's cloud calls).
 //!
@@ -19,6 +20,7 @@ pub mod bench;
 pub mod env;
 pub mod lb;
 pub mod local;
+pub mod own_node;
 pub mod traffic;
 
 use std::path::{Path, PathBuf};

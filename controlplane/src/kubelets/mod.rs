@@ -64,6 +64,11 @@ pub struct Options {
     pub not_ready_for: Duration,
 }
 
+/// A machine tagged with this, value `none`, gets no simulated kubelet: its Node, if any, is someone else's to
+/// register and keep alive — a test playing the kubelet itself (a Node named otherwise than its machine, or one
+/// registered without a providerID), or a machine whose kubelet never comes up.
+pub const NO_KUBELET_TAG: &str = "fakecloud.io/kubelet";
+
 /// The default Ready=False window after a machine starts: a kind node's, from its kubelet's registration until
 /// the CNI config is written. On this project's kind clusters it measured 46–59 s, most of it `make kind-up`
 /// loading images before the VPC router writes the config; 10 s is the order of a node whose CNI plugin starts

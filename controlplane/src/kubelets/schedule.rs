@@ -10,7 +10,7 @@ use fakecloud_api::Instance;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
-use super::objects;
+use super::{NO_KUBELET_TAG, objects};
 
 /// The kubelet's lease controller backs off to at most 7 s between failed renewals.
 const MAX_BACKOFF: Duration = Duration::from_secs(7);
@@ -68,10 +68,12 @@ impl Action {
     }
 }
 
-/// The machines that are up: the running instances by name. Should two running instances share a name, the
-/// newest (listed last; the emulator lists oldest first) is the machine behind the Node.
+/// The machines that are up: the running instances by name, but those tagged [`NO_KUBELET_TAG`]`=none`. Should
+/// two running instances share a name, the newest (listed last; the emulator lists oldest first) is the machine
+/// behind the Node.
 pub fn running_by_name(instances: Vec<Instance>) -> BTreeMap<String, Instance> {
-    instances.into_iter().map(|i| (i.name.clone(), i)).collect()
+    let simulated = |i: &Instance| i.tags.get(NO_KUBELET_TAG).is_none_or(|v| v != "none");
+    instances.into_iter().filter(simulated).map(|i| (i.name.clone(), i)).collect()
 }
 
 /// The calls due at `now`. Updates `kubelets`: a kubelet whose instance is no longer running, or whose machine
@@ -217,6 +219,16 @@ mod tests {
         for j in jobs {
             kubelets.get_mut(&j.instance.name).expect("planned").succeeded(&j.instance.name, &j.action, at, &PERIODS);
         }
+    }
+
+    #[test]
+    fn a_machine_tagged_without_a_kubelet_gets_none() {
+        let mut own = inst("own");
+        own.tags.insert(NO_KUBELET_TAG.into(), "none".into());
+        let mut other = inst("other");
+        other.tags.insert(NO_KUBELET_TAG.into(), "simulated".into());
+        let running = running_by_name(vec![own, other, inst("plain")]);
+        assert_eq!(running.keys().collect::<Vec<_>>(), ["other", "plain"]);
     }
 
     #[test]

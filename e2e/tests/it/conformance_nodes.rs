@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::AuditEntry;
+use fakecloud_e2e::own_node::{Heartbeat, ready_now};
 use fakecloud_e2e::{Env, HANG, SHUTDOWN_TAINT, Setup, UNINITIALIZED_TAINT, case, initialized, taint_keys, until};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
@@ -29,26 +30,6 @@ async fn wait_initialized(env: &Env, name: &str, timeout: Duration) -> Node {
 async fn metadata_calls(env: &Env, ids: &BTreeSet<String>) -> Vec<AuditEntry> {
     let calls = env.ccm_calls(&["GetInstance", "ListInstances"]).await;
     calls.into_iter().filter(|c| c.resource_id.as_ref().is_none_or(|id| ids.contains(id))).collect()
-}
-
-/// A kubelet's Ready condition, as it reports it at registration and in every heartbeat.
-fn ready_now() -> serde_json::Value {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    serde_json::json!([{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "up",
-                        "lastHeartbeatTime": now, "lastTransitionTime": now}])
-}
-
-/// A kubelet's heartbeat for a Node no simulated kubelet owns: Ready, every 2 s, so the controller manager does
-/// not mark it NotReady (and the lifecycle controller delete it) however slow the test runs. Conditions only:
-/// addresses merged in after the CCM wrote its own would undo them (upstream rewrites them only every 5 min).
-fn heartbeat(nodes: Api<Node>, name: String) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let status = serde_json::json!({"status": {"conditions": ready_now()}});
-            let _ = nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status)).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        }
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +110,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         }))
         .unwrap();
         nodes.create(&PostParams::default(), &ghost).await.unwrap();
-        let beating = heartbeat(nodes.clone(), env.name("ghost"));
+        let beating = Heartbeat::start(nodes.clone(), env.name("ghost"));
         tokio::time::sleep(Duration::from_secs(3)).await;
         let tries = lookups_by_name().await - before;
         assert!(
@@ -140,7 +121,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         assert!((3..=25).contains(&tries), "{tries} lookups of the missing instance in 3 s");
         let g = env.instance("ghost", "local-1a").await;
         let ng = wait_initialized(env, &g.name, HANG).await;
-        beating.abort();
+        drop(beating);
         assert_eq!(ng.spec.as_ref().unwrap().provider_id.as_deref(), Some(g.provider_id.as_str()));
         let ng = until(HANG, "ghost's addresses", async || {
             env.node(&g.name).await.filter(|n| addresses(n).first().is_some_and(|a| a.0 == "InternalIP"))

@@ -5,6 +5,9 @@
 mod ccm_leader;
 mod ccm_serving;
 mod ccm_startup;
+mod conformance_bug_k8s_100779;
+mod conformance_bug_k8s_69362;
+mod conformance_bug_os_3114;
 mod conformance_crashes;
 mod conformance_faults;
 mod conformance_lb_traffic;

@@ -1,0 +1,70 @@
+//! Bug pack: kubernetes/kubernetes#100779 (also #34267) — a CCM restarted while nodes churned synced load
+//! balancers from a node list it had not finished reading, and deregistered healthy workers: their traffic
+//! dropped until the next sync.
+//!
+//! Staged: a LoadBalancer Service on three nodes; the CCM's leader killed while one node is being replaced (its
+//! machine terminated, a new one started). Asserted, from the cloud's side, watched throughout: no backend of a
+//! healthy node is ever removed, and the set converges to the healthy nodes plus the replacement. Any backend,
+//! both CCMs.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use fakecloud_e2e::{HANG, Setup, case, lb, until};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, PostParams};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_node_churn_never_deregisters_a_healthy_node() {
+    case("bug-100779", Setup::new(CCM).kills_ccm(), async |env| {
+        let mut machines = env.initialized_nodes("k100779", 3).await;
+        let ns = env.namespace("bug-100779").await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        let web =
+            services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
+        lb::wait_for_ip(&services, "web", HANG).await;
+        let old = machines.pop().unwrap();
+        let healthy: Vec<String> = machines.iter().map(|m| m.id.clone()).collect();
+
+        // The load balancer's backends, read every 200 ms from now until the end: any read missing a healthy
+        // machine is kept.
+        let name = lb::name(&web);
+        let watching = Arc::new(AtomicBool::new(true));
+        let watcher = tokio::spawn({
+            let (cloud, watching, healthy) = (env.cloud.clone(), watching.clone(), healthy.clone());
+            async move {
+                let mut missing = Vec::new();
+                while watching.load(Ordering::Relaxed) {
+                    if let Ok(Some(lb)) = cloud.find_load_balancer(&name).await
+                        && !healthy.iter().all(|h| lb.backends.contains(h))
+                    {
+                        missing.push(lb.backends);
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                missing
+            }
+        });
+
+        env.cloud.terminate_instance(&old.id).await.unwrap();
+        let replacement = env.instance("k100779-new", "local-1a").await;
+        env.kill_ccm_leader().await;
+        let converged = until(env.timing.node_loss(), "the replacement in and the old machine out", async || {
+            let lb = env.cloud.find_load_balancer(&lb::name(&web)).await.ok()??;
+            (lb.backends.contains(&replacement.id) && !lb.backends.contains(&old.id)).then_some(lb.backends)
+        })
+        .await;
+        watching.store(false, Ordering::Relaxed);
+        let missing = watcher.await.unwrap();
+        assert!(
+            missing.is_empty(),
+            "healthy machines were deregistered: backends seen {missing:?}, healthy {healthy:?}"
+        );
+        assert!(healthy.iter().all(|h| converged.contains(h)), "{converged:?}");
+    })
+    .await;
+}
