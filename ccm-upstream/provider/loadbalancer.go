@@ -244,6 +244,16 @@ const (
 	createRecheck       = 1 * time.Second
 )
 
+// How long an ensure waits for its load balancer to leave provisioning, looking every provisioningPoll, as
+// fakecloud-ccm does: the EXTERNAL-IP comes from the ensure that created it, not a later one
+// (cloud-provider-openstack#2066: the create's answer was taken for the result, so every load balancer needed
+// two syncs and a warning). A cloud slower than this hands the Service back, as a retry after
+// provisioningRecheck.
+const (
+	provisioningWait = 30 * time.Second
+	provisioningPoll = 1 * time.Second
+)
+
 // retryAfter makes a throttled or unavailable cloud's answer (429/503 with Retry-After) an api.RetryError, so
 // the service controller comes back exactly when the cloud asked, as fakecloud-ccm does, not sooner or later.
 func retryAfter(err error) error {
@@ -319,10 +329,45 @@ func (c *Cloud) ensure(ctx context.Context, cluster string, svc *v1.Service, nod
 			}
 		}
 	}
-	if lb.State == fakecloudapi.LoadBalancerStateProvisioning {
-		return nil, api.NewRetryError(fmt.Sprintf("load balancer %s is provisioning", name), provisioningRecheck)
+	if lb, err = c.untilProvisioned(ctx, lb); err != nil {
+		return nil, err
 	}
 	return status(lb), nil
+}
+
+// untilProvisioned is lb once it has left provisioning, looked at every provisioningPoll for at most
+// provisioningWait.
+func (c *Cloud) untilProvisioned(ctx context.Context, lb *fakecloudapi.LoadBalancer) (*fakecloudapi.LoadBalancer, error) {
+	deadline := time.Now().Add(provisioningWait)
+	for lb.State == fakecloudapi.LoadBalancerStateProvisioning {
+		if time.Now().After(deadline) {
+			msg := fmt.Sprintf("load balancer %s is still provisioning after %s", lb.Name, provisioningWait)
+			return nil, api.NewRetryError(msg, provisioningRecheck)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(provisioningPoll):
+		}
+		got, err := c.get(ctx, lb)
+		if err != nil {
+			return nil, err
+		}
+		lb = got
+	}
+	return lb, nil
+}
+
+// get is the load balancer as the cloud has it now (one call).
+func (c *Cloud) get(ctx context.Context, lb *fakecloudapi.LoadBalancer) (*fakecloudapi.LoadBalancer, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	raw, err := c.api.GetLoadBalancer(ctx, lb.Id)
+	resp, err := call(raw, err, fakecloudapi.ParseGetLoadBalancerResponse)
+	if err != nil {
+		return nil, fmt.Errorf("load balancer %s: GetLoadBalancer: %w", lb.Name, err)
+	}
+	return resp.JSON200, nil
 }
 
 // create makes the load balancer. The Idempotency-Key is its name and the Service's generation, so a retry

@@ -16,8 +16,15 @@ use crate::client_go::metrics::Metrics;
 
 /// Routes live in the emulator's main route table.
 const ROUTE_TABLE: &str = "main";
-/// How soon to look again at a load balancer being provisioned (the service stays `<pending>` until then).
+/// How soon to look again at a load balancer being deleted, or still provisioning after [`PROVISIONING_WAIT`]
+/// (the service stays `<pending>` until then).
 pub const PROVISIONING_RECHECK: Duration = Duration::from_secs(2);
+/// How long an ensure waits for its load balancer to leave `provisioning`, looking every [`PROVISIONING_POLL`]:
+/// the EXTERNAL-IP is set by the ensure that created it, not by a later one (cloud-provider-openstack#2066, where
+/// the create's answer was taken for the result and every load balancer needed two syncs and a warning). A
+/// cloud slower than this hands the Service back to the queue, as a retry after [`PROVISIONING_RECHECK`].
+pub const PROVISIONING_WAIT: Duration = Duration::from_secs(30);
+pub const PROVISIONING_POLL: Duration = Duration::from_secs(1);
 /// How soon to look again when a create raced with another (or the cloud does not list it yet).
 const CREATE_RECHECK: Duration = Duration::from_secs(1);
 
@@ -103,6 +110,23 @@ impl FakeCloud {
             }
             Err(e) => Err(classify(e)),
         }
+    }
+
+    /// `lb` once it has left `provisioning`, looked at every [`PROVISIONING_POLL`] for at most
+    /// [`PROVISIONING_WAIT`].
+    async fn until_provisioned(&self, mut lb: LoadBalancer) -> Result<LoadBalancer, CloudError> {
+        let start = Instant::now();
+        while lb.state == LoadBalancerState::Provisioning {
+            if start.elapsed() >= PROVISIONING_WAIT {
+                return Err(CloudError::RetryAfter {
+                    after: PROVISIONING_RECHECK,
+                    message: format!("load balancer {} is still provisioning after {PROVISIONING_WAIT:?}", lb.name),
+                });
+            }
+            tokio::time::sleep(PROVISIONING_POLL).await;
+            lb = self.call("GetLoadBalancer", self.client.get_load_balancer(&lb.id)).await?;
+        }
+        Ok(lb)
     }
 
     /// The instance behind a node: by the ID in its providerID, or (before one is set) by its name. One call.
@@ -303,13 +327,7 @@ impl Cloud for FakeCloud {
                 Some(req) => self.call("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, &req)).await?,
             },
         };
-        if lb.state == LoadBalancerState::Provisioning {
-            return Err(CloudError::RetryAfter {
-                after: PROVISIONING_RECHECK,
-                message: format!("load balancer {} is provisioning", lb.name),
-            });
-        }
-        Ok(status(&lb))
+        Ok(status(&self.until_provisioned(lb).await?))
     }
 
     async fn update_load_balancer(&self, _cluster: &str, svc: &Service, nodes: &[Arc<Node>]) -> Result<(), CloudError> {

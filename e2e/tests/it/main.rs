@@ -7,6 +7,7 @@ mod ccm_serving;
 mod ccm_startup;
 mod conformance_bug_k8s_100779;
 mod conformance_bug_k8s_69362;
+mod conformance_bug_os_2066;
 mod conformance_bug_os_3114;
 mod conformance_crashes;
 mod conformance_faults;
