@@ -12,14 +12,40 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 
+# FAKECLOUD_E2E_ONLY: a filter expression the cases must also match (e2e-upstream.sh: the conformance cases).
+only=${FAKECLOUD_E2E_ONLY:-}
 case ${FAKECLOUD_E2E_BACKEND:-local} in
-local) profile=e2e filter=() ;;
-existing) profile=${FAKECLOUD_E2E_PROFILE:-e2e-existing} filter=(-E 'test(/^conformance_/)') ;;
+local) profile=e2e ;;
+existing) profile=${FAKECLOUD_E2E_PROFILE:-e2e-existing} only=${only:-'test(/^conformance_/)'} ;;
 *)
 	echo "FAKECLOUD_E2E_BACKEND=$FAKECLOUD_E2E_BACKEND: use local (the default) or existing" >&2
 	exit 2
 	;;
 esac
+
+# nextest runs the union of several -E, so the caller's `-E EXPR` is joined to `only` with `and` here: passed
+# apart, `-E 'test(/conformance_presets/)'` would add every other conformance case instead of narrowing.
+args=() wanted=()
+while (($#)); do
+	case $1 in
+	-E | --filterset | --filter-expr)
+		wanted+=("(${2:?$1 needs an expression})")
+		shift 2
+		;;
+	*)
+		args+=("$1")
+		shift
+		;;
+	esac
+done
+filter=()
+if ((${#wanted[@]})); then
+	joined=$(printf ' or %s' "${wanted[@]}")
+	joined=${joined# or }
+	filter=(-E "${only:+($only) and }($joined)")
+elif [[ -n $only ]]; then
+	filter=(-E "$only")
+fi
 
 if ! "$cargo" nextest --version >/dev/null 2>&1; then
 	echo "==> installing cargo-nextest (once; a few minutes on 2 cores)"
@@ -31,7 +57,7 @@ fi
 out=target/nextest/$profile
 rm -f "$out/junit.xml"
 rc=0
-"$cargo" nextest run --locked -p fakecloud-e2e --profile "$profile" --no-fail-fast "${filter[@]}" "$@" || rc=$?
+"$cargo" nextest run --locked -p fakecloud-e2e --profile "$profile" --no-fail-fast "${filter[@]}" "${args[@]}" || rc=$?
 if [[ -f "$out/junit.xml" ]]; then
 	python3 scripts/e2e-summary.py "$out/junit.xml" | tee "$out/summary.md"
 	echo

@@ -117,7 +117,7 @@ func (c *Cloud) ProviderName() string                           { return Name }
 func (c *Cloud) HasClusterID() bool { return true }
 
 // APIError is a non-2xx answer of the emulator: its status, its error code (fakecloud_api::codes) and, on
-// 429/503, the Retry-After it asked for. Upstream's controllers requeue on any error (with backoff), so the
+// 429/503/403, the Retry-After it asked for. Upstream's controllers requeue on any error (with backoff), so the
 // delay is only reported, not waited out here.
 type APIError struct {
 	Status     int
@@ -163,7 +163,8 @@ func apiError(status int, header http.Header, body []byte) *APIError {
 	} else {
 		e.Message = strings.TrimSpace(string(body))
 	}
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+	// GCP's 403 rateLimitExceeded says when its window ends, as a 429 or 503 does.
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || status == http.StatusForbidden {
 		if secs, err := strconv.Atoi(strings.TrimSpace(header.Get("Retry-After"))); err == nil && secs >= 0 {
 			e.RetryAfter = time.Duration(secs) * time.Second
 		}

@@ -123,22 +123,28 @@ func TestProviderIDsAreParsedStrictly(t *testing.T) {
 }
 
 // The service controller requeues an api.RetryError after exactly its delay: a throttled create must be one,
-// with the cloud's Retry-After and its error code in the message (the SyncLoadBalancerFailed event shows it).
+// with the cloud's Retry-After and its error code in the message (the SyncLoadBalancerFailed event shows it),
+// whichever status the cloud throttles with (EC2's 503, Azure's 429, GCP's 403 rateLimitExceeded).
 func TestAThrottledCreateIsARetryErrorWithTheCloudsDelay(t *testing.T) {
-	c := emulator(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.Method == http.MethodGet {
-			_, _ = w.Write([]byte(`{"items":[]}`))
-			return
+	for _, throttle := range []struct {
+		status int
+		code   string
+	}{{503, "RequestLimitExceeded"}, {429, "SubscriptionRequestsThrottled"}, {403, "rateLimitExceeded"}} {
+		c := emulator(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.Method == http.MethodGet {
+				_, _ = w.Write([]byte(`{"items":[]}`))
+				return
+			}
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(throttle.status)
+			_, _ = w.Write([]byte(`{"error":{"code":"` + throttle.code + `","message":"slow down","request_id":"r"}}`))
+		})
+		svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u-1"}, Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80, NodePort: 30080}}}}
+		_, err := c.EnsureLoadBalancer(t.Context(), "kubernetes", svc, nil)
+		var re *api.RetryError
+		if !errors.As(err, &re) || re.RetryAfter() != 3*time.Second || !strings.Contains(err.Error(), throttle.code) {
+			t.Errorf("%d %s: err = %#v", throttle.status, throttle.code, err)
 		}
-		w.Header().Set("Retry-After", "3")
-		w.WriteHeader(503)
-		_, _ = w.Write([]byte(`{"error":{"code":"RequestLimitExceeded","message":"slow down","request_id":"r"}}`))
-	})
-	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u-1"}, Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80, NodePort: 30080}}}}
-	_, err := c.EnsureLoadBalancer(t.Context(), "kubernetes", svc, nil)
-	var re *api.RetryError
-	if !errors.As(err, &re) || re.RetryAfter() != 3*time.Second || !strings.Contains(err.Error(), "RequestLimitExceeded") {
-		t.Errorf("err = %#v", err)
 	}
 }

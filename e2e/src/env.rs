@@ -4,8 +4,8 @@
 //!
 //! - the case gets its own namespaces ([`Env::namespace`]) and machines ([`Env::create_instance`]: tagged,
 //!   given a simulated kubelet of the suite's own, with a taint that keeps real pods off them);
-//! - on an existing cluster, what the case changed is put back afterwards (quotas, fault rules, rate limits,
-//!   outages), its namespaces deleted (and so their load balancers) and its machines and Nodes removed, and
+//! - on an existing cluster, what the case changed is put back afterwards (quotas, fault rules, rate limits
+//!   and presets, outages), its namespaces deleted (and so their load balancers) and its machines and Nodes removed, and
 //!   what earlier runs left behind is removed before it starts;
 //! - when it fails, the report shows the events about its objects, the CCM's last cloud calls from the audit
 //!   log, and the tail of the CCM's log.
@@ -13,11 +13,13 @@
 //! Everything a case asserts is seen through [`Probe`] (the Kubernetes API and the emulator's audit log), never
 //! through CCM internals, so the same case runs on the local backend and on kind.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use fakecloud_api::{Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, QuotaName};
+use fakecloud_api::{
+    Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, QuotaName, SetRateLimitRequest,
+};
 use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
 use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -171,7 +173,8 @@ enum Kind {
 struct Baseline {
     quotas: Vec<(QuotaName, u32)>,
     faults: BTreeSet<String>,
-    rate_limits: BTreeSet<String>,
+    /// By id, with their specs: a case may replace one (installing a preset replaces every preset's limits).
+    rate_limits: BTreeMap<String, SetRateLimitRequest>,
     outages: BTreeSet<String>,
 }
 
@@ -577,7 +580,7 @@ impl Baseline {
                 .expect("the rate limits")
                 .items
                 .into_iter()
-                .map(|r| r.id)
+                .map(|r| (r.id, r.limit))
                 .collect(),
             outages: cloud.list_outages().await.expect("the outages").items.into_iter().map(|o| o.id).collect(),
         }
@@ -589,9 +592,15 @@ impl Baseline {
                 let _ = cloud.delete_fault(&f.id).await;
             }
         }
-        for r in cloud.list_rate_limits().await.map(|l| l.items).unwrap_or_default() {
-            if !self.rate_limits.contains(&r.id) {
+        let limits = cloud.list_rate_limits().await.map(|l| l.items).unwrap_or_default();
+        for r in &limits {
+            if !self.rate_limits.contains_key(&r.id) {
                 let _ = cloud.delete_rate_limit(&r.id).await;
+            }
+        }
+        for (id, spec) in &self.rate_limits {
+            if !limits.iter().any(|r| &r.id == id && &r.limit == spec) {
+                let _ = cloud.set_rate_limit(id, spec).await;
             }
         }
         for o in cloud.list_outages().await.map(|l| l.items).unwrap_or_default() {

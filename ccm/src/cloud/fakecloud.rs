@@ -221,17 +221,26 @@ fn changes(
 /// `fakecloud://<zone>/<id>` → `<id>` (the api crate's, which the VPC router shares).
 pub use fakecloud_api::parse_provider_id;
 
+/// Throttling codes that clouds answer with a status that otherwise means a bad request: ELB's 400 `Throttling`
+/// (`ThrottlingException` in the SDKs) and GCP's 403 `rateLimitExceeded` (`userRateLimitExceeded` per user).
+const THROTTLE_CODES: [&str; 4] = ["Throttling", "ThrottlingException", "rateLimitExceeded", "userRateLimitExceeded"];
+
 /// Map an API error to what a controller does about it.
 pub fn classify(e: ClientError) -> CloudError {
-    match (&e, e.status()) {
-        (_, Some(404)) => CloudError::NotFound(e.to_string()),
-        (_, Some(429 | 503)) if e.retry_after().is_some() => {
-            CloudError::RetryAfter { after: e.retry_after().unwrap_or_default(), message: e.to_string() }
+    match (&e, e.status(), e.retry_after()) {
+        (_, Some(404), _) => CloudError::NotFound(e.to_string()),
+        // Whatever the status: GCP's 403 rateLimitExceeded says when its window ends, as a 429 or 503 does.
+        (_, Some(s), Some(after)) if s == 403 || s == 429 || s == 503 => {
+            CloudError::RetryAfter { after, message: e.to_string() }
         }
-        (ClientError::Api(api), Some(422)) => {
+        (ClientError::Api(api), Some(422), _) => {
             CloudError::QuotaExceeded { code: api.code.clone(), message: api.message.clone() }
         }
-        (_, Some(s)) if (400..500).contains(&s) && s != 429 => CloudError::Invalid(e.to_string()),
+        // A throttle, not a bad request: retried with backoff.
+        (_, Some(400 | 403), _) if e.code().is_some_and(|c| THROTTLE_CODES.contains(&c)) => {
+            CloudError::Transient(e.to_string())
+        }
+        (_, Some(s), _) if (400..500).contains(&s) && s != 429 => CloudError::Invalid(e.to_string()),
         _ => CloudError::Transient(e.to_string()),
     }
 }
@@ -379,6 +388,43 @@ impl Cloud for FakeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(status: u16, code: &str, retry_after: Option<u64>) -> ClientError {
+        ClientError::Api(fakecloud_api::ApiError {
+            status,
+            code: code.into(),
+            message: "m".into(),
+            request_id: "r".into(),
+            retry_after: retry_after.map(Duration::from_secs),
+        })
+    }
+
+    /// Each cloud's throttle (the emulator's presets) is retried, after its Retry-After when it gives one; a
+    /// bad request or a quota is not taken for one.
+    #[test]
+    fn every_presets_throttle_is_retried_and_its_retry_after_kept() {
+        let after = |e: CloudError| match e {
+            CloudError::RetryAfter { after, .. } => Some(after),
+            _ => None,
+        };
+        let throttles = [
+            (api_error(503, "RequestLimitExceeded", None), None),
+            (api_error(400, "Throttling", None), None),
+            (api_error(429, "SubscriptionRequestsThrottled", Some(4)), Some(4)),
+            (api_error(429, "OperationNotAllowed", None), None),
+            (api_error(403, "rateLimitExceeded", Some(17)), Some(17)),
+            (api_error(403, "rateLimitExceeded", None), None),
+        ];
+        for (e, retry_after) in throttles {
+            let shown = e.to_string();
+            let c = classify(e);
+            assert!(matches!(c, CloudError::RetryAfter { .. } | CloudError::Transient(_)), "{shown}: {c:?}");
+            assert_eq!(after(c), retry_after.map(Duration::from_secs), "{shown}");
+        }
+        assert!(matches!(classify(api_error(400, "InvalidParameter", None)), CloudError::Invalid(_)));
+        assert!(matches!(classify(api_error(403, "Forbidden", None)), CloudError::Invalid(_)));
+        assert!(matches!(classify(api_error(422, "RouteLimitExceeded", None)), CloudError::QuotaExceeded { .. }));
+    }
 
     #[test]
     fn provider_ids_are_parsed_strictly() {

@@ -15,5 +15,6 @@ mod conformance_lb_traffic;
 mod conformance_network;
 mod conformance_node_races;
 mod conformance_nodes;
+mod conformance_presets;
 mod conformance_routes;
 mod conformance_services;

@@ -1,0 +1,263 @@
+//! Conformance under each real cloud's throttling, the emulator's failure-shape presets (issue #26): with a
+//! preset installed, three new nodes are initialized and routed and three `LoadBalancer` Services get their
+//! EXTERNAL-IP, the CCM having been refused in that cloud's shape on the way (EC2's 503 `RequestLimitExceeded`,
+//! ELB's 400 `Throttling`, ARM's 429s with and without `Retry-After`, GCP's 403 `rateLimitExceeded` until the
+//! window ends), and never in a hot loop: a bounded number of calls, none bunched, and a load balancer refused
+//! with `Retry-After` is not tried again before it. Judged through the Kubernetes API and the audit log; any
+//! backend, either CCM.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use fakecloud_api::{AuditEntry, CreateInstanceRequest, RateLimit, RateLimitKind, RateLimitPreset, RateLimitScope};
+use fakecloud_api::{Instance, SetRateLimitRequest};
+use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+
+const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
+
+const NODES: usize = 3;
+const SERVICES: [&str; 3] = ["a", "b", "c"];
+/// The CCM's writes. The case's tighter limits cover these and not every write, so that the case's own
+/// `CreateInstance` calls are not refused.
+const CCM_WRITES: [&str; 5] =
+    ["CreateRoute", "DeleteRoute", "CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"];
+const LB_OPERATIONS: [&str; 4] =
+    ["ListLoadBalancers", "CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"];
+/// The CCM's cloud calls over a case, at most: its work is a few calls per node and per Service, a route
+/// listing per period and a retry per refusal after a backoff, a few hundred on a slow machine; a hot loop
+/// makes thousands.
+const CALLS_AT_MOST: usize = 800;
+/// Calls of one operation in any one second, at most. Upstream's node queue backs off from 5 ms (5, 10, 20,
+/// ... ms: about eight retries in the first second, per node), so a backoff may bunch a little; a hot loop on
+/// the local emulator makes hundreds.
+const PER_SECOND_AT_MOST: usize = 40;
+
+/// A preset's case: the refusals the CCM must be seen getting, and the tighter limits of the preset's own
+/// shape that make its work meet them.
+struct Shape {
+    preset: RateLimitPreset,
+    status: u16,
+    /// Any of these codes.
+    codes: &'static [&'static str],
+    tighter: Vec<Tighter>,
+}
+
+/// `(id suffix, the preset's limit it is shaped like, what is tighter)`.
+type Tighter = (&'static str, &'static str, fn(SetRateLimitRequest) -> SetRateLimitRequest);
+
+fn at(e: &AuditEntry) -> Timestamp {
+    e.time.parse().unwrap()
+}
+
+fn ccm_writes(capacity: u32, spec: SetRateLimitRequest) -> SetRateLimitRequest {
+    SetRateLimitRequest {
+        scope: RateLimitScope::Operations,
+        operations: CCM_WRITES.map(String::from).to_vec(),
+        capacity,
+        ..spec
+    }
+}
+
+/// Install the preset and the tighter limits, run the work, judge it, clear the presets.
+async fn under(shape: Shape) {
+    let name = shape.preset.name();
+    case(name, Setup::new(CCM), async |env| {
+        let cloud = &env.cloud;
+        // Machines first, with nothing installed yet: the case's own calls are not what is judged. Their Nodes
+        // register later (a kubelet's poll), so all the CCM's work on them is under the throttle.
+        let mut instances = Vec::new();
+        for i in 0..NODES {
+            instances.push(
+                env.create_instance(CreateInstanceRequest { name: format!("{name}-{i}"), ..Default::default() }).await,
+            );
+        }
+        let installed = cloud.install_rate_limit_preset(shape.preset).await.unwrap().items;
+        // Each limit per token: the emulator counts admin calls to cloud operations too, and the simulated
+        // kubelets (admin) list instances 5 times a second, which alone would spend Azure's 160 instance reads per
+        // 3 minutes; the CCM's budget is its own, as a cloud account's is.
+        for l in &installed {
+            cloud.set_rate_limit(&l.id, &SetRateLimitRequest { per_token: true, ..l.limit.clone() }).await.unwrap();
+        }
+        // The presets' real sizes are far above what 3 nodes and 3 Services ask for: the same shapes (status,
+        // code, message, Retry-After or none, headers), with room for a couple of calls, so the work meets them.
+        let mut tight = Vec::new();
+        for (suffix, like, tighter) in &shape.tighter {
+            let model = installed.iter().find(|l| l.id == format!("{name}-{like}")).unwrap();
+            let spec = SetRateLimitRequest { per_token: true, ..tighter(model.limit.clone()) };
+            cloud.set_rate_limit(&format!("{name}-e2e-{suffix}"), &spec).await.unwrap();
+            tight.push(spec);
+        }
+        let ns = env.namespace(name).await;
+        let services = Api::<Service>::namespaced(env.client(), &ns);
+        for s in SERVICES {
+            services.create(&PostParams::default(), &lb::service(s, 80, serde_json::json!({}))).await.unwrap();
+        }
+
+        converge(env, &instances, &services).await;
+        let calls = env.ccm_audit().await;
+        let refused: Vec<&AuditEntry> = calls
+            .iter()
+            .filter(|e| {
+                e.fault.as_deref().is_some_and(|f| f.starts_with(name))
+                    && e.status == shape.status
+                    && e.error_code.as_deref().is_some_and(|c| shape.codes.contains(&c))
+            })
+            .collect();
+        assert!(
+            !refused.is_empty(),
+            "the CCM was refused {} {:?} at least once: {calls:#?}",
+            shape.status,
+            shape.codes
+        );
+        eprintln!("{name}: {} of the CCM's {} calls refused", refused.len(), calls.len());
+        not_hot(&calls);
+        for spec in &tight {
+            if let (RateLimitKind::FixedWindow, Some(window), true) = (spec.kind, spec.window_seconds, spec.retry_after)
+            {
+                retry_after_kept(&calls, &refused, window);
+            }
+        }
+        // A refused load balancer call is the Service's SyncLoadBalancerFailed, naming the refusal.
+        if refused.iter().any(|e| LB_OPERATIONS.contains(&e.operation.as_str())) {
+            let all: Vec<_> = futures::future::join_all(SERVICES.map(|s| env.events_in(&ns, s))).await.concat();
+            assert!(
+                all.iter().any(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed")
+                    && e.message.as_deref().is_some_and(|m| shape.codes.iter().any(|c| m.contains(c)))),
+                "a SyncLoadBalancerFailed naming the refusal: {all:#?}"
+            );
+        }
+
+        let cleared: Vec<String> =
+            cloud.clear_rate_limit_presets().await.unwrap().items.into_iter().map(|l| l.id).collect();
+        assert_eq!(
+            cleared.len(),
+            installed.len() + shape.tighter.len(),
+            "the preset's and the case's limits: {cleared:?}"
+        );
+        let left: Vec<RateLimit> = cloud.list_rate_limits().await.unwrap().items;
+        assert!(left.iter().all(|l| !l.id.starts_with(name)), "{left:#?}");
+    })
+    .await;
+}
+
+/// Every node initialized and routed, every Service with its EXTERNAL-IP.
+async fn converge(env: &Env, instances: &[Instance], services: &Api<Service>) {
+    env.wait_initialized(instances, HANG).await;
+    until(env.timing.routes(), "a route per node", async || {
+        let routes = env.cloud.list_routes("main").await.ok()?.items;
+        instances.iter().all(|i| routes.iter().any(|r| r.target_instance == i.id)).then_some(())
+    })
+    .await;
+    for s in SERVICES {
+        lb::wait_for_ip(services, s, HANG).await;
+    }
+}
+
+/// A bounded number of calls, and none bunched: no operation called more than [`PER_SECOND_AT_MOST`] times in
+/// any second.
+fn not_hot(calls: &[AuditEntry]) {
+    assert!(calls.len() <= CALLS_AT_MOST, "{} cloud calls (at most {CALLS_AT_MOST})", calls.len());
+    let mut by_operation: BTreeMap<&str, Vec<Timestamp>> = BTreeMap::new();
+    for e in calls {
+        by_operation.entry(e.operation.as_str()).or_default().push(at(e));
+    }
+    for (op, times) in by_operation {
+        for (i, t) in times.iter().enumerate() {
+            let within = times[i..].iter().take_while(|u| u.duration_since(*t).as_secs_f64() < 1.0).count();
+            assert!(within <= PER_SECOND_AT_MOST, "{within} {op} calls in the second from {t}: a hot loop");
+        }
+    }
+}
+
+/// With a clock-aligned window that says `Retry-After` (its end), a Service whose load balancer create was
+/// refused in a window is not tried again in it: after a refused create, creates in the rest of that window are
+/// at most one per other Service (their own first tries). Creates only: a node sync whose `UpdateLoadBalancer`
+/// fails puts the Service on the queue for a full sync at once, Retry-After or not, and each node change makes
+/// one (upstream's service controller, docs/upstream-ccm.md trap 15; fakecloud-ccm does the same).
+fn retry_after_kept(calls: &[AuditEntry], refused: &[&AuditEntry], window_seconds: u32) {
+    let window_ms = i64::from(window_seconds) * 1000;
+    for r in refused.iter().filter(|e| e.operation == "CreateLoadBalancer") {
+        let ends = (at(r).as_millisecond().div_euclid(window_ms) + 1) * window_ms;
+        let again: Vec<&AuditEntry> = calls
+            .iter()
+            .filter(|e| e.seq > r.seq && e.operation == r.operation && at(e).as_millisecond() < ends)
+            .collect();
+        assert!(
+            again.len() < SERVICES.len(),
+            "{} refused at {} with Retry-After to the window's end, then called {} times before it: {again:#?}",
+            r.operation,
+            r.time,
+            again.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_under_aws_ec2_throttling() {
+    under(Shape {
+        preset: RateLimitPreset::AwsEc2,
+        status: 503,
+        codes: &["RequestLimitExceeded"],
+        // The mutating bucket, 2 tokens refilled one per 2 s: six creates at once meet it.
+        tighter: vec![("writes", "mutating", |s| SetRateLimitRequest {
+            refill_per_second: Some(0.5),
+            ..ccm_writes(2, s)
+        })],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_under_aws_elb_throttling() {
+    under(Shape {
+        preset: RateLimitPreset::AwsElb,
+        status: 400,
+        codes: &["Throttling"],
+        // The load balancer writes, 1 token refilled one per 5 s: three creates at once meet it.
+        tighter: vec![("writes", "mutating", |s| SetRateLimitRequest {
+            capacity: 1,
+            refill_per_second: Some(0.2),
+            ..s
+        })],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_under_azure_arm_throttling() {
+    under(Shape {
+        preset: RateLimitPreset::AzureArm,
+        status: 429,
+        codes: &["SubscriptionRequestsThrottled", "OperationNotAllowed"],
+        tighter: vec![
+            // The subscription's writes (Retry-After), 2 tokens refilled one per 2 s ...
+            ("writes", "subscription-writes", |s| SetRateLimitRequest {
+                refill_per_second: Some(0.5),
+                ..ccm_writes(2, s)
+            }),
+            // ... and Compute's window on instance reads (no Retry-After), 2 reads per 20 s.
+            ("instance-reads", "compute-high-cost-get", |s| SetRateLimitRequest {
+                capacity: 2,
+                window_seconds: Some(20),
+                ..s
+            }),
+        ],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_under_gcp_compute_throttling() {
+    under(Shape {
+        preset: RateLimitPreset::GcpCompute,
+        status: 403,
+        codes: &["rateLimitExceeded"],
+        // The per-minute writes as 2 per 10 s window (Retry-After to its end), so a refused Service waits
+        // seconds, not up to a minute.
+        tighter: vec![("writes", "writes", |s| SetRateLimitRequest { window_seconds: Some(10), ..ccm_writes(2, s) })],
+    })
+    .await;
+}
