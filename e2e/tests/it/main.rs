@@ -5,6 +5,8 @@
 mod ccm_leader;
 mod ccm_serving;
 mod ccm_startup;
+mod conformance_bug_aws_1328;
+mod conformance_bug_k8s_94966;
 mod conformance_crashes;
 mod conformance_faults;
 mod conformance_lb_traffic;
