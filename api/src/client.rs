@@ -446,6 +446,22 @@ impl Client {
         self.send::<(), _>(Method::DELETE, "/v1/rate-limit-presets", None, None).await
     }
 
+    /// Admin only. How long new load balancers stay `provisioning`.
+    pub async fn lb_provisioning(&self) -> Result<LbProvisioning> {
+        self.get::<_, ()>("/v1/load-balancer-provisioning", None).await
+    }
+
+    /// Admin only. Set how long new load balancers (or those of one name) stay `provisioning`.
+    pub async fn set_lb_provisioning(&self, req: &SetLbProvisioningRequest) -> Result<LbProvisioning> {
+        self.send(Method::PUT, "/v1/load-balancer-provisioning", Some(req), None).await
+    }
+
+    /// Admin only. Back to the start flag: one name's setting, or (`None`) every setting.
+    pub async fn reset_lb_provisioning(&self, load_balancer: Option<&str>) -> Result<LbProvisioning> {
+        let q = ResetLbProvisioningQuery { load_balancer: load_balancer.map(str::to_string) };
+        self.call::<(), _, _>(Method::DELETE, "/v1/load-balancer-provisioning", Some(&q), None, None).await
+    }
+
     pub async fn start_outage(&self, req: &StartOutageRequest) -> Result<Outage> {
         self.send(Method::POST, "/v1/outages", Some(req), None).await
     }

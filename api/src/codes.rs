@@ -6,7 +6,8 @@ pub const INVALID_PARAMETER: &str = "InvalidParameter";
 pub const INVALID_CIDR: &str = "InvalidCidr";
 pub const INVALID_PAGE_TOKEN: &str = "InvalidPageToken";
 pub const INVALID_ROUTE_TARGET: &str = "InvalidRouteTarget";
-pub const INVALID_BACKEND: &str = "InvalidBackend";
+/// A load balancer backend that is no running instance, or listed twice (ELB's code for the same refusals).
+pub const INVALID_TARGET: &str = "InvalidTarget";
 pub const INVALID_ADDRESS: &str = "InvalidAddress";
 // 401 / 403
 pub const UNAUTHORIZED: &str = "Unauthorized";
@@ -44,7 +45,8 @@ pub const NOT_SPOT: &str = "NotSpotInstance";
 pub const INSTANCE_LIMIT_EXCEEDED: &str = "InstanceLimitExceeded";
 pub const LOAD_BALANCER_LIMIT_EXCEEDED: &str = "LoadBalancerLimitExceeded";
 pub const LISTENER_LIMIT_EXCEEDED: &str = "ListenerLimitExceeded";
-pub const BACKEND_LIMIT_EXCEEDED: &str = "BackendLimitExceeded";
+/// Too many backends on one load balancer: ELB's code, which cloud providers match on.
+pub const TOO_MANY_TARGETS: &str = "TooManyTargets";
 pub const ROUTE_LIMIT_EXCEEDED: &str = "RouteLimitExceeded";
 pub const ADDRESS_LIMIT_EXCEEDED: &str = "AddressLimitExceeded";
 pub const SOURCE_RANGE_LIMIT_EXCEEDED: &str = "SourceRangeLimitExceeded";

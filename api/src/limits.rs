@@ -23,6 +23,8 @@ pub const LB_RESET_AFTER_MAX_MS: u64 = 86_400_000;
 pub const FAULT_SECONDS_MAX: f64 = 3600.0;
 /// How long a fault rule, outage or random spot reclamation may be set to last: a week.
 pub const WINDOW_SECONDS_MAX: f64 = 7.0 * 86400.0;
+/// How long a load balancer may be set to stay `provisioning`: an hour (ELB's are minutes at worst).
+pub const LB_PROVISION_SECONDS_MAX: f64 = 3600.0;
 /// A spot interruption notice: at most a day.
 pub const NOTICE_SECONDS_MAX: f64 = 86400.0;
 /// A fault rule's `trigger.skip` and `trigger.times` (calls) and its `position` (rules): far beyond any run,

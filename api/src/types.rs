@@ -539,6 +539,42 @@ pub struct UpdateLoadBalancerRequest {
     pub health_check: Option<HealthCheck>,
 }
 
+/// How long new load balancers stay `provisioning`, set at run time (as moto's state transitions are): for
+/// every load balancer, or for those created with one name.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetLbProvisioningRequest {
+    /// Seconds; 0 makes new load balancers active at once.
+    pub seconds: f64,
+    /// Only load balancers created with this name (it wins over the setting for every one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<String>,
+}
+
+/// Which provisioning settings `DELETE /v1/load-balancer-provisioning` resets.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ResetLbProvisioningQuery {
+    /// Only this name's setting; without it, every setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<String>,
+}
+
+/// How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+/// balancer, else the start flag's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LbProvisioning {
+    /// `fakecloud serve --lb-provision-delay`, in seconds: what applies where nothing is set.
+    pub default_seconds: f64,
+    /// Set for every load balancer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Set per load balancer name.
+    #[serde(default)]
+    pub load_balancers: BTreeMap<String, f64>,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -620,7 +656,7 @@ impl QuotaName {
             Self::Instances => INSTANCE_LIMIT_EXCEEDED,
             Self::LoadBalancers => LOAD_BALANCER_LIMIT_EXCEEDED,
             Self::ListenersPerLoadBalancer => LISTENER_LIMIT_EXCEEDED,
-            Self::BackendsPerLoadBalancer => BACKEND_LIMIT_EXCEEDED,
+            Self::BackendsPerLoadBalancer => TOO_MANY_TARGETS,
             Self::RoutesPerRouteTable => ROUTE_LIMIT_EXCEEDED,
             Self::PublicIps => ADDRESS_LIMIT_EXCEEDED,
             Self::SourceRangesPerLoadBalancer => SOURCE_RANGE_LIMIT_EXCEEDED,

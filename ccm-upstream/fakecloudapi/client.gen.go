@@ -565,6 +565,7 @@ const (
 	SetRateLimitRequestOperationDeleteRoute            SetRateLimitRequestOperation = "DeleteRoute"
 	SetRateLimitRequestOperationDeleteRouteTable       SetRateLimitRequestOperation = "DeleteRouteTable"
 	SetRateLimitRequestOperationGetInstance            SetRateLimitRequestOperation = "GetInstance"
+	SetRateLimitRequestOperationGetLbProvisioning      SetRateLimitRequestOperation = "GetLbProvisioning"
 	SetRateLimitRequestOperationGetLoadBalancer        SetRateLimitRequestOperation = "GetLoadBalancer"
 	SetRateLimitRequestOperationGetQuota               SetRateLimitRequestOperation = "GetQuota"
 	SetRateLimitRequestOperationGetRegion              SetRateLimitRequestOperation = "GetRegion"
@@ -583,6 +584,8 @@ const (
 	SetRateLimitRequestOperationListRoutes             SetRateLimitRequestOperation = "ListRoutes"
 	SetRateLimitRequestOperationReclaimSpot            SetRateLimitRequestOperation = "ReclaimSpot"
 	SetRateLimitRequestOperationReset                  SetRateLimitRequestOperation = "Reset"
+	SetRateLimitRequestOperationResetLbProvisioning    SetRateLimitRequestOperation = "ResetLbProvisioning"
+	SetRateLimitRequestOperationSetLbProvisioning      SetRateLimitRequestOperation = "SetLbProvisioning"
 	SetRateLimitRequestOperationSetQuota               SetRateLimitRequestOperation = "SetQuota"
 	SetRateLimitRequestOperationSetRateLimit           SetRateLimitRequestOperation = "SetRateLimit"
 	SetRateLimitRequestOperationSnapshot               SetRateLimitRequestOperation = "Snapshot"
@@ -632,6 +635,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationGetInstance:
 		return true
+	case SetRateLimitRequestOperationGetLbProvisioning:
+		return true
 	case SetRateLimitRequestOperationGetLoadBalancer:
 		return true
 	case SetRateLimitRequestOperationGetQuota:
@@ -667,6 +672,10 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationReclaimSpot:
 		return true
 	case SetRateLimitRequestOperationReset:
+		return true
+	case SetRateLimitRequestOperationResetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationSetLbProvisioning:
 		return true
 	case SetRateLimitRequestOperationSetQuota:
 		return true
@@ -718,6 +727,7 @@ const (
 	SetRateLimitRequestOperationsDeleteRoute            SetRateLimitRequestOperations = "DeleteRoute"
 	SetRateLimitRequestOperationsDeleteRouteTable       SetRateLimitRequestOperations = "DeleteRouteTable"
 	SetRateLimitRequestOperationsGetInstance            SetRateLimitRequestOperations = "GetInstance"
+	SetRateLimitRequestOperationsGetLbProvisioning      SetRateLimitRequestOperations = "GetLbProvisioning"
 	SetRateLimitRequestOperationsGetLoadBalancer        SetRateLimitRequestOperations = "GetLoadBalancer"
 	SetRateLimitRequestOperationsGetQuota               SetRateLimitRequestOperations = "GetQuota"
 	SetRateLimitRequestOperationsGetRegion              SetRateLimitRequestOperations = "GetRegion"
@@ -735,6 +745,8 @@ const (
 	SetRateLimitRequestOperationsListRoutes             SetRateLimitRequestOperations = "ListRoutes"
 	SetRateLimitRequestOperationsReclaimSpot            SetRateLimitRequestOperations = "ReclaimSpot"
 	SetRateLimitRequestOperationsReset                  SetRateLimitRequestOperations = "Reset"
+	SetRateLimitRequestOperationsResetLbProvisioning    SetRateLimitRequestOperations = "ResetLbProvisioning"
+	SetRateLimitRequestOperationsSetLbProvisioning      SetRateLimitRequestOperations = "SetLbProvisioning"
 	SetRateLimitRequestOperationsSetQuota               SetRateLimitRequestOperations = "SetQuota"
 	SetRateLimitRequestOperationsSetRateLimit           SetRateLimitRequestOperations = "SetRateLimit"
 	SetRateLimitRequestOperationsSnapshot               SetRateLimitRequestOperations = "Snapshot"
@@ -784,6 +796,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsGetInstance:
 		return true
+	case SetRateLimitRequestOperationsGetLbProvisioning:
+		return true
 	case SetRateLimitRequestOperationsGetLoadBalancer:
 		return true
 	case SetRateLimitRequestOperationsGetQuota:
@@ -817,6 +831,10 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsReclaimSpot:
 		return true
 	case SetRateLimitRequestOperationsReset:
+		return true
+	case SetRateLimitRequestOperationsResetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationsSetLbProvisioning:
 		return true
 	case SetRateLimitRequestOperationsSetQuota:
 		return true
@@ -1421,6 +1439,19 @@ type LbFaultRuleList struct {
 	Items []LbFaultRule `json:"items"`
 }
 
+// LbProvisioning How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+// balancer, else the start flag's.
+type LbProvisioning struct {
+	// DefaultSeconds `fakecloud serve --lb-provision-delay`, in seconds: what applies where nothing is set.
+	DefaultSeconds float64 `json:"default_seconds"`
+
+	// LoadBalancers Set per load balancer name.
+	LoadBalancers *map[string]float64 `json:"load_balancers,omitempty"`
+
+	// Seconds Set for every load balancer.
+	Seconds *float64 `json:"seconds,omitempty"`
+}
+
 // Listener defines model for Listener.
 type Listener struct {
 	// BackendPort The port on the backends (a Service's NodePort), 1–65535.
@@ -1646,6 +1677,16 @@ type Scheme string
 // Service defines model for Service.
 type Service string
 
+// SetLbProvisioningRequest How long new load balancers stay `provisioning`, set at run time (as moto's state transitions are): for
+// every load balancer, or for those created with one name.
+type SetLbProvisioningRequest struct {
+	// LoadBalancer Only load balancers created with this name (it wins over the setting for every one).
+	LoadBalancer *string `json:"load_balancer,omitempty"`
+
+	// Seconds Seconds; 0 makes new load balancers active at once.
+	Seconds float64 `json:"seconds"`
+}
+
 // SetQuotaRequest defines model for SetQuotaRequest.
 type SetQuotaRequest struct {
 	Limit int64 `json:"limit"`
@@ -1837,6 +1878,12 @@ type CreateInstanceParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// ResetLbProvisioningParams defines parameters for ResetLbProvisioning.
+type ResetLbProvisioningParams struct {
+	// LoadBalancer Only this name's setting; without it, every setting.
+	LoadBalancer *string `form:"load_balancer,omitempty" json:"load_balancer,omitempty"`
+}
+
 // ListLoadBalancersParams defines parameters for ListLoadBalancers.
 type ListLoadBalancersParams struct {
 	Name      *string `form:"name,omitempty" json:"name,omitempty"`
@@ -1873,6 +1920,9 @@ type CreateInstanceJSONRequestBody = CreateInstanceRequest
 
 // AddLbFaultJSONRequestBody defines body for AddLbFault for application/json ContentType.
 type AddLbFaultJSONRequestBody = CreateLbFaultRuleRequest
+
+// SetLbProvisioningJSONRequestBody defines body for SetLbProvisioning for application/json ContentType.
+type SetLbProvisioningJSONRequestBody = SetLbProvisioningRequest
 
 // CreateLoadBalancerJSONRequestBody defines body for CreateLoadBalancer for application/json ContentType.
 type CreateLoadBalancerJSONRequestBody = CreateLoadBalancerRequest
@@ -2203,7 +2253,7 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// Reset Delete every resource and the audit log; quotas return to their defaults.
+	// Reset Delete every resource and the audit log; quotas and load balancers' provisioning return to their defaults.
 	//
 	// Corresponds with POST /v1/admin/reset (the `Reset` operationId).
 	Reset(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2346,6 +2396,33 @@ type ClientInterface interface {
 
 	// DeleteLbFault performs a DELETE /v1/lb-faults/{id} (the `DeleteLbFault` operationId) request.
 	DeleteLbFault(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResetLbProvisioning Back to `--lb-provision-delay`: one name's setting, or every setting.
+	//
+	// Corresponds with DELETE /v1/load-balancer-provisioning (the `ResetLbProvisioning` operationId).
+	ResetLbProvisioning(ctx context.Context, params *ResetLbProvisioningParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLbProvisioning How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+	// balancer, else `--lb-provision-delay`.
+	//
+	// Corresponds with GET /v1/load-balancer-provisioning (the `GetLbProvisioning` operationId).
+	GetLbProvisioning(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetLbProvisioningWithBody Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+	// Kept across restarts.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+	SetLbProvisioningWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetLbProvisioning Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+	// Kept across restarts.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+	SetLbProvisioning(ctx context.Context, body SetLbProvisioningJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLoadBalancers performs a GET /v1/load-balancers (the `ListLoadBalancers` operationId) request.
 	ListLoadBalancers(ctx context.Context, params *ListLoadBalancersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2541,7 +2618,7 @@ type ClientInterface interface {
 	ReclaimSpot(ctx context.Context, body ReclaimSpotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// Reset Delete every resource and the audit log; quotas return to their defaults.
+// Reset Delete every resource and the audit log; quotas and load balancers' provisioning return to their defaults.
 //
 // Corresponds with POST /v1/admin/reset (the `Reset` operationId).
 func (c *Client) Reset(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2925,6 +3002,73 @@ func (c *Client) AddLbFault(ctx context.Context, body AddLbFaultJSONRequestBody,
 // DeleteLbFault performs a DELETE /v1/lb-faults/{id} (the `DeleteLbFault` operationId) request.
 func (c *Client) DeleteLbFault(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteLbFaultRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResetLbProvisioning Back to `--lb-provision-delay`: one name's setting, or every setting.
+//
+// Corresponds with DELETE /v1/load-balancer-provisioning (the `ResetLbProvisioning` operationId).
+func (c *Client) ResetLbProvisioning(ctx context.Context, params *ResetLbProvisioningParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResetLbProvisioningRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLbProvisioning How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+// balancer, else `--lb-provision-delay`.
+//
+// Corresponds with GET /v1/load-balancer-provisioning (the `GetLbProvisioning` operationId).
+func (c *Client) GetLbProvisioning(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLbProvisioningRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetLbProvisioningWithBody Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+// Kept across restarts.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+func (c *Client) SetLbProvisioningWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetLbProvisioningRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetLbProvisioning Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+// Kept across restarts.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+func (c *Client) SetLbProvisioning(ctx context.Context, body SetLbProvisioningJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetLbProvisioningRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4360,6 +4504,127 @@ func NewDeleteLbFaultRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewResetLbProvisioningRequest constructs an http.Request for the ResetLbProvisioning method
+func NewResetLbProvisioningRequest(server string, params *ResetLbProvisioningParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/load-balancer-provisioning")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LoadBalancer != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "load_balancer", *params.LoadBalancer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetLbProvisioningRequest constructs an http.Request for the GetLbProvisioning method
+func NewGetLbProvisioningRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/load-balancer-provisioning")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetLbProvisioningRequest calls the generic SetLbProvisioning builder with application/json body
+func NewSetLbProvisioningRequest(server string, body SetLbProvisioningJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetLbProvisioningRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewSetLbProvisioningRequestWithBody constructs an http.Request for the SetLbProvisioning method, with any body, and a specified content type
+func NewSetLbProvisioningRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/load-balancer-provisioning")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListLoadBalancersRequest constructs an http.Request for the ListLoadBalancers method
 func NewListLoadBalancersRequest(server string, params *ListLoadBalancersParams) (*http.Request, error) {
 	var err error
@@ -5402,7 +5667,7 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// ResetWithResponse Delete every resource and the audit log; quotas return to their defaults.
+	// ResetWithResponse Delete every resource and the audit log; quotas and load balancers' provisioning return to their defaults.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5575,6 +5840,37 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	DeleteLbFaultWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteLbFaultResponse, error)
+
+	// ResetLbProvisioningWithResponse Back to `--lb-provision-delay`: one name's setting, or every setting.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/load-balancer-provisioning (the `ResetLbProvisioning` operationId).
+	ResetLbProvisioningWithResponse(ctx context.Context, params *ResetLbProvisioningParams, reqEditors ...RequestEditorFn) (*ResetLbProvisioningResponse, error)
+
+	// GetLbProvisioningWithResponse How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+	// balancer, else `--lb-provision-delay`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/load-balancer-provisioning (the `GetLbProvisioning` operationId).
+	GetLbProvisioningWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetLbProvisioningResponse, error)
+
+	// SetLbProvisioningWithBodyWithResponse Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+	// Kept across restarts.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+	SetLbProvisioningWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetLbProvisioningResponse, error)
+
+	// SetLbProvisioningWithResponse Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+	// Kept across restarts.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+	SetLbProvisioningWithResponse(ctx context.Context, body SetLbProvisioningJSONRequestBody, reqEditors ...RequestEditorFn) (*SetLbProvisioningResponse, error)
 
 	// ListLoadBalancersWithResponse performs a GET /v1/load-balancers (the `ListLoadBalancers` operationId) request.
 	//
@@ -8432,6 +8728,380 @@ func (r DeleteLbFaultResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteLbFaultResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResetLbProvisioningResponse200Headers the declared response headers of an HTTP 200 response for ResetLbProvisioning
+type ResetLbProvisioningResponse200Headers struct {
+	XRequestId *string
+}
+
+// ResetLbProvisioningResponse400Headers the declared response headers of an HTTP 400 response for ResetLbProvisioning
+type ResetLbProvisioningResponse400Headers struct {
+	XRequestId *string
+}
+
+// ResetLbProvisioningResponse401Headers the declared response headers of an HTTP 401 response for ResetLbProvisioning
+type ResetLbProvisioningResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// ResetLbProvisioningResponse403Headers the declared response headers of an HTTP 403 response for ResetLbProvisioning
+type ResetLbProvisioningResponse403Headers struct {
+	XRequestId *string
+}
+
+// ResetLbProvisioningResponse503Headers the declared response headers of an HTTP 503 response for ResetLbProvisioning
+type ResetLbProvisioningResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// ResetLbProvisioningResponseDefaultHeaders the declared response headers of an HTTP default response for ResetLbProvisioning
+type ResetLbProvisioningResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type ResetLbProvisioningResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LbProvisioning
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ResetLbProvisioningResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ResetLbProvisioningResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResetLbProvisioningResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ResetLbProvisioningResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResetLbProvisioningResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ResetLbProvisioningResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResetLbProvisioningResponse) GetJSON200() *LbProvisioning {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ResetLbProvisioningResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ResetLbProvisioningResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ResetLbProvisioningResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ResetLbProvisioningResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ResetLbProvisioningResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResetLbProvisioningResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResetLbProvisioningResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResetLbProvisioningResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResetLbProvisioningResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetLbProvisioningResponse200Headers the declared response headers of an HTTP 200 response for GetLbProvisioning
+type GetLbProvisioningResponse200Headers struct {
+	XRequestId *string
+}
+
+// GetLbProvisioningResponse401Headers the declared response headers of an HTTP 401 response for GetLbProvisioning
+type GetLbProvisioningResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// GetLbProvisioningResponse403Headers the declared response headers of an HTTP 403 response for GetLbProvisioning
+type GetLbProvisioningResponse403Headers struct {
+	XRequestId *string
+}
+
+// GetLbProvisioningResponse503Headers the declared response headers of an HTTP 503 response for GetLbProvisioning
+type GetLbProvisioningResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// GetLbProvisioningResponseDefaultHeaders the declared response headers of an HTTP default response for GetLbProvisioning
+type GetLbProvisioningResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type GetLbProvisioningResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LbProvisioning
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetLbProvisioningResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetLbProvisioningResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetLbProvisioningResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetLbProvisioningResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *GetLbProvisioningResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLbProvisioningResponse) GetJSON200() *LbProvisioning {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetLbProvisioningResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetLbProvisioningResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetLbProvisioningResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetLbProvisioningResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLbProvisioningResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLbProvisioningResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLbProvisioningResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLbProvisioningResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SetLbProvisioningResponse200Headers the declared response headers of an HTTP 200 response for SetLbProvisioning
+type SetLbProvisioningResponse200Headers struct {
+	XRequestId *string
+}
+
+// SetLbProvisioningResponse400Headers the declared response headers of an HTTP 400 response for SetLbProvisioning
+type SetLbProvisioningResponse400Headers struct {
+	XRequestId *string
+}
+
+// SetLbProvisioningResponse401Headers the declared response headers of an HTTP 401 response for SetLbProvisioning
+type SetLbProvisioningResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// SetLbProvisioningResponse403Headers the declared response headers of an HTTP 403 response for SetLbProvisioning
+type SetLbProvisioningResponse403Headers struct {
+	XRequestId *string
+}
+
+// SetLbProvisioningResponse413Headers the declared response headers of an HTTP 413 response for SetLbProvisioning
+type SetLbProvisioningResponse413Headers struct {
+	XRequestId *string
+}
+
+// SetLbProvisioningResponse415Headers the declared response headers of an HTTP 415 response for SetLbProvisioning
+type SetLbProvisioningResponse415Headers struct {
+	XRequestId *string
+}
+
+// SetLbProvisioningResponse503Headers the declared response headers of an HTTP 503 response for SetLbProvisioning
+type SetLbProvisioningResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// SetLbProvisioningResponseDefaultHeaders the declared response headers of an HTTP default response for SetLbProvisioning
+type SetLbProvisioningResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type SetLbProvisioningResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LbProvisioning
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *ErrorBody
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SetLbProvisioningResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *SetLbProvisioningResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetLbProvisioningResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SetLbProvisioningResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *SetLbProvisioningResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *SetLbProvisioningResponse415Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetLbProvisioningResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *SetLbProvisioningResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON200() *LbProvisioning {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON413() *ErrorBody {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON415() *ErrorBody {
+	return r.JSON415
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SetLbProvisioningResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r SetLbProvisioningResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetLbProvisioningResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetLbProvisioningResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetLbProvisioningResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetLbProvisioningResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11854,7 +12524,7 @@ func (r ReclaimSpotResponse) ContentType() string {
 	return ""
 }
 
-// ResetWithResponse Delete every resource and the audit log; quotas return to their defaults.
+// ResetWithResponse Delete every resource and the audit log; quotas and load balancers' provisioning return to their defaults.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12176,6 +12846,61 @@ func (c *ClientWithResponses) DeleteLbFaultWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseDeleteLbFaultResponse(rsp)
+}
+
+// ResetLbProvisioningWithResponse Back to `--lb-provision-delay`: one name's setting, or every setting.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/load-balancer-provisioning (the `ResetLbProvisioning` operationId).
+func (c *ClientWithResponses) ResetLbProvisioningWithResponse(ctx context.Context, params *ResetLbProvisioningParams, reqEditors ...RequestEditorFn) (*ResetLbProvisioningResponse, error) {
+	rsp, err := c.ResetLbProvisioning(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResetLbProvisioningResponse(rsp)
+}
+
+// GetLbProvisioningWithResponse How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+// balancer, else `--lb-provision-delay`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/load-balancer-provisioning (the `GetLbProvisioning` operationId).
+func (c *ClientWithResponses) GetLbProvisioningWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetLbProvisioningResponse, error) {
+	rsp, err := c.GetLbProvisioning(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLbProvisioningResponse(rsp)
+}
+
+// SetLbProvisioningWithBodyWithResponse Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+// Kept across restarts.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+func (c *ClientWithResponses) SetLbProvisioningWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetLbProvisioningResponse, error) {
+	rsp, err := c.SetLbProvisioningWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetLbProvisioningResponse(rsp)
+}
+
+// SetLbProvisioningWithResponse Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+// Kept across restarts.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/load-balancer-provisioning (the `SetLbProvisioning` operationId).
+func (c *ClientWithResponses) SetLbProvisioningWithResponse(ctx context.Context, body SetLbProvisioningJSONRequestBody, reqEditors ...RequestEditorFn) (*SetLbProvisioningResponse, error) {
+	rsp, err := c.SetLbProvisioning(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetLbProvisioningResponse(rsp)
 }
 
 // ListLoadBalancersWithResponse performs a GET /v1/load-balancers (the `ListLoadBalancers` operationId) request.
@@ -15653,6 +16378,437 @@ func ParseDeleteLbFaultResponse(rsp *http.Response) (*DeleteLbFaultResponse, err
 		response.Headers503 = &headers
 	case true:
 		var headers DeleteLbFaultResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResetLbProvisioningResponse parses an HTTP response from a ResetLbProvisioningWithResponse call
+func ParseResetLbProvisioningResponse(rsp *http.Response) (*ResetLbProvisioningResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResetLbProvisioningResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LbProvisioning
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ResetLbProvisioningResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ResetLbProvisioningResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ResetLbProvisioningResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ResetLbProvisioningResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers ResetLbProvisioningResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ResetLbProvisioningResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetLbProvisioningResponse parses an HTTP response from a GetLbProvisioningWithResponse call
+func ParseGetLbProvisioningResponse(rsp *http.Response) (*GetLbProvisioningResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLbProvisioningResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LbProvisioning
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetLbProvisioningResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetLbProvisioningResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetLbProvisioningResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetLbProvisioningResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers GetLbProvisioningResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSetLbProvisioningResponse parses an HTTP response from a SetLbProvisioningWithResponse call
+func ParseSetLbProvisioningResponse(rsp *http.Response) (*SetLbProvisioningResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetLbProvisioningResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LbProvisioning
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SetLbProvisioningResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers SetLbProvisioningResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers SetLbProvisioningResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SetLbProvisioningResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 413:
+		var headers SetLbProvisioningResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers SetLbProvisioningResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 503:
+		var headers SetLbProvisioningResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers SetLbProvisioningResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -158,6 +158,61 @@ func Backends(nodes []*v1.Node) []string {
 	return slices.Compact(ids)
 }
 
+func ptr[T any](v T) *T { return &v }
+
+// KeepRunning is those of candidates that are running, in their order.
+func KeepRunning(candidates []string, running []string) []string {
+	kept := []string{}
+	for _, id := range candidates {
+		if slices.Contains(running, id) {
+			kept = append(kept, id)
+		}
+	}
+	return kept
+}
+
+// RemovalsOnly is current without the backends no longer wanted, sorted — removals alone, which no quota
+// refuses — and whether there are any to make.
+func RemovalsOnly(current, wanted []string) ([]string, bool) {
+	kept := []string{}
+	for _, b := range sorted(current) {
+		if slices.Contains(wanted, b) {
+			kept = append(kept, b)
+		}
+	}
+	return kept, len(kept) < len(current)
+}
+
+// runningBackends are the running instances behind nodes, sorted: one ListInstances call (none without
+// candidates). A stopped or pending instance cannot be registered, and one registered that stopped serves
+// nothing: it is dropped (kubernetes#94966).
+func (c *Cloud) runningBackends(ctx context.Context, nodes []*v1.Node) ([]string, error) {
+	candidates := Backends(nodes)
+	if len(candidates) == 0 {
+		return candidates, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	running := []string{}
+	params := &fakecloudapi.ListInstancesParams{State: ptr(fakecloudapi.ListInstancesParamsStateRunning), PageSize: ptr(int32(1000))}
+	for {
+		raw, err := c.api.ListInstances(ctx, params)
+		resp, err := call(raw, err, fakecloudapi.ParseListInstancesResponse)
+		if err != nil {
+			return nil, fmt.Errorf("backends: ListInstances: %w", err)
+		}
+		for _, i := range resp.JSON200.Items {
+			running = append(running, i.Id)
+		}
+		if resp.JSON200.NextPageToken == nil {
+			return KeepRunning(candidates, running), nil
+		}
+		params.PageToken = resp.JSON200.NextPageToken
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
 // Changes are the updates that bring lb to want with backends; nil when it already matches. A scheme or a
 // requested IP cannot change in place: an error says so.
 func Changes(lb *fakecloudapi.LoadBalancer, want *Desired, backends []string) (*fakecloudapi.UpdateLoadBalancerRequest, error) {
@@ -306,7 +361,10 @@ func (c *Cloud) ensure(ctx context.Context, cluster string, svc *v1.Service, nod
 		return nil, err
 	}
 	name := c.GetLoadBalancerName(ctx, cluster, svc)
-	backends := Backends(nodes)
+	backends, err := c.runningBackends(ctx, nodes)
+	if err != nil {
+		return nil, err
+	}
 	lb, err := c.find(ctx, name)
 	if err != nil {
 		return nil, err
@@ -404,7 +462,23 @@ func (c *Cloud) create(ctx context.Context, svc *v1.Service, name string, want *
 	return lb, nil
 }
 
+// update changes lb. Refused for too many backends, the removals alone are applied first, then the refusal is
+// returned (the service controller retries with its backoff): replacing a node at the quota then converges
+// instead of deadlocking on a set that holds both the old node and the new (cloud-provider-aws#1328).
 func (c *Cloud) update(ctx context.Context, lb *fakecloudapi.LoadBalancer, req fakecloudapi.UpdateLoadBalancerRequest) (*fakecloudapi.LoadBalancer, error) {
+	updated, err := c.patch(ctx, lb, req)
+	if isCode(err, "TooManyTargets") && req.Backends != nil {
+		if kept, some := RemovalsOnly(lb.Backends, *req.Backends); some {
+			if _, rerr := c.patch(ctx, lb, fakecloudapi.UpdateLoadBalancerRequest{Backends: &kept}); rerr != nil {
+				return nil, rerr
+			}
+			klog.InfoS("too many backends: applied the removals first", "loadBalancer", lb.Name)
+		}
+	}
+	return updated, err
+}
+
+func (c *Cloud) patch(ctx context.Context, lb *fakecloudapi.LoadBalancer, req fakecloudapi.UpdateLoadBalancerRequest) (*fakecloudapi.LoadBalancer, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	raw, err := c.api.UpdateLoadBalancer(ctx, lb.Id, req)
@@ -429,7 +503,10 @@ func (c *Cloud) updateBackends(ctx context.Context, cluster string, svc *v1.Serv
 	if lb == nil {
 		return fmt.Errorf("load balancer %s not found", name)
 	}
-	backends := Backends(nodes)
+	backends, err := c.runningBackends(ctx, nodes)
+	if err != nil {
+		return err
+	}
 	if slices.Equal(sorted(lb.Backends), backends) {
 		return nil
 	}

@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,8 +13,6 @@ import (
 
 	"fakecloud.dev/ccm-upstream/fakecloudapi"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 func httpCheck(port int32, path string, every int32) *fakecloudapi.HealthCheck {
 	return &fakecloudapi.HealthCheck{Protocol: ptr(fakecloudapi.HealthCheckProtocolHTTP), Port: port, Path: &path, IntervalSeconds: &every}
@@ -158,4 +158,77 @@ func TestTheIngressSaysProxyOnlyWhenTheCloudDoes(t *testing.T) {
 	if got.Ingress[0].IPMode == nil || *got.Ingress[0].IPMode != "Proxy" {
 		t.Fatalf("a proxy says so; got %+v", got.Ingress)
 	}
+}
+
+// kubernetes#94966: only nodes whose instance runs are sent as backends.
+func TestOnlyRunningInstancesBecomeBackends(t *testing.T) {
+	if got := KeepRunning([]string{"i-a", "i-c", "i-s"}, []string{"i-c", "i-a", "i-other"}); !reflect.DeepEqual(got, []string{"i-a", "i-c"}) {
+		t.Errorf("kept %v", got)
+	}
+	if got := KeepRunning([]string{"i-a"}, nil); len(got) != 0 || got == nil {
+		t.Errorf("kept %#v, want an empty list (the API wants [], not null)", got)
+	}
+}
+
+// cloud-provider-aws#1328: refused for too many backends, the removals alone are due.
+func TestRemovalsComeFirstWhenTheQuotaRefuses(t *testing.T) {
+	current := []string{"i-old", "i-b", "i-a"}
+	if kept, some := RemovalsOnly(current, []string{"i-a", "i-b", "i-new"}); !some || !reflect.DeepEqual(kept, []string{"i-a", "i-b"}) {
+		t.Errorf("kept %v, %v", kept, some)
+	}
+	if _, some := RemovalsOnly(current, []string{"i-a", "i-b", "i-old", "i-new"}); some {
+		t.Error("only additions: nothing to remove first")
+	}
+}
+
+// Over HTTP: one ListInstances (running only) per update; refused with TooManyTargets, one more update with
+// the removals, and the refusal returned.
+func TestAnUpdateAtTheQuotaAppliesTheRemovalsThenFails(t *testing.T) {
+	var calls []string
+	c := emulator(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		body, _ := io.ReadAll(r.Body)
+		calls = append(calls, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery+" "+string(body))
+		switch {
+		case r.URL.Path == "/v1/instances":
+			_, _ = w.Write([]byte(`{"items":[` + instanceJSON("i-a") + `,` + instanceJSON("i-new") + `]}`))
+		case r.Method == http.MethodGet:
+			_, _ = w.Write([]byte(`{"items":[{"id":"lb-1","name":"a","scheme":"internet-facing","state":"active","listeners":[],
+				"backends":["i-old","i-a"],"source_ranges":[],"created_at":"","updated_at":""}]}`))
+		case strings.Contains(string(body), "i-new"):
+			w.WriteHeader(422)
+			_, _ = w.Write([]byte(`{"error":{"code":"TooManyTargets","message":"quota","request_id":"r"}}`))
+		default:
+			_, _ = w.Write([]byte(`{"id":"lb-1","name":"a","scheme":"internet-facing","state":"active","listeners":[],
+				"backends":["i-a"],"source_ranges":[],"created_at":"","updated_at":""}`))
+		}
+	})
+	node := func(id string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: id}, Spec: v1.NodeSpec{ProviderID: "fakecloud://local-1a/" + id}}
+	}
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u-1"}}
+	err := c.UpdateLoadBalancer(t.Context(), "kubernetes", svc, []*v1.Node{node("i-a"), node("i-new"), node("i-stopped")})
+	if !isCode(err, "TooManyTargets") {
+		t.Fatalf("err = %v", err)
+	}
+	want := []string{
+		"GET /v1/load-balancers?name=" + cloudprovider.DefaultLoadBalancerName(svc) + " ",
+		"GET /v1/instances?state=running&page_size=1000 ",
+		`PATCH /v1/load-balancers/lb-1? {"backends":["i-a","i-new"]}`,
+		`PATCH /v1/load-balancers/lb-1? {"backends":["i-a"]}`,
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("calls = %q", calls)
+	}
+	for i := range want {
+		if strings.TrimSpace(calls[i]) != strings.TrimSpace(want[i]) {
+			t.Errorf("call %d = %q, want %q", i, calls[i], want[i])
+		}
+	}
+}
+
+func instanceJSON(id string) string {
+	return `{"id":"` + id + `","name":"` + id + `","zone":"local-1a","region":"local-1","instance_type":"m.small",
+		"market":"on-demand","state":"running","private_ip":"10.0.1.5","provider_id":"fakecloud://local-1a/` + id + `",
+		"tags":{},"created_at":"","state_changed_at":""}`
 }

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use fakecloud_api::{
     AuditQuery, Client, CreateInstanceRequest, CreateRouteRequest, ENV_ADMIN_TOKEN, ENV_ENDPOINT, ENV_USER_TOKEN,
-    InstanceState, ListInstancesQuery, Market, QuotaName,
+    InstanceState, ListInstancesQuery, Market, QuotaName, SetLbProvisioningRequest,
 };
 
 use self::output::{Format, Output};
@@ -63,7 +63,7 @@ pub enum Command {
     /// List, create and delete routes of a route table.
     #[command(subcommand)]
     Route(RouteCmd),
-    /// List, inspect and delete load balancers.
+    /// List, inspect and delete load balancers; script how long new ones provision (admin).
     #[command(subcommand)]
     Lb(LbCmd),
     /// Read quotas, or set one (admin).
@@ -71,7 +71,7 @@ pub enum Command {
     Quota(QuotaCmd),
     /// Show the audit log: every call the emulator answered (admin).
     Audit(AuditArgs),
-    /// Delete every resource and the audit log; quotas back to defaults (admin).
+    /// Delete every resource and the audit log; quotas and LB provisioning back to defaults (admin).
     Reset,
     /// Make a cluster's Nodes cloud instances (for kind clusters).
     ///
@@ -259,6 +259,27 @@ pub enum LbCmd {
     Get { id: String },
     /// Delete a load balancer.
     Delete { id: String },
+    /// How long new load balancers stay `provisioning`, scripted at run time (admin).
+    #[command(subcommand)]
+    Provisioning(LbProvisioningCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LbProvisioningCmd {
+    /// Show what applies: per name, else for every load balancer, else `serve --lb-provision-delay`.
+    Show,
+    /// Set how long load balancers created from now on stay `provisioning` (0 to 3600 seconds; 0: active at
+    /// once): every one, or only those named --load-balancer (which wins). Kept across restarts.
+    Set {
+        seconds: f64,
+        #[arg(long)]
+        load_balancer: Option<String>,
+    },
+    /// Back to `serve --lb-provision-delay`: the --load-balancer name's setting, or every setting.
+    Clear {
+        #[arg(long)]
+        load_balancer: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -388,13 +409,23 @@ pub async fn run(cli: Cli) -> Result<()> {
                 RouteCmd::Delete { id, table } => out.routes(&[client.delete_route(&table, &id).await?]),
             }
         }
-        Command::Lb(cmd) => {
-            let client = conn.client(false)?;
-            match cmd {
-                LbCmd::List => out.load_balancers(&client.list_all_load_balancers().await?),
-                LbCmd::Get { id } => out.load_balancer(&client.get_load_balancer(&id).await?),
-                LbCmd::Delete { id } => out.load_balancers(&[client.delete_load_balancer(&id).await?]),
-            }
+        Command::Lb(LbCmd::List) => out.load_balancers(&conn.client(false)?.list_all_load_balancers().await?),
+        Command::Lb(LbCmd::Get { id }) => out.load_balancer(&conn.client(false)?.get_load_balancer(&id).await?),
+        Command::Lb(LbCmd::Delete { id }) => {
+            out.load_balancers(&[conn.client(false)?.delete_load_balancer(&id).await?])
+        }
+        Command::Lb(LbCmd::Provisioning(cmd)) => {
+            let client = conn.client(true)?;
+            let shown = match cmd {
+                LbProvisioningCmd::Show => client.lb_provisioning().await?,
+                LbProvisioningCmd::Set { seconds, load_balancer } => {
+                    client.set_lb_provisioning(&SetLbProvisioningRequest { seconds, load_balancer }).await?
+                }
+                LbProvisioningCmd::Clear { load_balancer } => {
+                    client.reset_lb_provisioning(load_balancer.as_deref()).await?
+                }
+            };
+            out.lb_provisioning(&shown)
         }
         Command::Quota(QuotaCmd::Get { name }) => {
             let client = conn.client(false)?;

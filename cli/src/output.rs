@@ -5,7 +5,7 @@ use clap::ValueEnum;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
     AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Hang, Instance, LbFaultAction,
-    LbFaultRule, ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
+    LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
 };
 use serde::Serialize;
 
@@ -203,6 +203,16 @@ impl Output {
     pub fn load_balancer(&self, lb: &LoadBalancer) -> Result<()> {
         // JSON as a list of one, as `lb list` and the other commands print.
         self.print(std::slice::from_ref(lb), || load_balancer_text(lb))
+    }
+
+    pub fn lb_provisioning(&self, p: &LbProvisioning) -> Result<()> {
+        self.print(p, || {
+            let secs = |s: f64| format!("{s}s");
+            let mut rows = vec![vec!["default (serve --lb-provision-delay)".to_string(), secs(p.default_seconds)]];
+            rows.extend(p.seconds.map(|s| vec!["every load balancer".to_string(), secs(s)]));
+            rows.extend(p.load_balancers.iter().map(|(name, s)| vec![format!("load balancer {name}"), secs(*s)]));
+            table(&["APPLIES TO", "PROVISIONING"], rows)
+        })
     }
 
     pub fn quotas(&self, items: &[Quota]) -> Result<()> {

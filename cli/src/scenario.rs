@@ -15,6 +15,8 @@
 //!     rate_limit_preset: aws-ec2     # EC2's throttling: 503 RequestLimitExceeded, no Retry-After
 //!   - at: 15s
 //!     reclaim: {tag: pool=spot, notice_seconds: 10}
+//!   - at: 16s
+//!     lb_provisioning: {seconds: 30, load_balancer: web}   # `web` stays provisioning 30 s once created
 //!   - at: 20s
 //!     add_lb_fault: {id: flap, match: {names: [web]}, action: {type: reset}, trigger: {probability: 0.5}}
 //!   - at: 30s
@@ -32,12 +34,14 @@
 //! Each step has `at` and exactly one action: `add_fault` (the body of POST /v1/faults), `remove_fault` (an
 //! id), `add_lb_fault` (the body of POST /v1/lb-faults: a data-plane rule), `remove_lb_fault` (an id), `set_rate_limit` (`id` plus the body of PUT /v1/rate-limits/{id}), `remove_rate_limit` (an id),
 //! `rate_limit_preset` (a cloud's throttling: `aws-ec2`, `aws-elb`, `azure-arm` or `gcp-compute`),
-//! `clear_rate_limit_presets` (true),
+//! `clear_rate_limit_presets` (true), `lb_provisioning` (the body of PUT /v1/load-balancer-provisioning: how long
+//! load balancers created next stay `provisioning`, every one or one name's),
 //! `start_outage` (the body of POST /v1/outages), `stop_outages` (true), `set_quota` (`name`, `limit`),
 //! `reclaim` (the body of POST /v1/spot/reclaim), `hang` (the body of POST /v1/hangs), `stop_hangs` (true),
 //! `clear_faults` (true) or `wait` (true). The whole file is checked before the first step runs. At the end —
 //! and on Ctrl-C — what the scenario changed is put back (faults, data-plane faults, rate limits and outages it
-//! added are removed, machines it hung resume, quotas get their old limits), unless `--keep`.
+//! added are removed, machines it hung resume, quotas and load balancers' provisioning get their old settings),
+//! unless `--keep`.
 //!
 //! `vars: {limit: 2}` declares variables with their defaults; a step uses one as `"${limit}"` (the value
 //! itself) or inside a string (`at: "${duration}s"`), and `--set limit=3` overrides it (see [`parse`]).
@@ -48,8 +52,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use fakecloud_api::{
-    Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, QuotaName, RateLimitPreset, ReclaimRequest,
-    SetRateLimitRequest, StartHangRequest, StartOutageRequest,
+    Client, CreateFaultRuleRequest, CreateLbFaultRuleRequest, LbProvisioning, QuotaName, RateLimitPreset,
+    ReclaimRequest, SetLbProvisioningRequest, SetRateLimitRequest, StartHangRequest, StartOutageRequest,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -93,6 +97,8 @@ pub struct Step {
     #[serde(default)]
     clear_rate_limit_presets: Option<bool>,
     #[serde(default)]
+    lb_provisioning: Option<SetLbProvisioningRequest>,
+    #[serde(default)]
     start_outage: Option<StartOutageRequest>,
     #[serde(default)]
     stop_outages: Option<bool>,
@@ -135,6 +141,7 @@ enum Action {
     RemoveRateLimit(String),
     RateLimitPreset(RateLimitPreset),
     ClearRateLimitPresets,
+    LbProvisioning(SetLbProvisioningRequest),
     StartOutage(StartOutageRequest),
     StopOutages,
     SetQuota(QuotaName, u32),
@@ -173,6 +180,9 @@ impl Step {
         }
         if self.clear_rate_limit_presets == Some(true) {
             actions.push(Action::ClearRateLimitPresets);
+        }
+        if let Some(p) = self.lb_provisioning {
+            actions.push(Action::LbProvisioning(p));
         }
         if let Some(o) = self.start_outage {
             actions.push(Action::StartOutage(o));
@@ -217,6 +227,7 @@ impl Action {
             Action::StartOutage(req) => check::outage(req, zones),
             Action::Reclaim(req) => store::instances::check_reclaim(req).map(drop),
             Action::Hang(req) => store::hangs::check(req).map(drop),
+            Action::LbProvisioning(req) => store::lb_provisioning::check(req),
             Action::RemoveFault(id) | Action::RemoveLbFault(id) | Action::RemoveRateLimit(id) => {
                 fakecloud_emulator::validate::NAME.check("id", id)
             }
@@ -355,6 +366,8 @@ struct Undo {
     outages: Vec<String>,
     hangs: Vec<String>,
     quotas: Vec<(QuotaName, u32)>,
+    /// The provisioning settings from before the scenario's first change to them.
+    lb_provisioning: Option<LbProvisioning>,
 }
 
 impl Undo {
@@ -376,6 +389,17 @@ impl Undo {
         }
         for (q, limit) in self.quotas.iter().rev() {
             let _ = client.set_quota(*q, *limit).await;
+        }
+        if let Some(old) = &self.lb_provisioning {
+            let _ = client.reset_lb_provisioning(None).await;
+            let every = old.seconds.map(|seconds| SetLbProvisioningRequest { seconds, load_balancer: None });
+            let named = old.load_balancers.iter().map(|(name, seconds)| SetLbProvisioningRequest {
+                seconds: *seconds,
+                load_balancer: Some(name.clone()),
+            });
+            for req in every.into_iter().chain(named) {
+                let _ = client.set_lb_provisioning(&req).await;
+            }
         }
     }
 }
@@ -426,6 +450,15 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
         Action::ClearRateLimitPresets => {
             let removed = client.clear_rate_limit_presets().await?.items;
             format!("cleared rate limit presets ({} limits)", removed.len())
+        }
+        Action::LbProvisioning(req) => {
+            if undo.lb_provisioning.is_none() {
+                undo.lb_provisioning = Some(client.lb_provisioning().await?);
+            }
+            client.set_lb_provisioning(req).await?;
+            let whom =
+                req.load_balancer.as_deref().map_or("every load balancer".into(), |n| format!("load balancer {n}"));
+            format!("provisioning of {whom}: {} s", req.seconds)
         }
         Action::StartOutage(req) => {
             let o = client.start_outage(req).await?;

@@ -6,6 +6,7 @@ use fakecloud_api::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Node, NodeAddress, Service};
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,6 +130,41 @@ impl FakeCloud {
         Ok(lb)
     }
 
+    /// The running instances behind `nodes`, sorted: one ListInstances call (none without candidates). A stopped
+    /// or pending instance cannot be registered, and one registered that stopped serves nothing: it is dropped
+    /// (kubernetes#94966).
+    async fn running_backends(&self, nodes: &[Arc<Node>]) -> Result<Vec<String>, CloudError> {
+        let candidates = backends(nodes);
+        if candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let q = ListInstancesQuery {
+            state: Some(InstanceState::Running),
+            page_size: Some(fakecloud_api::limits::PAGE_SIZE_MAX),
+            ..Default::default()
+        };
+        let running = self.call("ListInstances", self.client.list_all_instances(&q)).await?;
+        Ok(keep_running(candidates, running.iter().map(|i| i.id.as_str())))
+    }
+
+    /// Update `lb`. Refused for too many backends, the removals alone are applied first, then the refusal is
+    /// reported (the service controller retries with its backoff): replacing a node at the quota then converges
+    /// instead of deadlocking on a set that holds both the old node and the new (cloud-provider-aws#1328).
+    async fn update(&self, lb: &LoadBalancer, req: &UpdateLoadBalancerRequest) -> Result<LoadBalancer, CloudError> {
+        match self.metered("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, req)).await {
+            Ok(lb) => Ok(lb),
+            Err(e) if e.code() == Some(codes::TOO_MANY_TARGETS) => {
+                if let Some(kept) = req.backends.as_deref().and_then(|wanted| removals_only(&lb.backends, wanted)) {
+                    let removals = UpdateLoadBalancerRequest { backends: Some(kept), ..Default::default() };
+                    self.call("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, &removals)).await?;
+                    tracing::info!(load_balancer = %lb.name, "too many backends: applied the removals first");
+                }
+                Err(classify(e))
+            }
+            Err(e) => Err(classify(e)),
+        }
+    }
+
     /// The instance behind a node: by the ID in its providerID, or (before one is set) by its name. One call.
     async fn lookup(&self, node: &Node) -> Result<Instance, CloudError> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
@@ -163,6 +199,20 @@ fn backends(nodes: &[Arc<Node>]) -> Vec<String> {
     ids.sort();
     ids.dedup();
     ids
+}
+
+/// Of `candidates`, those `running`, in their order.
+fn keep_running<'a>(candidates: Vec<String>, running: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let running: HashSet<&str> = running.into_iter().collect();
+    candidates.into_iter().filter(|id| running.contains(id.as_str())).collect()
+}
+
+/// `current` without the backends no longer `wanted`, sorted — removals alone, which no quota refuses — or
+/// `None` when there are none to make.
+fn removals_only(current: &[String], wanted: &[String]) -> Option<Vec<String>> {
+    let wanted: HashSet<&String> = wanted.iter().collect();
+    let kept: Vec<String> = sorted(current).into_iter().filter(|b| wanted.contains(b)).collect();
+    (kept.len() < current.len()).then_some(kept)
 }
 
 fn sorted(v: &[String]) -> Vec<String> {
@@ -322,7 +372,7 @@ impl Cloud for FakeCloud {
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
         let want = load_balancer::desired(svc).map_err(CloudError::Invalid)?;
-        let backends = backends(nodes);
+        let backends = self.running_backends(nodes).await?;
         let lb = match self.find_load_balancer(svc).await? {
             None => self.create_load_balancer(svc, want, backends).await?,
             Some(lb) if lb.state == LoadBalancerState::Deleting => {
@@ -333,7 +383,7 @@ impl Cloud for FakeCloud {
             }
             Some(lb) => match changes(&lb, &want, &backends).map_err(CloudError::Invalid)? {
                 None => lb,
-                Some(req) => self.call("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, &req)).await?,
+                Some(req) => self.update(&lb, &req).await?,
             },
         };
         Ok(status(&self.until_provisioned(lb).await?))
@@ -345,10 +395,10 @@ impl Cloud for FakeCloud {
             .find_load_balancer(svc)
             .await?
             .ok_or_else(|| CloudError::NotFound(format!("load balancer {name} not found")))?;
-        let backends = backends(nodes);
+        let backends = self.running_backends(nodes).await?;
         if sorted(&lb.backends) != backends {
             let req = UpdateLoadBalancerRequest { backends: Some(backends), ..Default::default() };
-            self.call("UpdateLoadBalancer", self.client.update_load_balancer(&lb.id, &req)).await?;
+            self.update(&lb, &req).await?;
         }
         Ok(())
     }
@@ -432,6 +482,47 @@ mod tests {
         assert_eq!(parse_provider_id("aws:///us-east-1a/i-0123"), None);
         assert_eq!(parse_provider_id("fakecloud://local-1a/"), None);
         assert_eq!(parse_provider_id("fakecloud://local-1a/a/b"), None);
+    }
+
+    fn node(name: &str, provider_id: Option<&str>) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: provider_id.map(str::to_string),
+            ..Default::default()
+        });
+        Arc::new(n)
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// kubernetes#94966: only nodes whose instance runs are sent as backends, however the nodes are listed.
+    #[test]
+    fn only_running_instances_become_backends() {
+        let nodes = [
+            node("c", Some("fakecloud://z/i-c")),
+            node("a", Some("fakecloud://z/i-a")),
+            node("stopped", Some("fakecloud://z/i-s")),
+            node("uninitialised", None),
+            node("a-again", Some("fakecloud://z/i-a")),
+        ];
+        let candidates = backends(&nodes);
+        assert_eq!(candidates, ids(&["i-a", "i-c", "i-s"]));
+        assert_eq!(keep_running(candidates.clone(), ["i-c", "i-a", "i-other"]), ids(&["i-a", "i-c"]));
+        assert_eq!(keep_running(candidates, []), Vec::<String>::new());
+    }
+
+    /// cloud-provider-aws#1328: refused for too many backends, the removals alone are due: the current set
+    /// without what is no longer wanted, never adding.
+    #[test]
+    fn removals_come_first_when_the_quota_refuses() {
+        let current = ids(&["i-old", "i-b", "i-a"]);
+        assert_eq!(removals_only(&current, &ids(&["i-a", "i-b", "i-new"])), Some(ids(&["i-a", "i-b"])));
+        assert_eq!(removals_only(&current, &ids(&["i-new"])), Some(vec![]));
+        // Nothing to remove: only additions, which the quota refuses; nothing more to send.
+        assert_eq!(removals_only(&current, &ids(&["i-a", "i-b", "i-old", "i-new"])), None);
     }
 
     #[test]

@@ -95,3 +95,33 @@ async fn ratelimit_preset_installs_replaces_and_clears() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("aws-ec2") && said.contains("gcp-compute"), "{said}");
 }
+
+/// `lb provisioning set|show|clear` scripts how long new load balancers stay provisioning, for every one or
+/// one name, and a bad value is refused with the API's message.
+#[tokio::test]
+async fn lb_provisioning_set_show_and_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+
+    ok(&cli(&url).args(["lb", "provisioning", "set", "5"]).output().await.unwrap(), "provisioning set");
+    let set = ["lb", "provisioning", "set", "0.5", "--load-balancer", "web"];
+    let printed = ok(&cli(&url).args(set).output().await.unwrap(), "provisioning set --load-balancer");
+    assert!(printed.contains("every load balancer") && printed.contains("5s"), "{printed}");
+    assert!(printed.contains("load balancer web") && printed.contains("0.5s"), "{printed}");
+    let shown = admin.lb_provisioning().await.unwrap();
+    assert_eq!((shown.seconds, shown.load_balancers.get("web")), (Some(5.0), Some(&0.5)));
+    let listed = ok(&cli(&url).args(["lb", "provisioning", "show"]).output().await.unwrap(), "provisioning show");
+    assert!(listed.contains("default (serve --lb-provision-delay)"), "{listed}");
+
+    let out = cli(&url).args(["lb", "provisioning", "set", "7200"]).output().await.unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("seconds: must be between 0 and 3600"), "{err}");
+
+    let clear = ["lb", "provisioning", "clear", "--load-balancer", "web"];
+    ok(&cli(&url).args(clear).output().await.unwrap(), "provisioning clear --load-balancer");
+    assert_eq!(admin.lb_provisioning().await.unwrap().load_balancers.len(), 0);
+    ok(&cli(&url).args(["lb", "provisioning", "clear"]).output().await.unwrap(), "provisioning clear");
+    assert_eq!(admin.lb_provisioning().await.unwrap().seconds, None);
+}

@@ -1,6 +1,6 @@
 //! The scenario runner (`fakecloud scenario run`) and the shipped scenarios, the bug reproductions among them.
 
-use fakecloud_api::{AuditQuery, Client, QuotaName};
+use fakecloud_api::{AuditQuery, Client, QuotaName, SetLbProvisioningRequest};
 
 use crate::{ADMIN, HANG, cli, emulator, eventually, ok, repo};
 
@@ -237,4 +237,30 @@ async fn a_scenario_is_checked_whole_before_its_first_step() {
         assert!(!out.status.success() && said.contains("--time-scale"), "{scale}: {said}");
         assert!(!said.contains("panicked"), "{scale}: {said}");
     }
+}
+
+/// An `lb_provisioning` step holds its setting while the scenario runs; at the end the settings from before it
+/// are back (here one for every load balancer, set before the run).
+#[tokio::test]
+async fn an_lb_provisioning_step_is_put_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    admin.set_lb_provisioning(&SetLbProvisioningRequest { seconds: 2.0, load_balancer: None }).await.unwrap();
+    let before = admin.lb_provisioning().await.unwrap();
+    let file = dir.path().join("s.yaml");
+    std::fs::write(
+        &file,
+        "steps:\n  - at: 0s\n    lb_provisioning: {seconds: 30, load_balancer: web}\n  - at: 0s\n    lb_provisioning: {seconds: 9}\n  - at: 1500ms\n    wait: true\n",
+    )
+    .unwrap();
+    let runner = cli(&url).args(["scenario", "run"]).arg(&file).output();
+    let during = eventually(HANG, "both settings in force", || async {
+        let p = admin.lb_provisioning().await.unwrap();
+        (p.seconds == Some(9.0) && p.load_balancers.get("web") == Some(&30.0)).then_some(true)
+    });
+    let (out, held) = tokio::join!(runner, during);
+    let text = ok(&out.unwrap(), "scenario run");
+    assert!(held && text.contains("provisioning of load balancer web: 30 s"), "{text}");
+    assert_eq!(admin.lb_provisioning().await.unwrap(), before);
 }

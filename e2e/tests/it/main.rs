@@ -5,8 +5,11 @@
 mod ccm_leader;
 mod ccm_serving;
 mod ccm_startup;
+mod conformance_bug_aws_1328;
 mod conformance_bug_k8s_100779;
+mod conformance_bug_k8s_109180;
 mod conformance_bug_k8s_69362;
+mod conformance_bug_k8s_94966;
 mod conformance_bug_os_2066;
 mod conformance_bug_os_3114;
 mod conformance_crashes;

@@ -16,7 +16,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(reset)).routes(routes!(snapshot))
 }
 
-/// Delete every resource and the audit log; quotas return to their defaults.
+/// Delete every resource and the audit log; quotas and load balancers' provisioning return to their defaults.
 #[utoipa::path(post, path = "/v1/admin/reset", operation_id = "Reset", tag = "admin",
     responses((status = 200, body = serde_json::Value)), security(("admin" = [])))]
 async fn reset(State(st): State<AppState>) -> Result<Response> {

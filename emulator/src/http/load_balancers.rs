@@ -4,8 +4,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fakecloud_api::{
-    CreateLoadBalancerRequest, ErrorBody, ListLoadBalancersQuery, LoadBalancer, LoadBalancerList,
-    UpdateLoadBalancerRequest,
+    CreateLoadBalancerRequest, ErrorBody, LbProvisioning, ListLoadBalancersQuery, LoadBalancer, LoadBalancerList,
+    ResetLbProvisioningQuery, SetLbProvisioningRequest, UpdateLoadBalancerRequest,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -13,14 +13,46 @@ use super::extract::{ApiJson, ApiPath, ApiQuery, idempotency_key};
 use super::reply::{created, reply};
 use super::state::AppState;
 use crate::error::Result;
-use crate::store::load_balancers;
+use crate::store::{lb_provisioning, load_balancers};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(create_load_balancer, list_load_balancers)).routes(routes!(
-        get_load_balancer,
-        update_load_balancer,
-        delete_load_balancer
-    ))
+    OpenApiRouter::new()
+        .routes(routes!(create_load_balancer, list_load_balancers))
+        .routes(routes!(get_load_balancer, update_load_balancer, delete_load_balancer))
+        .routes(routes!(get_lb_provisioning, set_lb_provisioning, reset_lb_provisioning))
+}
+
+/// How long a load balancer created now stays `provisioning`: its name's setting, else the one for every load
+/// balancer, else `--lb-provision-delay`.
+#[utoipa::path(get, path = "/v1/load-balancer-provisioning", operation_id = "GetLbProvisioning", tag = "admin",
+    responses((status = 200, body = LbProvisioning)), security(("admin" = [])))]
+async fn get_lb_provisioning(State(st): State<AppState>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", lb_provisioning::get(&st.db, &st.cfg).await?))
+}
+
+/// Set how long load balancers created from now on stay `provisioning`: every one, or those of one name.
+/// Kept across restarts.
+#[utoipa::path(put, path = "/v1/load-balancer-provisioning", operation_id = "SetLbProvisioning", tag = "admin",
+    request_body = SetLbProvisioningRequest,
+    responses((status = 200, body = LbProvisioning), (status = 400, body = ErrorBody)), security(("admin" = [])))]
+async fn set_lb_provisioning(
+    State(st): State<AppState>,
+    ApiJson(req): ApiJson<SetLbProvisioningRequest>,
+) -> Result<Response> {
+    let set = lb_provisioning::set(&st.db, &st.cfg, &req).await?;
+    tracing::info!(seconds = req.seconds, load_balancer = ?req.load_balancer, "load balancer provisioning set");
+    Ok(reply(StatusCode::OK, "", set))
+}
+
+/// Back to `--lb-provision-delay`: one name's setting, or every setting.
+#[utoipa::path(delete, path = "/v1/load-balancer-provisioning", operation_id = "ResetLbProvisioning", tag = "admin",
+    params(ResetLbProvisioningQuery),
+    responses((status = 200, body = LbProvisioning), (status = 400, body = ErrorBody)), security(("admin" = [])))]
+async fn reset_lb_provisioning(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<ResetLbProvisioningQuery>,
+) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", lb_provisioning::reset(&st.db, &st.cfg, q.load_balancer.as_deref()).await?))
 }
 
 /// Create a load balancer. It is `provisioning` (no address) until the provisioning delay has passed.

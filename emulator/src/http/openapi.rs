@@ -106,6 +106,11 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("CreateRouteTableRequest", &["name"]), text(&validate::NAME)),
         (Property("CreateRouteRequest", &["name"]), text(&validate::ROUTE_NAME)),
         (Property("CreateLoadBalancerRequest", &["name"]), text(&validate::NAME)),
+        (Property("SetLbProvisioningRequest", &["load_balancer"]), text(&validate::NAME)),
+        (
+            Property("SetLbProvisioningRequest", &["seconds"]),
+            json!({"minimum": 0, "maximum": LB_PROVISION_SECONDS_MAX}),
+        ),
         (Property("CreateLoadBalancerRequest", &["listeners"]), listeners.clone()),
         (Property("UpdateLoadBalancerRequest", &["listeners"]), listeners),
         (Property("Listener", &["port"]), port.clone()),

@@ -54,8 +54,8 @@ pub trait NewResource: Sync {
         &[]
     }
 
-    /// Its own checks, pushed onto the first round trip.
-    fn push_checks(&self, _script: &mut Script) -> Vec<Step> {
+    /// Its own checks, pushed onto the first round trip of a write at `now`.
+    fn push_checks(&self, _script: &mut Script, _now: i64) -> Vec<Step> {
         Vec::new()
     }
 
@@ -134,7 +134,7 @@ pub async fn create<R: NewResource>(
     let early_scope = new.key_scope(None);
     let (mut tx, now, ran, first) = begin_with(db, |now, s| {
         let replay = key.zip(early_scope.as_deref()).map(|(k, scope)| idempotency::push_lookup(s, scope, k));
-        let checks = new.push_checks(s);
+        let checks = new.push_checks(s, now);
         let quotas = (!new.quotas().is_empty()).then(|| quotas::push_read(s, new.quotas()));
         // The usual insert rides along unless a key must be looked up first in a scope the checks will tell.
         let usual = (key.is_none() || early_scope.is_some())

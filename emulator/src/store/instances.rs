@@ -357,7 +357,8 @@ pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<Insta
     if let Some(state) = q.state {
         filter(
             &mut sql,
-            " AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) = #",
+            // As shown: a spot instance past its notice is `stopping`, as load balancers judge it too.
+            concat!(" AND ", state_at!(), " = #"),
             state.as_str().to_string(),
         );
     }

@@ -1,8 +1,9 @@
 //! Load balancers: validation, quotas and the VIP reservation at create; the address is shown once active.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use fakecloud_api::limits::{HEALTH_INTERVAL_MAX, HEALTH_INTERVAL_MIN, LISTENERS_MIN};
 use fakecloud_api::{
@@ -15,7 +16,7 @@ use sqlx::{Row as _, SqliteExecutor};
 use super::create::{self, Address};
 use super::quotas::Check;
 use super::write::begin;
-use super::{ipam, lifecycle, quotas};
+use super::{instances, ipam, lb_provisioning, lifecycle, quotas};
 use crate::call;
 use crate::config::{Config, Pool};
 use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
@@ -166,35 +167,58 @@ fn check_source_ranges(ranges: &[String]) -> Result<Vec<String>> {
     Ok(nets.iter().map(ToString::to_string).collect())
 }
 
-/// Backends must be distinct instances that exist (terminated ones still count as existing while listed).
-async fn check_backends(tx: &mut Tx, backends: &[String]) -> Result<()> {
+/// Backends must be distinct running instances, except those already `registered`: ELB keeps a target whose
+/// instance has stopped since (unused), and refuses to register one that is not running.
+async fn check_backends(tx: &mut Tx, now: i64, backends: &[String], registered: &[String]) -> Result<()> {
     let mut script = Script::new();
-    let missing = push_missing_backends(&mut script, backends);
-    judge_backends(backends, script.run(tx).await.rows(missing)?)
+    let states = push_backend_states(&mut script, backends, now);
+    judge_backends(backends, script.run(tx).await.rows(states)?, registered)
 }
 
-/// Which of `backends` are no instance, pushed onto a write's list: see [`judge_backends`].
-fn push_missing_backends(script: &mut Script, backends: &[String]) -> Step {
+/// Each backend and its instance's state at `now` (NULL: no such instance), pushed onto a write's list: see
+/// [`judge_backends`].
+fn push_backend_states(script: &mut Script, backends: &[String], now: i64) -> Step {
     // (Serialising a list of strings cannot fail.)
     let list = serde_json::to_string(backends).unwrap_or_default();
-    script.push("SELECT value FROM json_each(?1) WHERE value NOT IN (SELECT id FROM instances)", |b| {
-        b.bind(list);
-    })
+    script.push(
+        concat!(
+            "SELECT j.value, (SELECT ",
+            instances::state_at!(),
+            " FROM instances WHERE id = j.value) FROM json_each(?2) j"
+        ),
+        |b| {
+            b.bind(now).bind(list);
+        },
+    )
 }
 
-/// The first backend listed twice or missing (the rows of [`push_missing_backends`]), in the request's order.
-fn judge_backends(backends: &[String], missing: &[SqliteRow]) -> Result<()> {
-    let missing: HashSet<String> = missing.iter().map(|r| r.try_get(0)).collect::<Result<_, sqlx::Error>>()?;
+fn invalid_target(i: usize, problem: String) -> ApiError {
+    ApiError::bad_request(codes::INVALID_TARGET, format!("backends[{i}]: {problem}"))
+}
+
+/// The first backend listed twice, missing, or newly registered while not running (the rows of
+/// [`push_backend_states`]), in the request's order.
+fn judge_backends(backends: &[String], states: &[SqliteRow], registered: &[String]) -> Result<()> {
+    let states: HashMap<String, Option<String>> =
+        states.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
     let mut seen = HashSet::new();
     for (i, b) in backends.iter().enumerate() {
         if !seen.insert(b) {
-            return Err(ApiError::bad_request(codes::INVALID_BACKEND, format!("backends[{i}]: {b} is listed twice")));
+            return Err(invalid_target(i, format!("{b} is listed twice")));
         }
-        if missing.contains(b) {
-            return Err(ApiError::bad_request(
-                codes::INVALID_BACKEND,
-                format!("backends[{i}]: instance {b} does not exist"),
-            ));
+        match states.get(b).and_then(Option::as_deref) {
+            None => return Err(invalid_target(i, format!("instance {b} does not exist"))),
+            Some("running") => {}
+            Some(_) if registered.contains(b) => {}
+            Some(state) => {
+                return Err(invalid_target(
+                    i,
+                    format!(
+                        "instance {b} is {state}, not running, and cannot be registered; start it, or leave it out \
+                         until it runs"
+                    ),
+                ));
+            }
         }
     }
     Ok(())
@@ -266,7 +290,8 @@ pub async fn create(
         created_at: 0,
         updated_at: 0,
     };
-    let new = NewLoadBalancer { row, req, cfg, pool: pool_for(cfg, req.scheme), quota };
+    let provision_delay = lb_provisioning::delay_for(db, cfg, &req.name).await?;
+    let new = NewLoadBalancer { row, req, pool: pool_for(cfg, req.scheme), quota, provision_delay };
     create::create(db, &new, key, &request_json).await
 }
 
@@ -274,16 +299,17 @@ pub async fn create(
 struct NewLoadBalancer<'a> {
     row: Row,
     req: &'a CreateLoadBalancerRequest,
-    cfg: &'a Config,
     /// Where its address comes from: the public pool or the internal load balancers' subnet.
     pool: &'a Pool,
     quota: Vec<Check>,
+    /// How long it stays `provisioning` (see [`lb_provisioning`]).
+    provision_delay: Duration,
 }
 
 impl NewLoadBalancer<'_> {
     /// Its state at `now`, as the provisioning delay gives it.
     fn schedule(&self, now: i64) -> (&'static str, Option<&'static str>, Option<i64>) {
-        lifecycle::schedule(now, "provisioning", "active", self.cfg.timings.lb_provision_delay)
+        lifecycle::schedule(now, "provisioning", "active", self.provision_delay)
     }
 }
 
@@ -308,8 +334,8 @@ impl create::NewResource for NewLoadBalancer<'_> {
         &self.quota
     }
 
-    fn push_checks(&self, script: &mut Script) -> Vec<Step> {
-        vec![push_missing_backends(script, &self.req.backends)]
+    fn push_checks(&self, script: &mut Script, now: i64) -> Vec<Step> {
+        vec![push_backend_states(script, &self.req.backends, now)]
     }
 
     fn found(&self, _: &Ran, _: &[Step]) -> Result<()> {
@@ -317,8 +343,8 @@ impl create::NewResource for NewLoadBalancer<'_> {
     }
 
     fn judge(&self, _: &(), ran: &Ran, checks: &[Step]) -> Result<()> {
-        let missing = checks.first().ok_or_else(|| ApiError::internal("the backends' check is missing"))?;
-        judge_backends(&self.req.backends, ran.rows(*missing)?)
+        let states = checks.first().ok_or_else(|| ApiError::internal("the backends' check is missing"))?;
+        judge_backends(&self.req.backends, ran.rows(*states)?, &[])
     }
 
     /// Its insert: the request's fields, created at `now` in the state the provisioning delay gives, at
@@ -418,7 +444,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
         ));
     }
     if let Some(b) = &req.backends {
-        check_backends(&mut tx, b).await?;
+        check_backends(&mut tx, now, b, &current.backends).await?;
     }
     let listeners = req.listeners.as_ref().unwrap_or(&current.listeners);
     let backends = req.backends.as_ref().unwrap_or(&current.backends);

@@ -6,6 +6,7 @@ pub mod hangs;
 pub mod idempotency;
 pub mod instances;
 pub mod ipam;
+pub mod lb_provisioning;
 pub mod lifecycle;
 pub mod load_balancers;
 pub mod quotas;
@@ -60,6 +61,7 @@ pub async fn reset(db: &Db) -> Result<()> {
         "hangs",
         "ip_leases",
         "quotas",
+        "lb_provisioning",
         "idempotency_keys",
         "audit_log",
     ] {

@@ -229,7 +229,7 @@ impl create::NewResource for NewRoute<'_> {
     }
 
     /// The table, the target's state, the table's route count and the quota, in one statement.
-    fn push_checks(&self, script: &mut Script) -> Vec<Step> {
+    fn push_checks(&self, script: &mut Script, _now: i64) -> Vec<Step> {
         vec![script.push(
             "SELECT t.id, (SELECT state FROM instances WHERE id = ?2), t.route_count, \
              (SELECT limit_value FROM quotas WHERE name = ?3) \

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::common::{Emu, HANG, eventually};
 use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener, LoadBalancerState, Protocol, QuotaName,
-    Scheme, UpdateLoadBalancerRequest, codes,
+    Scheme, SetLbProvisioningRequest, UpdateLoadBalancerRequest, codes,
 };
 use fakecloud_emulator::config::Timings;
 
@@ -185,7 +185,10 @@ async fn lb_quotas_fail_with_their_own_codes() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(codes::BACKEND_LIMIT_EXCEEDED));
+    // ELB's code, which cloud providers match on; the message names the quota and its limit.
+    assert_eq!((err.status(), err.code()), (Some(422), Some(codes::TOO_MANY_TARGETS)));
+    let msg = err.to_string();
+    assert!(msg.contains("backends-per-load-balancer") && msg.contains("limit 1"), "{msg}");
 }
 
 #[tokio::test]
@@ -203,7 +206,7 @@ async fn lb_input_is_validated_field_by_field() {
         ),
         (
             CreateLoadBalancerRequest { backends: vec!["i-missing".into()], ..lb("a") },
-            codes::INVALID_BACKEND,
+            codes::INVALID_TARGET,
             "backends[0]",
         ),
         (
@@ -256,4 +259,129 @@ async fn listing_pages_through_load_balancers() {
     assert_eq!(first.items.len(), 5);
     assert!(first.next_page_token.is_some());
     assert_eq!(emu.user.list_all_load_balancers().await.unwrap().len(), 7);
+}
+
+fn backends(ids: &[&str]) -> UpdateLoadBalancerRequest {
+    UpdateLoadBalancerRequest { backends: Some(ids.iter().map(|s| s.to_string()).collect()), ..Default::default() }
+}
+
+/// As ELB ("The following targets are not in a running state and cannot be registered", kubernetes#94966): a
+/// backend registered by a create or newly added by an update must be a running instance; one registered while
+/// it ran stays allowed once it stopped.
+#[tokio::test]
+async fn only_running_instances_can_be_registered_as_backends() {
+    let emu = Emu::start().await;
+    let (a, b, c) = (emu.instance("a").await, emu.instance("b").await, emu.instance("c").await);
+    emu.user.stop_instance(&c.id).await.unwrap();
+    let refused = |err: fakecloud_api::ClientError, index: usize, state: &str| {
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_TARGET)), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(&format!("backends[{index}]")) && msg.contains(&c.id) && msg.contains(state), "{msg}");
+    };
+
+    // On create, every backend must run.
+    let req = CreateLoadBalancerRequest { backends: vec![a.id.clone(), c.id.clone()], ..lb("web") };
+    refused(emu.user.create_load_balancer(&req, None).await.unwrap_err(), 1, "stopped");
+    let web = emu
+        .user
+        .create_load_balancer(
+            &CreateLoadBalancerRequest { backends: vec![a.id.clone(), b.id.clone()], ..lb("web") },
+            None,
+        )
+        .await
+        .unwrap();
+
+    // On update, a newly added one must.
+    refused(emu.user.update_load_balancer(&web.id, &backends(&[&a.id, &b.id, &c.id])).await.unwrap_err(), 2, "stopped");
+
+    // One already registered whose instance stopped since stays, alongside a running newcomer; and it may be
+    // dropped.
+    emu.user.stop_instance(&b.id).await.unwrap();
+    emu.user.start_instance(&c.id).await.unwrap();
+    let kept = emu.user.update_load_balancer(&web.id, &backends(&[&a.id, &b.id, &c.id])).await.unwrap();
+    assert_eq!(kept.backends, vec![a.id.clone(), b.id.clone(), c.id.clone()]);
+    let dropped = emu.user.update_load_balancer(&web.id, &backends(&[&a.id, &c.id])).await.unwrap();
+    assert_eq!(dropped.backends, vec![a.id.clone(), c.id.clone()]);
+    // Once dropped, it is new again.
+    let err = emu.user.update_load_balancer(&web.id, &backends(&[&a.id, &c.id, &b.id])).await.unwrap_err();
+    assert_eq!(err.code(), Some(codes::INVALID_TARGET));
+    assert!(err.to_string().contains(&format!("backends[2]: instance {} is stopped", b.id)), "{err}");
+
+    // Missing and duplicate instances are refused the same way, naming the index.
+    let err = emu.user.update_load_balancer(&web.id, &backends(&[&a.id, "i-missing"])).await.unwrap_err();
+    assert_eq!(err.code(), Some(codes::INVALID_TARGET));
+    assert!(err.to_string().contains("backends[1]: instance i-missing does not exist"), "{err}");
+    let err = emu.user.update_load_balancer(&web.id, &backends(&[&a.id, &a.id])).await.unwrap_err();
+    assert_eq!(err.code(), Some(codes::INVALID_TARGET));
+    assert!(err.to_string().contains(&format!("backends[1]: {} is listed twice", a.id)), "{err}");
+}
+
+/// A booting (pending) instance is not running either.
+#[tokio::test]
+async fn a_pending_instance_cannot_be_registered() {
+    let emu = Emu::with_timings(Timings { boot_delay: Duration::from_secs(3600), ..Timings::instant() }).await;
+    let pending = emu.instance("pending").await;
+    let req = CreateLoadBalancerRequest { backends: vec![pending.id.clone()], ..lb("web") };
+    let err = emu.user.create_load_balancer(&req, None).await.unwrap_err();
+    assert_eq!(err.code(), Some(codes::INVALID_TARGET));
+    assert!(err.to_string().contains(&format!("backends[0]: instance {} is pending", pending.id)), "{err}");
+    let web = emu.user.create_load_balancer(&lb("web"), None).await.unwrap();
+    let err = emu.user.update_load_balancer(&web.id, &backends(&[&pending.id])).await.unwrap_err();
+    assert_eq!(err.code(), Some(codes::INVALID_TARGET));
+}
+
+/// How long a load balancer stays provisioning is scriptable at run time, for every one and per name (which
+/// wins), reset to the start flag's, and kept across a restart.
+#[tokio::test]
+async fn provisioning_time_is_scriptable_per_load_balancer_and_survives_a_restart() {
+    let mut emu = Emu::start().await;
+    let state = |lb: &fakecloud_api::LoadBalancer| lb.state;
+    let shown = emu.admin.lb_provisioning().await.unwrap();
+    assert_eq!((shown.default_seconds, shown.seconds, shown.load_balancers.len()), (0.0, None, 0));
+    assert_eq!(state(&emu.user.create_load_balancer(&lb("a"), None).await.unwrap()), LoadBalancerState::Active);
+
+    let hour = SetLbProvisioningRequest { seconds: 3600.0, load_balancer: None };
+    emu.admin.set_lb_provisioning(&hour).await.unwrap();
+    let quick = SetLbProvisioningRequest { seconds: 0.0, load_balancer: Some("quick".into()) };
+    let shown = emu.admin.set_lb_provisioning(&quick).await.unwrap();
+    assert_eq!((shown.seconds, shown.load_balancers.get("quick")), (Some(3600.0), Some(&0.0)));
+    assert_eq!(state(&emu.user.create_load_balancer(&lb("b"), None).await.unwrap()), LoadBalancerState::Provisioning);
+    assert_eq!(state(&emu.user.create_load_balancer(&lb("quick"), None).await.unwrap()), LoadBalancerState::Active);
+
+    emu.restart().await;
+    assert_eq!(emu.admin.lb_provisioning().await.unwrap(), shown);
+    assert_eq!(state(&emu.user.create_load_balancer(&lb("c"), None).await.unwrap()), LoadBalancerState::Provisioning);
+
+    // Reset one name, then everything.
+    let after = emu.admin.reset_lb_provisioning(Some("quick")).await.unwrap();
+    assert_eq!((after.seconds, after.load_balancers.len()), (Some(3600.0), 0));
+    let after = emu.admin.reset_lb_provisioning(None).await.unwrap();
+    assert_eq!((after.seconds, after.load_balancers.len()), (None, 0));
+    assert_eq!(state(&emu.user.create_load_balancer(&lb("d"), None).await.unwrap()), LoadBalancerState::Active);
+
+    // A user cannot script it.
+    assert_eq!(emu.user.lb_provisioning().await.unwrap_err().status(), Some(403));
+}
+
+#[tokio::test]
+async fn provisioning_settings_are_validated() {
+    let emu = Emu::start().await;
+    for (seconds, load_balancer, field) in
+        [(-1.0, None, "seconds"), (1e9, None, "seconds"), (1.0, Some("no spaces".to_string()), "load_balancer")]
+    {
+        let err =
+            emu.admin.set_lb_provisioning(&SetLbProvisioningRequest { seconds, load_balancer }).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_PARAMETER)), "{err}");
+        assert!(err.to_string().contains(field), "{err}");
+    }
+    let (status, body) = emu
+        .raw(
+            reqwest::Method::PUT,
+            "/v1/load-balancer-provisioning",
+            Some(crate::common::tokens().admin.as_str()),
+            Some(("application/json", r#"{"seconds":"soon"}"#)),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(emu.admin.lb_provisioning().await.unwrap().seconds, None);
 }
