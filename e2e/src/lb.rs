@@ -26,6 +26,12 @@ pub async fn wait_for_ip(services: &Api<Service>, name: &str, timeout: Duration)
         .await
 }
 
+/// The backends of the Service's load balancer, as the cloud has them; `None` while it has none, or when the
+/// read fails (callers poll).
+pub async fn backends(cloud: &fakecloud_api::Client, svc: &Service) -> Option<Vec<String>> {
+    Some(cloud.find_load_balancer(&name(svc)).await.ok()??.backends)
+}
+
 /// Upstream's load-balancer name for the Service: `a` + the UID without dashes, 32 characters.
 pub fn name(svc: &Service) -> String {
     let mut n = format!("a{}", svc.metadata.uid.as_deref().unwrap_or_default().replace('-', ""));

@@ -13,15 +13,11 @@
 #![allow(clippy::unwrap_used)]
 
 use fakecloud_api::{QuotaName, codes};
-use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
+use fakecloud_e2e::{HANG, Setup, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-
-async fn backends(env: &Env, svc: &Service) -> Option<Vec<String>> {
-    Some(env.cloud.find_load_balancer(&lb::name(svc)).await.ok()??.backends)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replacing_a_node_at_the_backends_quota_converges() {
@@ -34,7 +30,7 @@ async fn replacing_a_node_at_the_backends_quota_converges() {
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
         lb::wait_for_ip(&services, "web", HANG).await;
         let before = until(HANG, "both nodes backends", async || {
-            let b = backends(env, &web).await?;
+            let b = lb::backends(&env.cloud, &web).await?;
             (b.contains(&old.id) && b.contains(&kept.id)).then_some(b)
         })
         .await;
@@ -55,7 +51,7 @@ async fn replacing_a_node_at_the_backends_quota_converges() {
         until(env.timing.node_loss(), "the old Node deleted", async || env.node_gone(&old.name).await.then_some(()))
             .await;
         let after = until(HANG, "the new node in and the old one out", async || {
-            let b = backends(env, &web).await?;
+            let b = lb::backends(&env.cloud, &web).await?;
             (b.contains(&new.id) && !b.contains(&old.id)).then_some(b)
         })
         .await;

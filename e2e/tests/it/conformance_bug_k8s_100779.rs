@@ -32,17 +32,16 @@ async fn a_restart_during_node_churn_never_deregisters_a_healthy_node() {
 
         // The load balancer's backends, read every 200 ms from now until the end: any read missing a healthy
         // machine is kept.
-        let name = lb::name(&web);
         let watching = Arc::new(AtomicBool::new(true));
         let watcher = tokio::spawn({
-            let (cloud, watching, healthy) = (env.cloud.clone(), watching.clone(), healthy.clone());
+            let (cloud, watching, healthy, web) = (env.cloud.clone(), watching.clone(), healthy.clone(), web.clone());
             async move {
                 let mut missing = Vec::new();
                 while watching.load(Ordering::Relaxed) {
-                    if let Ok(Some(lb)) = cloud.find_load_balancer(&name).await
-                        && !healthy.iter().all(|h| lb.backends.contains(h))
+                    if let Some(b) = lb::backends(&cloud, &web).await
+                        && !healthy.iter().all(|h| b.contains(h))
                     {
-                        missing.push(lb.backends);
+                        missing.push(b);
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -54,8 +53,8 @@ async fn a_restart_during_node_churn_never_deregisters_a_healthy_node() {
         let replacement = env.instance("k100779-new", "local-1a").await;
         env.kill_ccm_leader().await;
         let converged = until(env.timing.node_loss(), "the replacement in and the old machine out", async || {
-            let lb = env.cloud.find_load_balancer(&lb::name(&web)).await.ok()??;
-            (lb.backends.contains(&replacement.id) && !lb.backends.contains(&old.id)).then_some(lb.backends)
+            let b = lb::backends(&env.cloud, &web).await?;
+            (b.contains(&replacement.id) && !b.contains(&old.id)).then_some(b)
         })
         .await;
         watching.store(false, Ordering::Relaxed);

@@ -28,7 +28,7 @@ async fn a_vm_deleted_before_its_node_does_not_block_load_balancer_updates() {
         let web =
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
         lb::wait_for_ip(&services, "web", HANG).await;
-        let backends = async || env.cloud.find_load_balancer(&lb::name(&web)).await.ok().flatten().map(|l| l.backends);
+        let backends = async || lb::backends(&env.cloud, &web).await;
         assert!(backends().await.unwrap().contains(&doomed.id), "the doomed machine starts as a backend");
 
         let writes = env.ccm_calls(&["UpdateLoadBalancer"]).await.len();

@@ -44,8 +44,7 @@ async fn node_names_unlike_instance_names_cost_no_load_balancer_write_per_sync()
         let web =
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
         lb::wait_for_ip(&services, "web", HANG).await;
-        let got: BTreeSet<String> =
-            env.cloud.find_load_balancer(&lb::name(&web)).await.unwrap().unwrap().backends.into_iter().collect();
+        let got: BTreeSet<String> = lb::backends(&env.cloud, &web).await.unwrap().into_iter().collect();
         assert!(got.contains(&a.0.id) && got.contains(&b.0.id), "both machines are backends, by ID: {got:?}");
 
         let writes = env.ccm_calls(&LB_WRITES).await.len();

@@ -11,15 +11,11 @@
 #![allow(clippy::unwrap_used)]
 
 use fakecloud_api::{InstanceState, codes};
-use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
+use fakecloud_e2e::{HANG, Setup, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-
-async fn backends(env: &Env, svc: &Service) -> Option<Vec<String>> {
-    Some(env.cloud.find_load_balancer(&lb::name(svc)).await.ok()??.backends)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_instance_never_becomes_a_backend() {
@@ -38,14 +34,14 @@ async fn a_stopped_instance_never_becomes_a_backend() {
         let web =
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
         lb::wait_for_ip(&services, "web", HANG).await;
-        let created = backends(env, &web).await.unwrap();
+        let created = lb::backends(&env.cloud, &web).await.unwrap();
         assert!(running.iter().all(|n| created.contains(&n.id)), "the running nodes: {created:?}");
         assert!(!created.contains(&stopped.id), "not the stopped instance {}: {created:?}", stopped.id);
 
         // The nodes change: the update carries the new one, and still not the stopped one.
         let joined = env.initialized_nodes("late", 1).await.remove(0);
         let updated = until(HANG, "the new node a backend", async || {
-            let b = backends(env, &web).await?;
+            let b = lb::backends(&env.cloud, &web).await?;
             b.contains(&joined.id).then_some(b)
         })
         .await;
