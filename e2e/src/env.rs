@@ -334,11 +334,11 @@ impl Env {
     }
 
     /// A machine of the case's own (named [`Env::name`]`(name)`) that no simulated kubelet registers: its Node
-    /// is the case's to register ([`crate::own_node`]) or never comes. Returned once it runs, as a kubelet
+    /// is the case's to register (see the `own_node` module) or never comes. Returned once it runs, as a kubelet
     /// starts only on a booted machine (a cloud with a boot delay, kind's, has it `pending` first, and a pending
     /// machine is no load balancer target). Removed with the case's other machines.
     pub async fn machine_without_kubelet(&self, name: &str) -> Instance {
-        let tags = [(crate::own_node::NO_KUBELET_TAG.to_string(), "none".to_string())].into();
+        let tags = [(kubelets::NO_KUBELET_TAG.to_string(), "none".to_string())].into();
         let created =
             self.create_instance(CreateInstanceRequest { name: name.into(), tags, ..Default::default() }).await;
         until(HANG, &format!("{} running", created.name), async || {

@@ -34,6 +34,7 @@ use tokio::sync::watch;
 
 use objects::Shape;
 pub use objects::{LEASE_NAMESPACE, LEASE_SECONDS, PROVIDED_NODE_IP, UNINITIALIZED_TAINT};
+pub use schedule::NO_KUBELET_TAG;
 use schedule::{Action, Job, Kubelet, Periods};
 
 /// A listing that takes longer than this is abandoned (the previous one stands) and retried at the next poll.
@@ -63,11 +64,6 @@ pub struct Options {
     /// does until its CNI plugin is up.
     pub not_ready_for: Duration,
 }
-
-/// A machine tagged with this, value `none`, gets no simulated kubelet: its Node, if any, is someone else's to
-/// register and keep alive — a test playing the kubelet itself (a Node named otherwise than its machine, or one
-/// registered without a providerID), or a machine whose kubelet never comes up.
-pub const NO_KUBELET_TAG: &str = "fakecloud.io/kubelet";
 
 /// The default Ready=False window after a machine starts: a kind node's, from its kubelet's registration until
 /// the CNI config is written. On this project's kind clusters it measured 46–59 s, most of it `make kind-up`

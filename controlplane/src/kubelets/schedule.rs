@@ -10,7 +10,12 @@ use fakecloud_api::Instance;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{NO_KUBELET_TAG, objects};
+use super::objects;
+
+/// A machine tagged with this, value `none`, gets no simulated kubelet: its Node, if any, is someone else's to
+/// register and keep alive — a test playing the kubelet itself (a Node named otherwise than its machine, or one
+/// registered without a providerID), or a machine whose kubelet never comes up.
+pub const NO_KUBELET_TAG: &str = "fakecloud.io/kubelet";
 
 /// The kubelet's lease controller backs off to at most 7 s between failed renewals.
 const MAX_BACKOFF: Duration = Duration::from_secs(7);
