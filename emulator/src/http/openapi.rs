@@ -107,6 +107,7 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("CreateRouteRequest", &["name"]), text(&validate::ROUTE_NAME)),
         (Property("CreateLoadBalancerRequest", &["name"]), text(&validate::NAME)),
         (Property("SetLbProvisioningRequest", &["load_balancer"]), text(&validate::NAME)),
+        (Parameter("/v1/load-balancer-provisioning", "delete", "load_balancer"), text(&validate::NAME)),
         (
             Property("SetLbProvisioningRequest", &["seconds"]),
             json!({"minimum": 0, "maximum": LB_PROVISION_SECONDS_MAX}),
