@@ -183,12 +183,14 @@ func RemovalsOnly(current, wanted []string) ([]string, bool) {
 	return kept, len(kept) < len(current)
 }
 
-// runningBackends are the running instances behind nodes, sorted: one ListInstances call (none without
-// candidates). A stopped or pending instance cannot be registered, and one registered that stopped serves
-// nothing: it is dropped (kubernetes#94966).
-func (c *Cloud) runningBackends(ctx context.Context, nodes []*v1.Node) ([]string, error) {
+// runningBackends are the backends for nodes, sorted. When the set adds an instance registered lacks, only
+// running instances: one ListInstances call, since a stopped or pending instance cannot be registered and one
+// registered that stopped serves nothing (kubernetes#94966). When it only keeps or removes backends (nothing
+// refuses that), no call: an ensure under throttling costs what it did before, the lookup and at most one write
+// (a third call back to back would never fit a small burst). As fakecloud-ccm does.
+func (c *Cloud) runningBackends(ctx context.Context, nodes []*v1.Node, registered []string) ([]string, error) {
 	candidates := Backends(nodes)
-	if len(candidates) == 0 {
+	if allIn(candidates, registered) {
 		return candidates, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -209,6 +211,16 @@ func (c *Cloud) runningBackends(ctx context.Context, nodes []*v1.Node) ([]string
 		}
 		params.PageToken = resp.JSON200.NextPageToken
 	}
+}
+
+// allIn says whether every one of ids is in set.
+func allIn(ids, set []string) bool {
+	for _, id := range ids {
+		if !slices.Contains(set, id) {
+			return false
+		}
+	}
+	return true
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -361,11 +373,15 @@ func (c *Cloud) ensure(ctx context.Context, cluster string, svc *v1.Service, nod
 		return nil, err
 	}
 	name := c.GetLoadBalancerName(ctx, cluster, svc)
-	backends, err := c.runningBackends(ctx, nodes)
+	lb, err := c.find(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	lb, err := c.find(ctx, name)
+	var registered []string
+	if lb != nil {
+		registered = lb.Backends
+	}
+	backends, err := c.runningBackends(ctx, nodes, registered)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +519,7 @@ func (c *Cloud) updateBackends(ctx context.Context, cluster string, svc *v1.Serv
 	if lb == nil {
 		return fmt.Errorf("load balancer %s not found", name)
 	}
-	backends, err := c.runningBackends(ctx, nodes)
+	backends, err := c.runningBackends(ctx, nodes, lb.Backends)
 	if err != nil {
 		return err
 	}

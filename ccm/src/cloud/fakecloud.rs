@@ -130,12 +130,14 @@ impl FakeCloud {
         Ok(lb)
     }
 
-    /// The running instances behind `nodes`, sorted: one ListInstances call (none without candidates). A stopped
-    /// or pending instance cannot be registered, and one registered that stopped serves nothing: it is dropped
-    /// (kubernetes#94966).
-    async fn running_backends(&self, nodes: &[Arc<Node>]) -> Result<Vec<String>, CloudError> {
+    /// The backends for `nodes`, sorted. When the set adds an instance `registered` lacks, only running
+    /// instances: one ListInstances call, since a stopped or pending instance cannot be registered and one
+    /// registered that stopped serves nothing (kubernetes#94966). When it only keeps or removes backends (no
+    /// quota or state refuses that), no call: an ensure under throttling costs what it did before, the lookup
+    /// and at most one write (a third call back to back would never fit a small burst).
+    async fn running_backends(&self, nodes: &[Arc<Node>], registered: &[String]) -> Result<Vec<String>, CloudError> {
         let candidates = backends(nodes);
-        if candidates.is_empty() {
+        if candidates.iter().all(|c| registered.contains(c)) {
             return Ok(candidates);
         }
         let q = ListInstancesQuery {
@@ -372,8 +374,10 @@ impl Cloud for FakeCloud {
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
         let want = load_balancer::desired(svc).map_err(CloudError::Invalid)?;
-        let backends = self.running_backends(nodes).await?;
-        let lb = match self.find_load_balancer(svc).await? {
+        let found = self.find_load_balancer(svc).await?;
+        let registered = found.as_ref().map(|lb| lb.backends.as_slice()).unwrap_or_default();
+        let backends = self.running_backends(nodes, registered).await?;
+        let lb = match found {
             None => self.create_load_balancer(svc, want, backends).await?,
             Some(lb) if lb.state == LoadBalancerState::Deleting => {
                 return Err(CloudError::RetryAfter {
@@ -395,7 +399,7 @@ impl Cloud for FakeCloud {
             .find_load_balancer(svc)
             .await?
             .ok_or_else(|| CloudError::NotFound(format!("load balancer {name} not found")))?;
-        let backends = self.running_backends(nodes).await?;
+        let backends = self.running_backends(nodes, &lb.backends).await?;
         if sorted(&lb.backends) != backends {
             let req = UpdateLoadBalancerRequest { backends: Some(backends), ..Default::default() };
             self.update(&lb, &req).await?;
