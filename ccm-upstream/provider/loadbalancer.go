@@ -223,8 +223,6 @@ func allIn(ids, set []string) bool {
 	return true
 }
 
-func ptrTo[T any](v T) *T { return &v }
-
 // Changes are the updates that bring lb to want with backends; nil when it already matches. A scheme or a
 // requested IP cannot change in place: an error says so.
 func Changes(lb *fakecloudapi.LoadBalancer, want *Desired, backends []string) (*fakecloudapi.UpdateLoadBalancerRequest, error) {
