@@ -68,6 +68,11 @@ pub async fn until<T>(timeout: Duration, what: &str, f: impl AsyncFnMut() -> Opt
     poll(timeout, f).await.unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
 }
 
+/// When the cloud answered a call, as its audit entry says.
+pub fn called_at(e: &AuditEntry) -> k8s_openapi::jiff::Timestamp {
+    e.time.parse().unwrap_or_else(|err| panic!("audit entry {} has no RFC 3339 time {:?}: {err}", e.seq, e.time))
+}
+
 pub fn taint_keys(n: &Node) -> Vec<String> {
     n.spec
         .as_ref()

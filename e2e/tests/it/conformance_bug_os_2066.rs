@@ -9,16 +9,12 @@
 #![allow(clippy::unwrap_used)]
 
 use fakecloud_api::{AuditEntry, LoadBalancerState};
-use fakecloud_e2e::{HANG, Setup, case, lb, until};
+use fakecloud_e2e::{HANG, Setup, called_at, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-
-fn at(e: &AuditEntry) -> Timestamp {
-    e.time.parse().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ensure_sets_the_external_ip_of_a_provisioning_load_balancer() {
@@ -42,7 +38,7 @@ async fn one_ensure_sets_the_external_ip_of_a_provisioning_load_balancer() {
         let polls = calls.iter().filter(|c| c.operation == "GetLoadBalancer").count();
         // It was provisioning when the create answered: the ensure looked again, about once a second until the
         // IP (a second more for the last look, as the wait ends on a poll).
-        let waited = ip_at.duration_since(at(creates[0])).as_secs_f64();
+        let waited = ip_at.duration_since(called_at(creates[0])).as_secs_f64();
         assert!(polls >= 1, "the ensure waited for the load balancer: {calls:#?}");
         assert!(polls as f64 <= waited + 2.0, "{polls} looks in {waited:.1} s: a hot loop");
 

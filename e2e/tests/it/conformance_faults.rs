@@ -12,16 +12,11 @@ use std::time::{Duration, Instant};
 use fakecloud_api::{
     AuditEntry, CreateFaultRuleRequest, FaultAction, FaultMatch, FaultTrigger, OutageScope, StartOutageRequest,
 };
-use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
+use fakecloud_e2e::{Env, HANG, Setup, called_at, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-
-fn at(e: &AuditEntry) -> Timestamp {
-    e.time.parse().unwrap()
-}
 
 /// A node to balance to, and a namespace: its name and its Services.
 async fn started(env: &Env, prefix: &str) -> (String, Api<Service>) {
@@ -60,12 +55,12 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
             "two throttled creates, then one that works: {creates:#?}"
         );
         for pair in creates.windows(2) {
-            let gap = at(pair[1]).duration_since(at(pair[0])).as_secs_f64();
+            let gap = called_at(pair[1]).duration_since(called_at(pair[0])).as_secs_f64();
             // Exactly the delay asked for: not sooner, and not the 5 s backoff of other errors.
             assert!((2.99..4.5).contains(&gap), "{gap:.3} s between creates (Retry-After: 3)");
             let early: Vec<&AuditEntry> = calls
                 .iter()
-                .filter(|e| e.seq > pair[0].seq && at(e).duration_since(at(pair[0])).as_secs_f64() < 2.99)
+                .filter(|e| e.seq > pair[0].seq && called_at(e).duration_since(called_at(pair[0])).as_secs_f64() < 2.99)
                 .collect();
             assert!(early.is_empty(), "cloud calls before Retry-After elapsed: {early:#?}");
         }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::{AuditEntry, CreateInstanceRequest, RateLimit, RateLimitKind, RateLimitPreset, RateLimitScope};
 use fakecloud_api::{Instance, SetRateLimitRequest};
-use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
+use fakecloud_e2e::{Env, HANG, Setup, called_at, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -47,10 +47,6 @@ struct Shape {
 
 /// `(id suffix, the preset's limit it is shaped like, what is tighter)`.
 type Tighter = (&'static str, &'static str, fn(SetRateLimitRequest) -> SetRateLimitRequest);
-
-fn at(e: &AuditEntry) -> Timestamp {
-    e.time.parse().unwrap()
-}
 
 fn ccm_writes(capacity: u32, spec: SetRateLimitRequest) -> SetRateLimitRequest {
     SetRateLimitRequest {
@@ -169,7 +165,7 @@ fn not_hot(calls: &[AuditEntry]) {
     assert!(calls.len() <= CALLS_AT_MOST, "{} cloud calls (at most {CALLS_AT_MOST})", calls.len());
     let mut by_operation: BTreeMap<&str, Vec<Timestamp>> = BTreeMap::new();
     for e in calls {
-        by_operation.entry(e.operation.as_str()).or_default().push(at(e));
+        by_operation.entry(e.operation.as_str()).or_default().push(called_at(e));
     }
     for (op, times) in by_operation {
         for (i, t) in times.iter().enumerate() {
@@ -187,10 +183,10 @@ fn not_hot(calls: &[AuditEntry]) {
 fn retry_after_kept(calls: &[AuditEntry], refused: &[&AuditEntry], window_seconds: u32) {
     let window_ms = i64::from(window_seconds) * 1000;
     for r in refused.iter().filter(|e| e.operation == "CreateLoadBalancer") {
-        let ends = (at(r).as_millisecond().div_euclid(window_ms) + 1) * window_ms;
+        let ends = (called_at(r).as_millisecond().div_euclid(window_ms) + 1) * window_ms;
         let again: Vec<&AuditEntry> = calls
             .iter()
-            .filter(|e| e.seq > r.seq && e.operation == r.operation && at(e).as_millisecond() < ends)
+            .filter(|e| e.seq > r.seq && e.operation == r.operation && called_at(e).as_millisecond() < ends)
             .collect();
         assert!(
             again.len() < SERVICES.len(),

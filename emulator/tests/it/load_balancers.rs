@@ -378,7 +378,7 @@ async fn provisioning_settings_are_validated() {
         .raw(
             reqwest::Method::PUT,
             "/v1/load-balancer-provisioning",
-            Some(crate::common::tokens().admin.as_str()),
+            Some(crate::common::ADMIN),
             Some(("application/json", r#"{"seconds":"soon"}"#)),
         )
         .await;
