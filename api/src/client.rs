@@ -435,6 +435,11 @@ impl Client {
         self.send::<(), _>(Method::DELETE, &format!("/v1/rate-limits/{id}"), None, None).await
     }
 
+    /// Every preset: the limits it installs, how its cloud refuses a request over a quota, whether it is in force.
+    pub async fn list_rate_limit_presets(&self) -> Result<RateLimitPresetList> {
+        self.send::<(), _>(Method::GET, "/v1/rate-limit-presets", None, None).await
+    }
+
     /// Install a cloud's throttling as rate limits `<preset>-...`, replacing any other preset's; the limits
     /// installed.
     pub async fn install_rate_limit_preset(&self, preset: RateLimitPreset) -> Result<RateLimitList> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::Instance;
+use crate::{Instance, QuotaName};
 
 /// What a rule applies to. Every list given must contain a match; an empty list matches anything.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -326,6 +326,38 @@ pub struct RateLimitBucket {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RateLimitList {
     pub items: Vec<RateLimit>,
+}
+
+/// A preset as `GET /v1/rate-limit-presets` shows it: the limits it installs, how its cloud answers a request
+/// over a quota, and whether it is in force (its limits are among the rate limits).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct RateLimitPresetInfo {
+    pub name: RateLimitPreset,
+    pub installed: bool,
+    /// What installing it sets, by id (`<preset>-...`).
+    pub limits: Vec<PresetLimit>,
+    /// While it is installed, a request over a quota is refused with its cloud's status and code instead of
+    /// `422` and the emulator's code; the message still names the quota and how to raise it.
+    pub quota_refusals: Vec<QuotaRefusal>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct PresetLimit {
+    pub id: String,
+    pub limit: SetRateLimitRequest,
+}
+
+/// How a cloud refuses a request over one quota.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct QuotaRefusal {
+    pub quota: QuotaName,
+    pub status: u16,
+    pub code: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RateLimitPresetList {
+    pub items: Vec<RateLimitPresetInfo>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]

@@ -464,6 +464,30 @@ func (e RateLimitKind) Valid() bool {
 	}
 }
 
+// Defines values for RateLimitPreset.
+const (
+	RateLimitPresetAwsEc2     RateLimitPreset = "aws-ec2"
+	RateLimitPresetAwsElb     RateLimitPreset = "aws-elb"
+	RateLimitPresetAzureArm   RateLimitPreset = "azure-arm"
+	RateLimitPresetGcpCompute RateLimitPreset = "gcp-compute"
+)
+
+// Valid indicates whether the value is a known member of the RateLimitPreset enum.
+func (e RateLimitPreset) Valid() bool {
+	switch e {
+	case RateLimitPresetAwsEc2:
+		return true
+	case RateLimitPresetAwsElb:
+		return true
+	case RateLimitPresetAzureArm:
+		return true
+	case RateLimitPresetGcpCompute:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RateLimitScope.
 const (
 	All        RateLimitScope = "all"
@@ -579,6 +603,7 @@ const (
 	SetRateLimitRequestOperationListLoadBalancers      SetRateLimitRequestOperation = "ListLoadBalancers"
 	SetRateLimitRequestOperationListOutages            SetRateLimitRequestOperation = "ListOutages"
 	SetRateLimitRequestOperationListQuotas             SetRateLimitRequestOperation = "ListQuotas"
+	SetRateLimitRequestOperationListRateLimitPresets   SetRateLimitRequestOperation = "ListRateLimitPresets"
 	SetRateLimitRequestOperationListRateLimits         SetRateLimitRequestOperation = "ListRateLimits"
 	SetRateLimitRequestOperationListRouteTables        SetRateLimitRequestOperation = "ListRouteTables"
 	SetRateLimitRequestOperationListRoutes             SetRateLimitRequestOperation = "ListRoutes"
@@ -663,6 +688,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationListQuotas:
 		return true
+	case SetRateLimitRequestOperationListRateLimitPresets:
+		return true
 	case SetRateLimitRequestOperationListRateLimits:
 		return true
 	case SetRateLimitRequestOperationListRouteTables:
@@ -740,6 +767,7 @@ const (
 	SetRateLimitRequestOperationsListLoadBalancers      SetRateLimitRequestOperations = "ListLoadBalancers"
 	SetRateLimitRequestOperationsListOutages            SetRateLimitRequestOperations = "ListOutages"
 	SetRateLimitRequestOperationsListQuotas             SetRateLimitRequestOperations = "ListQuotas"
+	SetRateLimitRequestOperationsListRateLimitPresets   SetRateLimitRequestOperations = "ListRateLimitPresets"
 	SetRateLimitRequestOperationsListRateLimits         SetRateLimitRequestOperations = "ListRateLimits"
 	SetRateLimitRequestOperationsListRouteTables        SetRateLimitRequestOperations = "ListRouteTables"
 	SetRateLimitRequestOperationsListRoutes             SetRateLimitRequestOperations = "ListRoutes"
@@ -821,6 +849,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsListOutages:
 		return true
 	case SetRateLimitRequestOperationsListQuotas:
+		return true
+	case SetRateLimitRequestOperationsListRateLimitPresets:
 		return true
 	case SetRateLimitRequestOperationsListRateLimits:
 		return true
@@ -949,22 +979,22 @@ func (e ListInstancesParamsState) Valid() bool {
 
 // Defines values for InstallRateLimitPresetParamsName.
 const (
-	AwsEc2     InstallRateLimitPresetParamsName = "aws-ec2"
-	AwsElb     InstallRateLimitPresetParamsName = "aws-elb"
-	AzureArm   InstallRateLimitPresetParamsName = "azure-arm"
-	GcpCompute InstallRateLimitPresetParamsName = "gcp-compute"
+	InstallRateLimitPresetParamsNameAwsEc2     InstallRateLimitPresetParamsName = "aws-ec2"
+	InstallRateLimitPresetParamsNameAwsElb     InstallRateLimitPresetParamsName = "aws-elb"
+	InstallRateLimitPresetParamsNameAzureArm   InstallRateLimitPresetParamsName = "azure-arm"
+	InstallRateLimitPresetParamsNameGcpCompute InstallRateLimitPresetParamsName = "gcp-compute"
 )
 
 // Valid indicates whether the value is a known member of the InstallRateLimitPresetParamsName enum.
 func (e InstallRateLimitPresetParamsName) Valid() bool {
 	switch e {
-	case AwsEc2:
+	case InstallRateLimitPresetParamsNameAwsEc2:
 		return true
-	case AwsElb:
+	case InstallRateLimitPresetParamsNameAwsElb:
 		return true
-	case AzureArm:
+	case InstallRateLimitPresetParamsNameAzureArm:
 		return true
-	case GcpCompute:
+	case InstallRateLimitPresetParamsNameGcpCompute:
 		return true
 	default:
 		return false
@@ -1544,6 +1574,15 @@ type OutageList struct {
 // OutageScope What is down: all of it, one service, or one zone.
 type OutageScope string
 
+// PresetLimit defines model for PresetLimit.
+type PresetLimit struct {
+	Id string `json:"id"`
+
+	// Limit A rate limit: a token bucket (`capacity` calls at once, refilled at `refill_per_second`) or a clock-aligned
+	// fixed window (`capacity` calls per `window_seconds`), and what a refused call gets.
+	Limit SetRateLimitRequest `json:"limit"`
+}
+
 // Protocol defines model for Protocol.
 type Protocol string
 
@@ -1563,6 +1602,13 @@ type QuotaList struct {
 
 // QuotaName defines model for QuotaName.
 type QuotaName string
+
+// QuotaRefusal How a cloud refuses a request over one quota.
+type QuotaRefusal struct {
+	Code   string    `json:"code"`
+	Quota  QuotaName `json:"quota"`
+	Status int32     `json:"status"`
+}
 
 // RateLimit defines model for RateLimit.
 type RateLimit struct {
@@ -1596,6 +1642,34 @@ type RateLimitKind string
 // RateLimitList defines model for RateLimitList.
 type RateLimitList struct {
 	Items []RateLimit `json:"items"`
+}
+
+// RateLimitPreset Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
+// other preset's limits. What each holds, and where its numbers come from, is in the emulator
+// (`faults::presets`) and the README's "Failure-shape presets".
+type RateLimitPreset string
+
+// RateLimitPresetInfo A preset as `GET /v1/rate-limit-presets` shows it: the limits it installs, how its cloud answers a request
+// over a quota, and whether it is in force (its limits are among the rate limits).
+type RateLimitPresetInfo struct {
+	Installed bool `json:"installed"`
+
+	// Limits What installing it sets, by id (`<preset>-...`).
+	Limits []PresetLimit `json:"limits"`
+
+	// Name Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
+	// other preset's limits. What each holds, and where its numbers come from, is in the emulator
+	// (`faults::presets`) and the README's "Failure-shape presets".
+	Name RateLimitPreset `json:"name"`
+
+	// QuotaRefusals While it is installed, a request over a quota is refused with its cloud's status and code instead of
+	// `422` and the emulator's code; the message still names the quota and how to raise it.
+	QuotaRefusals []QuotaRefusal `json:"quota_refusals"`
+}
+
+// RateLimitPresetList defines model for RateLimitPresetList.
+type RateLimitPresetList struct {
+	Items []RateLimitPresetInfo `json:"items"`
 }
 
 // RateLimitScope defines model for RateLimitScope.
@@ -2512,6 +2586,12 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
 	ClearRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListRateLimitPresets Every failure-shape preset: the limits installing it sets, how its cloud refuses a request over a quota
+	// (while it is installed, such requests are answered so), and whether it is installed.
+	//
+	// Corresponds with GET /v1/rate-limit-presets (the `ListRateLimitPresets` operationId).
+	ListRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// InstallRateLimitPreset Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
 	// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
 	// `aws-elb` (400 `Throttling`, "Rate exceeded"), `azure-arm` (429 with Retry-After and
@@ -3317,6 +3397,22 @@ func (c *Client) SetQuota(ctx context.Context, name string, body SetQuotaJSONReq
 // Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
 func (c *Client) ClearRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewClearRateLimitPresetsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListRateLimitPresets Every failure-shape preset: the limits installing it sets, how its cloud refuses a request over a quota
+// (while it is installed, such requests are answered so), and whether it is installed.
+//
+// Corresponds with GET /v1/rate-limit-presets (the `ListRateLimitPresets` operationId).
+func (c *Client) ListRateLimitPresets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListRateLimitPresetsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -5109,6 +5205,33 @@ func NewClearRateLimitPresetsRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListRateLimitPresetsRequest constructs an http.Request for the ListRateLimitPresets method
+func NewListRateLimitPresetsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/rate-limit-presets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewInstallRateLimitPresetRequest constructs an http.Request for the InstallRateLimitPreset method
 func NewInstallRateLimitPresetRequest(server string, name InstallRateLimitPresetParamsName) (*http.Request, error) {
 	var err error
@@ -5975,6 +6098,14 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/rate-limit-presets (the `ClearRateLimitPresets` operationId).
 	ClearRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClearRateLimitPresetsResponse, error)
+
+	// ListRateLimitPresetsWithResponse Every failure-shape preset: the limits installing it sets, how its cloud refuses a request over a quota
+	// (while it is installed, such requests are answered so), and whether it is installed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/rate-limit-presets (the `ListRateLimitPresets` operationId).
+	ListRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRateLimitPresetsResponse, error)
 
 	// InstallRateLimitPresetWithResponse Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
 	// by name stay): `aws-ec2` (503 `RequestLimitExceeded`, no Retry-After, request and resource token buckets),
@@ -10675,6 +10806,112 @@ func (r ClearRateLimitPresetsResponse) ContentType() string {
 	return ""
 }
 
+// ListRateLimitPresetsResponse200Headers the declared response headers of an HTTP 200 response for ListRateLimitPresets
+type ListRateLimitPresetsResponse200Headers struct {
+	XRequestId *string
+}
+
+// ListRateLimitPresetsResponse401Headers the declared response headers of an HTTP 401 response for ListRateLimitPresets
+type ListRateLimitPresetsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// ListRateLimitPresetsResponse403Headers the declared response headers of an HTTP 403 response for ListRateLimitPresets
+type ListRateLimitPresetsResponse403Headers struct {
+	XRequestId *string
+}
+
+// ListRateLimitPresetsResponse503Headers the declared response headers of an HTTP 503 response for ListRateLimitPresets
+type ListRateLimitPresetsResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// ListRateLimitPresetsResponseDefaultHeaders the declared response headers of an HTTP default response for ListRateLimitPresets
+type ListRateLimitPresetsResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type ListRateLimitPresetsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RateLimitPresetList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListRateLimitPresetsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRateLimitPresetsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListRateLimitPresetsResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListRateLimitPresetsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListRateLimitPresetsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListRateLimitPresetsResponse) GetJSON200() *RateLimitPresetList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListRateLimitPresetsResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListRateLimitPresetsResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListRateLimitPresetsResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListRateLimitPresetsResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListRateLimitPresetsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListRateLimitPresetsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListRateLimitPresetsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListRateLimitPresetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // InstallRateLimitPresetResponse200Headers the declared response headers of an HTTP 200 response for InstallRateLimitPreset
 type InstallRateLimitPresetResponse200Headers struct {
 	XRequestId *string
@@ -13101,6 +13338,20 @@ func (c *ClientWithResponses) ClearRateLimitPresetsWithResponse(ctx context.Cont
 		return nil, err
 	}
 	return ParseClearRateLimitPresetsResponse(rsp)
+}
+
+// ListRateLimitPresetsWithResponse Every failure-shape preset: the limits installing it sets, how its cloud refuses a request over a quota
+// (while it is installed, such requests are answered so), and whether it is installed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/rate-limit-presets (the `ListRateLimitPresets` operationId).
+func (c *ClientWithResponses) ListRateLimitPresetsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListRateLimitPresetsResponse, error) {
+	rsp, err := c.ListRateLimitPresets(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListRateLimitPresetsResponse(rsp)
 }
 
 // InstallRateLimitPresetWithResponse Install a cloud's throttling as rate limits named `<preset>-...`, replacing any other preset's (limits set
@@ -18625,6 +18876,127 @@ func ParseClearRateLimitPresetsResponse(rsp *http.Response) (*ClearRateLimitPres
 		response.Headers503 = &headers
 	case true:
 		var headers ClearRateLimitPresetsResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListRateLimitPresetsResponse parses an HTTP response from a ListRateLimitPresetsWithResponse call
+func ParseListRateLimitPresetsResponse(rsp *http.Response) (*ListRateLimitPresetsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListRateLimitPresetsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RateLimitPresetList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListRateLimitPresetsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListRateLimitPresetsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListRateLimitPresetsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListRateLimitPresetsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListRateLimitPresetsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -50,13 +50,22 @@ pub struct ApiError {
     pub message: String,
     /// Extra response headers (`Retry-After`, `RateLimit-*`, or a fault rule's).
     pub headers: Vec<(String, String)>,
+    /// The quota a refusal is about: a failure-shape preset answers it in its cloud's shape.
+    pub quota: Option<QuotaName>,
+}
+
+/// On the response to a request refused by a quota: which quota, and the refusal's message.
+#[derive(Debug, Clone)]
+pub struct QuotaRefused {
+    pub quota: QuotaName,
+    pub message: String,
 }
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 impl ApiError {
     pub fn new(kind: Kind, code: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
-        Self { kind, code: code.into(), message: message.into(), headers: Vec::new() }
+        Self { kind, code: code.into(), message: message.into(), headers: Vec::new(), quota: None }
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -78,14 +87,15 @@ impl ApiError {
 
     /// A request that would take `quota` past `limit`; the message says how to raise it.
     pub fn quota_exceeded(quota: QuotaName, limit: u32, what: &str) -> Self {
-        Self::new(
+        let e = Self::new(
             Kind::Exceeded,
             quota.exceeded_code(),
             format!(
                 "{what} would exceed the quota {quota} (limit {limit}); raise it with `fakecloud quota set {quota} <n>` \
                  or PUT /v1/quotas/{quota}"
             ),
-        )
+        );
+        Self { quota: Some(quota), ..e }
     }
 
     pub fn internal(message: impl Into<String>) -> Self {

@@ -15,7 +15,7 @@ use crate::call::ErrorCode;
 use crate::call::ResourceId;
 use crate::config::Config;
 use crate::db::Db;
-use crate::error::{ApiError, Kind};
+use crate::error::{ApiError, Kind, QuotaRefused};
 use crate::store;
 
 /// The API representation of an instance or load balancer, for eventual consistency's "previous version".
@@ -28,6 +28,21 @@ async fn current_json(db: &Db, cfg: &Config, id: &str) -> Option<serde_json::Val
         return None;
     };
     value.ok()
+}
+
+/// A request over a quota, refused as the installed failure-shape preset's cloud refuses it (its status and
+/// code; the message still says which quota and how to raise it). Without a preset, the emulator's own `422`.
+pub async fn shape_quota_refusal(resp: Response, faults: &FaultEngine) -> Response {
+    let Some(refused) = resp.extensions().get::<QuotaRefused>() else {
+        return resp;
+    };
+    let Some(preset) = faults.installed_preset().await else {
+        return resp;
+    };
+    let (status, code) = super::presets::quota_refusal(preset, refused.quota);
+    let mut shaped = ApiError::new(Kind::Status(status), code, refused.message.clone());
+    shaped.quota = Some(refused.quota);
+    shaped.into_response()
 }
 
 /// Eventual consistency: reads see resources as they were before a lagging write — not at all for a creation,

@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fakecloud_api::{
-    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, RateLimit, RateLimitPreset,
-    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartOutageRequest,
+    CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule, Outage, PresetLimit, QuotaName,
+    QuotaRefusal, RateLimit, RateLimitPreset, RateLimitPresetInfo, SetRateLimitRequest, SpotRandom, SpotRandomRequest,
+    StartOutageRequest,
 };
 use tokio::sync::{Mutex, RwLock, watch};
 
@@ -387,6 +388,31 @@ impl FaultEngine {
             removed.push(limits.remove(at).to_api());
         }
         Ok(removed)
+    }
+
+    /// Every preset, as `GET /v1/rate-limit-presets` shows it.
+    pub async fn presets(&self) -> Vec<RateLimitPresetInfo> {
+        let installed = self.installed_preset().await;
+        RateLimitPreset::ALL
+            .into_iter()
+            .map(|preset| RateLimitPresetInfo {
+                name: preset,
+                installed: installed == Some(preset),
+                limits: presets::limits(preset).into_iter().map(|(id, limit)| PresetLimit { id, limit }).collect(),
+                quota_refusals: QuotaName::ALL
+                    .into_iter()
+                    .map(|quota| {
+                        let (status, code) = presets::quota_refusal(preset, quota);
+                        QuotaRefusal { quota, status, code: code.into() }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The preset whose limits are in force, if any.
+    pub async fn installed_preset(&self) -> Option<RateLimitPreset> {
+        presets::installed(self.limits.read().await.iter().map(|l| l.id.as_str()))
     }
 
     pub async fn list_limits(&self) -> Vec<RateLimit> {

@@ -1,9 +1,10 @@
 //! Real clouds' throttling as sets of rate limits, defined once here. Each limit's id starts with its preset's
 //! name; installing a preset replaces every preset's limits and leaves the others alone. Operations map onto
 //! ours: reads are GETs, writes the rest, EC2's RunInstances is `CreateInstance`, ELB's describe calls are the
-//! load balancer reads.
+//! load balancer reads. While a preset's limits are in force, a request over a quota is refused as that cloud
+//! refuses it too ([`quota_refusal`]).
 
-use fakecloud_api::{RateLimitKind, RateLimitPreset, RateLimitScope, SetRateLimitRequest};
+use fakecloud_api::{QuotaName, RateLimitKind, RateLimitPreset, RateLimitScope, SetRateLimitRequest};
 
 /// EC2 answers a throttled call 503 `RequestLimitExceeded`, without `Retry-After`: the SDKs back off on their
 /// own. (EC2 throttling guide, <https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html>.)
@@ -140,7 +141,61 @@ pub fn limits(preset: RateLimitPreset) -> Vec<(String, SetRateLimitRequest)> {
             ("writes", gce(RateLimitScope::Writes, 1500)),
         ],
     };
-    limits.into_iter().map(|(name, spec)| (format!("{preset}-{name}"), spec)).collect()
+    // Each limit per token: a cloud's buckets are per account, and the emulator's two tokens are two callers —
+    // the user's (the CCM's) and the admin's, which the cloud's own machinery uses (the simulated kubelets list
+    // instances several times a second, enough alone to spend Azure's 160 instance reads per 3 minutes). One
+    // shared bucket would throttle the CCM for calls it never made.
+    limits
+        .into_iter()
+        .map(|(name, spec)| (format!("{preset}-{name}"), SetRateLimitRequest { per_token: true, ..spec }))
+        .collect()
+}
+
+/// How the preset's cloud refuses a request over `quota`: its status and code.
+pub fn quota_refusal(preset: RateLimitPreset, quota: QuotaName) -> (u16, &'static str) {
+    use QuotaName::*;
+    match preset {
+        // EC2's error codes for its resource limits (instances, routes per table, Elastic IPs, rules per
+        // security group, which is what a load balancer's source ranges become) and ELB's for load balancers,
+        // listeners and targets: all client errors, 400 (the EC2 API's "Error codes" and the ELB API's errors).
+        RateLimitPreset::AwsEc2 | RateLimitPreset::AwsElb => (
+            400,
+            match quota {
+                Instances => "InstanceLimitExceeded",
+                RoutesPerRouteTable => "RouteLimitExceeded",
+                PublicIps => "AddressLimitExceeded",
+                SourceRangesPerLoadBalancer => "RulesPerSecurityGroupLimitExceeded",
+                LoadBalancers => "TooManyLoadBalancers",
+                ListenersPerLoadBalancer => "TooManyListeners",
+                BackendsPerLoadBalancer => "TooManyTargets",
+            },
+        ),
+        RateLimitPreset::AzureArm => match quota {
+            // Compute's core quota: 409 `OperationNotAllowed` "Operation could not be completed as it results in
+            // exceeding approved ... Cores quota" (ARM's "Resolve errors for resource quotas"; the status as
+            // Azure/karpenter-provider-azure#192 quotes the answer).
+            Instances => (409, "OperationNotAllowed"),
+            // The network provider's public IP limit: 400 `PublicIPCountLimitReached` (as
+            // kubernetes/test-infra#16564 quotes it).
+            PublicIps => (400, "PublicIPCountLimitReached"),
+            // An assumption: the network provider's other limits answer 400 as its public IP limit does; their
+            // codes are not sourced here, so they keep the emulator's.
+            other => (400, other.exceeded_code()),
+        },
+        // Compute Engine's resource quotas: 403 `QUOTA_EXCEEDED` (as issue #26 gives it), whatever the quota.
+        RateLimitPreset::GcpCompute => (403, "QUOTA_EXCEEDED"),
+    }
+}
+
+/// The preset in force: the first whose limits are among `ids` (installing one removes every other's).
+pub fn installed<'a>(ids: impl IntoIterator<Item = &'a str>) -> Option<RateLimitPreset> {
+    let ids: Vec<&str> = ids.into_iter().collect();
+    RateLimitPreset::ALL.into_iter().find(|p| ids.iter().any(|id| of(*p, id)))
+}
+
+/// Whether the limit `id` is one of `preset`'s (named `<preset>-...`).
+fn of(preset: RateLimitPreset, id: &str) -> bool {
+    id.strip_prefix(preset.name()).is_some_and(|rest| rest.starts_with('-'))
 }
 
 fn operation(name: &str, spec: SetRateLimitRequest) -> SetRateLimitRequest {
@@ -149,7 +204,7 @@ fn operation(name: &str, spec: SetRateLimitRequest) -> SetRateLimitRequest {
 
 /// Whether a limit belongs to a preset (by its id's prefix).
 pub fn is_preset_limit(id: &str) -> bool {
-    RateLimitPreset::ALL.iter().any(|p| id.strip_prefix(p.name()).is_some_and(|rest| rest.starts_with('-')))
+    installed([id]).is_some()
 }
 
 #[cfg(test)]
@@ -175,5 +230,18 @@ mod tests {
             }
         }
         assert!(!is_preset_limit("aws-ec2") && !is_preset_limit("writes") && !is_preset_limit("aws-ec2x-1"));
+    }
+
+    /// The preset in force is found by its limits' names; a quota refusal's status is a client error's.
+    #[test]
+    fn the_installed_preset_and_its_quota_refusals() {
+        assert_eq!(installed(["mine", "gcp-compute-writes"]), Some(RateLimitPreset::GcpCompute));
+        assert_eq!(installed(["mine", "aws-ec2x-1", "gcp-computer"]), None);
+        for preset in RateLimitPreset::ALL {
+            for quota in QuotaName::ALL {
+                let (status, code) = quota_refusal(preset, quota);
+                assert!((400..500).contains(&status) && status != 429 && !code.is_empty(), "{preset} {quota}");
+            }
+        }
     }
 }

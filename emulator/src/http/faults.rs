@@ -1,13 +1,14 @@
 //! Fault injection API (admin): `/v1/faults`, `/v1/lb-faults`, `/v1/rate-limits`, `/v1/outages`,
-//! `/v1/rate-limit-presets`, `/v1/hangs`, `/v1/spot/reclaim`.
+//! `/v1/rate-limit-presets` (list, install, clear), `/v1/hangs`, `/v1/spot/reclaim`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use fakecloud_api::{
     CreateFaultRuleRequest, CreateLbFaultRuleRequest, ErrorBody, FaultRule, FaultRuleList, Hang, HangList, LbFaultRule,
-    LbFaultRuleList, Outage, OutageList, RateLimit, RateLimitList, RateLimitPreset, ReclaimRequest, ReclaimResponse,
-    SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartHangRequest, StartOutageRequest, codes,
+    LbFaultRuleList, Outage, OutageList, RateLimit, RateLimitList, RateLimitPreset, RateLimitPresetList,
+    ReclaimRequest, ReclaimResponse, SetRateLimitRequest, SpotRandom, SpotRandomRequest, StartHangRequest,
+    StartOutageRequest, codes,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -27,7 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_rate_limits))
         .routes(routes!(set_rate_limit, delete_rate_limit))
         .routes(routes!(install_rate_limit_preset))
-        .routes(routes!(clear_rate_limit_presets))
+        .routes(routes!(list_rate_limit_presets, clear_rate_limit_presets))
         .routes(routes!(start_outage, list_outages))
         .routes(routes!(stop_outage))
         .routes(routes!(start_hang, list_hangs))
@@ -144,6 +145,14 @@ async fn install_rate_limit_preset(State(st): State<AppState>, ApiPath(name): Ap
         )
     })?;
     Ok(reply(StatusCode::OK, "", RateLimitList { items: st.faults().install_preset(preset).await? }))
+}
+
+/// Every failure-shape preset: the limits installing it sets, how its cloud refuses a request over a quota
+/// (while it is installed, such requests are answered so), and whether it is installed.
+#[utoipa::path(get, path = "/v1/rate-limit-presets", operation_id = "ListRateLimitPresets", tag = "faults",
+    responses((status = 200, body = RateLimitPresetList)), security(("admin" = [])))]
+async fn list_rate_limit_presets(State(st): State<AppState>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", RateLimitPresetList { items: st.faults().presets().await }))
 }
 
 /// Remove every preset's rate limits (limits set by name stay); answers with those removed.

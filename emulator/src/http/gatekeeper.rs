@@ -130,6 +130,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     };
                     let (verdict, headers) = st.faults().judge(&call).await;
                     let resp = effects::apply(verdict, req, next, st.faults(), &st.db, &st.cfg, path_id.as_deref(), &mut fault).await;
+                    let resp = effects::shape_quota_refusal(resp, st.faults()).await;
                     // Eventual consistency is the public API's lag: the admin token is the cloud's own view (its
                     // machines — the simulated kubelets — and the operator), which sees every instance at once.
                     let mut resp = if mutating || role == Role::Admin {

@@ -8,7 +8,7 @@ use fakecloud_api::{ErrorBody, ErrorDetail, REPLAYED_HEADER};
 use serde::Serialize;
 
 use crate::call::{ErrorCode, ResourceId};
-use crate::error::{ApiError, Kind, SERVER_HEADERS};
+use crate::error::{ApiError, Kind, QuotaRefused, SERVER_HEADERS};
 
 /// A JSON response tagged with the resource it is about (`""`: none, as for a listing).
 pub fn reply<T: Serialize>(status: StatusCode, id: &str, body: T) -> Response {
@@ -48,6 +48,7 @@ pub fn status_of(kind: Kind) -> StatusCode {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let request_id = crate::call::request_id();
+        let body_message = self.quota.map(|_| self.message.clone()).unwrap_or_default();
         let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message, request_id } };
         let mut resp = (status_of(self.kind), Json(body)).into_response();
         for (k, v) in &self.headers {
@@ -58,6 +59,9 @@ impl IntoResponse for ApiError {
             }
         }
         resp.extensions_mut().insert(ErrorCode(self.code.to_string()));
+        if let Some(quota) = self.quota {
+            resp.extensions_mut().insert(QuotaRefused { quota, message: body_message });
+        }
         resp
     }
 }

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fakecloud_api::{ErrorBody, RateLimitKind, RateLimitPreset, RateLimitScope, SetRateLimitRequest, codes};
+use fakecloud_api::{ClientError, CreateInstanceRequest, ErrorBody, QuotaName, RateLimitKind, RateLimitPreset};
+use fakecloud_api::{RateLimitScope, SetRateLimitRequest, codes};
 
 use crate::common::{ADMIN, Emu, USER};
 
@@ -330,4 +331,88 @@ async fn gcp_compute_refuses_until_the_next_minute_boundary() {
     assert!(error.message.contains("usageLimits"), "{}", error.message);
     let write = call(&emu, reqwest::Method::POST, "/v1/instances/i-none/terminate").await;
     assert_eq!(write.status(), 404, "writes are counted apart");
+}
+
+/// While a preset is installed, a request over a quota is refused as its cloud refuses it (status and code, as
+/// `GET /v1/rate-limit-presets` lists them), the message still naming the quota; without one, the emulator's
+/// own 422. The audit log records the answer the caller got.
+#[tokio::test]
+async fn a_quota_refusal_takes_the_installed_presets_shape() {
+    let emu = Emu::start().await;
+    emu.admin.set_quota(QuotaName::Instances, 0).await.unwrap();
+    let create = async || {
+        let req = CreateInstanceRequest { name: "over".into(), ..Default::default() };
+        let e = emu.user.create_instance(&req, None).await.unwrap_err();
+        let message = match &e {
+            ClientError::Api(api) => api.message.clone(),
+            other => panic!("{other}"),
+        };
+        assert!(message.contains("fakecloud quota set instances"), "{message}");
+        (e.status().unwrap(), e.code().unwrap().to_string())
+    };
+    assert_eq!(create().await, (422, codes::INSTANCE_LIMIT_EXCEEDED.to_string()));
+    for (preset, status, code) in [
+        (RateLimitPreset::AwsEc2, 400, "InstanceLimitExceeded"),
+        (RateLimitPreset::AwsElb, 400, "InstanceLimitExceeded"),
+        (RateLimitPreset::AzureArm, 409, "OperationNotAllowed"),
+        (RateLimitPreset::GcpCompute, 403, "QUOTA_EXCEEDED"),
+    ] {
+        emu.admin.install_rate_limit_preset(preset).await.unwrap();
+        assert_eq!(create().await, (status, code.to_string()), "{preset}");
+        let listed = emu.admin.list_rate_limit_presets().await.unwrap().items;
+        let info = listed.iter().find(|p| p.name == preset).unwrap();
+        let refusal = info.quota_refusals.iter().find(|r| r.quota == QuotaName::Instances).unwrap();
+        assert_eq!((refusal.status, refusal.code.as_str()), (status, code), "{preset}: as listed");
+        let audit = emu.admin.audit(&Default::default()).await.unwrap().items;
+        let last = audit.iter().filter(|e| e.operation == "CreateInstance").max_by_key(|e| e.seq).unwrap();
+        assert_eq!((last.status, last.error_code.as_deref()), (status, Some(code)), "{preset}: audited");
+    }
+    emu.admin.clear_rate_limit_presets().await.unwrap();
+    assert_eq!(create().await, (422, codes::INSTANCE_LIMIT_EXCEEDED.to_string()));
+}
+
+/// The listing: every preset, the one installed marked, its limits as installing sets them (each per token),
+/// every quota's refusal; admin only.
+#[tokio::test]
+async fn the_presets_are_listed_with_their_limits_and_quota_refusals() {
+    let emu = Emu::start().await;
+    let installed = emu.admin.install_rate_limit_preset(RateLimitPreset::AzureArm).await.unwrap().items;
+    let listed = emu.admin.list_rate_limit_presets().await.unwrap().items;
+    assert_eq!(listed.iter().map(|p| p.name).collect::<Vec<_>>(), RateLimitPreset::ALL);
+    for p in &listed {
+        assert_eq!(p.installed, p.name == RateLimitPreset::AzureArm, "{}", p.name);
+        assert_eq!(p.quota_refusals.len(), QuotaName::ALL.len(), "{}", p.name);
+        assert!(p.limits.iter().all(|l| l.limit.per_token && l.id.starts_with(&format!("{}-", p.name))));
+    }
+    let azure = &listed[2];
+    let ids = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        azure.limits.iter().map(|l| l.id.clone()).collect::<Vec<_>>(),
+        ids(installed.iter().map(|l| l.id.as_str()).collect())
+    );
+    let refused = emu.user.list_rate_limit_presets().await.unwrap_err();
+    assert_eq!(refused.status(), Some(403));
+}
+
+/// A preset's buckets are per token, as a cloud's are per account: the admin token (the cloud's own machinery,
+/// such as the simulated kubelets) spending its bucket leaves the user's whole.
+#[tokio::test]
+async fn a_presets_buckets_are_per_token() {
+    let emu = Emu::start().await;
+    emu.admin.install_rate_limit_preset(RateLimitPreset::AwsElb).await.unwrap();
+    let mut refused = false;
+    for _ in 0..CALLS_MAX {
+        let resp = reqwest::Client::new()
+            .get(format!("{}/v1/load-balancers", emu.url()))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 400 {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "the admin's describe bucket never ran out");
+    assert_eq!(call(&emu, reqwest::Method::GET, "/v1/load-balancers").await.status(), 200, "the user's is whole");
 }
