@@ -269,7 +269,8 @@ pub enum RateLimitCmd {
     /// Delete one limit, or all with no ID.
     Clear { id: Option<String> },
     /// Install a real cloud's throttling as limits named <preset>-..., replacing any other preset's (limits set
-    /// by name stay); `clear` removes every preset's limits.
+    /// by name stay); while installed, a request over a quota is refused as that cloud refuses it. `clear`
+    /// removes every preset's limits; `list` shows each preset, whether it is installed, and its quota refusals.
     Preset {
         #[arg(value_enum)]
         name: PresetArg,
@@ -387,6 +388,8 @@ pub enum PresetArg {
     GcpCompute,
     /// Remove every preset's limits.
     Clear,
+    /// Every preset: installed or not, its limits, how it refuses a request over each quota.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -513,6 +516,7 @@ pub async fn rate_limit(client: &Client, out: &Output, cmd: RateLimitCmd) -> Res
                 PresetArg::AzureArm => RateLimitPreset::AzureArm,
                 PresetArg::GcpCompute => RateLimitPreset::GcpCompute,
                 PresetArg::Clear => return out.rate_limits(&client.clear_rate_limit_presets().await?.items),
+                PresetArg::List => return out.rate_limit_presets(&client.list_rate_limit_presets().await?.items),
             };
             out.rate_limits(&client.install_rate_limit_preset(preset).await?.items)
         }

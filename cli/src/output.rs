@@ -5,7 +5,8 @@ use clap::ValueEnum;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
     AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Hang, Instance, LbFaultAction,
-    LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit, Region, Route,
+    LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit, RateLimitPresetInfo, Region,
+    Route,
 };
 use serde::Serialize;
 
@@ -323,6 +324,23 @@ impl Output {
                         l.buckets.iter().map(|b| format!("{} {:.1}", b.key, b.tokens)).collect::<Vec<_>>().join(", "),
                         l.limit.status.to_string(),
                         l.refused.to_string(),
+                    ]
+                }),
+            )
+        })
+    }
+
+    pub fn rate_limit_presets(&self, items: &[RateLimitPresetInfo]) -> Result<()> {
+        self.print(items, || {
+            table(
+                &["PRESET", "INSTALLED", "LIMITS", "QUOTA REFUSALS"],
+                items.iter().map(|p| {
+                    let refusals = p.quota_refusals.iter().map(|r| format!("{} {} {}", r.quota, r.status, r.code));
+                    vec![
+                        p.name.to_string(),
+                        p.installed.to_string(),
+                        p.limits.iter().map(|l| l.id.as_str()).collect::<Vec<_>>().join(", "),
+                        refusals.collect::<Vec<_>>().join("\n"),
                     ]
                 }),
             )

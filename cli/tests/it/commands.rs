@@ -30,8 +30,9 @@ async fn lb_fault_add_list_and_delete() {
     assert!(admin.list_lb_faults().await.unwrap().items.is_empty());
 }
 
-/// `ratelimit preset NAME` installs a cloud's throttling (replacing another preset's), `ratelimit preset clear`
-/// removes it, and `--help` says what each preset does.
+/// `ratelimit preset NAME` installs a cloud's throttling (replacing another preset's), `ratelimit preset list`
+/// shows which is installed and its quota refusals, `ratelimit preset clear` removes it, and `--help` says what
+/// each preset does.
 #[tokio::test]
 async fn ratelimit_preset_installs_replaces_and_clears() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,6 +58,10 @@ async fn ratelimit_preset_installs_replaces_and_clears() {
         ids().await,
         ["azure-arm-compute-high-cost-get", "azure-arm-subscription-reads", "azure-arm-subscription-writes"]
     );
+    let listed = ok(&cli(&url).args(["ratelimit", "preset", "list"]).output().await.unwrap(), "preset list");
+    let azure = listed.lines().find(|l| l.trim_start().starts_with("azure-arm")).unwrap_or_default();
+    assert!(azure.contains("true") && azure.contains("instances 409 OperationNotAllowed"), "{listed}");
+    assert!(listed.contains("403 QUOTA_EXCEEDED"), "{listed}");
 
     // A limit set by name stays: a fixed window on a class of operations, as the README shows it.
     let costly = [
