@@ -277,6 +277,22 @@ pub use fakecloud_api::parse_provider_id;
 /// (`ThrottlingException` in the SDKs) and GCP's 403 `rateLimitExceeded` (`userRateLimitExceeded` per user).
 const THROTTLE_CODES: [&str; 4] = ["Throttling", "ThrottlingException", "rateLimitExceeded", "userRateLimitExceeded"];
 
+/// Quota refusals as clouds word them, with a status that otherwise means a bad request or a conflict: EC2's and
+/// ELB's 400s, Azure's 409 and 400, GCP's 403 (the emulator's failure-shape presets answer so).
+const QUOTA_CODES: [&str; 11] = [
+    "InstanceLimitExceeded",
+    "RouteLimitExceeded",
+    "AddressLimitExceeded",
+    "RulesPerSecurityGroupLimitExceeded",
+    "TooManyLoadBalancers",
+    "TooManyListeners",
+    "TooManyTargets",
+    "OperationNotAllowed",
+    "PublicIPCountLimitReached",
+    "QUOTA_EXCEEDED",
+    "quotaExceeded",
+];
+
 /// Map an API error to what a controller does about it.
 pub fn classify(e: ClientError) -> CloudError {
     match (&e, e.status(), e.retry_after()) {
@@ -285,7 +301,9 @@ pub fn classify(e: ClientError) -> CloudError {
         (_, Some(s), Some(after)) if s == 403 || s == 429 || s == 503 => {
             CloudError::RetryAfter { after, message: e.to_string() }
         }
-        (ClientError::Api(api), Some(422), _) => {
+        (ClientError::Api(api), Some(s), _)
+            if s == 422 || (matches!(s, 400 | 403 | 409) && QUOTA_CODES.contains(&api.code.as_str())) =>
+        {
             CloudError::QuotaExceeded { code: api.code.clone(), message: api.message.clone() }
         }
         // A throttle, not a bad request: retried with backoff.
@@ -478,6 +496,14 @@ mod tests {
         assert!(matches!(classify(api_error(400, "InvalidParameter", None)), CloudError::Invalid(_)));
         assert!(matches!(classify(api_error(403, "Forbidden", None)), CloudError::Invalid(_)));
         assert!(matches!(classify(api_error(422, "RouteLimitExceeded", None)), CloudError::QuotaExceeded { .. }));
+        for (status, code) in [(400, "TooManyTargets"), (409, "OperationNotAllowed"), (403, "QUOTA_EXCEEDED")] {
+            assert!(
+                matches!(classify(api_error(status, code, None)), CloudError::QuotaExceeded { .. }),
+                "{status} {code}"
+            );
+        }
+        // Azure's costly-read window refuses 429 OperationNotAllowed: a throttle, not a quota.
+        assert!(matches!(classify(api_error(429, "OperationNotAllowed", None)), CloudError::Transient(_)));
     }
 
     #[test]
