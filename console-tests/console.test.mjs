@@ -227,9 +227,13 @@ test("a preset's button installs that cloud's throttling, another replaces it, a
   await page.click("#rate-limit-presets button[data-preset=gcp-compute]");
   await page.locator("#rate-limits-table").getByText("gcp-compute-").first().waitFor();
   await page.locator("#rate-limits-table").getByText("aws-ec2-").first().waitFor({ state: "detached" });
+  // The installed one shows pressed (GET /v1/rate-limit-presets says which), the other not.
+  await page.locator("#rate-limit-presets button[data-preset=gcp-compute][aria-pressed=true]").waitFor();
+  assert.equal(await page.getAttribute("#rate-limit-presets button[data-preset=aws-ec2]", "aria-pressed"), "false");
   await shot("rate-limit-presets");
   await page.click("#rate-limit-presets button[data-preset='']");
   await page.locator("#rate-limits-table").getByText("none").waitFor();
+  await page.locator("#rate-limit-presets button[data-preset=gcp-compute][aria-pressed=false]").waitFor();
 });
 
 test("a latency fault added in the form delays the calls it matches", async () => {

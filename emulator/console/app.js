@@ -93,11 +93,17 @@ const loaders = {
     v.fillTable($("quotas-table"), v.quotaColumns(set), (await call("GET", "/v1/quotas")).items);
   },
   async faults() {
-    const [faults, outages, limits] = await Promise.all([
+    const [faults, outages, limits, presets] = await Promise.all([
       call("GET", "/v1/faults"),
       call("GET", "/v1/outages"),
       call("GET", "/v1/rate-limits"),
+      call("GET", "/v1/rate-limit-presets"),
     ]);
+    // The installed preset's button shows as pressed.
+    const installed = presets.items.find((p) => p.installed)?.name;
+    for (const b of $("rate-limit-presets").querySelectorAll("button[data-preset]")) {
+      if (b.dataset.preset) b.setAttribute("aria-pressed", String(b.dataset.preset === installed));
+    }
     const remove = (f) => act(() => call("DELETE", `/v1/faults/${encodeURIComponent(f.id)}`));
     const stop = (o) => act(() => call("DELETE", `/v1/outages/${encodeURIComponent(o.id)}`));
     const clear = (r) => act(() => call("DELETE", `/v1/rate-limits/${encodeURIComponent(r.id)}`));

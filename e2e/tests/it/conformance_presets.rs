@@ -9,7 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use fakecloud_api::{AuditEntry, CreateInstanceRequest, RateLimit, RateLimitKind, RateLimitPreset, RateLimitScope};
+use fakecloud_api::RateLimitScope;
+use fakecloud_api::{AuditEntry, CreateInstanceRequest, QuotaName, RateLimit, RateLimitKind, RateLimitPreset};
 use fakecloud_api::{Instance, SetRateLimitRequest};
 use fakecloud_e2e::{Env, HANG, Setup, called_at, case, lb, until};
 use k8s_openapi::api::core::v1::Service;
@@ -30,6 +31,10 @@ const LB_OPERATIONS: [&str; 4] =
 /// listing per period and a retry per refusal after a backoff, a few hundred on a slow machine; a hot loop
 /// makes thousands.
 const CALLS_AT_MOST: usize = 800;
+/// How long a quota refusal's retries are watched, and how many creates it may take: the first, then after
+/// 5 s and 15 s of backoff (at most one more, when a throttle refusal and a quota refusal share a backoff step).
+const QUOTA_WATCH: std::time::Duration = std::time::Duration::from_secs(15);
+const QUOTA_TRIES_AT_MOST: usize = 4;
 /// Calls of one operation in any one second, at most. Upstream's node queue backs off from 5 ms (5, 10, 20,
 /// ... ms: about eight retries in the first second, per node), so a backoff may bunch a little; a hot loop on
 /// the local emulator makes hundreds.
@@ -70,19 +75,17 @@ async fn under(shape: Shape) {
                 env.create_instance(CreateInstanceRequest { name: format!("{name}-{i}"), ..Default::default() }).await,
             );
         }
+        // A preset's limits are per token (the CCM's budget is its own, as a cloud account's is; the simulated
+        // kubelets list instances with the admin token several times a second).
         let installed = cloud.install_rate_limit_preset(shape.preset).await.unwrap().items;
-        // Each limit per token: the emulator counts admin calls to cloud operations too, and the simulated
-        // kubelets (admin) list instances 5 times a second, which alone would spend Azure's 160 instance reads per
-        // 3 minutes; the CCM's budget is its own, as a cloud account's is.
-        for l in &installed {
-            cloud.set_rate_limit(&l.id, &SetRateLimitRequest { per_token: true, ..l.limit.clone() }).await.unwrap();
-        }
+        assert!(installed.iter().all(|l| l.limit.per_token), "{installed:#?}");
         // The presets' real sizes are far above what 3 nodes and 3 Services ask for: the same shapes (status,
-        // code, message, Retry-After or none, headers), with room for a couple of calls, so the work meets them.
+        // code, message, Retry-After or none, headers, per token), with room for a couple of calls, so the work
+        // meets them.
         let mut tight = Vec::new();
         for (suffix, like, tighter) in &shape.tighter {
             let model = installed.iter().find(|l| l.id == format!("{name}-{like}")).unwrap();
-            let spec = SetRateLimitRequest { per_token: true, ..tighter(model.limit.clone()) };
+            let spec = tighter(model.limit.clone());
             cloud.set_rate_limit(&format!("{name}-e2e-{suffix}"), &spec).await.unwrap();
             tight.push(spec);
         }
@@ -133,6 +136,8 @@ async fn under(shape: Shape) {
             );
         }
 
+        quota_refusal_reported_not_retried_hot(env, shape.preset, &services).await;
+
         let cleared: Vec<String> =
             cloud.clear_rate_limit_presets().await.unwrap().items.into_iter().map(|l| l.id).collect();
         assert_eq!(
@@ -144,6 +149,56 @@ async fn under(shape: Shape) {
         assert!(left.iter().all(|l| !l.id.starts_with(name)), "{left:#?}");
     })
     .await;
+}
+
+/// With the load-balancers quota used up, one more Service: the create is refused in the preset's shape (as
+/// `GET /v1/rate-limit-presets` lists it), the CCM reports it (a `SyncLoadBalancerFailed` Warning naming the
+/// code) and retries it with backoff, not hot: from the first refusal, at most [`QUOTA_TRIES_AT_MOST`] creates
+/// in [`QUOTA_WATCH`] (upstream's service queue backs off 5 s, 10 s, 20 s ...; a hot loop makes hundreds).
+/// The harness puts the quota back afterwards.
+async fn quota_refusal_reported_not_retried_hot(env: &Env, preset: RateLimitPreset, services: &Api<Service>) {
+    let cloud = &env.cloud;
+    let presets = cloud.list_rate_limit_presets().await.unwrap().items;
+    let info = presets.iter().find(|p| p.name == preset).unwrap();
+    assert!(info.installed, "{info:#?}");
+    let refusal = info.quota_refusals.iter().find(|r| r.quota == QuotaName::LoadBalancers).unwrap();
+    let (status, code) = (refusal.status, refusal.code.as_str());
+    let used = cloud.get_quota(QuotaName::LoadBalancers).await.unwrap().usage.unwrap_or_default();
+    cloud.set_quota(QuotaName::LoadBalancers, used).await.unwrap();
+    let ns = services.namespace().unwrap_or_default();
+    services.create(&PostParams::default(), &lb::service("over", 80, serde_json::json!({}))).await.unwrap();
+
+    let reported = format!("a SyncLoadBalancerFailed about over naming {code}");
+    until(HANG, &reported, async || {
+        env.events_in(&ns, "over").await.into_iter().find(|e| {
+            e.reason.as_deref() == Some("SyncLoadBalancerFailed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message.as_deref().is_some_and(|m| m.contains(code))
+        })
+    })
+    .await;
+    let creates = async || env.ccm_calls(&["CreateLoadBalancer"]).await;
+    let refused_at = |calls: &[AuditEntry]| {
+        calls.iter().find(|e| e.status == status && e.error_code.as_deref() == Some(code)).map(called_at)
+    };
+    let first = refused_at(&creates().await).unwrap_or_else(|| panic!("no CreateLoadBalancer refused {status} {code}"));
+    // Watched for its whole length from the refusal (the emulator answers on this machine's clock).
+    let watched = first.duration_since(Timestamp::now()).as_secs_f64() + QUOTA_WATCH.as_secs_f64();
+    tokio::time::sleep(std::time::Duration::from_secs_f64(watched.max(0.0))).await;
+    let tries: Vec<AuditEntry> = creates()
+        .await
+        .into_iter()
+        .filter(|e| {
+            let since = called_at(e).duration_since(first).as_secs_f64();
+            (0.0..QUOTA_WATCH.as_secs_f64()).contains(&since)
+        })
+        .collect();
+    assert!(
+        tries.len() <= QUOTA_TRIES_AT_MOST,
+        "{} creates within {QUOTA_WATCH:?} of the first {status} {code}: retried hot: {tries:#?}",
+        tries.len()
+    );
+    assert!(lb::ingress_ip(&services.get("over").await.unwrap()).is_none(), "over the quota, still <pending>");
 }
 
 /// Every node initialized and routed, every Service with its EXTERNAL-IP.
