@@ -254,8 +254,25 @@ pub enum DbLocation {
 }
 
 impl DbLocation {
-    pub fn parse(s: &str) -> Self {
-        if s == ":memory:" { Self::Memory } else { Self::File(PathBuf::from(s)) }
+    /// `--db`'s value: a file path, `:memory:`, or the same as a `sqlite:` URL (`sqlite://PATH`, `sqlite:PATH`).
+    /// Any other URL is refused: taken for a path, `postgres://host/db` would quietly become a SQLite file in a
+    /// directory named `postgres:`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let path = s.strip_prefix("sqlite://").or_else(|| s.strip_prefix("sqlite:")).unwrap_or(s);
+        if let Some((scheme, _)) = path.split_once("://")
+            && !scheme.is_empty()
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+        {
+            return Err(format!(
+                "--db {s:?} is a {scheme}:// URL, and the emulator keeps its state in SQLite only: give a file path \
+                 (created if missing), sqlite://PATH or :memory:"
+            ));
+        }
+        match path {
+            "" => Err("--db is empty: give a file path (created if missing), sqlite://PATH or :memory:".into()),
+            ":memory:" => Ok(Self::Memory),
+            path => Ok(Self::File(PathBuf::from(path))),
+        }
     }
 
     /// The directory the database file is in (the working directory for `:memory:`).
@@ -270,6 +287,20 @@ impl DbLocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_url_is_never_taken_for_a_file_name() {
+        assert_eq!(DbLocation::parse("fc.db"), Ok(DbLocation::File("fc.db".into())));
+        assert_eq!(DbLocation::parse("sqlite://dir/fc.db"), Ok(DbLocation::File("dir/fc.db".into())));
+        assert_eq!(DbLocation::parse("sqlite:fc.db"), Ok(DbLocation::File("fc.db".into())));
+        assert_eq!(DbLocation::parse(":memory:"), Ok(DbLocation::Memory));
+        assert_eq!(DbLocation::parse("sqlite::memory:"), Ok(DbLocation::Memory));
+        for url in ["postgres://u@localhost/fc", "postgresql://h/db", "mysql://x", "sqlite://postgres://h/db"] {
+            let e = DbLocation::parse(url).unwrap_err();
+            assert!(e.contains("URL") && e.contains("sqlite://PATH") && e.contains(url), "{e}");
+        }
+        assert!(DbLocation::parse("").is_err());
+    }
 
     #[test]
     fn default_topology_splits_the_vpc_per_zone() {

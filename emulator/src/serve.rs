@@ -19,7 +19,8 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, env = "FAKECLOUD_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
-    /// SQLite database file (created if missing), or :memory: for a throwaway run.
+    /// SQLite database file (created if missing; sqlite://PATH too), or :memory: for a throwaway run. Other
+    /// database URLs are refused.
     #[arg(long, env = "FAKECLOUD_DB", default_value = "fakecloud.db")]
     pub db: String,
     /// Region name.
@@ -165,6 +166,8 @@ pub fn run_from_args(args: impl IntoIterator<Item = String>) -> Result<()> {
 pub async fn run(args: ServeArgs) -> Result<()> {
     init_logging(args.log_format);
     listener::raise_fd_limit();
+    // First: a URL taken for a file name would leave a stray file; nothing is created before this check.
+    let db = DbLocation::parse(&args.db).map_err(anyhow::Error::msg)?;
     let topology =
         Topology::new(&args.region, &args.zones, args.vpc_cidr, args.public_pool).map_err(anyhow::Error::msg)?;
     let (max_connections, lb_max_files) = share_open_files(
@@ -207,7 +210,6 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         crate::dataplane::pool::hold(args.public_pool).await?;
         tracing::info!(pool = %args.public_pool, "holding the public pool: its addresses are this host's");
     }
-    let db = DbLocation::parse(&args.db);
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
         DbLocation::File(p) => p.with_extension("credentials"),
         DbLocation::Memory => PathBuf::from("fakecloud.credentials"),

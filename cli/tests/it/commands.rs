@@ -130,3 +130,21 @@ async fn lb_provisioning_set_show_and_clear() {
     ok(&cli(&url).args(["lb", "provisioning", "clear"]).output().await.unwrap(), "provisioning clear");
     assert_eq!(admin.lb_provisioning().await.unwrap().seconds, None);
 }
+
+/// `serve --db` with a database URL other than SQLite's is refused before anything is made: the message says what
+/// to give instead, and no file or directory named after the URL appears.
+#[tokio::test]
+async fn serve_refuses_a_database_url_it_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli("http://127.0.0.1:1")
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--db", "postgres://fc@127.0.0.1/fakecloud"])
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("postgres:// URL") && said.contains("sqlite://PATH"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "nothing is created: {left:?}");
+}
