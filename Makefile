@@ -23,9 +23,9 @@ build: deps ## Build every binary (debug)
 # The launcher finds fakecloud and fakecloud-ccm beside itself, and the control plane in the cache `control-plane` fills.
 LAUNCHER = $${CARGO_TARGET_DIR:-target}/debug/fakecloud-controlplane
 
-up: deps control-plane ## Start a local cluster (control plane, emulator, CCM, simulated nodes) and say how to use it
+up: deps control-plane ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3) and say how to use it
 	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
-	@$(LAUNCHER) stack up
+	@$(LAUNCHER) stack up $(if $(NODES),--nodes $(NODES))
 
 down: ## Stop everything `make up` started
 	@$(CARGO) build $(CARGO_FLAGS) --quiet --bin fakecloud-controlplane

@@ -247,6 +247,28 @@ impl Client {
         self.send(Method::POST, "/v1/instances", Some(req), idempotency_key).await
     }
 
+    /// Create a fleet: `in_flight` creates at a time (one call per instance, so quotas, faults and the audit log
+    /// see each), each with the idempotency key `<key_prefix><name>` so that running it again returns the same
+    /// instances. `created` counts those done, for progress. The first error ends it.
+    pub async fn create_instances(
+        &self,
+        requests: Vec<CreateInstanceRequest>,
+        in_flight: usize,
+        key_prefix: &str,
+        created: &std::sync::atomic::AtomicUsize,
+    ) -> Result<Vec<Instance>> {
+        use futures::{StreamExt, TryStreamExt};
+        futures::stream::iter(requests)
+            .map(|req| async move {
+                let instance = self.create_instance(&req, Some(&format!("{key_prefix}{}", req.name))).await?;
+                created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(instance)
+            })
+            .buffered(in_flight.max(1))
+            .try_collect()
+            .await
+    }
+
     pub async fn get_instance(&self, id: &str) -> Result<Instance> {
         self.get::<_, ()>(&format!("/v1/instances/{id}"), None).await
     }

@@ -11,8 +11,8 @@ pub enum Command {
     /// In the run directory (.run/, or FAKECLOUD_RUN_DIR): the upstream control plane (etcd, kube-apiserver,
     /// kube-controller-manager on 127.0.0.1, in controlplane/), the emulator (`fakecloud serve`, state in
     /// fakecloud.db, tokens in fakecloud.credentials), fakecloud-ccm (HTTPS /healthz and /metrics) and the
-    /// simulated kubelets; then instances node-a, node-b and node-c over the region's zones. Returns when their
-    /// Nodes are Ready and initialized by the CCM, and prints how to use the stack; it keeps running until
+    /// simulated kubelets; then instances node-a, node-b and node-c (or --nodes N) over the region's zones, saying
+    /// how long each stage took. Returns when their Nodes are Ready and initialized by the CCM, and prints how to use the stack; it keeps running until
     /// `stack down` (`make down`).
     ///
     /// `fakecloud` and `fakecloud-ccm` are taken from beside this binary (target/debug/ after `cargo build`),
@@ -50,6 +50,11 @@ pub struct Options {
     /// The CCM's HTTPS port (/healthz, /metrics) on 127.0.0.1.
     #[arg(long, env = "FAKECLOUD_CCM_PORT", default_value_t = 10258)]
     pub ccm_port: u16,
+    /// How many instances (and so Nodes) to bring up: node-a, node-b and node-c by default, node-01 ... for more
+    /// (`make up NODES=N`). Created 32 at a time; the route quota is raised to fit. At most 256: the cluster
+    /// CIDR holds that many node pod CIDRs.
+    #[arg(long, env = "FAKECLOUD_NODES", default_value_t = super::layout::DEFAULT_NODES)]
+    pub nodes: u32,
     /// Directory holding etcd, kube-apiserver, kube-controller-manager (and kubectl); default: the build cache.
     #[arg(long, env = "FAKECLOUD_K8S_BIN")]
     pub bin_dir: Option<PathBuf>,

@@ -3,8 +3,33 @@
 
 use std::path::{Path, PathBuf};
 
-/// The instances `up` creates, spread over the region's zones; their Nodes are what it waits for.
-pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use fakecloud_controlplane::{CLUSTER_CIDR, NODE_CIDR_MASK_SIZE};
+
+/// How many instances `up` creates when not told: node-a, node-b and node-c.
+pub const DEFAULT_NODES: u32 = 3;
+
+/// The most Nodes `up` brings up: the cluster CIDR holds this many node pod CIDRs (kube-controller-manager
+/// allocates one per Node; a Node without one is never routed).
+pub fn max_nodes() -> u32 {
+    let prefix = CLUSTER_CIDR.rsplit_once('/').and_then(|(_, p)| p.parse::<u8>().ok()).unwrap_or(NODE_CIDR_MASK_SIZE);
+    1u32.checked_shl(u32::from(NODE_CIDR_MASK_SIZE.saturating_sub(prefix))).unwrap_or(u32::MAX)
+}
+
+/// The instances `up` creates, spread over the region's zones; their Nodes are what it waits for. Up to three are
+/// named `node-a`, `node-b`, `node-c` (the names the README's examples use); a larger fleet `node-001`, ...
+pub fn node_names(count: u32) -> anyhow::Result<Vec<String>> {
+    let max = max_nodes();
+    anyhow::ensure!(
+        (1..=max).contains(&count),
+        "--nodes {count}: between 1 and {max}: the cluster CIDR {CLUSTER_CIDR} holds {max} node pod CIDRs of \
+         /{NODE_CIDR_MASK_SIZE}, one per Node"
+    );
+    if count <= DEFAULT_NODES {
+        return Ok(["node-a", "node-b", "node-c"].iter().take(count as usize).map(|n| n.to_string()).collect());
+    }
+    let width = count.to_string().len();
+    Ok((1..=count).map(|i| format!("node-{i:0width$}")).collect())
+}
 
 /// The line the supervisor prints once the stack is ready; `up` returns to the shell when it sees it.
 pub const READY: &str = "fakecloud stack ready";
@@ -76,4 +101,24 @@ pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
 /// The emulator's URL.
 pub fn endpoint(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_keep_the_readmes_three_and_refuse_what_the_cluster_cidr_cannot_hold() -> anyhow::Result<()> {
+        assert_eq!(node_names(3)?, ["node-a", "node-b", "node-c"]);
+        assert_eq!(node_names(1)?, ["node-a"]);
+        let names = node_names(12)?;
+        assert_eq!((names.len(), names[0].as_str(), names[11].as_str()), (12, "node-01", "node-12"));
+        assert_eq!(max_nodes(), 256);
+        assert_eq!(node_names(256)?.len(), 256);
+        for bad in [0, 257] {
+            let e = node_names(bad).unwrap_err().to_string();
+            assert!(e.contains("10.244.0.0/16") && e.contains("256"), "{e}");
+        }
+        Ok(())
+    }
 }

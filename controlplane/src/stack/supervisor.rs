@@ -9,19 +9,23 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fakecloud_api::{Client, CreateInstanceRequest};
+use fakecloud_api::{Client, CreateInstanceRequest, QuotaName};
 use fakecloud_controlplane::process::{Processes, log_tail};
 use fakecloud_controlplane::{CLUSTER_CIDR, ControlPlane, kubelets::UNINITIALIZED_TAINT, pinned_kubernetes_version};
 use k8s_openapi::api::core::v1::Node;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::cli::Options;
-use super::layout::{NODES, READY, RunDir, endpoint, sibling};
+use super::layout::{READY, RunDir, endpoint, node_names, sibling};
 
 /// How long the emulator may take to answer, and the Nodes to be Ready and initialized, before `up` calls it a
 /// hang (each takes seconds; these leave room for a busy 2-core machine).
 const EMULATOR_HANG: Duration = Duration::from_secs(60);
 const NODES_HANG: Duration = Duration::from_secs(120);
+/// And per Node beyond the first few: a larger fleet registers and is initialized a little at a time.
+const NODES_HANG_PER_NODE: Duration = Duration::from_millis(500);
+/// Instance creates at once: enough to keep the emulator's writer busy, few enough not to queue behind it.
+const CREATES_IN_FLIGHT: usize = 32;
 /// How often a long wait says what it is waiting for.
 const STILL_WAITING: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(250);
@@ -64,13 +68,18 @@ impl Progress {
 
     /// Awaits `future`, saying every few seconds that it still waits for `what`.
     async fn awaiting<T>(&self, what: &str, future: impl Future<Output = T>) -> T {
+        self.awaiting_with(|| what.to_string(), future).await
+    }
+
+    /// [`Self::awaiting`], with what it waits for said anew each time (how far it has got).
+    async fn awaiting_with<T>(&self, what: impl Fn() -> String, future: impl Future<Output = T>) -> T {
         let mut future = std::pin::pin!(future);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + STILL_WAITING, STILL_WAITING);
         let started = Instant::now();
         loop {
             tokio::select! {
                 result = &mut future => return result,
-                _ = tick.tick() => self.say(&format!("still waiting for {what} ({} s)", started.elapsed().as_secs())),
+                _ = tick.tick() => self.say(&format!("still waiting for {} ({} s)", what(), started.elapsed().as_secs())),
             }
         }
     }
@@ -89,6 +98,9 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let ccm = sibling("fakecloud-ccm")?;
     let me = std::env::current_exe().context("locating this binary")?;
 
+    // How long each stage took, said at the end.
+    let mut stages: Vec<(&str, Duration)> = Vec::new();
+    let at = Instant::now();
     progress.say(&format!("starting the control plane in {}", dir.controlplane().display()));
     let mut builder = ControlPlane::builder().run_dir(dir.controlplane());
     if let Some(bin_dir) = &options.bin_dir {
@@ -100,6 +112,8 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
         pinned_kubernetes_version(),
         control_plane.apiserver_url()
     ));
+    stages.push(("the control plane", at.elapsed()));
+    let at = Instant::now();
 
     let mut services = Processes::logging_to(&dir.root, &dir.root)?;
     let url = endpoint(options.port);
@@ -115,6 +129,8 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
             dir.file("emulator.log").display()
         )
     })??;
+    stages.push(("the emulator", at.elapsed()));
+    let at = Instant::now();
 
     // The CCM as a customer of the cloud: the user token, in a file only it reads.
     let token_file = dir.file("ccm-token");
@@ -144,34 +160,80 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let kubelet_args = ["kubelets", "--kubeconfig", &kubeconfig, "--emulator", &url, "--credentials", &credentials];
     spawn(&mut services, &dir, "kubelets", &me, &kubelet_args)?;
 
+    stages.push(("starting the CCM and the kubelets", at.elapsed()));
+    let at = Instant::now();
+    let names = node_names(options.nodes)?;
     let cloud = Client::new(&url, user_token)?;
     let zones = cloud.region().await.context("reading the emulator's zones")?.zones;
     anyhow::ensure!(!zones.is_empty(), "the emulator's region has no zones");
-    for (name, zone) in NODES.iter().zip(zones.iter().cycle()) {
-        progress.say(&format!("creating instance {name} in {}", zone.name));
-        let request =
-            CreateInstanceRequest { name: name.to_string(), zone: Some(zone.name.clone()), ..Default::default() };
-        // The key makes a retry of this step return the same instance instead of failing on the name.
-        cloud
-            .create_instance(&request, Some(&format!("make-up-{name}")))
-            .await
-            .with_context(|| format!("creating instance {name}"))?;
-    }
+    fit_route_quota(&url, &dir, names.len(), progress).await?;
+    let requests: Vec<CreateInstanceRequest> = names
+        .iter()
+        .zip(zones.iter().cycle())
+        .map(|(name, zone)| CreateInstanceRequest {
+            name: name.clone(),
+            zone: Some(zone.name.clone()),
+            ..Default::default()
+        })
+        .collect();
+    progress.say(&format!(
+        "creating {} instances over {} zones, {CREATES_IN_FLIGHT} at a time: {}",
+        names.len(),
+        zones.len(),
+        listed(&names)
+    ));
+    let created = std::sync::atomic::AtomicUsize::new(0);
+    // The keys make a retry of this step return the same instances instead of failing on their names.
+    let creating = cloud.create_instances(requests, CREATES_IN_FLIGHT, "make-up-", &created);
+    let counted =
+        || format!("the instances ({} of {} created)", created.load(std::sync::atomic::Ordering::Relaxed), names.len());
+    progress.awaiting_with(counted, creating).await.context("creating the instances")?;
+    stages.push(("creating the instances", at.elapsed()));
 
+    let at = Instant::now();
+    let hang = NODES_HANG + NODES_HANG_PER_NODE * u32::try_from(names.len()).unwrap_or(u32::MAX);
     progress
-        .say(&format!("waiting for the {} Nodes to register, turn Ready and be initialized by the CCM", NODES.len()));
-    let nodes = nodes_ready(&mut services, &mut control_plane);
-    progress.awaiting("the Nodes", tokio::time::timeout(NODES_HANG, nodes)).await.map_err(|_| {
+        .say(&format!("waiting for the {} Nodes to register, turn Ready and be initialized by the CCM", names.len()));
+    let nodes = nodes_ready(&mut services, &mut control_plane, &names);
+    progress.awaiting("the Nodes", tokio::time::timeout(hang, nodes)).await.map_err(|_| {
         anyhow::anyhow!(
-            "the Nodes were not Ready and initialized within {NODES_HANG:?}\n--- {kubelets}:\n{}\n--- {ccm}:\n{}",
+            "the Nodes were not Ready and initialized within {hang:?}\n--- {kubelets}:\n{}\n--- {ccm}:\n{}",
             log_tail(&dir.file("kubelets.log"), 20),
             log_tail(&dir.file("ccm.log"), 20),
             kubelets = dir.file("kubelets.log").display(),
             ccm = dir.file("ccm.log").display(),
         )
     })??;
-    progress.say(&format!("up: {} Nodes Ready and initialized", NODES.len()));
+    stages.push(("the Nodes Ready and initialized", at.elapsed()));
+    progress.say(&format!("up: {} Nodes Ready and initialized", names.len()));
+    let took: Vec<String> = stages.iter().map(|(what, took)| format!("{what} {:.1} s", took.as_secs_f64())).collect();
+    progress.say(&format!("stages: {}", took.join(", ")));
     Ok(Stack { services, control_plane })
+}
+
+/// The first few names and how many more, for a progress line.
+fn listed(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [first, .., last] if names.len() > 4 => format!("{first} ... {last}"),
+        all => all.join(", "),
+    }
+}
+
+/// Each Node gets a route: a fleet larger than the route table's quota has it raised to fit (with the admin
+/// token, as an operator would), and says so.
+async fn fit_route_quota(url: &str, dir: &RunDir, nodes: usize, progress: &Progress) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(dir.credentials()).context("reading the emulator's credentials")?;
+    let token =
+        fakecloud_api::credential(&text, "FAKECLOUD_ADMIN_TOKEN").context("no admin token in the credentials")?;
+    let admin = Client::new(url, token)?;
+    let quota = admin.get_quota(QuotaName::RoutesPerRouteTable).await.context("reading the route quota")?;
+    let wanted = u32::try_from(nodes).unwrap_or(u32::MAX);
+    if quota.limit < wanted {
+        admin.set_quota(QuotaName::RoutesPerRouteTable, wanted).await.context("raising the route quota")?;
+        progress.say(&format!("raised the route quota from {} to {wanted}, a route per Node", quota.limit));
+    }
+    Ok(())
 }
 
 impl Stack {
@@ -237,16 +299,20 @@ async fn emulator_ready(services: &mut Processes, dir: &RunDir, url: &str) -> an
     }
 }
 
-/// Waits until every one of [`NODES`] is Ready and initialized (the CCM removed the uninitialized taint).
-async fn nodes_ready(services: &mut Processes, control_plane: &mut ControlPlane) -> anyhow::Result<()> {
+/// Waits until every one of `names` is Ready and initialized (the CCM removed the uninitialized taint).
+async fn nodes_ready(
+    services: &mut Processes,
+    control_plane: &mut ControlPlane,
+    names: &[String],
+) -> anyhow::Result<()> {
     let api = kube::Api::<Node>::all(control_plane.client());
     loop {
         all_running(services)?;
         control_plane.check_running()?;
         // A failed list is "not yet": the apiserver may be busy; the hang budget bounds the wait.
         let nodes = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
-        let ready = nodes.iter().filter(|n| NODES.contains(&n.metadata.name.as_deref().unwrap_or_default()));
-        if ready.filter(|n| ready_and_initialized(n)).count() == NODES.len() {
+        let ready = nodes.iter().filter(|n| n.metadata.name.as_ref().is_some_and(|name| names.contains(name)));
+        if ready.filter(|n| ready_and_initialized(n)).count() == names.len() {
             return Ok(());
         }
         tokio::time::sleep(POLL).await;

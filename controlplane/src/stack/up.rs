@@ -14,10 +14,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::cli::Options;
 use super::down::{Logs, down};
-use super::layout::{FILES, NODES, READY, RunDir, endpoint, sibling};
+use super::layout::{FILES, READY, RunDir, endpoint, node_names, sibling};
 
 pub async fn up(options: Options) -> anyhow::Result<()> {
     let dir = RunDir::new(&options.run_dir.path)?;
+    node_names(options.nodes)?;
     refuse_running(&dir)?;
     if dir.controlplane().exists() || FILES.iter().any(|f| dir.file(f).exists()) {
         eprintln!("[up] removing what an earlier run left in {} (it no longer runs)", dir.root.display());
@@ -40,6 +41,8 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
         &options.port.to_string(),
         "--ccm-port",
         &options.ccm_port.to_string(),
+        "--nodes",
+        &options.nodes.to_string(),
     ]);
     if let Some(bin_dir) = &options.bin_dir {
         command.arg("--bin-dir").arg(bin_dir);
@@ -161,7 +164,7 @@ fakecloud is up: Kubernetes {version} on loopback, the emulator, fakecloud-ccm a
 
 Logs: {root}/{{stack,emulator,ccm,kubelets}}.log and {cp_logs}/
 Stop everything: make down",
-        count = NODES.len(),
+        count = options.nodes,
         kubeconfig = kubeconfig.display(),
         ccm_port = options.ccm_port,
         credentials = credentials.display(),

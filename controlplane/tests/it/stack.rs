@@ -1,5 +1,6 @@
-//! `fakecloud-controlplane stack up|down` (what `make up` and `make down` run), end to end: up in a fresh run
-//! directory on free ports, a second up refused, down, and no process of the run directory left.
+//! `fakecloud-controlplane stack up|down` (what `make up` and `make down` run), end to end: a fleet too large
+//! for the cluster CIDR refused, up with 4 Nodes in a fresh run directory on free ports (each stage's time
+//! said), a second up refused, down, and no process of the run directory left.
 //!
 //! Needs the control-plane binaries and `fakecloud` and `fakecloud-ccm` beside the launcher (`make test` builds
 //! them first); without them it is skipped outside CI, as the other tests here, and fails under CI.
@@ -55,9 +56,21 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     let run_dir = parent.path().join("run");
     let (port, ccm_port) = (free_port().to_string(), free_port().to_string());
 
-    let up = stack(&["up", "--port", &port, "--ccm-port", &ccm_port], &run_dir);
+    // More Nodes than the cluster CIDR holds: refused before anything starts.
+    let too_many = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "300"], &run_dir);
+    assert!(!too_many.status.success() && text(&too_many).contains("between 1 and 256"), "{}", text(&too_many));
+    assert!(!run_dir.exists(), "a refused up makes nothing");
+
+    let up = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "4"], &run_dir);
     assert!(up.status.success(), "stack up failed:\n{}", text(&up));
-    assert!(text(&up).contains("fakecloud is up"), "{}", text(&up));
+    for says in [
+        "fakecloud is up",
+        "up: 4 Nodes Ready and initialized",
+        "stages: the control plane",
+        "node-1, node-2, node-3, node-4",
+    ] {
+        assert!(text(&up).contains(says), "up does not say {says:?}: {}", text(&up));
+    }
     for file in ["fakecloud.credentials", "ccm.log", "emulator.log", "kubelets.log", "ccm.pid"] {
         assert!(run_dir.join(file).is_file(), "{file} missing from {}", run_dir.display());
     }
