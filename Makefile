@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check test test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down check kwok test test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -13,6 +13,9 @@ deps: ## Install what the build needs (Debian packages, rustup components)
 
 control-plane: ## Build upstream kube-apiserver, kube-controller-manager and etcd into the cache (once per version)
 	@bash scripts/build-control-plane.sh
+
+kwok: ## Build kwok (the fake-node simulator, pinned in controlplane/kwok/go.mod) and its stages into the cache
+	@bash scripts/build-kwok.sh
 
 upstream-ccm: ## Build upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/) into the cache
 	@bash scripts/build-upstream-ccm.sh
@@ -43,7 +46,7 @@ check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integr
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude fakecloud-e2e
 	$(CARGO) test $(CARGO_FLAGS) -p fakecloud-e2e --lib
 
-test: deps control-plane ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
+test: deps control-plane kwok ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
 	@# make up's binaries: the controlplane crate's test of `stack up|down` runs them (cargo test builds a
 	@# package's binaries only for its own tests).
 	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane

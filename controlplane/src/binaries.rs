@@ -12,6 +12,12 @@ use crate::error::{Error, Result};
 /// script can never disagree on the version.
 const UPSTREAM_GO_MOD: &str = include_str!("../upstream/go.mod");
 
+/// The module that pins kwok (its `tool` line), compiled in for the same reason.
+const KWOK_GO_MOD: &str = include_str!("../kwok/go.mod");
+
+/// Environment variable naming a kwok binary (overrides the cache).
+pub const KWOK_ENV: &str = "FAKECLOUD_KWOK";
+
 /// Environment variable naming a directory with the three binaries (overrides the cache).
 pub const BIN_DIR_ENV: &str = "FAKECLOUD_K8S_BIN";
 /// Environment variable naming the cache root (default `$HOME/.cache/fakecloud`).
@@ -25,6 +31,50 @@ pub fn pinned_kubernetes_version() -> &'static str {
 /// The etcd release built alongside (the version k8s.io/kubernetes itself requires).
 pub fn pinned_etcd_version() -> &'static str {
     go_mod_version(UPSTREAM_GO_MOD, "go.etcd.io/etcd/server/v3").unwrap_or("unknown")
+}
+
+/// The kwok release pinned in `controlplane/kwok/go.mod`, e.g. `v0.8.0`.
+pub fn pinned_kwok_version() -> &'static str {
+    go_mod_version(KWOK_GO_MOD, "sigs.k8s.io/kwok").unwrap_or("unknown")
+}
+
+/// kwok and the stages it runs with (a kwok binary has none of its own).
+#[derive(Debug, Clone)]
+pub struct Kwok {
+    pub binary: PathBuf,
+    /// Stage files, each given to kwok as a `--config`.
+    pub stages: Vec<PathBuf>,
+}
+
+/// kwok: `FAKECLOUD_KWOK`, or where `scripts/build-kwok.sh` builds it
+/// (`${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/kwok/<version>/kwok`), with the stages in `stages/` beside it;
+/// checked to be there.
+pub fn kwok() -> Result<Kwok> {
+    let binary = match std::env::var_os(KWOK_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => cache_root()?.join("kwok").join(pinned_kwok_version()).join("kwok"),
+    };
+    let missing = || Error::KwokMissing { path: binary.clone(), version: pinned_kwok_version().to_string() };
+    let dir = binary.parent().map(|d| d.join("stages")).ok_or_else(missing)?;
+    let mut stages: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|_| missing())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    stages.sort();
+    if is_executable(&binary) && !stages.is_empty() { Ok(Kwok { binary, stages }) } else { Err(missing()) }
+}
+
+/// For integration tests, as [`Binaries::for_tests`]: kwok, or `None` (skip, saying why) outside CI.
+pub fn kwok_for_tests(test: &str) -> Option<Kwok> {
+    match kwok() {
+        Ok(path) => Some(path),
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipping {test}: {e}");
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
 }
 
 /// Finds `module vX.Y.Z` in a go.mod, inside or outside a `require (...)` block.
@@ -47,14 +97,18 @@ pub fn default_bin_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
-    let cache = match std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
-        Some(cache) => PathBuf::from(cache),
+    Ok(cache_root()?.join("k8s").join(pinned_kubernetes_version()).join("bin"))
+}
+
+/// `$FAKECLOUD_CACHE`, or `$HOME/.cache/fakecloud`.
+fn cache_root() -> Result<PathBuf> {
+    match std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
+        Some(cache) => Ok(PathBuf::from(cache)),
         None => {
             let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or(Error::NoCacheDir)?;
-            PathBuf::from(home).join(".cache").join("fakecloud")
+            Ok(PathBuf::from(home).join(".cache").join("fakecloud"))
         }
-    };
-    Ok(cache.join("k8s").join(pinned_kubernetes_version()).join("bin"))
+    }
 }
 
 /// Absolute paths of the three binaries, checked to exist.
@@ -136,6 +190,7 @@ mod tests {
         let minor: u32 = k8s.trim_start_matches("v1.").split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
         assert!((33..=37).contains(&minor), "{k8s} outside kube 5's range");
         assert!(pinned_etcd_version().starts_with("v3."));
+        assert!(pinned_kwok_version().starts_with("v0."), "{}", pinned_kwok_version());
     }
 
     #[test]

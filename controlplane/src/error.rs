@@ -12,6 +12,12 @@ pub enum Error {
     )]
     BinariesMissing { dir: PathBuf, missing: String, version: String },
 
+    #[error(
+        "kwok {version} or its stages (stages/*.yaml beside it) are not at {}: run scripts/build-kwok.sh (`make kwok`) to build it into that cache, or set FAKECLOUD_KWOK to a kwok binary",
+        .path.display()
+    )]
+    KwokMissing { path: PathBuf, version: String },
+
     #[error("cannot locate the binary cache: neither FAKECLOUD_K8S_BIN, FAKECLOUD_CACHE nor HOME is set")]
     NoCacheDir,
 

@@ -24,7 +24,10 @@ pub mod launcher;
 pub mod pki;
 pub mod process;
 
-pub use binaries::{Binaries, default_bin_dir, pinned_etcd_version, pinned_kubernetes_version};
+pub use binaries::{
+    Binaries, Kwok, default_bin_dir, kwok, kwok_for_tests, pinned_etcd_version, pinned_kubernetes_version,
+    pinned_kwok_version,
+};
 pub use error::{Error, Result};
 pub use launcher::{
     CLUSTER_CIDR, ControlPlane, ControlPlaneBuilder, NODE_CIDR_MASK_SIZE, SERVICE_CLUSTER_IP_RANGE, down,
