@@ -170,7 +170,7 @@ async fn quota_refusal_reported_not_retried_hot(env: &Env, preset: RateLimitPres
 
     let reported = format!("a SyncLoadBalancerFailed about over naming {code}");
     until(HANG, &reported, async || {
-        env.events_in(&ns, "over").await.into_iter().find(|e| {
+        env.events_in(ns, "over").await.into_iter().find(|e| {
             e.reason.as_deref() == Some("SyncLoadBalancerFailed")
                 && e.type_.as_deref() == Some("Warning")
                 && e.message.as_deref().is_some_and(|m| m.contains(code))
