@@ -48,14 +48,9 @@ if ((${#missing[@]} == 0)); then
 	exit 0
 fi
 
-# Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-	PATH="/usr/local/go/bin:$PATH"
-fi
-if ! command -v go >/dev/null 2>&1; then
-	die "the Go toolchain is not on PATH, and it is needed to build ${missing[*]} (Kubernetes $k8s_version).
-Install Go $(awk '$1 == "go" { print $2; exit }' "$module_dir/go.mod") or newer, put its bin directory on PATH, and run this script again."
-fi
+# shellcheck source=scripts/go-toolchain.sh
+source "$repo_root/scripts/go-toolchain.sh"
+require_go "$module_dir" "${missing[*]} (Kubernetes $k8s_version)"
 log "using $(go version)"
 
 mkdir -p "$bin_dir"

@@ -31,12 +31,9 @@ if [[ -x "$binary" && -f "$cache_dir/stages/pod-delete.yaml" ]]; then
 	exit 0
 fi
 
-# Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-	PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null 2>&1 || die "the Go toolchain is not on PATH, and it is needed to build kwok $version.
-Install Go $(awk '$1 == "go" { print $2; exit }' "$module_dir/go.mod") or newer, put its bin directory on PATH, and run this script again."
+# shellcheck source=scripts/go-toolchain.sh
+source "$repo_root/scripts/go-toolchain.sh"
+require_go "$module_dir" "kwok $version"
 
 mkdir -p "$cache_dir"
 # Built into a private temporary directory and moved at the end: a failed or interrupted build never leaves a

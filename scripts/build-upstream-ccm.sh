@@ -17,12 +17,9 @@ die() { printf '[build-upstream-ccm] error: %s\n' "$*" >&2; exit 1; }
 
 [[ -f "$module_dir/go.mod" ]] || die "$module_dir/go.mod not found; run this script from a fakecloud clone"
 
-# Our machines ship Go in /usr/local/go, which a non-login shell may not have on PATH.
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-	PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null 2>&1 ||
-	die "the Go toolchain is not on PATH; install Go $(awk '$1 == "go" { print $2; exit }' "$module_dir/go.mod") or newer and run this script again"
+# shellcheck source=scripts/go-toolchain.sh
+source "$repo_root/scripts/go-toolchain.sh"
+require_go "$module_dir" "upstream's CCM with fakecloud's provider"
 
 # The Kubernetes release the binary reports: v1.N.M for the k8s.io/cloud-provider v0.N.M it is built from.
 provider_version=$(awk '$1 == "k8s.io/cloud-provider" { print $2; exit }' "$module_dir/go.mod")

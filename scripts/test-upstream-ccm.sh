@@ -10,9 +10,9 @@ cd "$repo_root/ccm-upstream"
 log() { printf '[test-upstream-ccm] %s\n' "$*" >&2; }
 die() { printf '[test-upstream-ccm] error: %s\n' "$*" >&2; exit 1; }
 
-if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
-	PATH="/usr/local/go/bin:$PATH"
-fi
+# shellcheck source=scripts/go-toolchain.sh
+source "$repo_root/scripts/go-toolchain.sh"
+require_go "$repo_root/ccm-upstream" "and check ccm-upstream"
 
 unformatted=$(gofmt -l .)
 [[ -z "$unformatted" ]] || die "not gofmt-formatted: $unformatted"
