@@ -28,26 +28,52 @@ pub struct Db {
     checkpoints: Option<SqlitePool>,
 }
 
+/// Why the database could not be opened, in words that say what to do. The cause is in the message, not a
+/// `source` as well: the CLI prints the chain, and would print it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("cannot open database {path}: {source}")]
-    Open {
-        path: String,
-        #[source]
-        source: sqlx::Error,
-    },
-    #[error("cannot create database {path}: {source}")]
-    Create {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot apply the schema to {path}: {source}")]
-    Migrate {
-        path: String,
-        #[source]
-        source: sqlx::migrate::MigrateError,
-    },
+    #[error("cannot open database {path}: {}", explain(cause))]
+    Open { path: String, cause: sqlx::Error },
+    #[error("cannot create database {path}: {cause}")]
+    Create { path: String, cause: std::io::Error },
+    #[error("cannot apply the schema to {path}: {cause}")]
+    Migrate { path: String, cause: sqlx::migrate::MigrateError },
+    #[error(
+        "{path} was written by a newer fakecloud: its schema is at version {found}, this one knows up to {known}. \
+         Run the fakecloud that wrote it, or give --db a new file"
+    )]
+    Newer { path: String, found: i64, known: i64 },
+}
+
+/// SQLite's answer when a file cannot be used, said as what the file is.
+fn explain(e: &sqlx::Error) -> String {
+    let code = match e {
+        sqlx::Error::Database(db) => db.code(),
+        _ => None,
+    };
+    match code.as_deref() {
+        // SQLITE_NOTADB
+        Some("26") => "it is not a SQLite database (another kind of file?): give --db a fakecloud database or a \
+                       new file"
+            .into(),
+        // SQLITE_CANTOPEN
+        Some("14") => "it cannot be opened as a file (a directory, or no permission?)".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// A database whose schema is newer than this build's migrations is refused before anything is changed (sqlx
+/// would only say a migration is missing).
+async fn refuse_newer(pool: &SqlitePool, migrator: &sqlx::migrate::Migrator, path: &str) -> Result<(), OpenError> {
+    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+        .unwrap_or(None);
+    match applied {
+        Some(found) if found > known => Err(OpenError::Newer { path: path.to_string(), found, known }),
+        _ => Ok(()),
+    }
 }
 
 impl Db {
@@ -58,8 +84,7 @@ impl Db {
                 (SqliteConnectOptions::from_str("sqlite::memory:").expect("static URL"), ":memory:".to_string(), 0)
             }
             DbLocation::File(path) => {
-                create_private(path)
-                    .map_err(|source| OpenError::Create { path: path.display().to_string(), source })?;
+                create_private(path).map_err(|cause| OpenError::Create { path: path.display().to_string(), cause })?;
                 (SqliteConnectOptions::new().filename(path).create_if_missing(true), path.display().to_string(), 4)
             }
         };
@@ -71,7 +96,7 @@ impl Db {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("cache_size", "-16000");
-        let open_err = |source| OpenError::Open { path: label.clone(), source };
+        let open_err = |cause| OpenError::Open { path: label.clone(), cause };
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -82,10 +107,9 @@ impl Db {
             .connect_with(opts.clone().pragma("wal_autocheckpoint", "0").pragma("temp_store", "memory"))
             .await
             .map_err(open_err)?;
-        sqlx::migrate!("./migrations")
-            .run(&writer)
-            .await
-            .map_err(|source| OpenError::Migrate { path: label.clone(), source })?;
+        let migrator = sqlx::migrate!("./migrations");
+        refuse_newer(&writer, &migrator, &label).await?;
+        migrator.run(&writer).await.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
         let (reader, checkpoints) = if readers == 0 {
             (writer.clone(), None)
         } else {

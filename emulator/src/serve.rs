@@ -215,7 +215,16 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         DbLocation::Memory => PathBuf::from("fakecloud.credentials"),
     });
     let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file)?;
-    let server = Server::start(&args.listen, &db, cfg, tokens).await?;
+    let server = match Server::start(&args.listen, &db, cfg, tokens).await {
+        Ok(server) => server,
+        Err(e) => {
+            // Tokens made for a cloud that never started would outlive it: a failed start leaves nothing new.
+            if let Source::Generated(f) = &source {
+                let _ = std::fs::remove_file(f);
+            }
+            return Err(e.into());
+        }
+    };
     let url = server.url();
     let limits = &server.state.cfg.connections;
     tracing::info!(

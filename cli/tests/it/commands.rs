@@ -132,7 +132,8 @@ async fn lb_provisioning_set_show_and_clear() {
 }
 
 /// `serve --db` with a database URL other than SQLite's is refused before anything is made: the message says what
-/// to give instead, and no file or directory named after the URL appears.
+/// to give instead, and no file or directory named after the URL appears. A file that is not a database is
+/// refused too, and leaves no credentials file behind.
 #[tokio::test]
 async fn serve_refuses_a_database_url_it_cannot_use() {
     let dir = tempfile::tempdir().unwrap();
@@ -147,4 +148,17 @@ async fn serve_refuses_a_database_url_it_cannot_use() {
     assert!(said.contains("postgres:// URL") && said.contains("sqlite://PATH"), "{said}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "nothing is created: {left:?}");
+
+    // A file that is not a database: refused, and the tokens made for it removed again.
+    std::fs::write(dir.path().join("notes.db"), "not a database\n").unwrap();
+    let out = cli("http://127.0.0.1:1")
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--db", "notes.db"])
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("not a SQLite database"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["notes.db"], "no credentials file left behind");
 }

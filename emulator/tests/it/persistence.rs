@@ -231,3 +231,51 @@ async fn the_database_is_created_private() {
         assert_eq!(mode, 0o600, "{file}");
     }
 }
+
+/// A file that is not a fakecloud database, a directory, or a database a newer fakecloud wrote: each refused at
+/// start with what to do, and the file left as it was.
+#[tokio::test]
+async fn a_database_it_cannot_use_is_refused_at_start_and_left_alone() {
+    use fakecloud_emulator::config::{Config, DbLocation};
+    use fakecloud_emulator::server::Server;
+
+    let start = async |path: &std::path::Path| {
+        let db = DbLocation::File(path.to_path_buf());
+        match Server::start("127.0.0.1:0", &db, Config::default(), crate::common::tokens()).await {
+            Ok(_) => panic!("{} was taken", path.display()),
+            Err(e) => e.to_string(),
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.db");
+    let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&junk, &bytes).unwrap();
+    let said = start(&junk).await;
+    assert!(said.contains("junk.db") && said.contains("not a SQLite database"), "{said}");
+    assert_eq!(std::fs::read(&junk).unwrap(), bytes, "left as it was");
+
+    let said = start(dir.path()).await;
+    assert!(said.contains("cannot be opened as a file"), "{said}");
+
+    // A schema from the future: refused before any migration runs.
+    let mut emu = Emu::start().await;
+    emu.instance("node-1").await;
+    emu.server.take().unwrap().shutdown().await;
+    let path = emu.db_path();
+    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+    let conn = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, installed_on, success, checksum, execution_time) \
+         VALUES (9999, 'from a newer fakecloud', CURRENT_TIMESTAMP, 1, x'00', 0)",
+    )
+    .execute(&conn)
+    .await
+    .unwrap();
+    let applied = async || -> Vec<i64> {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version").fetch_all(&conn).await.unwrap()
+    };
+    let before = applied().await;
+    let said = start(&path).await;
+    assert!(said.contains("newer fakecloud") && said.contains("9999") && said.contains("new file"), "{said}");
+    assert_eq!(applied().await, before, "nothing migrated");
+}
