@@ -1,6 +1,7 @@
 //! What a verdict does to a call (see [`super::call::Verdict`]): refuse it, delay it, run it and then fail, give
 //! no answer, or hide what it changed — and eventual consistency's concealment, which shows a lagging resource's
-//! previous version (or nothing, for a creation) to reads until its lag ends.
+//! previous version (or nothing, for a creation) to reads until its lag ends; and a quota refusal answered in
+//! the installed failure-shape preset's cloud shape.
 
 use axum::Json;
 use axum::extract::Request;
