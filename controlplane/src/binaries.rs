@@ -67,8 +67,14 @@ pub fn kwok() -> Result<Kwok> {
 
 /// For integration tests, as [`Binaries::for_tests`]: kwok, or `None` (skip, saying why) outside CI.
 pub fn kwok_for_tests(test: &str) -> Option<Kwok> {
-    match kwok() {
-        Ok(path) => Some(path),
+    found_for_tests(test, kwok())
+}
+
+/// What an integration test needs, or `None` (skip, with a message saying why) outside CI. Under CI (`CI` set)
+/// a missing build is a failure, so a green CI always means the tests really ran.
+fn found_for_tests<T>(test: &str, found: Result<T>) -> Option<T> {
+    match found {
+        Ok(found) => Some(found),
         Err(e) if std::env::var_os("CI").is_none() => {
             eprintln!("skipping {test}: {e}");
             None
@@ -123,14 +129,7 @@ impl Binaries {
     /// For integration tests: the built binaries, or `None` (skip, with a message saying why) outside CI. Under
     /// CI (`CI` set) a missing build is a failure, so a green CI always means the tests really ran.
     pub fn for_tests(test: &str) -> Option<Self> {
-        match Self::locate(None) {
-            Ok(binaries) => Some(binaries),
-            Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("skipping {test}: {e}");
-                None
-            }
-            Err(e) => panic!("{test}: {e}"),
-        }
+        found_for_tests(test, Self::locate(None))
     }
 
     /// The kubectl built beside the control plane (same version), if it is there. Not required to run the

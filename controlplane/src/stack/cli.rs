@@ -11,9 +11,9 @@ pub enum Command {
     /// In the run directory (.run/, or FAKECLOUD_RUN_DIR): the upstream control plane (etcd, kube-apiserver,
     /// kube-controller-manager on 127.0.0.1, in controlplane/), the emulator (`fakecloud serve`, state in
     /// fakecloud.db, tokens in fakecloud.credentials), fakecloud-ccm (HTTPS /healthz and /metrics) and the
-    /// simulated kubelets; then instances node-a, node-b and node-c (or --nodes N) over the region's zones, saying
-    /// how long each stage took. Returns when their Nodes are Ready and initialized by the CCM, and prints how to use the stack; it keeps running until
-    /// `stack down` (`make down`).
+    /// simulated kubelets; then instances node-a, node-b and node-c (or --nodes N) over the region's zones. Returns
+    /// when their Nodes are Ready and initialized by the CCM, saying how long each stage took, and prints how to
+    /// use the stack; it keeps running until `stack down` (`make down`).
     ///
     /// `fakecloud` and `fakecloud-ccm` are taken from beside this binary (target/debug/ after `cargo build`),
     /// the control-plane binaries from FAKECLOUD_K8S_BIN or the cache scripts/build-control-plane.sh fills.

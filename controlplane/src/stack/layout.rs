@@ -16,7 +16,8 @@ pub fn max_nodes() -> u32 {
 }
 
 /// The instances `up` creates, spread over the region's zones; their Nodes are what it waits for. Up to three are
-/// named `node-a`, `node-b`, `node-c` (the names the README's examples use); a larger fleet `node-001`, ...
+/// named `node-a`, `node-b`, `node-c` (the names the README's examples use); a larger fleet is numbered from 1,
+/// zero-padded to the width of the count (`node-01` ... `node-12`, `node-001` ... `node-256`).
 pub fn node_names(count: u32) -> anyhow::Result<Vec<String>> {
     let max = max_nodes();
     anyhow::ensure!(

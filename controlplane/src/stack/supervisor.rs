@@ -22,7 +22,7 @@ use super::layout::{READY, RunDir, endpoint, node_names, sibling};
 /// hang (each takes seconds; these leave room for a busy 2-core machine).
 const EMULATOR_HANG: Duration = Duration::from_secs(60);
 const NODES_HANG: Duration = Duration::from_secs(120);
-/// And per Node beyond the first few: a larger fleet registers and is initialized a little at a time.
+/// And per Node: a larger fleet registers and is initialized a little at a time.
 const NODES_HANG_PER_NODE: Duration = Duration::from_millis(500);
 /// Instance creates at once: enough to keep the emulator's writer busy, few enough not to queue behind it.
 const CREATES_IN_FLIGHT: usize = 32;
@@ -121,9 +121,9 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     progress.say(&format!("starting the emulator at {url} (state: {})", db.display()));
     let listen = format!("127.0.0.1:{}", options.port);
     spawn(&mut services, &dir, "emulator", &fakecloud, &["serve", "--listen", &listen, "--db", &path(&db)])?;
-    let user_token = progress
+    let tokens = progress
         .awaiting("the emulator", tokio::time::timeout(EMULATOR_HANG, emulator_ready(&mut services, &dir, &url)));
-    let user_token = user_token.await.map_err(|_| {
+    let tokens = tokens.await.map_err(|_| {
         anyhow::anyhow!(
             "the emulator did not answer within {EMULATOR_HANG:?} (log: {})",
             dir.file("emulator.log").display()
@@ -134,7 +134,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
 
     // The CCM as a customer of the cloud: the user token, in a file only it reads.
     let token_file = dir.file("ccm-token");
-    fakecloud_controlplane::files::write(&token_file, format!("{user_token}\n").as_bytes(), 0o600)?;
+    fakecloud_controlplane::files::write(&token_file, format!("{}\n", tokens.user).as_bytes(), 0o600)?;
     let cloud_config = dir.file("cloud-config.yaml");
     std::fs::write(&cloud_config, format!("endpoint: {url}\ntoken-file: {}\n", token_file.display()))
         .with_context(|| format!("writing {}", cloud_config.display()))?;
@@ -163,10 +163,10 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     stages.push(("starting the CCM and the kubelets", at.elapsed()));
     let at = Instant::now();
     let names = node_names(options.nodes)?;
-    let cloud = Client::new(&url, user_token)?;
+    let cloud = Client::new(&url, tokens.user)?;
     let zones = cloud.region().await.context("reading the emulator's zones")?.zones;
     anyhow::ensure!(!zones.is_empty(), "the emulator's region has no zones");
-    fit_route_quota(&url, &dir, names.len(), progress).await?;
+    fit_route_quota(&Client::new(&url, tokens.admin)?, names.len(), progress).await?;
     let requests: Vec<CreateInstanceRequest> = names
         .iter()
         .zip(zones.iter().cycle())
@@ -211,7 +211,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     Ok(Stack { services, control_plane })
 }
 
-/// The first few names and how many more, for a progress line.
+/// The names for a progress line: all of up to four, else the first and the last.
 fn listed(names: &[String]) -> String {
     match names {
         [] => String::new(),
@@ -222,11 +222,7 @@ fn listed(names: &[String]) -> String {
 
 /// Each Node gets a route: a fleet larger than the route table's quota has it raised to fit (with the admin
 /// token, as an operator would), and says so.
-async fn fit_route_quota(url: &str, dir: &RunDir, nodes: usize, progress: &Progress) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(dir.credentials()).context("reading the emulator's credentials")?;
-    let token =
-        fakecloud_api::credential(&text, "FAKECLOUD_ADMIN_TOKEN").context("no admin token in the credentials")?;
-    let admin = Client::new(url, token)?;
+async fn fit_route_quota(admin: &Client, nodes: usize, progress: &Progress) -> anyhow::Result<()> {
     let quota = admin.get_quota(QuotaName::RoutesPerRouteTable).await.context("reading the route quota")?;
     let wanted = u32::try_from(nodes).unwrap_or(u32::MAX);
     if quota.limit < wanted {
@@ -285,15 +281,22 @@ fn all_running(services: &mut Processes) -> anyhow::Result<()> {
     }
 }
 
-/// Waits until the emulator has written its credentials and answers with them; returns the user token.
-async fn emulator_ready(services: &mut Processes, dir: &RunDir, url: &str) -> anyhow::Result<String> {
+/// The emulator's two tokens, from its credentials file.
+struct Tokens {
+    user: String,
+    admin: String,
+}
+
+/// Waits until the emulator has written its credentials and answers with them; returns its tokens.
+async fn emulator_ready(services: &mut Processes, dir: &RunDir, url: &str) -> anyhow::Result<Tokens> {
     loop {
         all_running(services)?;
         let text = std::fs::read_to_string(dir.credentials()).unwrap_or_default();
-        if let Some(token) = fakecloud_api::credential(&text, "FAKECLOUD_USER_TOKEN")
-            && Client::new(url, token.clone())?.region().await.is_ok()
+        let token = |name| fakecloud_api::credential(&text, name);
+        if let (Some(user), Some(admin)) = (token("FAKECLOUD_USER_TOKEN"), token("FAKECLOUD_ADMIN_TOKEN"))
+            && Client::new(url, user.clone())?.region().await.is_ok()
         {
-            return Ok(token);
+            return Ok(Tokens { user, admin });
         }
         tokio::time::sleep(POLL).await;
     }

@@ -187,10 +187,9 @@ pub fn quota_refusal(preset: RateLimitPreset, quota: QuotaName) -> (u16, &'stati
     }
 }
 
-/// The preset in force: the first whose limits are among `ids` (installing one removes every other's).
+/// The preset in force: the one a limit among `ids` belongs to (installing a preset removes every other's).
 pub fn installed<'a>(ids: impl IntoIterator<Item = &'a str>) -> Option<RateLimitPreset> {
-    let ids: Vec<&str> = ids.into_iter().collect();
-    RateLimitPreset::ALL.into_iter().find(|p| ids.iter().any(|id| of(*p, id)))
+    ids.into_iter().find_map(|id| RateLimitPreset::ALL.into_iter().find(|p| of(*p, id)))
 }
 
 /// Whether the limit `id` is one of `preset`'s (named `<preset>-...`).
