@@ -26,7 +26,7 @@ build: deps ## Build every binary (debug)
 # The launcher finds fakecloud and fakecloud-ccm beside itself, and the control plane in the cache `control-plane` fills.
 LAUNCHER = $${CARGO_TARGET_DIR:-target}/debug/fakecloud-controlplane
 
-up: deps control-plane ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3) and say how to use it
+up: deps control-plane kwok ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3) and say how to use it
 	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
 	@$(LAUNCHER) stack up $(if $(NODES),--nodes $(NODES))
 
@@ -58,22 +58,22 @@ test: deps control-plane kwok ## Run the whole test suite, then schemathesis aga
 test-console: deps ## The web console in headless Chromium against a real emulator; screenshots in target/console-screenshots/
 	@bash scripts/console-tests.sh
 
-e2e: deps control-plane ## The e2e suite, one case at a time, JUnit XML + summary (FAKECLOUD_E2E_BACKEND=existing: elsewhere)
+e2e: deps control-plane kwok ## The e2e suite, one case at a time, JUnit XML + summary (FAKECLOUD_E2E_BACKEND=existing: elsewhere)
 	@bash scripts/e2e.sh
 
-e2e-upstream: deps control-plane ## The conformance cases on the local backend against upstream's CCM with fakecloud's Go provider
+e2e-upstream: deps control-plane kwok ## The conformance cases on the local backend against upstream's CCM with fakecloud's Go provider
 	@bash scripts/e2e-upstream.sh
 
-e2e-kind: deps control-plane ## The conformance suite against the kind cluster of kind-up (made first if missing), no case skipped
+e2e-kind: deps control-plane kwok ## The conformance suite against the kind cluster of kind-up (made first if missing), no case skipped
 	@bash scripts/e2e-kind.sh
 
-e2e-kind-both: deps control-plane ## make e2e-kind against both CCMs at once: kind clusters fakecloud and fakecloud-upstream on one engine
+e2e-kind-both: deps control-plane kwok ## make e2e-kind against both CCMs at once: kind clusters fakecloud and fakecloud-upstream on one engine
 	@bash scripts/e2e-kind-both.sh
 
-e2e-kind-upstream: deps control-plane ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
+e2e-kind-upstream: deps control-plane kwok ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
-test-kind: deps control-plane ## The kind path's tests: make e2e-kind-both, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it after make test)
+test-kind: deps control-plane kwok ## The kind path's tests: make e2e-kind-both, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it after make test)
 	@bash scripts/test-kind.sh
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
@@ -87,5 +87,5 @@ lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circ
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-bench: deps ## Benchmarks (release build; also runs moto's server for comparison) — see BENCHMARKS.md
+bench: deps control-plane kwok ## Benchmarks (release build; also runs moto's server for comparison) — see BENCHMARKS.md
 	@bash scripts/bench.sh

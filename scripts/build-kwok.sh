@@ -3,9 +3,9 @@
 # the release pinned in controlplane/kwok/go.mod (its `tool` line; go.sum checks every module), into a cache
 # outside the clone:
 #   ${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/kwok/<version>/kwok
-# beside the stages it runs with, kwok's own defaults from the same module (a kwok binary alone has none):
-#   .../kwok/<version>/stages/   node-initialize (Ready at once), node-heartbeat-with-lease, pod-ready,
-#                                pod-complete, pod-delete
+# beside the pod stages it runs with, kwok's own defaults from the same module (a kwok binary alone has none):
+#   .../kwok/<version>/pod-stages/   pod-ready, pod-complete, pod-delete
+# (No node stage: the simulated kubelets report the Node status themselves; controlplane/src/kubelets says why.)
 # What is already in the cache is not rebuilt, so a second run takes a moment.
 #
 # Prints the binary's path on the last line of stdout; progress goes to stderr.
@@ -23,9 +23,8 @@ version=$(awk '$1 == "sigs.k8s.io/kwok" { print $2; exit }' "$module_dir/go.mod"
 
 cache_dir="${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/kwok/$version"
 binary="$cache_dir/kwok"
-stages=(node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready
-	pod/fast/pod-complete pod/fast/pod-delete)
-if [[ -x "$binary" && -f "$cache_dir/stages/pod-delete.yaml" ]]; then
+stages=(pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete)
+if [[ -x "$binary" && -f "$cache_dir/pod-stages/pod-delete.yaml" ]]; then
 	log "kwok $version already built: $binary"
 	printf '%s\n' "$binary"
 	exit 0
@@ -46,13 +45,14 @@ start=$SECONDS
 CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$tmp_dir/kwok" sigs.k8s.io/kwok/cmd/kwok ||
 	die "go build failed (see the compiler output above); nothing was installed into $cache_dir"
 source_dir="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$version/kustomize/stage"
-mkdir -p "$tmp_dir/stages"
+mkdir -p "$tmp_dir/pod-stages"
 for stage in "${stages[@]}"; do
-	cp "$source_dir/$stage.yaml" "$tmp_dir/stages/" || die "kwok's stage $stage.yaml is not in $source_dir"
+	cp "$source_dir/$stage.yaml" "$tmp_dir/pod-stages/" || die "kwok's stage $stage.yaml is not in $source_dir"
 done
-chmod -R u+w "$tmp_dir/stages"
-rm -rf "$cache_dir/stages"
-mv "$tmp_dir/stages" "$cache_dir/stages"
+chmod -R u+w "$tmp_dir/pod-stages"
+# An earlier layout kept node stages too, which this project no longer runs.
+rm -rf "$cache_dir/stages" "$cache_dir/pod-stages"
+mv "$tmp_dir/pod-stages" "$cache_dir/pod-stages"
 mv -f "$tmp_dir/kwok" "$binary"
-log "built in $((SECONDS - start))s: $binary, stages in $cache_dir/stages"
+log "built in $((SECONDS - start))s: $binary, stages in $cache_dir/pod-stages"
 printf '%s\n' "$binary"

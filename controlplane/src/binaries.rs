@@ -38,7 +38,7 @@ pub fn pinned_kwok_version() -> &'static str {
     go_mod_version(KWOK_GO_MOD, "sigs.k8s.io/kwok").unwrap_or("unknown")
 }
 
-/// kwok and the stages it runs with (a kwok binary has none of its own).
+/// kwok and the pod stages it runs with (a kwok binary has none of its own).
 #[derive(Debug, Clone)]
 pub struct Kwok {
     pub binary: PathBuf,
@@ -47,15 +47,19 @@ pub struct Kwok {
 }
 
 /// kwok: `FAKECLOUD_KWOK`, or where `scripts/build-kwok.sh` builds it
-/// (`${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/kwok/<version>/kwok`), with the stages in `stages/` beside it;
+/// (`${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/kwok/<version>/kwok`), with the stages in `pod-stages/` beside it;
 /// checked to be there.
 pub fn kwok() -> Result<Kwok> {
-    let binary = match std::env::var_os(KWOK_ENV).filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => cache_root()?.join("kwok").join(pinned_kwok_version()).join("kwok"),
-    };
+    match std::env::var_os(KWOK_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => kwok_at(PathBuf::from(path)),
+        None => kwok_at(cache_root()?.join("kwok").join(pinned_kwok_version()).join("kwok")),
+    }
+}
+
+/// kwok at `binary`, with its stages in `pod-stages/` beside it; checked to be there.
+pub fn kwok_at(binary: PathBuf) -> Result<Kwok> {
     let missing = || Error::KwokMissing { path: binary.clone(), version: pinned_kwok_version().to_string() };
-    let dir = binary.parent().map(|d| d.join("stages")).ok_or_else(missing)?;
+    let dir = binary.parent().map(|d| d.join("pod-stages")).ok_or_else(missing)?;
     let mut stages: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|_| missing())?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -25,7 +25,7 @@ pub mod pki;
 pub mod process;
 
 pub use binaries::{
-    Binaries, Kwok, default_bin_dir, kwok, kwok_for_tests, pinned_etcd_version, pinned_kubernetes_version,
+    Binaries, Kwok, default_bin_dir, kwok, kwok_at, kwok_for_tests, pinned_etcd_version, pinned_kubernetes_version,
     pinned_kwok_version,
 };
 pub use error::{Error, Result};

@@ -48,7 +48,8 @@ enum Command {
         #[arg(long)]
         clean: bool,
     },
-    /// Run simulated kubelets: a Node for every running instance of the emulator, kept alive while it runs.
+    /// Run simulated kubelets: a Node for every running instance of the emulator, kept alive by kwok (`make
+    /// kwok` builds it; FAKECLOUD_KWOK names another) while the instance runs, silent while it does not.
     Kubelets {
         /// Kubeconfig of the cluster.
         #[arg(long, env = "KUBECONFIG")]
@@ -75,6 +76,12 @@ enum Command {
         /// (`key[=value]:Effect`, comma-separated), e.g. one that keeps real pods off simulated machines.
         #[arg(long, value_name = "TAINTS", value_delimiter = ',', value_parser = fakecloud_controlplane::kubelets::parse_taint)]
         register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+        /// The kwok binary, its pod stages beside it (default: where `make kwok` builds it).
+        #[arg(long, value_name = "FILE", env = "FAKECLOUD_KWOK")]
+        kwok: Option<PathBuf>,
+        /// Where kwok's log goes (default: a file in a temporary directory, removed on exit).
+        #[arg(long, value_name = "FILE")]
+        kwok_log: Option<PathBuf>,
     },
     /// The local stack in the background: control plane, emulator, CCM, simulated kubelets and three Nodes
     /// (`make up`, `make down`).
@@ -127,6 +134,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             not_ready_for,
             instance_tag,
             register_with_taints,
+            kwok,
+            kwok_log,
         } => {
             let defaults = fakecloud_controlplane::kubelets::Options::default();
             let opts = fakecloud_controlplane::kubelets::Options {
@@ -134,6 +143,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 not_ready_for: not_ready_for.unwrap_or(defaults.not_ready_for),
                 instance_tag,
                 register_with_taints,
+                kwok,
+                kwok_log,
                 ..defaults
             };
             kubelets(&kubeconfig, &emulator, credentials, opts).await
@@ -234,13 +245,7 @@ async fn kubelets(
         anyhow::bail!("--poll must be between 0.05 and 60 seconds");
     }
     let cloud = fakecloud_api::Client::new(emulator, token)?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?,
-        &Default::default(),
-    )
-    .await?;
-    let client = kube::Client::try_from(config)?;
-    let _sim = fakecloud_controlplane::kubelets::SimulatedKubelets::start(client, cloud, opts)
+    let _sim = fakecloud_controlplane::kubelets::SimulatedKubelets::start(kubeconfig, cloud, opts)
         .await
         .with_context(|| format!("starting simulated kubelets against {emulator}"))?;
     eprintln!("simulated kubelets running against {emulator}; Ctrl-C to stop");

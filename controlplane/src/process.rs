@@ -234,6 +234,18 @@ impl ManagedProcess {
     /// in), in its own process group (a terminal's Ctrl-C reaches only us, and we stop the
     /// components in order), with stdout and stderr appended to `log`.
     pub fn spawn(name: &'static str, binary: &Path, args: &[String], log: &Path, cwd: &Path) -> Result<Self> {
+        Self::spawn_with_env(name, binary, args, &[], log, cwd)
+    }
+
+    /// As [`ManagedProcess::spawn`], with `env` set beside `PATH`.
+    pub fn spawn_with_env(
+        name: &'static str,
+        binary: &Path,
+        args: &[String],
+        env: &[(&str, &Path)],
+        log: &Path,
+        cwd: &Path,
+    ) -> Result<Self> {
         let out =
             File::options().create(true).append(true).open(log).io_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone().io_context(|| format!("opening {}", log.display()))?;
@@ -249,6 +261,7 @@ impl ManagedProcess {
             .args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .envs(env.iter().copied())
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(out)

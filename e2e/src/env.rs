@@ -266,9 +266,10 @@ impl Env {
         let probe = Probe::new(kube.clone(), cloud.clone());
         remove_leftovers(&probe).await;
         let baseline = Baseline::take(&cloud).await;
-        let kubelets = SimulatedKubelets::start(kube, cloud, kubelet_options(Rates::fast().kubelets, &run, setup))
-            .await
-            .unwrap_or_else(|e| panic!("simulated kubelets against {}: {e}", cfg.emulator));
+        let kubelets =
+            SimulatedKubelets::start(&cfg.kubeconfig, cloud, kubelet_options(Rates::fast().kubelets, &run, setup))
+                .await
+                .unwrap_or_else(|e| panic!("simulated kubelets against {}: {e}", cfg.emulator));
         let env = Self {
             probe: probe.from_now(),
             timing: cfg.timing.clone(),

@@ -43,21 +43,21 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases every 2 s, status every 5 s;
+    /// For tests: a node is NotReady 8 s after its kubelet falls silent; Leases of 8 s (renewed every 2 s);
     /// Nodes Ready at registration (a case that wants kind's startup window asks for it); a load balancer is
     /// provisioned in 2 s (so `<pending>` is seen).
     pub fn fast() -> Self {
         let kubelets = kubelets::Options {
             poll: Duration::from_millis(200),
-            lease_renew: Duration::from_secs(2),
-            status_every: Duration::from_secs(5),
+            lease_seconds: 8,
             not_ready_for: Duration::ZERO,
             ..kubelets::Options::default()
         };
         Self { node_monitor_grace_period: Duration::from_secs(8), kubelets, lb_provision_delay: Duration::from_secs(2) }
     }
 
-    /// As a real cluster: the controller manager's 50 s grace period, the kubelet's 10 s Lease and 20 s status;
+    /// As a real cluster: the controller manager's 50 s grace period, the kubelet's 40 s Lease (renewed every 10 s)
+    /// and 5-minute status report;
     /// the emulator's default 3 s to provision a load balancer. Nodes are Ready at registration: the benchmarks
     /// count the calls initialization takes, not the lifecycle controller's checks of NotReady nodes.
     pub fn real() -> Self {
@@ -206,7 +206,7 @@ impl Cluster {
             Some(bin) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
         };
         let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
-        let kubelets = SimulatedKubelets::start(apiserver.client(), cloud.clone(), rates.kubelets)
+        let kubelets = SimulatedKubelets::start(apiserver.admin_kubeconfig(), cloud.clone(), rates.kubelets)
             .await
             .expect("simulated kubelets start");
         let cloud_config = dir.path().join("cloud-config.yaml");

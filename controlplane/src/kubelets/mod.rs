@@ -1,24 +1,33 @@
 //! Simulated kubelets: a Node for every running emulator instance, registered the way a kubelet started with
-//! `--cloud-provider=external` registers itself, and kept alive the way a kubelet keeps itself alive (a Lease
-//! in `kube-node-lease` renewed every 10 s, a Ready status heartbeat). When an instance stops, is terminated or
-//! is reclaimed, its kubelet falls silent — the controller manager then marks the Node NotReady/Unknown as for a
-//! dead machine; the Node itself is left for the CCM's lifecycle controller to delete. When the instance runs
-//! again, the kubelet resumes; a Node deleted while its instance runs is registered again.
+//! `--cloud-provider=external` registers itself, and kept alive by **kwok** (`sigs.k8s.io/kwok`, built by
+//! `make kwok`): kwok renews each Node's Lease in `kube-node-lease` at a kubelet's cadence and runs the pods
+//! bound to it, with IPs from the Node's pod CIDR. When an instance stops, is terminated or is reclaimed, or its
+//! machine hangs, its kubelet falls silent: this module takes the Node's Lease from kwok (kwok renews only a
+//! Lease it holds), so the controller manager marks the Node NotReady/Unknown as for a dead machine; the Node
+//! itself is left for the CCM's lifecycle controller to delete. When the machine runs again, the Lease is
+//! released and kwok renews it again; a Node deleted while its instance runs is registered again.
 //!
-//! Two loops, so that a slow or failing cloud API never stops the machines' heartbeats (a cloud's API can be
-//! down while its machines run):
+//! What stays here rather than in a kwok stage — registration, the Node status (NotReady for a window after a
+//! start, else Ready; reported on a change at once, else every 5 minutes as a kubelet does) — and why, is in
+//! [`schedule`]. One kwok process per simulation, managing only the Nodes this simulation registered.
+//!
+//! Two loops, so that a slow or failing cloud API never stops the machines (a cloud's API can be down while its
+//! machines run):
 //! - the *instance poller* lists the running instances, one paged call per poll, and publishes the latest
 //!   answer; on an error or timeout the previous answer stands;
-//! - the *kubelet loop* plans, every poll, the calls that are due (see [`schedule`]) against the last published
-//!   instances and a watch of the Nodes, and runs them with bounded concurrency.
+//! - the *kubelet loop* plans, every poll, the calls that are due against the last published instances and a
+//!   watch of the Nodes, and runs them with bounded concurrency.
 //!
-//! Cost with the defaults: per Node a Lease renewal every 10 s and a status patch every 20 s, i.e. 150 API
-//! calls a second for 1,000 Nodes, spread over the periods.
+//! Cost with the defaults, per Node: kwok's Lease renewal every 10 s and a status report every 5 minutes, i.e.
+//! about 103 API calls a second for 1,000 Nodes (a real kubelet's), against 150 when this module posted status
+//! every 20 s itself.
 
+mod kwok;
 mod objects;
 mod schedule;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,13 +36,13 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use objects::Shape;
-pub use objects::{LEASE_NAMESPACE, LEASE_SECONDS, PROVIDED_NODE_IP, UNINITIALIZED_TAINT};
+pub use objects::{LEASE_NAMESPACE, LEASE_SECONDS, PROVIDED_NODE_IP, SILENCING_HOLDER, UNINITIALIZED_TAINT};
+use objects::{Shape, Silence};
 pub use schedule::NO_KUBELET_TAG;
 use schedule::{Action, Job, Kubelet, Periods};
 
@@ -41,14 +50,18 @@ use schedule::{Action, Job, Kubelet, Periods};
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// One kubelet's calls in a round; beyond this they count as failed and back off.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The annotation by which kwok (`--manage-nodes-with-annotation-selector`) knows this simulation's Nodes.
+pub const SIMULATED_BY: &str = "fakecloud.io/simulated-by";
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// How often the emulator's instances are read, and how often due heartbeats are looked for.
+    /// How often the emulator's instances are read, and how often due calls are looked for.
     pub poll: Duration,
-    /// How often each running node's Lease is renewed (the kubelet's default: 10 s, for a 40 s lease).
-    pub lease_renew: Duration,
-    /// How often each running node's conditions are re-posted with a fresh `lastHeartbeatTime`.
+    /// The Lease's duration (the kubelet's `--node-lease-duration-seconds`, 40); kwok renews it every quarter
+    /// of that, as the kubelet does.
+    pub lease_seconds: u32,
+    /// How often a running node's status is reported when nothing changed (the kubelet's
+    /// `nodeStatusReportFrequency`: 5 minutes).
     pub status_every: Duration,
     /// What `status.nodeInfo.kubeletVersion` says.
     pub kubelet_version: String,
@@ -63,6 +76,11 @@ pub struct Options {
     /// How long a started machine's Node reports NotReady (network not ready) before Ready, as a real kubelet
     /// does until its CNI plugin is up.
     pub not_ready_for: Duration,
+    /// The kwok binary (its pod stages beside it, as `make kwok` leaves them); `None`: found as
+    /// [`crate::kwok`] finds it.
+    pub kwok: Option<PathBuf>,
+    /// Where kwok's output goes; `None`: a file in a temporary directory, gone with the simulation.
+    pub kwok_log: Option<PathBuf>,
 }
 
 /// The default Ready=False window after a machine starts: a kind node's, from its kubelet's registration until
@@ -75,13 +93,15 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             poll: Duration::from_secs(1),
-            lease_renew: Duration::from_secs(10),
-            status_every: Duration::from_secs(20),
+            lease_seconds: LEASE_SECONDS,
+            status_every: Duration::from_secs(300),
             kubelet_version: crate::pinned_kubernetes_version().to_string(),
             concurrency: 32,
             instance_tag: None,
             register_with_taints: Vec::new(),
             not_ready_for: KIND_NOT_READY_FOR,
+            kwok: None,
+            kwok_log: None,
         }
     }
 }
@@ -114,11 +134,14 @@ pub enum KubeletError {
     Timeout(Duration),
     #[error("invalid options: {0}")]
     Options(&'static str),
+    #[error(transparent)]
+    Setup(#[from] crate::Error),
 }
 
-/// The running simulation; stops when dropped.
+/// The running simulation; stops (kwok too) when dropped.
 pub struct SimulatedKubelets {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    _kwok: kwok::KwokProcess,
 }
 
 impl Drop for SimulatedKubelets {
@@ -130,21 +153,33 @@ impl Drop for SimulatedKubelets {
 }
 
 impl SimulatedKubelets {
-    /// Start simulating kubelets for the instances of `cloud` in the cluster of `kube`. Fails only if the
-    /// region (the instance-type catalog) cannot be read; later errors are logged and retried.
-    pub async fn start(kube: kube::Client, cloud: fakecloud_api::Client, opts: Options) -> Result<Self, KubeletError> {
-        if opts.poll.is_zero() || opts.lease_renew.is_zero() || opts.status_every.is_zero() {
-            return Err(KubeletError::Options("poll, lease_renew and status_every must be above zero"));
+    /// Start simulating kubelets for the instances of `cloud` in the cluster `kubeconfig` names, with kwok
+    /// (see [`Options::kwok`]). Fails if kwok is missing or the region (the instance-type catalog)
+    /// cannot be read; later errors are logged and retried.
+    pub async fn start(kubeconfig: &Path, cloud: fakecloud_api::Client, opts: Options) -> Result<Self, KubeletError> {
+        if opts.poll.is_zero() || opts.status_every.is_zero() {
+            return Err(KubeletError::Options("poll and status_every must be above zero"));
+        }
+        if opts.lease_seconds < 4 {
+            return Err(KubeletError::Options("lease_seconds must be at least 4 (kwok renews every quarter)"));
         }
         if opts.concurrency == 0 {
             return Err(KubeletError::Options("concurrency must be at least 1"));
         }
+        let binaries = match &opts.kwok {
+            Some(binary) => crate::kwok_at(binary.clone())?,
+            None => crate::kwok()?,
+        };
+        let kube = crate::kubeconfig::client(kubeconfig).await?;
         let region = cloud.region().await?;
         let shapes: HashMap<String, Shape> = region
             .instance_types
             .iter()
             .map(|t| (t.name.clone(), Shape { vcpus: t.vcpus, memory_mib: t.memory_mib }))
             .collect();
+        // Each simulation manages its own Nodes: a cluster may hold several (one per tag).
+        let managed_by = format!("kubelets-{:016x}", schedule::fnv1a(opts.instance_tag.as_deref().unwrap_or("")));
+        let kwok = kwok::KwokProcess::start(&binaries, kubeconfig, (SIMULATED_BY, &managed_by), &opts)?;
 
         let (nodes, writer) = reflector::store::<Node>();
         let node_watch = reflector::reflector(writer, watcher(Api::<Node>::all(kube.clone()), Default::default()))
@@ -157,9 +192,9 @@ impl SimulatedKubelets {
             });
         let (publish, running) = watch::channel(None);
         let poller = poll_instances(cloud, opts.poll, opts.instance_tag.clone(), publish);
-        let sim = Arc::new(Sim { kube, opts, shapes, nodes });
+        let sim = Arc::new(Sim { kube, opts, shapes, nodes, managed_by, kwok: kwok.watch() });
         let kubelets = sim.run(running);
-        Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)] })
+        Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)], _kwok: kwok })
     }
 }
 
@@ -218,16 +253,13 @@ struct Sim {
     opts: Options,
     shapes: HashMap<String, Shape>,
     nodes: Store<Node>,
+    managed_by: String,
+    kwok: kwok::Watch,
 }
 
 impl Sim {
     fn periods(&self) -> Periods {
-        Periods {
-            poll: self.opts.poll,
-            lease: self.opts.lease_renew,
-            status: self.opts.status_every,
-            not_ready: self.opts.not_ready_for,
-        }
+        Periods { poll: self.opts.poll, status: self.opts.status_every, not_ready: self.opts.not_ready_for }
     }
 
     /// The kubelet loop.
@@ -245,6 +277,7 @@ impl Sim {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            self.kwok.check();
             let Some(current) = running.borrow_and_update().clone() else { continue };
             let (machines, hung) = &*current;
             self.round(machines, hung, &mut kubelets).await;
@@ -283,7 +316,7 @@ impl Sim {
         let mut failed: Option<(String, KubeletError)> = None;
         let mut failures = 0;
         for (job, result) in outcomes {
-            let name = &job.instance.name;
+            let name = &job.name;
             let Some(k) = kubelets.get_mut(name) else { continue };
             match result {
                 Ok(()) => k.succeeded(name, &job.action, now, &periods),
@@ -302,66 +335,75 @@ impl Sim {
     }
 
     async fn act(&self, job: &Job) -> Result<(), KubeletError> {
-        let inst = &job.instance;
         match &job.action {
-            Action::Register { ready } => self.register(inst, *ready).await,
-            Action::Heartbeat { uid, status, lease } => {
-                if let Some(patch) = status {
-                    let nodes = Api::<Node>::all(self.kube.clone());
-                    nodes.patch_status(&inst.name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
-                }
-                if *lease {
-                    self.renew_lease(&inst.name, uid, false).await?;
-                }
+            Action::Register { instance, ready } => self.register(instance, *ready).await,
+            Action::Report { status } => self.post_status(&job.name, status).await,
+            Action::Resume { status } => {
+                self.post_status(&job.name, status).await?;
+                self.release_lease(&job.name).await?;
+                tracing::info!(node = %job.name, "kubelet reports again");
                 Ok(())
             }
+            Action::Silence { uid, why } => self.silence(&job.name, uid, *why).await,
         }
     }
 
-    /// Register the Node (one create: the API server keeps the status given on create), then its Lease.
+    async fn post_status(&self, name: &str, status: &serde_json::Value) -> Result<(), KubeletError> {
+        let nodes = Api::<Node>::all(self.kube.clone());
+        nodes.patch_status(name, &PatchParams::default(), &Patch::Strategic(status)).await?;
+        Ok(())
+    }
+
+    /// Register the Node (one create: the API server keeps the status given on create); kwok makes its Lease.
     async fn register(&self, inst: &Instance, ready: bool) -> Result<(), KubeletError> {
         let nodes = Api::<Node>::all(self.kube.clone());
         let shape = self.shapes.get(&inst.instance_type).copied().unwrap_or(Shape::FALLBACK);
         let now = Timestamp::now();
-        let node = objects::node(inst, shape, &self.opts.kubelet_version, &self.opts.register_with_taints, now, ready);
+        let o = &self.opts;
+        let managed_by = (SIMULATED_BY, self.managed_by.as_str());
+        let node = objects::node(inst, shape, &o.kubelet_version, &o.register_with_taints, managed_by, now, ready);
         match nodes.create(&PostParams::default(), &node).await {
-            Ok(created) => {
-                tracing::info!(node = %inst.name, ip = %inst.private_ip, "registered node");
-                self.renew_lease(&inst.name, created.metadata.uid.as_deref().unwrap_or_default(), true).await
-            }
+            Ok(_) => tracing::info!(node = %inst.name, ip = %inst.private_ip, "registered node"),
             // Registered already (by this simulation a moment ago — the watch lags — or before a restart): carry
             // on with that Node, as a restarted kubelet does.
             Err(kube::Error::Api(s)) if s.is_already_exists() => {
                 let current = nodes.get(&inst.name).await?;
-                let patch = objects::status_patch(inst, &current, now, ready);
-                nodes.patch_status(&inst.name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
-                self.renew_lease(&inst.name, current.metadata.uid.as_deref().unwrap_or_default(), false).await
+                self.post_status(&inst.name, &objects::status_patch(inst, &current, now, ready)).await?;
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
         }
+        // An earlier Node of the name may have left a silenced Lease behind (not yet garbage-collected).
+        self.release_lease(&inst.name).await
     }
 
-    /// Renew the Lease, creating it when missing. `fresh`: the Node was just created, so try creating first.
-    async fn renew_lease(&self, name: &str, node_uid: &str, fresh: bool) -> Result<(), KubeletError> {
+    /// Take the Node's Lease from kwok, or make it taken when there is none yet.
+    async fn silence(&self, name: &str, node_uid: &str, why: Silence) -> Result<(), KubeletError> {
         let leases = Api::<Lease>::namespaced(self.kube.clone(), LEASE_NAMESPACE);
-        let now = Timestamp::now();
-        let create = async || match leases.create(&PostParams::default(), &objects::lease(name, node_uid, now)).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
-            Err(e) => Err(e),
-        };
-        // A fresh Node's Lease may still exist from an earlier Node of that name (not yet garbage-collected):
-        // then the renewal below takes it over.
-        if fresh && create().await? {
+        let patch = objects::silencing_patch(why, Timestamp::now());
+        match leases.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                let lease = objects::silencing_lease(name, node_uid, why, Timestamp::now());
+                leases.create(&PostParams::default(), &lease).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(node = %name, holder = %why.holder(), "took the Node's Lease: its kubelet is silent");
+        Ok(())
+    }
+
+    /// Delete the Node's Lease if this simulation holds it (kwok then makes a new one and renews it); a Lease
+    /// kwok holds is left alone.
+    async fn release_lease(&self, name: &str) -> Result<(), KubeletError> {
+        let leases = Api::<Lease>::namespaced(self.kube.clone(), LEASE_NAMESPACE);
+        let Some(lease) = leases.get_opt(name).await? else { return Ok(()) };
+        if !objects::is_silencing(&lease) {
             return Ok(());
         }
-        let patch = objects::lease_renewal(name, node_uid, now);
-        match leases.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        let preconditions = Preconditions { resource_version: lease.metadata.resource_version, uid: None };
+        match leases.delete(name, &DeleteParams { preconditions: Some(preconditions), ..Default::default() }).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.is_not_found() => {
-                create().await?;
-                Ok(())
-            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             Err(e) => Err(e.into()),
         }
     }

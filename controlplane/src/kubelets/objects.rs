@@ -1,6 +1,6 @@
-//! What a kubelet started with `--cloud-provider=external` writes: its Node at registration, the status it
-//! re-posts as a heartbeat, and its Lease in `kube-node-lease`. Pure functions, so they are tested without an
-//! API server.
+//! What a kubelet started with `--cloud-provider=external` writes — its Node at registration and the status it
+//! reports — and the Lease patch that silences a stopped machine's Node. Pure functions, so they are tested
+//! without an API server.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +20,12 @@ pub const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
 /// Where kubelets keep their Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The kubelet's default `--node-lease-duration-seconds`.
-pub const LEASE_SECONDS: i32 = 40;
+pub const LEASE_SECONDS: u32 = 40;
+/// How the holder of a Lease this simulation took to silence a Node begins: such a Lease is released (deleted)
+/// when the machine is up again, and no other.
+pub const SILENCING_HOLDER: &str = "fakecloud: ";
+/// A silencing Lease's duration, a year: kwok takes over a Lease only when it has expired.
+const SILENT_SECONDS: i32 = 365 * 24 * 3600;
 /// The port a kubelet serves on, reported in `status.daemonEndpoints`.
 const KUBELET_PORT: i32 = 10250;
 /// Pods a kubelet admits by default (`--max-pods`).
@@ -73,6 +78,7 @@ pub fn node(
     shape: Shape,
     kubelet_version: &str,
     register_with_taints: &[Taint],
+    managed_by: (&str, &str),
     now: Timestamp,
     ready: bool,
 ) -> Node {
@@ -101,8 +107,15 @@ pub fn node(
         metadata: ObjectMeta {
             name: Some(inst.name.clone()),
             labels: Some(labels),
-            // As a dual-stack kubelet's `--node-ip=<v4>,<v6>`: one address of each family.
-            annotations: Some([(PROVIDED_NODE_IP.to_string(), ips(inst).join(","))].into()),
+            annotations: Some(
+                [
+                    // As a dual-stack kubelet's `--node-ip=<v4>,<v6>`: one address of each family.
+                    (PROVIDED_NODE_IP.to_string(), ips(inst).join(",")),
+                    // What kwok's `--manage-nodes-with-annotation-selector` picks this simulation's Nodes by.
+                    (managed_by.0.to_string(), managed_by.1.to_string()),
+                ]
+                .into(),
+            ),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -202,53 +215,71 @@ pub fn status_patch(inst: &Instance, current: &Node, now: Timestamp, ready: bool
     patch
 }
 
-/// The Lease a kubelet keeps, owned by its Node so that deleting the Node removes it.
-pub fn lease(name: &str, node_uid: &str, now: Timestamp) -> Lease {
+/// Why a machine's kubelet fell silent; it names the silencing Lease's holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silence {
+    Stopped,
+    Hung,
+}
+
+impl Silence {
+    pub fn holder(self) -> String {
+        let why = match self {
+            Silence::Stopped => "machine not running",
+            Silence::Hung => "machine hung",
+        };
+        format!("{SILENCING_HOLDER}{why}")
+    }
+}
+
+/// The merge patch that silences a Node: its Lease taken by another holder for a year. kwok renews only a
+/// Lease it holds (or one expired), so it stops. `renewTime` moves to `now`, once: the controller manager
+/// (1.37's lease circuit breaker) takes a Lease whose version changed without a newer `renewTime` for a stale
+/// cache and never marks the Node unreachable, so the silence must read as one last renewal.
+pub fn silencing_patch(why: Silence, now: Timestamp) -> serde_json::Value {
+    serde_json::json!({ "spec": {
+        "holderIdentity": why.holder(),
+        "leaseDurationSeconds": SILENT_SECONDS,
+        "renewTime": MicroTime(now),
+    } })
+}
+
+/// The silencing Lease itself, for a Node that has none yet; owned by the Node so it goes with it.
+pub fn silencing_lease(name: &str, node_uid: &str, why: Silence, now: Timestamp) -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(LEASE_NAMESPACE.into()),
-            owner_references: owner(name, node_uid),
+            owner_references: (!node_uid.is_empty()).then(|| {
+                vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: name.to_string(),
+                    uid: node_uid.to_string(),
+                    ..Default::default()
+                }]
+            }),
             ..Default::default()
         },
-        spec: Some(lease_spec(name, now)),
-    }
-}
-
-/// The merge patch that renews a Lease. It also sets the owner, so a Lease left behind by an earlier Node of
-/// the same name (not yet collected) is taken over by the current one.
-pub fn lease_renewal(name: &str, node_uid: &str, now: Timestamp) -> serde_json::Value {
-    let mut patch = serde_json::json!({ "spec": lease_spec(name, now) });
-    if let Some(owners) = owner(name, node_uid) {
-        patch["metadata"] = serde_json::json!({ "ownerReferences": owners });
-    }
-    patch
-}
-
-fn lease_spec(name: &str, now: Timestamp) -> LeaseSpec {
-    LeaseSpec {
-        holder_identity: Some(name.to_string()),
-        lease_duration_seconds: Some(LEASE_SECONDS),
-        renew_time: Some(MicroTime(now)),
-        ..Default::default()
-    }
-}
-
-fn owner(name: &str, node_uid: &str) -> Option<Vec<OwnerReference>> {
-    (!node_uid.is_empty()).then(|| {
-        vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: name.to_string(),
-            uid: node_uid.to_string(),
+        spec: Some(LeaseSpec {
+            holder_identity: Some(why.holder()),
+            lease_duration_seconds: Some(SILENT_SECONDS),
+            renew_time: Some(MicroTime(now)),
             ..Default::default()
-        }]
-    })
+        }),
+    }
+}
+
+/// Whether a Lease is one this simulation took to silence its Node.
+pub fn is_silencing(lease: &Lease) -> bool {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).is_some_and(|h| h.starts_with(SILENCING_HOLDER))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MANAGED: (&str, &str) = ("fakecloud.io/simulated-by", "test");
 
     pub(crate) fn instance(name: &str, ip: &str) -> Instance {
         serde_json::from_value(serde_json::json!({
@@ -267,12 +298,22 @@ mod tests {
     #[test]
     fn registration_is_what_an_external_cloud_provider_kubelet_posts() {
         let inst = instance("node-a", "10.0.0.7");
-        let n = node(&inst, Shape { vcpus: 4, memory_mib: 8192 }, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"), true);
+        let n = node(
+            &inst,
+            Shape { vcpus: 4, memory_mib: 8192 },
+            "v1.37.2",
+            &[],
+            MANAGED,
+            ts("2026-11-22T10:00:00Z"),
+            true,
+        );
         let spec = n.spec.as_ref().expect("spec");
         assert_eq!(spec.provider_id, None);
         let taints = spec.taints.as_ref().expect("taints");
         assert_eq!((taints[0].key.as_str(), taints[0].effect.as_str()), (UNINITIALIZED_TAINT, "NoSchedule"));
-        assert_eq!(n.metadata.annotations.as_ref().expect("annotations")[PROVIDED_NODE_IP], "10.0.0.7");
+        let annotations = n.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations[PROVIDED_NODE_IP], "10.0.0.7");
+        assert_eq!(annotations[MANAGED.0], MANAGED.1, "kwok finds the Node by this");
         let labels = n.metadata.labels.as_ref().expect("labels");
         assert_eq!(labels["kubernetes.io/hostname"], "node-a");
         assert!(labels.keys().all(|k| !k.contains("zone") && !k.contains("region") && !k.contains("instance-type")));
@@ -293,6 +334,7 @@ mod tests {
             Shape::FALLBACK,
             "v1.37.2",
             std::slice::from_ref(&simulated),
+            MANAGED,
             ts("2026-11-22T10:00:00Z"),
             true,
         );
@@ -307,7 +349,7 @@ mod tests {
     #[test]
     fn heartbeats_move_transition_times_only_on_change_and_leave_ccm_addresses_alone() {
         let inst = instance("node-a", "10.0.0.7");
-        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"), true);
+        let mut n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], MANAGED, ts("2026-11-22T10:00:00Z"), true);
         let later = ts("2026-11-22T10:00:20Z");
         let p = status_patch(&inst, &n, later, true);
         assert!(p["status"].get("addresses").is_none(), "addresses are set already: {p}");
@@ -341,7 +383,7 @@ mod tests {
     #[test]
     fn a_kubelet_whose_network_is_not_up_registers_not_ready_then_turns_ready() {
         let inst = instance("node-a", "10.0.0.7");
-        let n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], ts("2026-11-22T10:00:00Z"), false);
+        let n = node(&inst, Shape::FALLBACK, "v1.37.2", &[], MANAGED, ts("2026-11-22T10:00:00Z"), false);
         let ready = |conditions: &[NodeCondition]| {
             let c = conditions.iter().find(|c| c.type_ == "Ready").expect("Ready").clone();
             (c.status, c.reason.unwrap_or_default())
@@ -361,15 +403,15 @@ mod tests {
     }
 
     #[test]
-    fn lease_is_owned_by_its_node_and_renewal_takes_it_over() {
-        let now = ts("2026-11-22T10:00:00Z");
-        let l = lease("node-a", "uid-1", now);
-        let spec = l.spec.as_ref().expect("spec");
-        assert_eq!((spec.holder_identity.as_deref(), spec.lease_duration_seconds), (Some("node-a"), Some(40)));
+    fn a_silencing_lease_renews_once_and_is_recognised_as_silencing() {
+        let p = silencing_patch(Silence::Hung, ts("2026-11-22T10:00:00Z"));
+        assert_eq!(p["spec"]["holderIdentity"], "fakecloud: machine hung");
+        assert_eq!(p["spec"]["renewTime"], "2026-11-22T10:00:00.000000Z", "one last renewal: {p}");
+        let l = silencing_lease("node-a", "uid-1", Silence::Stopped, ts("2026-11-22T10:00:00Z"));
         assert_eq!(l.metadata.owner_references.as_ref().expect("owners")[0].uid, "uid-1");
-        let p = lease_renewal("node-a", "uid-2", now);
-        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "uid-2");
-        assert_eq!(p["spec"]["leaseDurationSeconds"], 40);
-        assert!(lease_renewal("node-a", "", now).get("metadata").is_none());
+        assert!(is_silencing(&l));
+        let mut kwoks = l.clone();
+        kwoks.spec.as_mut().expect("spec").holder_identity = Some("host_5e1c".into());
+        assert!(!is_silencing(&kwoks));
     }
 }

@@ -1,6 +1,11 @@
-//! When each simulated kubelet acts. A pure planner: given the running instances, the Nodes as the watch sees
-//! them and what each kubelet did last, it returns the API calls due now. Everything else (I/O, concurrency)
-//! lives in the parent module, so these rules are unit-tested without a cluster.
+//! What each simulated kubelet does when. A pure planner: given the running and hung machines, the Nodes as the
+//! watch sees them and what each kubelet did last, it returns the API calls due now. Everything else (I/O,
+//! concurrency) lives in the parent module, so these rules are unit-tested without a cluster.
+//!
+//! The split with kwok: kwok renews the Leases and runs the pods; this planner registers Nodes, reports their
+//! status, and silences and resumes them. The status is not left to a kwok stage because kwok plays a delayed
+//! stage even after the Node's Lease was taken from it (it checks only when it queues the stage), so a stage
+//! could report a stopped machine Ready minutes later; decided here, a silent machine never speaks.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -10,7 +15,7 @@ use fakecloud_api::Instance;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
-use super::objects;
+use super::objects::{self, Silence};
 
 /// A machine tagged with this, value `none`, gets no simulated kubelet: its Node, if any, is someone else's to
 /// register and keep alive — a test playing the kubelet itself (a Node named otherwise than its machine, or one
@@ -24,53 +29,63 @@ const MAX_BACKOFF: Duration = Duration::from_secs(7);
 #[derive(Debug, Clone, Copy)]
 pub struct Periods {
     pub poll: Duration,
-    pub lease: Duration,
+    /// The status report when nothing changed (the kubelet's `nodeStatusReportFrequency`).
     pub status: Duration,
     /// How long a started machine's kubelet reports NotReady (its network not up yet) before Ready.
     pub not_ready: Duration,
 }
 
 /// What the simulation remembers about one kubelet (one instance name).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Kubelet {
     /// Its instance was running at the last look: the machine is up.
-    alive: bool,
+    running: bool,
     /// Its machine is hung (see `/v1/hangs`): up, but the kubelet says nothing.
     hung: bool,
+    /// Its Node's Lease may be held by this simulation: taken when the machine fell silent, or not known
+    /// otherwise (the first sight of a Node registered before). Released before the kubelet speaks again.
+    silenced: bool,
     /// Until when it reports NotReady after its machine started.
     ready_at: Option<Instant>,
-    /// When the Lease is due; `None`: at once (just started or resumed).
-    next_lease: Option<Instant>,
-    /// When the status heartbeat is due; `None`: at once.
+    /// When the status report is due; `None`: at once.
     next_status: Option<Instant>,
     /// Calls failed in a row, and when to try again.
     failures: u32,
     retry_at: Option<Instant>,
 }
 
-/// One kubelet's calls for this round.
+impl Default for Kubelet {
+    fn default() -> Self {
+        Self {
+            running: false,
+            hung: false,
+            silenced: true,
+            ready_at: None,
+            next_status: None,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+}
+
+/// One kubelet's call for this round.
 #[derive(Debug)]
 pub struct Job {
-    pub instance: Instance,
+    pub name: String,
     pub action: Action,
 }
 
 #[derive(Debug)]
 pub enum Action {
-    /// No Node of this name: create it (Ready, or not yet), then its Lease.
-    Register { ready: bool },
-    /// The Node exists (with this UID): post `status` (a strategic-merge patch) and/or renew the Lease.
-    Heartbeat { uid: String, status: Option<serde_json::Value>, lease: bool },
-}
-
-impl Action {
-    /// (lease renewed, status posted) when the call succeeds.
-    fn renews(&self) -> (bool, bool) {
-        match self {
-            Action::Register { .. } => (true, true),
-            Action::Heartbeat { status, lease, .. } => (*lease, status.is_some()),
-        }
-    }
+    /// No Node of this name: create it (Ready, or not yet), then release a Lease an earlier Node of the name
+    /// left silenced.
+    Register { instance: Box<Instance>, ready: bool },
+    /// Post the status (a strategic-merge patch): on a change at once, else every status period.
+    Report { status: serde_json::Value },
+    /// The machine is up again: post the status, then release the Lease so that kwok renews it again.
+    Resume { status: serde_json::Value },
+    /// The machine stopped or hung: take its Node's Lease (the Node's UID owns a Lease made anew).
+    Silence { uid: String, why: Silence },
 }
 
 /// The machines that are up: the running instances by name, but those tagged [`NO_KUBELET_TAG`]`=none`. Should
@@ -81,10 +96,10 @@ pub fn running_by_name(instances: Vec<Instance>) -> BTreeMap<String, Instance> {
     instances.into_iter().filter(simulated).map(|i| (i.name.clone(), i)).collect()
 }
 
-/// The calls due at `now`. Updates `kubelets`: a kubelet whose instance is no longer running, or whose machine
-/// is `hung` (by name), falls silent (nothing is planned for it, so its Lease and Ready heartbeat lapse and the
-/// controller manager marks the Node unreachable); one whose instance runs again resumes at once — NotReady for
-/// `periods.not_ready` after a start, as a real node until its network is up; at once Ready after a hang.
+/// The calls due at `now`. Updates `kubelets`: the Node of a machine no longer running, or `hung` (by name),
+/// is silenced (so the controller manager marks it unreachable, as for a dead kubelet); one whose machine runs
+/// again resumes at once — NotReady for `periods.not_ready` after a start, as a real node until its network is
+/// up; Ready at once after a hang.
 pub fn plan(
     running: &BTreeMap<String, Instance>,
     hung: &BTreeSet<String>,
@@ -94,76 +109,91 @@ pub fn plan(
     wall: Timestamp,
     periods: &Periods,
 ) -> Vec<Job> {
-    for (name, k) in kubelets.iter_mut() {
-        if k.alive && !running.contains_key(name) {
-            tracing::info!(node = %name, "instance no longer running; its kubelet falls silent");
-            k.alive = false;
-        }
-    }
-    // Forget silent kubelets (names of terminated instances would pile up): a later start is a fresh start.
-    kubelets.retain(|_, k| k.alive);
     let mut jobs = Vec::new();
+    // Machines no longer running fall silent. Forgotten once no Node is left (the CCM deletes a terminated
+    // machine's Node), so that a later start of the name is a fresh one.
+    kubelets.retain(|name, k| {
+        if running.contains_key(name) {
+            return true;
+        }
+        let Some(node) = node_of(name) else { return false };
+        if std::mem::take(&mut k.running) {
+            tracing::info!(node = %name, "instance no longer running; its kubelet falls silent");
+        }
+        if !k.silenced && !k.backing_off(now) {
+            let uid = node.metadata.uid.clone().unwrap_or_default();
+            jobs.push(Job { name: name.clone(), action: Action::Silence { uid, why: Silence::Stopped } });
+        }
+        true
+    });
     for (name, inst) in running {
         let k = kubelets.entry(name.clone()).or_default();
-        if !k.alive {
-            // (Re)started machine: register or resume at once.
-            *k = Kubelet { alive: true, ready_at: Some(now + periods.not_ready), ..Kubelet::default() };
+        if !k.running {
+            // (Re)started machine: its network comes up after the window.
+            (k.running, k.ready_at, k.next_status) = (true, Some(now + periods.not_ready), None);
         }
         if hung.contains(name) != k.hung {
             k.hung = !k.hung;
             if k.hung {
                 tracing::info!(node = %name, "machine hung; its kubelet falls silent");
-                continue;
+            } else {
+                tracing::info!(node = %name, "machine resumed; its kubelet reports again");
+                (k.next_status, k.retry_at) = (None, None);
             }
-            tracing::info!(node = %name, "machine resumed; its kubelet reports again");
-            (k.next_lease, k.next_status, k.retry_at) = (None, None, None);
         }
-        if k.hung || k.retry_at.is_some_and(|t| now < t) {
+        if k.backing_off(now) {
             continue;
         }
         let ready = k.ready_at.is_none_or(|t| now >= t);
-        let action = match node_of(name) {
-            None => Action::Register { ready },
-            Some(node) => {
-                // A Node not showing what this kubelet reports (marked Unknown while it was silent, or its network
-                // just came up) gets its status at once.
-                let status_due = k.next_status.is_none_or(|t| now >= t) || !objects::reports(&node, ready);
-                let lease_due = k.next_lease.is_none_or(|t| now >= t);
-                if !status_due && !lease_due {
+        let action = match (node_of(name), k.hung) {
+            // A hung machine registers nothing.
+            (None, true) => continue,
+            (None, false) => Action::Register { instance: Box::new(inst.clone()), ready },
+            (Some(_), true) if k.silenced => continue,
+            (Some(node), true) => {
+                Action::Silence { uid: node.metadata.uid.clone().unwrap_or_default(), why: Silence::Hung }
+            }
+            (Some(node), false) if k.silenced => {
+                Action::Resume { status: objects::status_patch(inst, &node, wall, ready) }
+            }
+            (Some(node), false) => {
+                // A Node not showing what this kubelet reports (its network just came up, or it was marked
+                // Unknown) gets its status at once, as a kubelet reports a change.
+                if k.next_status.is_some_and(|t| now < t) && objects::reports(&node, ready) {
                     continue;
                 }
-                Action::Heartbeat {
-                    uid: node.metadata.uid.clone().unwrap_or_default(),
-                    status: status_due.then(|| objects::status_patch(inst, &node, wall, ready)),
-                    lease: lease_due,
-                }
+                Action::Report { status: objects::status_patch(inst, &node, wall, ready) }
             }
         };
-        jobs.push(Job { instance: inst.clone(), action });
+        jobs.push(Job { name: name.clone(), action });
     }
     jobs
 }
 
 impl Kubelet {
-    /// Record a round's calls that succeeded. The first renewal after a (re)start is followed by one a fraction
-    /// of a period later, fixed per name, so a thousand kubelets started together do not renew in lockstep.
+    fn backing_off(&self, now: Instant) -> bool {
+        self.retry_at.is_some_and(|t| now < t)
+    }
+
+    /// Record a call that succeeded. The first report after a (re)start is followed by one a fraction of a
+    /// period later, fixed per name, so a thousand kubelets started together do not report in lockstep.
     pub fn succeeded(&mut self, name: &str, action: &Action, planned_at: Instant, periods: &Periods) {
-        let (lease, status) = action.renews();
-        let next = |prev: Option<Instant>, period: Duration| {
-            let after = if prev.is_none() { period.mul_f64(0.5 + 0.5 * phase(name)) } else { period };
-            Some(planned_at + after)
-        };
-        if lease {
-            self.next_lease = next(self.next_lease, periods.lease);
-        }
-        if status {
-            self.next_status = next(self.next_status, periods.status);
+        match action {
+            Action::Silence { .. } => self.silenced = true,
+            Action::Register { .. } | Action::Resume { .. } | Action::Report { .. } => {
+                self.silenced = false;
+                let after = match self.next_status {
+                    None => periods.status.mul_f64(0.5 + 0.5 * phase(name)),
+                    Some(_) => periods.status,
+                };
+                self.next_status = Some(planned_at + after);
+            }
         }
         self.failures = 0;
         self.retry_at = None;
     }
 
-    /// Record a failed round: try again after an exponential backoff from one poll up to [`MAX_BACKOFF`].
+    /// Record a failed call: try again after an exponential backoff from one poll up to [`MAX_BACKOFF`].
     pub fn failed(&mut self, now: Instant, periods: &Periods) {
         self.failures = self.failures.saturating_add(1);
         let backoff = periods.poll.saturating_mul(1 << self.failures.min(8).saturating_sub(1)).min(MAX_BACKOFF);
@@ -171,10 +201,14 @@ impl Kubelet {
     }
 }
 
-/// A stable fraction in [0, 1) per name (FNV-1a), to spread renewals over a period.
+/// A stable fraction in [0, 1) per name (FNV-1a), to spread reports over a period.
 fn phase(name: &str) -> f64 {
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    (hash % 10_000) as f64 / 10_000.0
+    (fnv1a(name) % 10_000) as f64 / 10_000.0
+}
+
+/// FNV-1a: a stable hash, here and for naming a simulation's Nodes to kwok.
+pub fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]
@@ -182,12 +216,8 @@ mod tests {
     use super::*;
     use crate::kubelets::objects::{Shape, node};
 
-    const PERIODS: Periods = Periods {
-        poll: Duration::from_secs(1),
-        lease: Duration::from_secs(10),
-        status: Duration::from_secs(20),
-        not_ready: Duration::ZERO,
-    };
+    const PERIODS: Periods =
+        Periods { poll: Duration::from_secs(1), status: Duration::from_secs(300), not_ready: Duration::ZERO };
     const NONE_HUNG: &BTreeSet<String> = &BTreeSet::new();
 
     fn inst(name: &str) -> Instance {
@@ -200,10 +230,14 @@ mod tests {
         .expect("a valid instance")
     }
 
-    fn registered(name: &str) -> Arc<Node> {
-        let mut n = node(&inst(name), Shape::FALLBACK, "v1.37.2", &[], Timestamp::now(), true);
+    fn registered_as(name: &str, ready: bool) -> Arc<Node> {
+        let mut n = node(&inst(name), Shape::FALLBACK, "v1.37.2", &[], ("k", "v"), Timestamp::now(), ready);
         n.metadata.uid = Some(format!("uid-{name}"));
         Arc::new(n)
+    }
+
+    fn registered(name: &str) -> Arc<Node> {
+        registered_as(name, true)
     }
 
     fn kinds(jobs: &[Job]) -> Vec<(String, &'static str)> {
@@ -211,18 +245,23 @@ mod tests {
             .map(|j| {
                 let kind = match &j.action {
                     Action::Register { .. } => "register",
-                    Action::Heartbeat { status: Some(_), lease: true, .. } => "status+lease",
-                    Action::Heartbeat { status: Some(_), lease: false, .. } => "status",
-                    Action::Heartbeat { status: None, .. } => "lease",
+                    Action::Report { .. } => "report",
+                    Action::Resume { .. } => "resume",
+                    Action::Silence { why: Silence::Stopped, .. } => "silence (stopped)",
+                    Action::Silence { why: Silence::Hung, .. } => "silence (hung)",
                 };
-                (j.instance.name.clone(), kind)
+                (j.name.clone(), kind)
             })
             .collect()
     }
 
+    fn one(name: &str, kind: &'static str) -> [(String, &'static str); 1] {
+        [(name.to_string(), kind)]
+    }
+
     fn run(jobs: &[Job], kubelets: &mut HashMap<String, Kubelet>, at: Instant) {
         for j in jobs {
-            kubelets.get_mut(&j.instance.name).expect("planned").succeeded(&j.instance.name, &j.action, at, &PERIODS);
+            kubelets.get_mut(&j.name).expect("planned").succeeded(&j.name, &j.action, at, &PERIODS);
         }
     }
 
@@ -237,42 +276,50 @@ mod tests {
     }
 
     #[test]
-    fn registers_then_renews_on_schedule_and_falls_silent_when_the_instance_stops() {
+    fn registers_reports_on_schedule_and_silences_the_node_when_the_instance_stops() {
         let t0 = Instant::now();
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name(vec![inst("a")]);
         let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "register")]);
+        assert_eq!(kinds(&jobs), one("a", "register"));
         run(&jobs, &mut ks, t0);
 
         let node = registered("a");
         let seen = |_: &str| Some(node.clone());
-        assert!(
-            plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(1), wall, &PERIODS).is_empty(),
-            "nothing due yet"
-        );
-        // The first renewal after a start comes a fraction of a period later (spread per name), then every period.
-        let (lease_at, status_at) = (ks["a"].next_lease.expect("lease"), ks["a"].next_status.expect("status"));
-        assert!((t0 + Duration::from_secs(5)..t0 + Duration::from_secs(10)).contains(&lease_at));
-        assert!((t0 + Duration::from_secs(10)..t0 + Duration::from_secs(20)).contains(&status_at));
-        assert!(
-            plan(&running, NONE_HUNG, seen, &mut ks, lease_at - Duration::from_millis(1), wall, &PERIODS).is_empty()
-        );
-        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, lease_at, wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "lease")]);
-        run(&jobs, &mut ks, lease_at);
-        assert_eq!(ks["a"].next_lease, Some(lease_at + Duration::from_secs(10)));
-        let jobs =
-            plan(&running, NONE_HUNG, seen, &mut ks, status_at.max(lease_at + Duration::from_secs(10)), wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "status+lease")]);
+        assert!(plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(1), wall, &PERIODS).is_empty());
+        // The first report after a start comes a fraction of a period later (spread per name), then every period.
+        let report_at = ks["a"].next_status.expect("scheduled");
+        assert!((t0 + Duration::from_secs(150)..t0 + Duration::from_secs(300)).contains(&report_at));
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, report_at, wall, &PERIODS);
+        assert_eq!(kinds(&jobs), one("a", "report"));
+        run(&jobs, &mut ks, report_at);
+        assert_eq!(ks["a"].next_status, Some(report_at + Duration::from_secs(300)));
 
-        // Stopped: nothing planned, however long.
+        // Stopped: the Lease taken once, then nothing, however long.
         let none = BTreeMap::new();
-        assert!(plan(&none, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(100), wall, &PERIODS).is_empty());
-        // Running again: status (Ready, with a transition) and Lease at once.
-        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(101), wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "status+lease")]);
+        let jobs = plan(&none, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(400), wall, &PERIODS);
+        assert_eq!(kinds(&jobs), one("a", "silence (stopped)"));
+        run(&jobs, &mut ks, t0 + Duration::from_secs(400));
+        assert!(plan(&none, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(9000), wall, &PERIODS).is_empty());
+        // Running again: status and the Lease released at once.
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(9001), wall, &PERIODS);
+        assert_eq!(kinds(&jobs), one("a", "resume"));
+    }
+
+    #[test]
+    fn a_node_first_seen_is_resumed_and_one_gone_with_its_machine_is_forgotten() {
+        let t0 = Instant::now();
+        let wall = Timestamp::now();
+        let mut ks = HashMap::new();
+        let running = running_by_name(vec![inst("a")]);
+        // Registered before this simulation started: its Lease may be a silenced one, so it is released.
+        let jobs = plan(&running, NONE_HUNG, |_| Some(registered("a")), &mut ks, t0, wall, &PERIODS);
+        assert_eq!(kinds(&jobs), one("a", "resume"));
+        run(&jobs, &mut ks, t0);
+        // Terminated and its Node deleted: nothing to silence, and the name is forgotten.
+        assert!(plan(&BTreeMap::new(), NONE_HUNG, |_| None, &mut ks, t0, wall, &PERIODS).is_empty());
+        assert!(ks.is_empty());
     }
 
     #[test]
@@ -281,8 +328,7 @@ mod tests {
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name(vec![inst("a")]);
-        let jobs = plan(&running, NONE_HUNG, |_| Some(registered("a")), &mut ks, t0, wall, &PERIODS);
-        run(&jobs, &mut ks, t0);
+        run(&plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &PERIODS), &mut ks, t0);
         let mut unknown = (*registered("a")).clone();
         for c in unknown.status.as_mut().and_then(|s| s.conditions.as_mut()).expect("conditions") {
             c.status = "Unknown".into();
@@ -290,9 +336,9 @@ mod tests {
         let unknown = Arc::new(unknown);
         let jobs =
             plan(&running, NONE_HUNG, |_| Some(unknown.clone()), &mut ks, t0 + Duration::from_secs(1), wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "status")]);
+        assert_eq!(kinds(&jobs), one("a", "report"));
         let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0 + Duration::from_secs(2), wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "register")]);
+        assert_eq!(kinds(&jobs), one("a", "register"));
     }
 
     #[test]
@@ -303,37 +349,39 @@ mod tests {
         let mut ks = HashMap::new();
         let running = running_by_name(vec![inst("a")]);
         let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &periods);
-        assert!(matches!(jobs[0].action, Action::Register { ready: false }));
+        assert!(matches!(jobs[0].action, Action::Register { ready: false, .. }));
         run(&jobs, &mut ks, t0);
-        let mut not_ready = node(&inst("a"), Shape::FALLBACK, "v1.37.2", &[], wall, false);
-        not_ready.metadata.uid = Some("uid-a".into());
-        let not_ready = Arc::new(not_ready);
+        let not_ready = registered_as("a", false);
         let seen = |_: &str| Some(not_ready.clone());
         assert!(plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(1), wall, &periods).is_empty());
         // The window is over: Ready is posted at once, not at the next status period.
         let jobs = plan(&running, NONE_HUNG, seen, &mut ks, t0 + Duration::from_secs(15), wall, &periods);
-        let Action::Heartbeat { status: Some(patch), .. } = &jobs[0].action else { panic!("status due: {jobs:?}") };
-        let ready = patch["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+        let Action::Report { status } = &jobs[0].action else { panic!("status due: {jobs:?}") };
+        let ready = status["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
         assert_eq!(ready.map(|c| c["status"].clone()), Some("True".into()));
     }
 
     #[test]
-    fn a_hung_machine_says_nothing_and_reports_at_once_when_it_resumes() {
+    fn a_hung_machine_is_silenced_once_and_resumes_ready_at_once() {
+        let periods = Periods { not_ready: Duration::from_secs(15), ..PERIODS };
         let t0 = Instant::now();
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name(vec![inst("a"), inst("b")]);
+        run(&plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &periods), &mut ks, t0);
         let seen = |name: &str| Some(registered(name));
-        run(&plan(&running, NONE_HUNG, seen, &mut ks, t0, wall, &PERIODS), &mut ks, t0);
         let hung: BTreeSet<String> = ["a".to_string()].into();
         let later = t0 + Duration::from_secs(60);
-        let jobs = plan(&running, &hung, seen, &mut ks, later, wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("b".to_string(), "status+lease")], "only b's kubelet speaks");
+        let jobs = plan(&running, &hung, seen, &mut ks, later, wall, &periods);
+        assert_eq!(kinds(&jobs), one("a", "silence (hung)"), "only a's kubelet falls silent");
         run(&jobs, &mut ks, later);
         // Still hung a minute on, still silent; the machine is running, so its kubelet is not forgotten.
-        assert!(plan(&running, &hung, seen, &mut ks, later + Duration::from_secs(1), wall, &PERIODS).is_empty());
-        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, later + Duration::from_secs(2), wall, &PERIODS);
-        assert_eq!(kinds(&jobs), [("a".to_string(), "status+lease")], "resumed: status and Lease at once");
+        assert!(plan(&running, &hung, seen, &mut ks, later + Duration::from_secs(60), wall, &periods).is_empty());
+        let jobs = plan(&running, NONE_HUNG, seen, &mut ks, later + Duration::from_secs(61), wall, &periods);
+        assert_eq!(kinds(&jobs), one("a", "resume"));
+        let Action::Resume { status } = &jobs[0].action else { unreachable!() };
+        let ready = status["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+        assert_eq!(ready.map(|c| c["status"].clone()), Some("True".into()), "no startup window after a hang");
     }
 
     #[test]
@@ -364,20 +412,20 @@ mod tests {
     }
 
     #[test]
-    fn renewals_of_kubelets_started_together_are_spread() {
+    fn reports_of_kubelets_started_together_are_spread() {
         let t0 = Instant::now();
         let wall = Timestamp::now();
         let mut ks = HashMap::new();
         let running = running_by_name((0..1000).map(|n| inst(&format!("n{n:04}"))).collect());
         let jobs = plan(&running, NONE_HUNG, |_| None, &mut ks, t0, wall, &PERIODS);
         run(&jobs, &mut ks, t0);
-        let mut per_second = [0usize; 11];
+        let mut per_tenth = [0usize; 11];
         for k in ks.values() {
-            let due = k.next_lease.expect("scheduled") - t0;
-            assert!((Duration::from_secs(5)..=Duration::from_secs(10)).contains(&due), "{due:?}");
-            per_second[due.as_secs() as usize] += 1;
+            let due = k.next_status.expect("scheduled") - t0;
+            assert!((Duration::from_secs(150)..=Duration::from_secs(300)).contains(&due), "{due:?}");
+            per_tenth[(due.as_secs() / 30) as usize] += 1;
         }
-        assert!(per_second.iter().all(|&n| n < 300), "renewals bunch up: {per_second:?}");
+        assert!(per_tenth.iter().all(|&n| n < 300), "reports bunch up: {per_tenth:?}");
     }
 
     #[test]

@@ -11,13 +11,14 @@ pub enum Command {
     /// In the run directory (.run/, or FAKECLOUD_RUN_DIR): the upstream control plane (etcd, kube-apiserver,
     /// kube-controller-manager on 127.0.0.1, in controlplane/), the emulator (`fakecloud serve`, state in
     /// fakecloud.db, tokens in fakecloud.credentials), fakecloud-ccm (HTTPS /healthz and /metrics) and the
-    /// simulated kubelets; then instances node-a, node-b and node-c (or --nodes N) over the region's zones. Returns
+    /// simulated kubelets with kwok (`make kwok` builds it; FAKECLOUD_KWOK names another); then instances node-a, node-b and node-c (or --nodes N) over the region's zones. Returns
     /// when their Nodes are Ready and initialized by the CCM, saying how long each stage took, and prints how to
     /// use the stack; it keeps running until `stack down` (`make down`).
     ///
     /// `fakecloud` and `fakecloud-ccm` are taken from beside this binary (target/debug/ after `cargo build`),
-    /// the control-plane binaries from FAKECLOUD_K8S_BIN or the cache scripts/build-control-plane.sh fills.
-    /// Logs: <run dir>/{stack,emulator,ccm,kubelets}.log and <run dir>/controlplane/logs/. If a step fails,
+    /// the control-plane binaries from FAKECLOUD_K8S_BIN or the cache scripts/build-control-plane.sh fills; a
+    /// missing one (or kwok) is refused before anything starts.
+    /// Logs: <run dir>/{stack,emulator,ccm,kubelets,kwok}.log and <run dir>/controlplane/logs/. If a step fails,
     /// everything started is stopped again and the logs are kept.
     Up(Options),
     /// Stop everything `stack up` started from the run directory and remove the files it made there.

@@ -44,12 +44,13 @@ pub struct RunDir {
 
 /// Every file the stack writes at the top of its run directory (besides `controlplane/`); `down` removes these
 /// and no others, as the directory is shared (`make kind-up` keeps its files there too).
-pub const FILES: [&str; 14] = [
+pub const FILES: [&str; 15] = [
     fakecloud_controlplane::process::STATE_FILE,
     "stack.log",
     "emulator.log",
     "ccm.log",
     "kubelets.log",
+    "kwok.log",
     "emulator.pid",
     "ccm.pid",
     "kubelets.pid",

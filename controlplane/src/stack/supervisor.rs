@@ -157,7 +157,22 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
 
     progress.say("starting the simulated kubelets");
     let credentials = path(&dir.credentials());
-    let kubelet_args = ["kubelets", "--kubeconfig", &kubeconfig, "--emulator", &url, "--credentials", &credentials];
+    // Found here, where the user's environment (HOME, FAKECLOUD_KWOK) is: the kubelets start with a clean one.
+    let kwok = path(&fakecloud_controlplane::kwok()?.binary);
+    let kwok_log = path(&dir.file("kwok.log"));
+    let kubelet_args = [
+        "kubelets",
+        "--kubeconfig",
+        &kubeconfig,
+        "--emulator",
+        &url,
+        "--credentials",
+        &credentials,
+        "--kwok",
+        &kwok,
+        "--kwok-log",
+        &kwok_log,
+    ];
     spawn(&mut services, &dir, "kubelets", &me, &kubelet_args)?;
 
     stages.push(("starting the CCM and the kubelets", at.elapsed()));

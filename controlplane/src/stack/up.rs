@@ -29,6 +29,7 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     ensure_port_free(options.ccm_port, "another CCM?", "FAKECLOUD_CCM_PORT")?;
     // Found now, so that a missing build fails before anything starts.
     let binaries = Binaries::locate(options.bin_dir.as_deref())?;
+    fakecloud_controlplane::kwok()?;
     let fakecloud = sibling("fakecloud")?;
     sibling("fakecloud-ccm")?;
 
@@ -162,7 +163,7 @@ fakecloud is up: Kubernetes {version} on loopback, the emulator, fakecloud-ccm a
 
   Console: {url}/console    # sign in with a token from {credentials}
 
-Logs: {root}/{{stack,emulator,ccm,kubelets}}.log and {cp_logs}/
+Logs: {root}/{{stack,emulator,ccm,kubelets,kwok}}.log and {cp_logs}/
 Stop everything: make down",
         count = options.nodes,
         kubeconfig = kubeconfig.display(),

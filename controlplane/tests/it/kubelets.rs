@@ -1,7 +1,8 @@
-//! Simulated kubelets against the real control plane and a real (in-process) emulator: Nodes appear as a
-//! kubelet with `--cloud-provider=external` registers them, get a pod CIDR from the controller manager, turn
-//! NotReady when their instance dies, come back when it runs again, and stay Ready while only the cloud's API
-//! is down.
+//! Simulated kubelets (with kwok, built by `make kwok`) against the real control plane and a real (in-process)
+//! emulator: Nodes appear as a kubelet with `--cloud-provider=external` registers them, get a pod CIDR from the
+//! controller manager, have their Leases renewed at a kubelet's cadence and their pods run, turn NotReady when
+//! their instance dies (the Lease taken from kwok, its last renewal kept), come back when it runs again, and
+//! stay Ready while only the cloud's API is down.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -9,16 +10,16 @@ use std::time::{Duration, Instant};
 
 use fakecloud_api::{Client, CreateInstanceRequest, Instance, OutageScope, Service, StartOutageRequest};
 use fakecloud_controlplane::kubelets::{
-    LEASE_NAMESPACE, Options, PROVIDED_NODE_IP, SimulatedKubelets, UNINITIALIZED_TAINT,
+    LEASE_NAMESPACE, Options, PROVIDED_NODE_IP, SILENCING_HOLDER, SimulatedKubelets, UNINITIALIZED_TAINT,
 };
-use fakecloud_controlplane::{Binaries, ControlPlane};
+use fakecloud_controlplane::{Binaries, ControlPlane, kwok_for_tests};
 use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use fakecloud_emulator::server::Server;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 
 use crate::common::HANG;
 
@@ -37,12 +38,35 @@ async fn emulator(dir: &std::path::Path) -> (Server, Client) {
     (server, client)
 }
 
+/// Leases of 8 s, renewed every 2 s, for the controller manager's 8 s grace period below.
 fn fast() -> Options {
     Options {
         poll: Duration::from_millis(200),
-        lease_renew: Duration::from_secs(2),
-        status_every: Duration::from_secs(5),
+        lease_seconds: 8,
+        not_ready_for: Duration::ZERO,
+        kwok_log: Some("/tmp/kwok-debug.log".into()),
         ..Options::default()
+    }
+}
+
+/// The control plane and kwok, or `None` (skip, saying why) outside CI when either is not built.
+fn built(test: &str) -> bool {
+    Binaries::for_tests(test).is_some() && kwok_for_tests(test).is_some()
+}
+
+async fn renewed(leases: &Api<Lease>, name: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    leases.get_opt(name).await.ok()??.spec?.renew_time.map(|t| t.0)
+}
+
+/// Poll `f` until it returns `Some`, failing after [`HANG`] with `what`.
+async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < HANG, "timed out after {HANG:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -115,7 +139,7 @@ async fn create(c: &Client, name: &str, zone: &str) -> Instance {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_follow_their_instances() {
-    if Binaries::for_tests("simulated kubelets test").is_none() {
+    if !built("simulated kubelets test") {
         return;
     }
     let cp = ControlPlane::builder()
@@ -126,7 +150,7 @@ async fn nodes_follow_their_instances() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (_server, cloud) = emulator(dir.path()).await;
-    let _kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), fast()).await.unwrap();
+    let _kubelets = SimulatedKubelets::start(cp.admin_kubeconfig(), cloud.clone(), fast()).await.unwrap();
     let a = create(&cloud, "node-a", "local-1a").await;
     let b = create(&cloud, "node-b", "local-1b").await;
     let c = create(&cloud, "node-c", "local-1c").await;
@@ -188,16 +212,38 @@ async fn nodes_follow_their_instances() {
         for pressure in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
             assert_eq!(conditions[pressure].0, "False", "{pressure}");
         }
-        // The kubelet's Lease: 40 s, held by the node, owned by the Node so it goes with it.
-        let lease = leases.get(&inst.name).await.unwrap();
+        // The Lease, kept by kwok: the configured duration, owned by the Node so that it goes with it.
+        let lease = eventually("the Lease", async || leases.get_opt(&inst.name).await.unwrap()).await;
         let spec = lease.spec.as_ref().unwrap();
-        assert_eq!(
-            (spec.holder_identity.as_deref(), spec.lease_duration_seconds),
-            (Some(inst.name.as_str()), Some(40))
-        );
-        assert!(spec.renew_time.is_some());
+        assert_eq!(spec.lease_duration_seconds, Some(8));
+        assert!(!spec.holder_identity.as_deref().unwrap_or_default().starts_with(SILENCING_HOLDER));
         assert_eq!(lease.metadata.owner_references.as_ref().unwrap()[0].uid, n.metadata.uid.clone().unwrap());
     }
+
+    // Renewed at a kubelet's cadence (a quarter of the duration, less a second's slack for where the first
+    // look fell), not faster.
+    let first = eventually("node-c's Lease renewed", async || renewed(&leases, "node-c").await).await;
+    let second =
+        eventually("node-c's Lease renewed again", async || renewed(&leases, "node-c").await.filter(|t| *t > first))
+            .await;
+    let interval = second.duration_since(first).as_secs_f64();
+    assert!(interval >= 1.0, "renewed {interval} s after the last: faster than a kubelet");
+
+    // A pod bound to a Node runs, with an IP from the Node's pod CIDR.
+    let pods = Api::<Pod>::namespaced(cp.client(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "node-c", "containers": [{"name": "c", "image": "registry.invalid/none:1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let ip = eventually("pod p Running with an IP", async || {
+        let status = pods.get("p").await.ok()?.status?;
+        (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip?)
+    })
+    .await;
+    let cidr: ipnet::IpNet = all["node-c"].spec.as_ref().unwrap().pod_cidr.as_deref().unwrap().parse().unwrap();
+    assert!(cidr.contains(&ip.parse::<std::net::IpAddr>().unwrap()), "pod IP {ip} outside node-c's {cidr}");
 
     // a dies, b stops: both fall silent and the controller manager marks them unreachable; c is untouched.
     cloud.terminate_instance(&a.id).await.unwrap();
@@ -209,6 +255,11 @@ async fn nodes_follow_their_instances() {
         }) && all.get("node-c").is_some_and(|n| ready(n).as_deref() == Some("True"))
     })
     .await;
+    // Silent as a dead kubelet: b's Lease taken from kwok and not renewed again.
+    let lease = leases.get("node-b").await.unwrap().spec.unwrap();
+    assert_eq!(lease.holder_identity.as_deref(), Some("fakecloud: machine not running"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(renewed(&leases, "node-b").await, lease.renew_time.map(|t| t.0), "the silent Lease was renewed");
 
     // b runs again: its kubelet resumes and the node is Ready again; a stays down (and is not deleted by us).
     cloud.start_instance(&b.id).await.unwrap();
@@ -253,7 +304,7 @@ async fn nodes_follow_their_instances() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_nodes_stay_ready() {
     let count: usize = std::env::var("FAKECLOUD_SCALE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    if Binaries::for_tests("simulated kubelets scale test").is_none() {
+    if !built("simulated kubelets scale test") {
         return;
     }
     let cp = ControlPlane::builder()
@@ -264,7 +315,7 @@ async fn two_hundred_nodes_stay_ready() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (_server, cloud) = emulator(dir.path()).await;
-    let _kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), fast()).await.unwrap();
+    let _kubelets = SimulatedKubelets::start(cp.admin_kubeconfig(), cloud.clone(), fast()).await.unwrap();
     let zones = ["local-1a", "local-1b", "local-1c"];
     cloud.set_quota(fakecloud_api::QuotaName::Instances, count.max(1000) as u32).await.unwrap();
     for n in 0..count {
@@ -283,7 +334,7 @@ async fn two_hundred_nodes_stay_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tag_limits_the_kubelets_to_their_own_machines() {
-    if Binaries::for_tests("simulated kubelets test").is_none() {
+    if !built("simulated kubelets test") {
         return;
     }
     let cp = ControlPlane::builder().start().await.unwrap();
@@ -295,7 +346,7 @@ async fn a_tag_limits_the_kubelets_to_their_own_machines() {
         register_with_taints: vec![simulated.clone()],
         ..fast()
     };
-    let _kubelets = SimulatedKubelets::start(cp.client(), cloud.clone(), opts).await.unwrap();
+    let _kubelets = SimulatedKubelets::start(cp.admin_kubeconfig(), cloud.clone(), opts).await.unwrap();
     // A machine with a real kubelet of its own (as a kind node adopted into the cloud), and a simulated one.
     create(&cloud, "real-1", "local-1a").await;
     let req = CreateInstanceRequest {
