@@ -103,7 +103,8 @@ impl Setup {
     }
 
     /// The case runs real pods (the data plane: the pod network, traffic) on `nodes` different nodes: the
-    /// cluster needs that many schedulable nodes with a real kubelet (simulated kubelets run no pods).
+    /// cluster needs that many schedulable nodes with a real kubelet (a simulated kubelet's pods run in name
+    /// only: kwok marks them Running, no container serves).
     pub fn runs_pods_on(mut self, nodes: usize) -> Self {
         self.pods_on = nodes;
         self
@@ -206,7 +207,7 @@ impl Env {
         if setup.pods_on > 0 && matches!(Backend::from_env(), Backend::Local) {
             eprintln!(
                 "skipping {name}: it runs pods on {} nodes, and the local backend's kubelets are simulated \
-                 (they run no pods); run it on kind: make e2e-kind",
+                 (kwok marks their pods Running; no container serves traffic); run it on kind: make e2e-kind",
                 setup.pods_on
             );
             return None;
