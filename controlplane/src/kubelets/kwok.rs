@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use crate::process::ManagedProcess;
 
-use super::Options;
-
 /// Written beside kwok and given to it with its pod stages.
 const NODE_STAGE: &str = include_str!("kwok-node-stage.yaml");
 
@@ -20,16 +18,19 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 
 pub struct KwokProcess {
     process: Arc<Mutex<ManagedProcess>>,
-    // Holds kwok's home and working directory (and its log unless `Options::kwok_log` names one).
+    // Holds kwok's working directory (and its log unless the caller names one).
     _dir: tempfile::TempDir,
 }
 
 impl KwokProcess {
+    /// kwok on `kubeconfig`, managing the Nodes annotated `managed_by`, their Leases of `lease_seconds`; its
+    /// output to `log`, else to a file in its directory.
     pub fn start(
         kwok: &crate::Kwok,
         kubeconfig: &Path,
         managed_by: (&str, &str),
-        opts: &Options,
+        lease_seconds: u32,
+        log: Option<&Path>,
     ) -> crate::Result<Self> {
         use crate::error::IoContext as _;
         let dir = tempfile::Builder::new()
@@ -38,12 +39,12 @@ impl KwokProcess {
             .io_context(|| "creating kwok's directory".into())?;
         let kubeconfig =
             std::path::absolute(kubeconfig).io_context(|| format!("resolving {}", kubeconfig.display()))?;
-        let log = opts.kwok_log.clone().unwrap_or_else(|| dir.path().join("kwok.log"));
+        let log = log.map_or_else(|| dir.path().join("kwok.log"), Path::to_path_buf);
         let mut args = vec![
             "--kubeconfig".to_string(),
             kubeconfig.display().to_string(),
             format!("--manage-nodes-with-annotation-selector={}={}", managed_by.0, managed_by.1),
-            format!("--node-lease-duration-seconds={}", opts.lease_seconds),
+            format!("--node-lease-duration-seconds={lease_seconds}"),
             // Its metrics and debug endpoints: on loopback, on a port of the kernel's choosing.
             "--server-address=127.0.0.1:0".to_string(),
             // At INFO it writes a line per Lease renewal: 500 a second for 5,000 Nodes.

@@ -179,7 +179,13 @@ impl SimulatedKubelets {
             .collect();
         // Each simulation manages its own Nodes: a cluster may hold several (one per tag).
         let managed_by = format!("kubelets-{:016x}", schedule::fnv1a(opts.instance_tag.as_deref().unwrap_or("")));
-        let kwok = kwok::KwokProcess::start(&binaries, kubeconfig, (SIMULATED_BY, &managed_by), &opts)?;
+        let kwok = kwok::KwokProcess::start(
+            &binaries,
+            kubeconfig,
+            (SIMULATED_BY, &managed_by),
+            opts.lease_seconds,
+            opts.kwok_log.as_deref(),
+        )?;
 
         let (nodes, writer) = reflector::store::<Node>();
         let node_watch = reflector::reflector(writer, watcher(Api::<Node>::all(kube.clone()), Default::default()))
