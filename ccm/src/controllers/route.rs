@@ -164,18 +164,22 @@ async fn reconcile<C: Cloud>(
         .collect::<Vec<()>>()
         .await;
     // Upstream's condition pass (L488-523): every node with pod CIDRs or with routes; one with routes but no
-    // pod CIDR has none of its own, so NoRouteCreated.
-    for node in &nodes {
-        let name = node.name_any();
-        let has_cidrs = !pod_cidrs(node).is_empty();
-        if !has_cidrs && !routed.contains(&name) {
-            continue;
-        }
-        let ok = has_cidrs && !failed.contains(&name);
-        if let Err(e) = set_network_condition(api, node, ok).await {
-            tracing::warn!(node = %node.name_any(), error = %e, "cannot update NetworkUnavailable");
-        }
-    }
+    // pod CIDR has none of its own, so NoRouteCreated. All at once, as upstream's goroutine per node: only the
+    // client's rate limit paces them (one after another, 5,000 Nodes took minutes and held the next period).
+    let (routed, failed) = (&routed, &failed);
+    futures::stream::iter(&nodes)
+        .for_each_concurrent(None, |node| async move {
+            let name = node.name_any();
+            let has_cidrs = !pod_cidrs(node).is_empty();
+            if !has_cidrs && !routed.contains(&name) {
+                return;
+            }
+            let ok = has_cidrs && !failed.contains(&name);
+            if let Err(e) = set_network_condition(api, node, ok).await {
+                tracing::warn!(node = %name, error = %e, "cannot update NetworkUnavailable");
+            }
+        })
+        .await;
     Ok(())
 }
 
