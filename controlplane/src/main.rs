@@ -245,17 +245,24 @@ async fn kubelets(
         anyhow::bail!("--poll must be between 0.05 and 60 seconds");
     }
     let cloud = fakecloud_api::Client::new(emulator, token)?;
-    let _sim = fakecloud_controlplane::kubelets::SimulatedKubelets::start(kubeconfig, cloud, opts)
+    let sim = fakecloud_controlplane::kubelets::SimulatedKubelets::start(kubeconfig, cloud, opts)
         .await
         .with_context(|| format!("starting simulated kubelets against {emulator}"))?;
     eprintln!("simulated kubelets running against {emulator}; Ctrl-C to stop");
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = sigterm.recv() => {},
-        _ = sigint.recv() => {},
+    // Without kwok no Lease is renewed and every Node turns NotReady: better to stop and say why (`make up`
+    // then fails with this process's log) than to run on half a kubelet.
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => return Ok(()),
+            _ = sigint.recv() => return Ok(()),
+            _ = check.tick() => if let Some(how) = sim.kwok_exited() {
+                anyhow::bail!("kwok exited ({how}); the simulated Nodes' Leases are no longer renewed, so stopping");
+            },
+        }
     }
-    Ok(())
 }
 
 /// A flag's seconds (fractions allowed) as a duration.

@@ -12,6 +12,7 @@ use crate::process::ManagedProcess;
 
 /// Written beside kwok and given to it with its pod stages.
 const NODE_STAGE: &str = include_str!("kwok-node-stage.yaml");
+const CONFIG: &str = include_str!("kwok-config.yaml");
 
 /// How long kwok has to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -52,14 +53,24 @@ impl KwokProcess {
         ];
         let node_stage = dir.path().join("node-stage.yaml");
         std::fs::write(&node_stage, NODE_STAGE).io_context(|| format!("writing {}", node_stage.display()))?;
-        for stage in kwok.stages.iter().chain([&node_stage]) {
-            args.extend(["--config".to_string(), stage.display().to_string()]);
+        // Where kwok looks for its configuration anyway (`$KWOK_WORKDIR/kwok.yaml`, else one under $HOME or
+        // /tmp): ours, not a user's.
+        let config = dir.path().join("kwok.yaml");
+        std::fs::write(&config, CONFIG).io_context(|| format!("writing {}", config.display()))?;
+        for file in [&config].into_iter().chain(&kwok.stages).chain([&node_stage]) {
+            args.extend(["--config".to_string(), file.display().to_string()]);
         }
-        // kwok reads `$KWOK_WORKDIR/kwok.yaml` (else one under $HOME or /tmp) before its flags: this one has none.
         let env = [("KWOK_WORKDIR", dir.path())];
         let process = ManagedProcess::spawn_with_env("kwok", &kwok.binary, &args, &env, &log, dir.path())?;
         tracing::info!(pid = process.record.pid, log = %log.display(), "kwok started");
         Ok(Self { process: Arc::new(Mutex::new(process)), _dir: dir })
+    }
+
+    /// Its exit status and the end of its log, once it has exited.
+    pub fn exited(&self) -> Option<String> {
+        let mut p = self.process.lock().ok()?;
+        let status = p.exit_status()?;
+        Some(format!("{status}; {} ends:\n{}", p.log.display(), p.log_tail(20)))
     }
 
     /// A handle that reports, once, that kwok has exited.

@@ -141,7 +141,7 @@ pub enum KubeletError {
 /// The running simulation; stops (kwok too) when dropped.
 pub struct SimulatedKubelets {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    _kwok: kwok::KwokProcess,
+    kwok: kwok::KwokProcess,
 }
 
 impl Drop for SimulatedKubelets {
@@ -200,7 +200,15 @@ impl SimulatedKubelets {
         let poller = poll_instances(cloud, opts.poll, opts.instance_tag.clone(), publish);
         let sim = Arc::new(Sim { kube, opts, shapes, nodes, managed_by, kwok: kwok.watch() });
         let kubelets = sim.run(running);
-        Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)], _kwok: kwok })
+        Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)], kwok })
+    }
+}
+
+impl SimulatedKubelets {
+    /// How kwok exited (its status and the end of its log), if it has: the simulated Nodes' Leases are then no
+    /// longer renewed, and a process that runs only this simulation should stop and say so.
+    pub fn kwok_exited(&self) -> Option<String> {
+        self.kwok.exited()
     }
 }
 
