@@ -12,7 +12,7 @@ pub enum Command {
     /// kube-controller-manager on 127.0.0.1, in controlplane/), the emulator (`fakecloud serve`, state in
     /// fakecloud.db, tokens in fakecloud.credentials), fakecloud-ccm (HTTPS /healthz and /metrics) and the
     /// simulated kubelets with kwok (`make kwok` builds it; FAKECLOUD_KWOK names another); then instances node-a, node-b and node-c (or --nodes N) over the region's zones. Returns
-    /// when their Nodes are Ready and initialized by the CCM, saying how long each stage took, and prints how to
+    /// when their Nodes are Ready, initialized and routed by the CCM, saying how long each stage took, and prints how to
     /// use the stack; it keeps running until `stack down` (`make down`).
     ///
     /// `fakecloud` and `fakecloud-ccm` are taken from beside this binary (target/debug/ after `cargo build`),
@@ -52,8 +52,9 @@ pub struct Options {
     #[arg(long, env = "FAKECLOUD_CCM_PORT", default_value_t = 10258)]
     pub ccm_port: u16,
     /// How many instances (and so Nodes) to bring up: node-a, node-b and node-c by default, node-01 ... for more
-    /// (`make up NODES=N`). Created 32 at a time; the route quota is raised to fit. At most 256: the cluster
-    /// CIDR holds that many node pod CIDRs.
+    /// (`make up NODES=N`). Created 32 at a time; the instance and route quotas are raised to fit; past 256 Nodes
+    /// each gets a smaller pod CIDR. At most 8192, and no more than this machine's memory holds (refused up
+    /// front with the estimate). For 1,000 and more, use release builds (`make up NODES=N PROFILE=release`).
     #[arg(long, env = "FAKECLOUD_NODES", default_value_t = super::layout::DEFAULT_NODES)]
     pub nodes: u32,
     /// Directory holding etcd, kube-apiserver, kube-controller-manager (and kubectl); default: the build cache.

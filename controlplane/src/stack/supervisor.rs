@@ -4,21 +4,27 @@
 //! Its progress lines go to stdout, a pipe `up` reads until [`READY`]; once `up` has returned nobody reads it,
 //! and later lines (there are none by design) would be dropped. Its log (stderr) is `<run dir>/stack.log`.
 
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fakecloud_api::{Client, CreateInstanceRequest, QuotaName};
 use fakecloud_controlplane::process::{Processes, log_tail};
-use fakecloud_controlplane::{CLUSTER_CIDR, ControlPlane, kubelets::UNINITIALIZED_TAINT, pinned_kubernetes_version};
+use fakecloud_controlplane::{
+    CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::UNINITIALIZED_TAINT, pinned_kubernetes_version,
+};
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::cli::Options;
-use super::layout::{READY, RunDir, endpoint, node_names, sibling};
+use super::layout::{READY, RunDir, endpoint, node_cidr_mask_size, node_names, sibling};
 
-/// How long the emulator may take to answer, and the Nodes to be Ready and initialized, before `up` calls it a
+/// How long the emulator may take to answer, and the Nodes to be Ready, initialized and routed, before `up` calls it a
 /// hang (each takes seconds; these leave room for a busy 2-core machine).
 const EMULATOR_HANG: Duration = Duration::from_secs(60);
 const NODES_HANG: Duration = Duration::from_secs(120);
@@ -26,9 +32,16 @@ const NODES_HANG: Duration = Duration::from_secs(120);
 const NODES_HANG_PER_NODE: Duration = Duration::from_millis(500);
 /// Instance creates at once: enough to keep the emulator's writer busy, few enough not to queue behind it.
 const CREATES_IN_FLIGHT: usize = 32;
+/// Past this many Nodes the fleet is large: smaller pod CIDRs (layout.rs) and a CCM allowed more requests to the
+/// API server.
+const LARGE_FLEET: u32 = 256;
+const LARGE_FLEET_QPS: u32 = 200;
+const LARGE_FLEET_BURST: u32 = 300;
 /// How often a long wait says what it is waiting for.
 const STILL_WAITING: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(250);
+/// How often a wait on the Nodes checks that every process still runs.
+const CHECK_RUNNING: Duration = Duration::from_secs(1);
 
 pub async fn supervise(options: Options) -> anyhow::Result<()> {
     // A session of its own, as `setsid` gives: the terminal's Ctrl-C and hangup, and make's process group, do
@@ -103,6 +116,11 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let at = Instant::now();
     progress.say(&format!("starting the control plane in {}", dir.controlplane().display()));
     let mut builder = ControlPlane::builder().run_dir(dir.controlplane());
+    let mask = node_cidr_mask_size(options.nodes);
+    if mask != NODE_CIDR_MASK_SIZE {
+        progress.say(&format!("{} Nodes: a /{mask} pod CIDR each from {CLUSTER_CIDR}", options.nodes));
+        builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={mask}"));
+    }
     if let Some(bin_dir) = &options.bin_dir {
         builder = builder.bin_dir(bin_dir);
     }
@@ -153,6 +171,17 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
         "--secure-port",
         &options.ccm_port.to_string(),
     ];
+    let mut ccm_args: Vec<String> = ccm_args.iter().map(|a| a.to_string()).collect();
+    if options.nodes > LARGE_FLEET {
+        // At the client's default 20 requests a second the CCM initializes about 5 Nodes a second (a Node update
+        // and its status, events): 1,000 s for 5,000. A large cluster's operator raises it; so does this.
+        progress.say(&format!(
+            "{} Nodes: fakecloud-ccm with --kube-api-qps={LARGE_FLEET_QPS} --kube-api-burst={LARGE_FLEET_BURST} \
+             (the defaults, 20 and 30, initialize about 5 Nodes a second)",
+            options.nodes
+        ));
+        ccm_args.extend([format!("--kube-api-qps={LARGE_FLEET_QPS}"), format!("--kube-api-burst={LARGE_FLEET_BURST}")]);
+    }
     spawn(&mut services, &dir, "ccm", &ccm, &ccm_args)?;
 
     progress.say("starting the simulated kubelets");
@@ -181,7 +210,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let cloud = Client::new(&url, tokens.user)?;
     let zones = cloud.region().await.context("reading the emulator's zones")?.zones;
     anyhow::ensure!(!zones.is_empty(), "the emulator's region has no zones");
-    fit_route_quota(&Client::new(&url, tokens.admin)?, names.len(), progress).await?;
+    fit_quotas(&Client::new(&url, tokens.admin)?, names.len(), progress).await?;
     let requests: Vec<CreateInstanceRequest> = names
         .iter()
         .zip(zones.iter().cycle())
@@ -207,20 +236,25 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
 
     let at = Instant::now();
     let hang = NODES_HANG + NODES_HANG_PER_NODE * u32::try_from(names.len()).unwrap_or(u32::MAX);
-    progress
-        .say(&format!("waiting for the {} Nodes to register, turn Ready and be initialized by the CCM", names.len()));
-    let nodes = nodes_ready(&mut services, &mut control_plane, &names);
-    progress.awaiting("the Nodes", tokio::time::timeout(hang, nodes)).await.map_err(|_| {
+    progress.say(&format!(
+        "waiting for the {} Nodes to register, turn Ready and be initialized and routed by the CCM",
+        names.len()
+    ));
+    let fleet = Mutex::new(Fleet::default());
+    let nodes = nodes_ready(&mut services, &mut control_plane, &names, &fleet);
+    let said = || fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner).said(names.len());
+    progress.awaiting_with(said, tokio::time::timeout(hang, nodes)).await.map_err(|_| {
         anyhow::anyhow!(
-            "the Nodes were not Ready and initialized within {hang:?}\n--- {kubelets}:\n{}\n--- {ccm}:\n{}",
+            "{} were not all Ready, initialized and routed within {hang:?}\n--- {kubelets}:\n{}\n--- {ccm}:\n{}",
+            said(),
             log_tail(&dir.file("kubelets.log"), 20),
             log_tail(&dir.file("ccm.log"), 20),
             kubelets = dir.file("kubelets.log").display(),
             ccm = dir.file("ccm.log").display(),
         )
     })??;
-    stages.push(("the Nodes Ready and initialized", at.elapsed()));
-    progress.say(&format!("up: {} Nodes Ready and initialized", names.len()));
+    stages.push(("the Nodes Ready, initialized and routed", at.elapsed()));
+    progress.say(&format!("up: {} Nodes Ready, initialized and routed", names.len()));
     let took: Vec<String> = stages.iter().map(|(what, took)| format!("{what} {:.1} s", took.as_secs_f64())).collect();
     progress.say(&format!("stages: {}", took.join(", ")));
     Ok(Stack { services, control_plane })
@@ -235,14 +269,16 @@ fn listed(names: &[String]) -> String {
     }
 }
 
-/// Each Node gets a route: a fleet larger than the route table's quota has it raised to fit (with the admin
-/// token, as an operator would), and says so.
-async fn fit_route_quota(admin: &Client, nodes: usize, progress: &Progress) -> anyhow::Result<()> {
-    let quota = admin.get_quota(QuotaName::RoutesPerRouteTable).await.context("reading the route quota")?;
+/// Each Node is an instance and gets a route: a fleet larger than the instance or the route table quota has it
+/// raised to fit (with the admin token, as an operator would), and says so.
+async fn fit_quotas(admin: &Client, nodes: usize, progress: &Progress) -> anyhow::Result<()> {
     let wanted = u32::try_from(nodes).unwrap_or(u32::MAX);
-    if quota.limit < wanted {
-        admin.set_quota(QuotaName::RoutesPerRouteTable, wanted).await.context("raising the route quota")?;
-        progress.say(&format!("raised the route quota from {} to {wanted}, a route per Node", quota.limit));
+    for (name, each) in [(QuotaName::Instances, "an instance"), (QuotaName::RoutesPerRouteTable, "a route")] {
+        let quota = admin.get_quota(name).await.with_context(|| format!("reading the {name} quota"))?;
+        if quota.limit < wanted {
+            admin.set_quota(name, wanted).await.with_context(|| format!("raising the {name} quota"))?;
+            progress.say(&format!("raised the {name} quota from {} to {wanted}, {each} per Node", quota.limit));
+        }
     }
     Ok(())
 }
@@ -278,9 +314,9 @@ fn spawn(
     dir: &RunDir,
     name: &'static str,
     binary: &Path,
-    args: &[&str],
+    args: &[impl AsRef<str>],
 ) -> anyhow::Result<()> {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string()).collect();
     let pid = services.spawn(name, binary, &args)?.record.pid;
     let pid_file = dir.file(&format!("{name}.pid"));
     std::fs::write(&pid_file, format!("{pid}\n")).with_context(|| format!("writing {}", pid_file.display()))
@@ -317,38 +353,102 @@ async fn emulator_ready(services: &mut Processes, dir: &RunDir, url: &str) -> an
     }
 }
 
-/// Waits until every one of `names` is Ready and initialized (the CCM removed the uninitialized taint).
+/// What `up` waits for of each Node: Ready (its kubelet), initialized (the CCM removed the uninitialized
+/// taint) and routed (the CCM's route controller created its route: `NetworkUnavailable` False, `RouteCreated`).
+#[derive(Clone, Copy)]
+struct NodeState {
+    ready: bool,
+    initialized: bool,
+    routed: bool,
+}
+
+impl NodeState {
+    fn of(node: &Node) -> Self {
+        let condition = |type_: &str| {
+            node.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == type_))
+        };
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED_TAINT));
+        Self {
+            ready: condition("Ready").is_some_and(|c| c.status == "True"),
+            initialized: !tainted,
+            routed: condition("NetworkUnavailable")
+                .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("RouteCreated")),
+        }
+    }
+
+    fn done(self) -> bool {
+        self.ready && self.initialized && self.routed
+    }
+}
+
+/// The fleet's Nodes as the watch last saw them, the ones `up` waits for.
+#[derive(Default)]
+struct Fleet {
+    nodes: HashMap<String, NodeState>,
+}
+
+impl Fleet {
+    fn count(&self, which: impl Fn(NodeState) -> bool) -> usize {
+        self.nodes.values().filter(|state| which(**state)).count()
+    }
+
+    fn said(&self, of: usize) -> String {
+        format!(
+            "the Nodes ({} of {of} registered, {} Ready, {} initialized, {} routed)",
+            self.nodes.len(),
+            self.count(|n| n.ready),
+            self.count(|n| n.initialized),
+            self.count(|n| n.routed)
+        )
+    }
+}
+
+/// Waits until every one of `names` is Ready, initialized and routed ([`NodeState`]), from a
+/// watch of the Nodes (a list per poll would decode the whole fleet each time), keeping `fleet` current for the
+/// progress lines.
 async fn nodes_ready(
     services: &mut Processes,
     control_plane: &mut ControlPlane,
     names: &[String],
+    fleet: &Mutex<Fleet>,
 ) -> anyhow::Result<()> {
-    let api = kube::Api::<Node>::all(control_plane.client());
+    let wanted: HashSet<&str> = names.iter().map(String::as_str).collect();
+    // (The watcher re-lists and resumes on its own after an error, with backoff.)
+    let events = watcher(kube::Api::<Node>::all(control_plane.client()), watcher::Config::default()).default_backoff();
+    let mut events = std::pin::pin!(events);
+    let mut check = tokio::time::interval(CHECK_RUNNING);
     loop {
-        all_running(services)?;
-        control_plane.check_running()?;
-        // A failed list is "not yet": the apiserver may be busy; the hang budget bounds the wait.
-        let nodes = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
-        let ready = nodes.iter().filter(|n| n.metadata.name.as_ref().is_some_and(|name| names.contains(name)));
-        if ready.filter(|n| ready_and_initialized(n)).count() == names.len() {
-            return Ok(());
+        tokio::select! {
+            event = events.next() => {
+                let mut fleet = fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                match event {
+                    Some(Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node))) => {
+                        if let Some(name) = node.metadata.name.as_deref().filter(|n| wanted.contains(n)) {
+                            fleet.nodes.insert(name.to_string(), NodeState::of(&node));
+                        }
+                    }
+                    Some(Ok(watcher::Event::Delete(node))) => {
+                        fleet.nodes.remove(node.metadata.name.as_deref().unwrap_or_default());
+                    }
+                    Some(Ok(watcher::Event::Init)) => fleet.nodes.clear(),
+                    Some(Ok(watcher::Event::InitDone)) => {}
+                    Some(Err(e)) => tracing::warn!("watching the Nodes: {e}; the watch resumes"),
+                    None => anyhow::bail!("the watch of the Nodes ended"),
+                }
+                if fleet.count(NodeState::done) == wanted.len() {
+                    return Ok(());
+                }
+            }
+            _ = check.tick() => {
+                all_running(services)?;
+                control_plane.check_running()?;
+            }
         }
-        tokio::time::sleep(POLL).await;
     }
-}
-
-fn ready_and_initialized(node: &Node) -> bool {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let tainted = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED_TAINT));
-    ready && !tainted
 }
 
 fn path(p: &Path) -> String {

@@ -20,6 +20,14 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     let dir = RunDir::new(&options.run_dir.path)?;
     node_names(options.nodes)?;
     refuse_running(&dir)?;
+    ensure_memory_for(options.nodes)?;
+    if options.nodes >= SLOW_IN_DEBUG && cfg!(debug_assertions) {
+        eprintln!(
+            "[up] {} Nodes from a debug build: the CCM initializes one Node at a time (upstream's default), about 5 a \
+             second in a debug build; `make up NODES={} PROFILE=release` is several times faster",
+            options.nodes, options.nodes
+        );
+    }
     if dir.controlplane().exists() || FILES.iter().any(|f| dir.file(f).exists()) {
         eprintln!("[up] removing what an earlier run left in {} (it no longer runs)", dir.root.display());
         down(&dir, Logs::Remove)
@@ -116,6 +124,47 @@ fn refuse_running(dir: &RunDir) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A fleet this large is worth a release build (README, "A larger fleet").
+const SLOW_IN_DEBUG: u32 = 500;
+
+/// What a stack takes in memory, measured here (BENCHMARKS.md, "A fleet of 5,000 on kwok"): the peak resident
+/// memory of all its processes at 3 Nodes, and what each further Node added at 5,000 (mostly kube-apiserver's and
+/// etcd's copies of the Nodes and Leases; kwok's, the CCM's and the kubelets' watches of them).
+const STACK_MIB: u64 = 533;
+const PER_NODE_KIB: u64 = 381;
+
+/// Refuses a fleet the machine cannot hold, before anything starts: the estimate against `MemAvailable`.
+fn ensure_memory_for(nodes: u32) -> anyhow::Result<()> {
+    match available_mib() {
+        Some(available) => fits(nodes, available),
+        None => {
+            eprintln!("[up] could not read MemAvailable from /proc/meminfo; not checking that {nodes} Nodes fit");
+            Ok(())
+        }
+    }
+}
+
+/// With half as much again as measured: a stack grows after `up` (events, pods, the API server's watch caches).
+fn fits(nodes: u32, available_mib: u64) -> anyhow::Result<()> {
+    let estimate = STACK_MIB + u64::from(nodes) * PER_NODE_KIB / 1024;
+    let needed = estimate * 3 / 2;
+    anyhow::ensure!(
+        needed <= available_mib,
+        "--nodes {nodes}: the stack takes about {estimate} MiB ({STACK_MIB} MiB and {PER_NODE_KIB} KiB per Node, \
+         measured in BENCHMARKS.md), {needed} MiB with room to grow, and this machine has {available_mib} MiB \
+         available; ask for fewer Nodes or free memory"
+    );
+    Ok(())
+}
+
+/// `MemAvailable` in MiB: what can be used without swapping.
+fn available_mib() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
+}
+
 fn ensure_port_free(port: u16, guess: &str, variable: &str) -> anyhow::Result<()> {
     if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_err() {
         anyhow::bail!(
@@ -178,4 +227,17 @@ Stop everything: make down",
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fleet_larger_than_the_memory_is_refused_with_the_estimate() {
+        assert!(fits(3, 1024).is_ok());
+        assert!(fits(5000, 24 * 1024).is_ok());
+        let e = fits(5000, 2048).unwrap_err().to_string();
+        assert!(e.contains("--nodes 5000") && e.contains("2393 MiB") && e.contains("2048 MiB available"), "{e}");
+    }
 }

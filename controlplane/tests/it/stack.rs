@@ -57,15 +57,15 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     let (port, ccm_port) = (free_port().to_string(), free_port().to_string());
 
     // More Nodes than the cluster CIDR holds: refused before anything starts.
-    let too_many = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "300"], &run_dir);
-    assert!(!too_many.status.success() && text(&too_many).contains("between 1 and 256"), "{}", text(&too_many));
+    let too_many = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "9000"], &run_dir);
+    assert!(!too_many.status.success() && text(&too_many).contains("between 1 and 8192"), "{}", text(&too_many));
     assert!(!run_dir.exists(), "a refused up makes nothing");
 
     let up = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "4"], &run_dir);
     assert!(up.status.success(), "stack up failed:\n{}", text(&up));
     for says in [
         "fakecloud is up",
-        "up: 4 Nodes Ready and initialized",
+        "up: 4 Nodes Ready, initialized and routed",
         "stages: the control plane",
         "node-1, node-2, node-3, node-4",
     ] {
