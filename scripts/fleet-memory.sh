@@ -15,11 +15,12 @@ trap 'rm -f "$samples"' EXIT
 sample() {
 	local name kib
 	for name in etcd kube-apiserver kube-controller kwok fakecloud-ccm; do
-		kib=$(ps -C "$name" -o rss= | awk '{s += $1} END {print s + 0}')
+		# (ps and pgrep fail when nothing matches: a process not started yet counts 0.)
+		kib=$({ ps -C "$name" -o rss= || true; } | awk '{s += $1} END {print s + 0}')
 		echo "$name $((kib / 1024))"
 	done
 	for name in "fakecloud serve" "fakecloud-controlplane kubelets" "fakecloud-controlplane stack"; do
-		kib=$(pgrep -f -- "$name" | xargs -r ps -o rss= -p | awk '{s += $1} END {print s + 0}')
+		kib=$({ pgrep -f -- "$name" || true; } | xargs -r ps -o rss= -p | awk '{s += $1} END {print s + 0}')
 		echo "${name// /_} $((kib / 1024))"
 	done
 }
