@@ -23,8 +23,9 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     ensure_memory_for(options.nodes)?;
     if options.nodes >= SLOW_IN_DEBUG && cfg!(debug_assertions) {
         eprintln!(
-            "[up] {} Nodes from a debug build: the CCM initializes one Node at a time (upstream's default), about 5 a \
-             second in a debug build; `make up NODES={} PROFILE=release` is several times faster",
+            "[up] {} Nodes from a debug build: the emulator, the CCM and the kubelets take more CPU than \
+             optimized builds, CPU the API server needs for a fleet this size; `make up NODES={} \
+             PROFILE=release` builds them optimized",
             options.nodes, options.nodes
         );
     }
