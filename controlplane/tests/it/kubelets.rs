@@ -40,13 +40,7 @@ async fn emulator(dir: &std::path::Path) -> (Server, Client) {
 
 /// Leases of 8 s, renewed every 2 s, for the controller manager's 8 s grace period below.
 fn fast() -> Options {
-    Options {
-        poll: Duration::from_millis(200),
-        lease_seconds: 8,
-        not_ready_for: Duration::ZERO,
-        kwok_log: Some("/tmp/kwok-debug.log".into()),
-        ..Options::default()
-    }
+    Options { poll: Duration::from_millis(200), lease_seconds: 8, not_ready_for: Duration::ZERO, ..Options::default() }
 }
 
 /// The control plane and kwok, or `None` (skip, saying why) outside CI when either is not built.
@@ -363,4 +357,26 @@ async fn a_tag_limits_the_kubelets_to_their_own_machines() {
     assert_eq!(keys[..2], [UNINITIALIZED_TAINT, "example.com/simulated"], "{keys:?}");
     stays(&nodes, Duration::from_secs(3), "without a Node for the untagged machine", |all| !all.contains_key("real-1"))
         .await;
+}
+
+/// A kwok that exits (here at once, as v0.8.0 does on a bad configuration) is reported with its status and the
+/// end of its log, which the `kubelets` process acts on: it stops rather than run on with no Lease renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kwok_that_exits_is_reported_with_its_log() {
+    if !built("simulated kubelets test") {
+        return;
+    }
+    let cp = ControlPlane::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, cloud) = emulator(dir.path()).await;
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(bin.join("pod-stages")).unwrap();
+    std::fs::write(bin.join("pod-stages/pod.yaml"), "").unwrap();
+    let kwok = bin.join("kwok");
+    std::fs::write(&kwok, "#!/bin/sh\necho 'playStageParallelism must be greater than 0' >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&kwok, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let opts = Options { kwok: Some(kwok), ..fast() };
+    let kubelets = SimulatedKubelets::start(cp.admin_kubeconfig(), cloud, opts).await.unwrap();
+    let how = eventually("kwok's exit reported", async || kubelets.kwok_exited()).await;
+    assert!(how.contains("exit status: 3") && how.contains("playStageParallelism must be greater than 0"), "{how}");
 }
