@@ -68,9 +68,7 @@ impl KwokProcess {
 
     /// Its exit status and the end of its log, once it has exited.
     pub fn exited(&self) -> Option<String> {
-        let mut p = self.process.lock().ok()?;
-        let status = p.exit_status()?;
-        Some(format!("{status}; {} ends:\n{}", p.log.display(), p.log_tail(20)))
+        exit_report(&self.process)
     }
 
     /// A handle that reports, once, that kwok has exited.
@@ -98,15 +96,16 @@ impl Watch {
         if self.reported.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(mut p) = self.process.lock() else { return };
-        if let Some(status) = p.exit_status() {
+        if let Some(how) = exit_report(&self.process) {
             self.reported.store(true, Ordering::Relaxed);
-            tracing::error!(
-                %status,
-                log = %p.log.display(),
-                "kwok exited: the simulated Nodes' Leases are no longer renewed; its log ends:\n{}",
-                p.log_tail(20)
-            );
+            tracing::error!("kwok exited ({how}): the simulated Nodes' Leases are no longer renewed");
         }
     }
+}
+
+/// kwok's exit status and the end of its log, once it has exited.
+fn exit_report(process: &Mutex<ManagedProcess>) -> Option<String> {
+    let mut p = process.lock().ok()?;
+    let status = p.exit_status()?;
+    Some(format!("{status}; {} ends:\n{}", p.log.display(), p.log_tail(20)))
 }

@@ -202,9 +202,7 @@ impl SimulatedKubelets {
         let kubelets = sim.run(running);
         Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)], kwok })
     }
-}
 
-impl SimulatedKubelets {
     /// How kwok exited (its status and the end of its log), if it has: the simulated Nodes' Leases are then no
     /// longer renewed, and a process that runs only this simulation should stop and say so.
     pub fn kwok_exited(&self) -> Option<String> {

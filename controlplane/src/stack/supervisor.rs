@@ -32,9 +32,8 @@ const NODES_HANG: Duration = Duration::from_secs(120);
 const NODES_HANG_PER_NODE: Duration = Duration::from_millis(500);
 /// Instance creates at once: enough to keep the emulator's writer busy, few enough not to queue behind it.
 const CREATES_IN_FLIGHT: usize = 32;
-/// Past this many Nodes the fleet is large: smaller pod CIDRs (layout.rs) and a CCM allowed more requests to the
-/// API server.
-const LARGE_FLEET: u32 = 256;
+/// A large fleet (one whose Nodes get pod CIDRs smaller than the usual /24, layout.rs) has a CCM allowed more
+/// requests to the API server.
 const LARGE_FLEET_QPS: u32 = 200;
 const LARGE_FLEET_BURST: u32 = 300;
 /// How often a long wait says what it is waiting for.
@@ -117,7 +116,8 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     progress.say(&format!("starting the control plane in {}", dir.controlplane().display()));
     let mut builder = ControlPlane::builder().run_dir(dir.controlplane());
     let mask = node_cidr_mask_size(options.nodes);
-    if mask != NODE_CIDR_MASK_SIZE {
+    let large_fleet = mask != NODE_CIDR_MASK_SIZE;
+    if large_fleet {
         progress.say(&format!("{} Nodes: a /{mask} pod CIDR each from {CLUSTER_CIDR}", options.nodes));
         builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={mask}"));
     }
@@ -172,7 +172,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
         &options.ccm_port.to_string(),
     ];
     let mut ccm_args: Vec<String> = ccm_args.iter().map(|a| a.to_string()).collect();
-    if options.nodes > LARGE_FLEET {
+    if large_fleet {
         // At the client's default 20 requests a second the CCM initializes about 5 Nodes a second (a Node update
         // and its status, events): 1,000 s for 5,000. A large cluster's operator raises it; so does this.
         progress.say(&format!(
