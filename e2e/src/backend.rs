@@ -158,15 +158,6 @@ impl Existing {
     }
 }
 
-/// Whether a Docker engine answers (`docker info`); what is missing when none does.
-pub fn docker_engine() -> Result<(), String> {
-    match std::process::Command::new("docker").arg("info").output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(_) => Err("the docker client is installed, but no Docker engine answers ('docker info' fails)".into()),
-        Err(_) => Err("there is no 'docker' command here".into()),
-    }
-}
-
 /// How fast the cluster and its CCM react, for the cases' patience.
 #[derive(Debug, Clone)]
 pub struct Timing {
