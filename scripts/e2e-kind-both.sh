@@ -7,9 +7,9 @@
 #
 # Each cluster has its own kind network, cloud and load balancer addresses, so the two suites cannot see each
 # other. A suite spends most of its time waiting on its cluster (grace periods, the CCM's periods), so the two
-# overlap in about the time of one on 2 cores. A missing cluster is made first: the first kind-up builds the
-# images, the second starts while the first cluster's suite runs. Every line of a run is prefixed with its
-# cluster's name; reports in target/nextest/kind-fakecloud/ and kind-upstream/. Fails if either run fails; the
+# overlap in about the time of one on 2 cores. A missing cluster is made by its suite (e2e-kind.sh), the two
+# kind-ups side by side after the engine and the images are made once (kind-up.sh --prepare). Every line of a
+# run is prefixed with its cluster's name; reports in target/nextest/kind-fakecloud/ and kind-upstream/. Fails if either run fails; the
 # clusters stay up (make kind-down deletes both).
 set -euo pipefail
 kind_script=e2e-kind-both
@@ -29,16 +29,16 @@ on() {
 }
 
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
-if ! kind_cluster_exists fakecloud; then
-	# The first cluster alone: its kind-up builds the engine, the node image and the project's images.
-	on fakecloud fakecloud 8787 bash "$repo_root/scripts/kind-up.sh"
+if ! kind_cluster_exists fakecloud || ! kind_cluster_exists "$kind_upstream_cluster"; then
+	# The engine and the images once (a private engine if none answers), so the kind-ups of the suites below run
+	# side by side, each finding everything built.
+	on fakecloud fakecloud 8787 bash "$repo_root/scripts/kind-up.sh" --prepare
 	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 fi
 
 log "the conformance suite on kind cluster fakecloud (fakecloud-ccm) and on fakecloud-upstream (upstream's CCM), at once"
 on fakecloud fakecloud 8787 bash "$repo_root/scripts/e2e-kind.sh" "$@" &
 first=$!
-# (e2e-kind.sh makes its cluster first when it is missing.)
 on "$kind_upstream_cluster" upstream 8788 bash "$repo_root/scripts/e2e-kind.sh" "$@" &
 second=$!
 rc_first=0 rc_second=0

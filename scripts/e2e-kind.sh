@@ -16,7 +16,7 @@ run_root=$kind_run_root
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
 if ! kind_cluster_exists "$cluster"; then
-	log "no kind cluster $cluster yet: make kind-up first"
+	log "no kind cluster $cluster yet: making it (make kind-up)"
 	bash "$repo_root/scripts/kind-up.sh"
 	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 fi

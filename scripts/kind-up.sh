@@ -12,11 +12,19 @@
 #     upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/deploy/); then a wait until
 #     every node is Ready and initialized (providerID, zone labels, no uninitialized taint) and CoreDNS runs.
 # On a failure or Ctrl-C it deletes what it created, stops an engine it started, and says what went wrong.
+# `kind-up.sh --prepare` stops after step 2 (engine and images, no cluster): make e2e-kind-both runs it once, so
+# its two kind-ups can go side by side, each finding everything built.
 set -euo pipefail
 kind_script=kind-up
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
 repo_root=$kind_repo_root
+prepare=""
+case ${1:-} in
+"") ;;
+--prepare) prepare=yes ;;
+*) die "unknown argument '$1': kind-up.sh takes none, or --prepare (the engine and the images, no cluster)" ;;
+esac
 kind_dir="$repo_root/scripts/kind"
 kind_config=${KIND_CONFIG:-$repo_root/kind-config/cluster.yaml}
 cluster=$kind_cluster
@@ -29,7 +37,7 @@ kubeconfig="$run_root/kind.kubeconfig"
 mkdir -p "$run_root"
 
 # --- refuse early: what is already there, the port, the disk ---------------------------------------------
-(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
+[[ -z "$prepare" ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
 	die "port $port on 127.0.0.1 is taken (another emulator, or 'make up'?); free it or set FAKECLOUD_PORT"
 # --- 1. the engine ----------------------------------------------------------------------------------------
 started_engine=""
@@ -83,7 +91,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if docker ps -a --format '{{.Names}}' | grep -qx "$emulator"; then
+if [[ -z "$prepare" ]] && docker ps -a --format '{{.Names}}' | grep -qx "$emulator"; then
 	die "a container named $emulator exists (an earlier make kind-up?): 'make kind-down' first"
 fi
 
@@ -91,7 +99,7 @@ fi
 cp_bin=$(bash "$repo_root/scripts/build-control-plane.sh" | tail -n 1) # kubectl of the cluster's version
 bash "$kind_dir/build-node-binaries.sh"
 PATH="$kind_bin_dir:$cp_bin:$PATH"
-if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
+if [[ -z "$prepare" ]] && kind get clusters 2>/dev/null | grep -qx "$cluster"; then
 	die "a kind cluster named $cluster exists already (an earlier make kind-up?): use it, or 'make kind-down' first"
 fi
 node_image=${KIND_NODE_IMAGE:-$kind_node_image}
@@ -105,6 +113,10 @@ image_version=$(docker run --rm --entrypoint cat "$node_image" /kind/version 2>&
 [[ "$image_version" == "$k8s_version" ]] ||
 	die "node image $node_image is Kubernetes $image_version, and this checkout's is $k8s_version (controlplane/upstream/go.mod): use kindest/node:$k8s_version, or unset KIND_NODE_IMAGE and make kind-up builds fakecloud's own"
 bash "$kind_dir/images.sh"
+if [[ -n "$prepare" ]]; then
+	log "prepared: the engine answers ($DOCKER_HOST) and the node image and the project's images are built"
+	exit 0
+fi
 
 # --- 3. the cluster ---------------------------------------------------------------------------------------
 # The config as given, plus what this node image and this host need, for every node.
