@@ -38,8 +38,18 @@ export FAKECLOUD_E2E_EMULATOR_KILL="docker kill --signal=KILL $kind_emulator"
 export FAKECLOUD_E2E_EMULATOR_START="docker start $kind_emulator"
 # Which CCM the cases judge (and whose pods are its leader and logs).
 export FAKECLOUD_E2E_CCM=$kind_ccm FAKECLOUD_E2E_CCM_PODS=app.kubernetes.io/name=$kind_ccm_deployment
-# kind's kube-controller-manager and the Deployment's fakecloud-ccm run with the upstream defaults.
-export FAKECLOUD_E2E_NODE_GRACE=${FAKECLOUD_E2E_NODE_GRACE:-50s}
+# The cases' patience for a lost node follows the cluster's controller manager: its --node-monitor-grace-period
+# (kind-config/ sets 30s; another KIND_CONFIG may set none, and then it is upstream's 50s). The CCM's periods
+# are the Deployment's, upstream's defaults.
+if [[ -z "${FAKECLOUD_E2E_NODE_GRACE:-}" ]]; then
+	kubectl=$(bash "$repo_root/scripts/build-control-plane.sh" | tail -n 1)/kubectl
+	kcm_flags=$("$kubectl" --kubeconfig "$run_root/kind.kubeconfig" -n kube-system get pods \
+		-l component=kube-controller-manager -o jsonpath='{.items[0].spec.containers[0].command}') ||
+		die "cannot read kube-controller-manager's flags from kind cluster $cluster"
+	grace=$(grep -o -- '--node-monitor-grace-period=[0-9a-z.]*' <<<"$kcm_flags" | cut -d= -f2) || true
+	export FAKECLOUD_E2E_NODE_GRACE=${grace:-50s}
+fi
+log "kube-controller-manager's --node-monitor-grace-period: $FAKECLOUD_E2E_NODE_GRACE"
 # A report directory per CCM (target/nextest/kind-<ccm>/): make e2e-kind-both runs the two at once.
 export FAKECLOUD_E2E_PROFILE=kind-$kind_ccm
 log "running the conformance suite against kind cluster $cluster ($kind_ccm_deployment, emulator $FAKECLOUD_ENDPOINT)"

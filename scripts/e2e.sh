@@ -40,7 +40,8 @@ while (($#)); do
 done
 # The e2e package's cases, built as part of the whole workspace's tests: those are the artifacts `make test`
 # builds (cargo unifies features over what it builds, and `-p fakecloud-e2e` alone would rebuild every workspace
-# crate with a set of its own), so a run after `make test`, as in CI, compiles nothing.
+# crate with a set of its own), so a run after `make test` compiles nothing, and CI's waits for make test's build
+# instead of doing another.
 filter="package(fakecloud-e2e)${only:+ and ($only)}"
 if ((${#wanted[@]})); then
 	joined=$(printf ' or %s' "${wanted[@]}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-kind`: the kind path's tests, as CI runs them after `make test`:
+# `make test-kind`: the kind path's tests, as CI runs them beside `make test` (.ci/run):
 #  1. make e2e-kind-both: the conformance suite against fakecloud-ccm and upstream's CCM at once, on two kind
 #     clusters (made here; every case must run);
 #  2. kind-up refuses a node image of another Kubernetes version up front, creating nothing;
