@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 
 echo "==> building the emulator"
-nice -n 10 "$cargo" build --locked -p fakecloud-cli --bin fakecloud
+# Not `-p fakecloud-cli`: cargo would unify features over that package alone and rebuild the workspace's crates
+# that `make test` has just built with the workspace's.
+nice -n 10 "$cargo" build --locked --bin fakecloud
 echo "==> installing the console tests' packages (npm ci)"
 (cd console-tests && npm ci --no-audit --no-fund --loglevel=error)
 echo "==> the console in headless Chromium"

@@ -24,7 +24,9 @@ if [[ ! -f $venv/.installed ]]; then
 fi
 
 echo "==> building the emulator"
-nice -n 10 "$cargo" build --locked -p fakecloud-cli --bin fakecloud
+# Not `-p fakecloud-cli`: cargo would unify features over that package alone and rebuild the workspace's crates
+# that `make test` has just built with the workspace's.
+nice -n 10 "$cargo" build --locked --bin fakecloud
 
 root=$PWD
 work=$(mktemp -d)
