@@ -22,8 +22,6 @@ label=org.fakecloud.image
 
 bash "$(dirname "${BASH_SOURCE[0]}")/base-image.sh"
 
-bins=()
-for name in "${!binaries[@]}"; do bins+=(--bin "${binaries[$name]}"); done
 # FAKECLOUD_IMAGE_PREBUILT=1: the caller has just built them (CI, before its tests' build starts beside the kind
 # path; cargo would wait for that build's lock only to find nothing to do).
 if [[ -n "${FAKECLOUD_IMAGE_PREBUILT:-}" ]]; then
@@ -33,6 +31,8 @@ if [[ -n "${FAKECLOUD_IMAGE_PREBUILT:-}" ]]; then
 	done
 	log "using ${binaries[*]} as built in $image_target_dir (FAKECLOUD_IMAGE_PREBUILT)"
 else
+	bins=()
+	for name in "${!binaries[@]}"; do bins+=(--bin "${binaries[$name]}"); done
 	step "building ${binaries[*]} ($image_profile profile)" \
 		cargo build --locked --quiet --profile "$image_profile" "${bins[@]}" --manifest-path "$kind_repo_root/Cargo.toml"
 fi
