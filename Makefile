@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check kwok test test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down check kwok test test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ e2e-kind: deps control-plane kwok ## The conformance suite against the kind clus
 
 e2e-kind-both: deps control-plane kwok ## make e2e-kind against both CCMs at once: kind clusters fakecloud and fakecloud-upstream on one engine
 	@bash scripts/e2e-kind-both.sh
+
+e2e-kind-lb: deps control-plane ## Upstream's [sig-network] LoadBalancers e2e specs (e2e.test, built once per version) against the kind cluster of kind-up; report in target/e2e-kind-lb/
+	@bash scripts/e2e-kind-lb.sh
 
 e2e-kind-upstream: deps control-plane kwok ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh

@@ -10,6 +10,8 @@ set -euo pipefail
 kind_script=images
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=scripts/kind/rootfs.sh
+source "$kind_repo_root/scripts/kind/rootfs.sh"
 
 tag=${FAKECLOUD_IMAGE_TAG:-dev}
 # image name -> binary it carries
@@ -65,8 +67,45 @@ for name in "${!binaries[@]}"; do
 	fi
 done
 
+# agnhost's base: upstream's image is alpine with `bind-tools curl netcat-openbsd iproute2 iperf bash
+# util-linux-misc socat`, and its specs exec curl, wget, nc, dig and ip in agnhost pods (the LoadBalancers specs
+# of scripts/e2e-kind-lb.sh among them), so the binary alone is not enough. The same tools from Debian
+# (dnsutils is bind9-dnsutils; wget and procps because specs call them too), as a debootstrap root filesystem
+# (rootfs.sh: cached, no registry), imported once per root filesystem: its directory's name, which carries the
+# hash of the packages and of the customizing below, is the label that says the image is current.
+agnhost_packages=bash,bind9-dnsutils,curl,iperf,iproute2,netcat-openbsd,procps,socat,wget
+agnhost_base=fakecloud/agnhost-base:$debian_suite
+# What upstream's Dockerfile adds beside the packages: /uploads (netexec's upload target), porter's TLS pair,
+# the agnhost-2 name (entrypoint tests), and the user and group the image-defined-user specs look for.
+agnhost_customize() {
+	local dir=$1 src
+	src=$(cd "$k8s_module_dir" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost
+	[[ -f "$src/porter/localhost.crt" ]] || die "agnhost's sources not found at $src (run scripts/kind/build-node-binaries.sh first)"
+	mkdir -p "$dir/uploads"
+	install -m 0644 "$src/porter/localhost.crt" "$src/porter/localhost.key" "$dir/"
+	ln -sf agnhost "$dir/agnhost-2"
+	in_rootfs "$dir" groupadd -g 50000 group-defined-in-image
+	in_rootfs "$dir" useradd -u 1000 -M -G group-defined-in-image user-defined-in-image
+	# Only what the tools need at run time: locales and translations are most of what is left to drop.
+	rm -rf "$dir"/usr/share/locale/* "$dir"/usr/share/i18n/*
+}
+agnhost_base_image() {
+	local rootfs current
+	rootfs=$(make_rootfs agnhost "$agnhost_packages" agnhost_customize "$k8s_version")
+	current=$(docker image inspect -f '{{index .Config.Labels "org.fakecloud.rootfs"}}' "$agnhost_base" 2>/dev/null) || true
+	if [[ "$current" == "${rootfs##*/}" ]]; then
+		log "$agnhost_base is current (${rootfs##*/})"
+		return
+	fi
+	import_rootfs_image "$rootfs" "$agnhost_base" --change "LABEL $label=agnhost-base" \
+		--change "LABEL org.fakecloud.rootfs=${rootfs##*/}" \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+	log "$agnhost_base imported from $rootfs ($(docker image inspect -f '{{.Size}}' "$agnhost_base" | numfmt --to=iec))"
+}
+
 agnhost="$kind_bin_dir/agnhost"
 [[ -x "$agnhost" ]] || die "$agnhost is missing: run scripts/kind/build-node-binaries.sh first (make kind-up does)"
+step "agnhost's base image $agnhost_base (Debian with upstream's tools)" agnhost_base_image
 image_of agnhost "$agnhost"
 # Upstream's CCM only where it is the one deployed (FAKECLOUD_KIND_CCM=upstream): its Go build is the slow part.
 if [[ "$kind_ccm" == upstream ]]; then
