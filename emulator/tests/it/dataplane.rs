@@ -728,6 +728,43 @@ async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
     .await;
 }
 
+/// A client that keeps its source port (a resolver, upstream's UDP e2e specs) while its backend has nothing on
+/// the port yet, as a NodePort before its Service has an endpoint: the backend refuses, the session ends, and
+/// once something answers there the client's next datagram reaches it.
+#[tokio::test]
+async fn a_udp_session_its_backend_refused_ends_so_the_client_reaches_it_once_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 12).await;
+    let bs = backends(&c, 12, &["b1"]).await;
+    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "dns".into(),
+            listeners: vec![udp],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+    let client = tokio::net::UdpSocket::bind((ip("127.79.12.1"), 0)).await.unwrap();
+    let refused = format!(
+        "fakecloud_lb_connections_total{{load_balancer=\"{}\",protocol=\"UDP\",port=\"18053\",outcome=\"backend_refused\"}}",
+        lb.id
+    );
+    // Nothing on the backend's UDP port: its refusal ends the session, which the next datagram finds.
+    eventually(FOLLOW, "the backend's refusal to end the session", || async {
+        client.send_to(b"anyone?", to).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        metrics(&c).await.contains(&refused).then_some(())
+    })
+    .await;
+    let socket = tokio::net::UdpSocket::bind((ip("127.78.12.1"), bs.port)).await.unwrap();
+    let _echo = udp_echo("b1", socket);
+    assert_eq!(udp_ask(&client, to, "hello").await, "b1:hello", "the same source port reaches the backend now");
+}
+
 /// Connect to `to` and keep the connection if a backend greets it; `None` if it is closed at once.
 async fn held(to: SocketAddr) -> Option<TcpStream> {
     hello_from(None, to).await.map(|(_, stream)| stream)
