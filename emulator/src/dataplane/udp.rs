@@ -1,6 +1,6 @@
 //! One UDP listener of a load balancer. UDP has no connections, so the datagrams of one client address make a
-//! session: the first opens an upstream socket connected to one healthy backend (in turn, as TCP connections
-//! are spread), and every datagram after it goes there; what the backend answers goes back to the client from
+//! session: the first opens an upstream socket connected to one healthy backend (chosen as a TCP connection's
+//! is: in turn, or by the client's address with client-IP affinity), and every datagram after it goes there; what the backend answers goes back to the client from
 //! the load balancer's address. A session ends after [`IDLE`] without a datagram either way, or as soon as its
 //! backend refuses a datagram (ICMP port unreachable, as kube-proxy answers a NodePort with no endpoint yet):
 //! the client's next datagram opens a new one, so a client that keeps its source port, as a DNS resolver
@@ -168,8 +168,7 @@ pub async fn receive_loop(
                 continue;
             }
         };
-        let (instance, ip) = &backends[turn % backends.len()];
-        turn = turn.wrapping_add(1);
+        let (instance, ip) = &backends[current.pick(backends.len(), client.ip(), &mut turn)];
         let backend = SocketAddr::new(*ip, current.backend_port);
         match open(&socket, client, backend, epoch, now, held).await {
             Ok(session) => {

@@ -5,6 +5,7 @@
 //! parallel without meeting.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator_with};
 use fakecloud_api::{
     AuditQuery, BackendState, Client, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
     DataPlaneState, FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener,
-    ListenerState, LoadBalancer, LoadBalancerState, Protocol, Scheme, UpdateLoadBalancerRequest,
+    ListenerState, LoadBalancer, LoadBalancerState, Protocol, Scheme, SessionAffinity, UpdateLoadBalancerRequest,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -724,6 +725,65 @@ async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
         a.send_to(b"anyone?", to).await.ok()?;
         let mut buf = [0u8; 64];
         tokio::time::timeout(Duration::from_millis(300), a.recv_from(&mut buf)).await.is_err().then_some(())
+    })
+    .await;
+}
+
+/// Client-IP affinity: every connection of one client address goes to one backend (kube-proxy's `ClientIP`
+/// affinity is per node, so only this keeps one client on one pod), clients still spread, and turning it off
+/// spreads one client's connections again — all on the listener as it runs.
+#[tokio::test]
+async fn client_ip_affinity_keeps_one_client_on_one_backend_and_can_be_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 13).await;
+    let bs = backends(&c, 13, &["b1", "b2", "b3"]).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "sticky".into(),
+            listeners: vec![tcp(18001, bs.port)],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(lb.session_affinity, SessionAffinity::None);
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    for name in ["b1", "b2", "b3"] {
+        answers(to, &[name]).await;
+    }
+    let from = |k: u8| Some(ip(&format!("127.79.13.{k}")));
+    let backend_of = async |k: u8| hello_from(from(k), to).await.map(|(name, _)| name);
+
+    let update = |affinity| UpdateLoadBalancerRequest { session_affinity: Some(affinity), ..Default::default() };
+    let sticky = c.update_load_balancer(&lb.id, &update(SessionAffinity::ClientIp)).await.unwrap();
+    assert_eq!(sticky.session_affinity, SessionAffinity::ClientIp);
+    assert_eq!(c.get_load_balancer(&lb.id).await.unwrap().session_affinity, SessionAffinity::ClientIp);
+    // The data plane follows the update within a resync; from then on one client sees one backend.
+    let first = eventually(FOLLOW, "one client's connections to stay on one backend", || async {
+        let mut seen = HashSet::new();
+        for _ in 0..6 {
+            seen.insert(backend_of(1).await?);
+        }
+        (seen.len() == 1).then(|| seen.into_iter().next())?
+    })
+    .await;
+    for _ in 0..6 {
+        assert_eq!(backend_of(1).await.as_deref(), Some(first.as_str()), "client-ip affinity held");
+    }
+    let mut clients = HashSet::new();
+    for k in 1..=12 {
+        clients.insert(backend_of(k).await.unwrap());
+    }
+    assert!(clients.len() >= 2, "clients still spread over the backends: {clients:?}");
+
+    c.update_load_balancer(&lb.id, &update(SessionAffinity::None)).await.unwrap();
+    eventually(FOLLOW, "one client's connections to spread again", || async {
+        let mut seen = HashSet::new();
+        for _ in 0..6 {
+            seen.insert(backend_of(1).await?);
+        }
+        (seen.len() == 3).then_some(())
     })
     .await;
 }
