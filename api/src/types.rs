@@ -369,6 +369,8 @@ pub struct LoadBalancer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
     pub source_ranges: Vec<String>,
+    #[serde(default)]
+    pub session_affinity: SessionAffinity,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub requested_ip: Option<IpAddr>,
@@ -397,6 +399,29 @@ pub struct LoadBalancer {
     /// address cannot be bound is still `active`, and says so here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_plane: Option<DataPlaneStatus>,
+}
+
+/// Which backend a client's connections go to (Kubernetes' `spec.sessionAffinity`, as clouds offer it: ELB's
+/// source-IP stickiness, GCP's `CLIENT_IP`, Azure's `SourceIP` distribution).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionAffinity {
+    /// Each connection (UDP session) to the next healthy backend in turn.
+    #[default]
+    None,
+    /// Every connection and UDP session of one client address to the same healthy backend, for as long as the
+    /// set of healthy backends stays the same: kube-proxy's `ClientIP` affinity on that node then holds too,
+    /// where spreading one client over several nodes would give it a different pod on each.
+    ClientIp,
+}
+
+impl SessionAffinity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::ClientIp => "client-ip",
+        }
+    }
 }
 
 /// How a load balancer's address carries traffic to the nodes (Kubernetes' `ipMode`, KEP-1860).
@@ -518,6 +543,8 @@ pub struct CreateLoadBalancerRequest {
     pub health_check: Option<HealthCheck>,
     #[serde(default)]
     pub source_ranges: Vec<String>,
+    #[serde(default)]
+    pub session_affinity: SessionAffinity,
     /// Must be free and inside the pool of the scheme. An IPv4-mapped IPv6 address is read as the IPv4 address
     /// it maps.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::net::deserialize_canonical")]
@@ -537,6 +564,8 @@ pub struct UpdateLoadBalancerRequest {
     pub source_ranges: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<SessionAffinity>,
 }
 
 /// How long new load balancers stay `provisioning`, set at run time (as moto's state transitions are): for

@@ -572,6 +572,24 @@ func (e Service) Valid() bool {
 	}
 }
 
+// Defines values for SessionAffinity.
+const (
+	ClientIp SessionAffinity = "client-ip"
+	None     SessionAffinity = "none"
+)
+
+// Valid indicates whether the value is a known member of the SessionAffinity enum.
+func (e SessionAffinity) Valid() bool {
+	switch e {
+	case ClientIp:
+		return true
+	case None:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SetRateLimitRequestOperation.
 const (
 	SetRateLimitRequestOperationAddFault               SetRateLimitRequestOperation = "AddFault"
@@ -1128,9 +1146,13 @@ type CreateLoadBalancerRequest struct {
 
 	// RequestedIp Must be free and inside the pool of the scheme. An IPv4-mapped IPv6 address is read as the IPv4 address
 	// it maps.
-	RequestedIp  *string   `json:"requested_ip,omitempty"`
-	Scheme       *Scheme   `json:"scheme,omitempty"`
-	SourceRanges *[]string `json:"source_ranges,omitempty"`
+	RequestedIp *string `json:"requested_ip,omitempty"`
+	Scheme      *Scheme `json:"scheme,omitempty"`
+
+	// SessionAffinity Which backend a client's connections go to (Kubernetes' `spec.sessionAffinity`, as clouds offer it: ELB's
+	// source-IP stickiness, GCP's `CLIENT_IP`, Azure's `SourceIP` distribution).
+	SessionAffinity *SessionAffinity `json:"session_affinity,omitempty"`
+	SourceRanges    *[]string        `json:"source_ranges,omitempty"`
 }
 
 // CreateRouteRequest defines model for CreateRouteRequest.
@@ -1534,9 +1556,13 @@ type LoadBalancer struct {
 	Name           string            `json:"name"`
 	RequestedIp    *string           `json:"requested_ip,omitempty"`
 	Scheme         Scheme            `json:"scheme"`
-	SourceRanges   []string          `json:"source_ranges"`
-	State          LoadBalancerState `json:"state"`
-	UpdatedAt      string            `json:"updated_at"`
+
+	// SessionAffinity Which backend a client's connections go to (Kubernetes' `spec.sessionAffinity`, as clouds offer it: ELB's
+	// source-IP stickiness, GCP's `CLIENT_IP`, Azure's `SourceIP` distribution).
+	SessionAffinity *SessionAffinity  `json:"session_affinity,omitempty"`
+	SourceRanges    []string          `json:"source_ranges"`
+	State           LoadBalancerState `json:"state"`
+	UpdatedAt       string            `json:"updated_at"`
 }
 
 // LoadBalancerList defines model for LoadBalancerList.
@@ -1751,6 +1777,10 @@ type Scheme string
 // Service defines model for Service.
 type Service string
 
+// SessionAffinity Which backend a client's connections go to (Kubernetes' `spec.sessionAffinity`, as clouds offer it: ELB's
+// source-IP stickiness, GCP's `CLIENT_IP`, Azure's `SourceIP` distribution).
+type SessionAffinity string
+
 // SetLbProvisioningRequest How long new load balancers stay `provisioning`, set at run time (as moto's state transitions are): for
 // every load balancer, or for those created with one name.
 type SetLbProvisioningRequest struct {
@@ -1893,10 +1923,11 @@ type StartOutageRequestZone string
 
 // UpdateLoadBalancerRequest A partial update: each field given replaces the current value.
 type UpdateLoadBalancerRequest struct {
-	Backends     *[]string    `json:"backends,omitempty"`
-	HealthCheck  *HealthCheck `json:"health_check,omitempty"`
-	Listeners    *[]Listener  `json:"listeners,omitempty"`
-	SourceRanges *[]string    `json:"source_ranges,omitempty"`
+	Backends        *[]string        `json:"backends,omitempty"`
+	HealthCheck     *HealthCheck     `json:"health_check,omitempty"`
+	Listeners       *[]Listener      `json:"listeners,omitempty"`
+	SessionAffinity *SessionAffinity `json:"session_affinity,omitempty"`
+	SourceRanges    *[]string        `json:"source_ranges,omitempty"`
 }
 
 // Zone defines model for Zone.

@@ -43,12 +43,13 @@ type Desired struct {
 	SourceRanges []string
 	RequestedIP  string // "" when the Service asks for none
 	HealthCheck  *fakecloudapi.HealthCheck
+	Affinity     fakecloudapi.SessionAffinity
 }
 
 // DesiredLoadBalancer is the Service's load balancer, or what is wrong with the Service, worded as the field or
 // annotation to fix. The rules are fakecloud-ccm's (ccm/src/cloud/load_balancer.rs `desired`).
 func DesiredLoadBalancer(svc *v1.Service) (*Desired, error) {
-	d := &Desired{Scheme: fakecloudapi.InternetFacing, Listeners: []fakecloudapi.Listener{}, SourceRanges: []string{}}
+	d := &Desired{Scheme: fakecloudapi.InternetFacing, Listeners: []fakecloudapi.Listener{}, SourceRanges: []string{}, Affinity: fakecloudapi.None}
 	if v, ok := annotation(svc, AnnotationInternal); ok {
 		internal, err := strconv.ParseBool(v)
 		if err != nil {
@@ -103,6 +104,11 @@ func DesiredLoadBalancer(svc *v1.Service) (*Desired, error) {
 		interval = int32(s)
 	}
 	d.HealthCheck = healthCheck(svc.Spec.HealthCheckNodePort, d.Listeners, path, hasPath, interval)
+	// ClientIP asks that one client stay on one pod. kube-proxy keeps that per node, so the load balancer must
+	// keep one client on one node too.
+	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+		d.Affinity = fakecloudapi.ClientIp
+	}
 	return d, nil
 }
 
@@ -246,10 +252,21 @@ func Changes(lb *fakecloudapi.LoadBalancer, want *Desired, backends []string) (*
 	if want.HealthCheck != nil && !sameHealthCheck(lb.HealthCheck, want.HealthCheck) {
 		req.HealthCheck, changed = want.HealthCheck, true
 	}
+	if affinity(lb) != want.Affinity {
+		req.SessionAffinity, changed = &want.Affinity, true
+	}
 	if !changed {
 		return nil, nil
 	}
 	return &req, nil
+}
+
+// affinity is lb's session affinity; an emulator older than the field answers none.
+func affinity(lb *fakecloudapi.LoadBalancer) fakecloudapi.SessionAffinity {
+	if lb.SessionAffinity == nil {
+		return fakecloudapi.None
+	}
+	return *lb.SessionAffinity
 }
 
 func sorted(v []string) []string {
@@ -449,12 +466,13 @@ func (c *Cloud) create(ctx context.Context, svc *v1.Service, name string, want *
 	defer cancel()
 	key := fmt.Sprintf("%s-%d", name, svc.Generation)
 	body := fakecloudapi.CreateLoadBalancerRequest{
-		Name:         name,
-		Scheme:       &want.Scheme,
-		Listeners:    want.Listeners,
-		Backends:     &backends,
-		HealthCheck:  want.HealthCheck,
-		SourceRanges: &want.SourceRanges,
+		Name:            name,
+		Scheme:          &want.Scheme,
+		Listeners:       want.Listeners,
+		Backends:        &backends,
+		HealthCheck:     want.HealthCheck,
+		SourceRanges:    &want.SourceRanges,
+		SessionAffinity: &want.Affinity,
 	}
 	if want.RequestedIP != "" {
 		body.RequestedIp = &want.RequestedIP

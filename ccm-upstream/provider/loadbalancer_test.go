@@ -140,6 +140,25 @@ func TestChanges(t *testing.T) {
 	if _, err := Changes(&internal, want, nil); err == nil || !strings.Contains(err.Error(), "scheme cannot change") {
 		t.Errorf("scheme change: %v", err)
 	}
+	// sessionAffinity: ClientIP keeps one client on one node (kube-proxy's affinity is per node); back to None
+	// spreads again. An emulator older than the field answers none.
+	sticky := svc.DeepCopy()
+	sticky.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	wantSticky, err := DesiredLoadBalancer(sticky)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err = Changes(lb, wantSticky, []string{"i-1", "i-2"})
+	if err != nil || req == nil || req.SessionAffinity == nil || *req.SessionAffinity != fakecloudapi.ClientIp || req.Backends != nil {
+		t.Errorf("affinity to ClientIP: %+v, %v", req, err)
+	}
+	clientIP := fakecloudapi.ClientIp
+	stuck := *lb
+	stuck.SessionAffinity = &clientIP
+	req, err = Changes(&stuck, want, []string{"i-1", "i-2"})
+	if err != nil || req == nil || req.SessionAffinity == nil || *req.SessionAffinity != fakecloudapi.None {
+		t.Errorf("affinity back to None: %+v, %v", req, err)
+	}
 	want.RequestedIP = "203.0.113.10"
 	if _, err := Changes(lb, want, nil); err == nil || !strings.Contains(err.Error(), "loadBalancerIP") {
 		t.Errorf("loadBalancerIP change: %v", err)

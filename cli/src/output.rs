@@ -6,7 +6,7 @@ use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
     AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Hang, Instance, LbFaultAction,
     LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit, RateLimitPresetInfo, Region,
-    Route,
+    Route, SessionAffinity,
 };
 use serde::Serialize;
 
@@ -95,6 +95,9 @@ fn load_balancer_table(items: &[LoadBalancer]) -> String {
 /// not listening, with why.
 fn load_balancer_text(lb: &LoadBalancer) -> String {
     let mut out = load_balancer_table(std::slice::from_ref(lb));
+    if lb.session_affinity != SessionAffinity::None {
+        out.push_str(&format!("\n\nsession affinity: {}", lb.session_affinity.as_str()));
+    }
     if let Some(d) = &lb.data_plane {
         out.push_str(&format!("\n\ndata plane: {}", d.state.as_str()));
         for r in &d.reasons {
@@ -431,6 +434,9 @@ mod tests {
     fn lb_get_shows_the_data_plane_listeners_and_backend_health_with_why() {
         let got = load_balancer_text(&load_balancer("degraded"));
         assert!(got.contains("data plane: degraded") && got.contains("listener TCP/18002 failed"), "{got}");
+        assert!(!got.contains("session affinity"), "said only when there is one: {got}");
+        let sticky = LoadBalancer { session_affinity: SessionAffinity::ClientIp, ..load_balancer("degraded") };
+        assert!(load_balancer_text(&sticky).contains("session affinity: client-ip"));
         assert!(got.contains("1/2 healthy") && got.contains("unhealthy") && got.contains("connect"), "{got}");
     }
 }

@@ -98,6 +98,7 @@ impl FakeCloud {
             backends,
             health_check: want.health_check,
             source_ranges: want.source_ranges,
+            session_affinity: want.session_affinity,
             requested_ip: want.requested_ip,
         };
         match self.metered("CreateLoadBalancer", self.client.create_load_balancer(&req, Some(&key))).await {
@@ -265,8 +266,14 @@ fn changes(
     if want.health_check.is_some() && lb.health_check != want.health_check {
         req.health_check = want.health_check.clone();
     }
-    let unchanged =
-        req.listeners.is_none() && req.backends.is_none() && req.source_ranges.is_none() && req.health_check.is_none();
+    if lb.session_affinity != want.session_affinity {
+        req.session_affinity = Some(want.session_affinity);
+    }
+    let unchanged = req.listeners.is_none()
+        && req.backends.is_none()
+        && req.source_ranges.is_none()
+        && req.health_check.is_none()
+        && req.session_affinity.is_none();
     Ok((!unchanged).then_some(req))
 }
 
@@ -460,6 +467,7 @@ impl Cloud for FakeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fakecloud_api::SessionAffinity;
 
     fn api_error(status: u16, code: &str, retry_after: Option<u64>) -> ClientError {
         ClientError::Api(fakecloud_api::ApiError {
@@ -565,5 +573,29 @@ mod tests {
         assert_eq!((ingress(&lb).ip.as_deref(), ingress(&lb).ip_mode), (Some("203.0.113.9"), None), "VIP: defaulted");
         let proxy = LoadBalancer { ip_mode: IpMode::Proxy, ..lb };
         assert_eq!(ingress(&proxy).ip_mode.as_deref(), Some("Proxy"));
+    }
+
+    #[test]
+    fn a_session_affinity_change_is_an_update_of_that_alone() {
+        let lb: LoadBalancer = serde_json::from_value(serde_json::json!({
+            "id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active",
+            "listeners": [{"protocol": "TCP", "port": 80, "backend_port": 30080}],
+            "backends": ["i-2", "i-1"], "source_ranges": [], "created_at": "", "updated_at": ""}))
+        .unwrap();
+        let svc = |affinity: &str| -> Service {
+            serde_json::from_value(serde_json::json!({"spec": {"ports": [{"port": 80, "nodePort": 30080}],
+                "sessionAffinity": affinity}}))
+            .unwrap()
+        };
+        let backends = ids(&["i-1", "i-2"]);
+        let plain = load_balancer::desired(&svc("None")).unwrap();
+        let lb = LoadBalancer { health_check: plain.health_check.clone(), ..lb };
+        assert!(changes(&lb, &plain, &backends).unwrap().is_none(), "up to date: an older emulator answers none");
+        let sticky = load_balancer::desired(&svc("ClientIP")).unwrap();
+        let req = changes(&lb, &sticky, &backends).unwrap().unwrap();
+        assert_eq!(req.session_affinity, Some(SessionAffinity::ClientIp));
+        assert!(req.listeners.is_none() && req.backends.is_none() && req.health_check.is_none(), "{req:?}");
+        let lb = LoadBalancer { session_affinity: SessionAffinity::ClientIp, ..lb };
+        assert_eq!(changes(&lb, &plain, &backends).unwrap().unwrap().session_affinity, Some(SessionAffinity::None));
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use fakecloud_api::{HealthCheck, HealthCheckProtocol, Listener, Protocol, Scheme};
+use fakecloud_api::{HealthCheck, HealthCheckProtocol, Listener, Protocol, Scheme, SessionAffinity};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
@@ -37,6 +37,7 @@ pub struct Desired {
     pub source_ranges: Vec<String>,
     pub requested_ip: Option<IpAddr>,
     pub health_check: Option<HealthCheck>,
+    pub session_affinity: SessionAffinity,
 }
 
 /// The Service's load balancer, or what is wrong with the Service (a message that names the field or the
@@ -105,7 +106,13 @@ pub fn desired(svc: &Service) -> Result<Desired, String> {
         },
     };
     let health_check = health_check(spec.health_check_node_port, &listeners, path, interval);
-    Ok(Desired { scheme, listeners, source_ranges, requested_ip, health_check })
+    // `ClientIP` asks that one client stay on one pod. kube-proxy keeps that per node, so the load balancer must
+    // keep one client on one node too; any other value is the API server's to refuse, and means none here.
+    let session_affinity = match spec.session_affinity.as_deref() {
+        Some("ClientIP") => SessionAffinity::ClientIp,
+        _ => SessionAffinity::None,
+    };
+    Ok(Desired { scheme, listeners, source_ranges, requested_ip, health_check, session_affinity })
 }
 
 /// The check a cloud runs against every node, so that only nodes that can serve get traffic:
@@ -216,6 +223,21 @@ mod tests {
         assert_eq!((hc.protocol, hc.port, hc.path, hc.interval_seconds), (HealthCheckProtocol::Tcp, 30080, None, 7));
         let no_ports = svc(serde_json::json!({"spec": {"type": "LoadBalancer"}}));
         assert_eq!(desired(&no_ports).unwrap().health_check, None);
+    }
+
+    #[test]
+    fn client_ip_session_affinity_asks_for_it_of_the_load_balancer() {
+        let ports = serde_json::json!([{"port": 80, "nodePort": 30080}]);
+        let sticky = svc(serde_json::json!({"spec": {"ports": ports, "sessionAffinity": "ClientIP"}}));
+        assert_eq!(desired(&sticky).unwrap().session_affinity, SessionAffinity::ClientIp);
+        for none in
+            [serde_json::json!({"ports": ports, "sessionAffinity": "None"}), serde_json::json!({"ports": ports})]
+        {
+            assert_eq!(
+                desired(&svc(serde_json::json!({"spec": none}))).unwrap().session_affinity,
+                SessionAffinity::None
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakecloud_api::Protocol;
+use fakecloud_api::{Protocol, SessionAffinity};
 use ipnet::IpNet;
 use tokio::sync::watch;
 
@@ -37,6 +37,7 @@ pub struct Route {
     pub backend_port: u16,
     /// Empty: every source is allowed.
     pub source_ranges: Vec<IpNet>,
+    pub affinity: SessionAffinity,
 }
 
 impl Route {
@@ -44,6 +45,29 @@ impl Route {
     pub fn allows(&self, source: IpAddr) -> bool {
         let source = fakecloud_api::net::canonical(source);
         self.source_ranges.is_empty() || self.source_ranges.iter().any(|r| r.contains(&source))
+    }
+
+    /// Which of `healthy` backends a new connection (UDP session) from `client` goes to first: the next in
+    /// `turn`, or, with client-IP affinity, always the same one for one client address while the healthy set
+    /// stays the same (a hash of the address; FNV-1a, so it is the same in every run).
+    pub fn pick(&self, healthy: usize, client: IpAddr, turn: &mut usize) -> usize {
+        match self.affinity {
+            SessionAffinity::None => {
+                let first = *turn % healthy;
+                *turn = turn.wrapping_add(1);
+                first
+            }
+            SessionAffinity::ClientIp => {
+                let octets = match fakecloud_api::net::canonical(client) {
+                    IpAddr::V4(v4) => v4.octets().to_vec(),
+                    IpAddr::V6(v6) => v6.octets().to_vec(),
+                };
+                let hash = octets
+                    .iter()
+                    .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+                usize::try_from(hash % healthy as u64).unwrap_or(0)
+            }
+        }
     }
 }
 
@@ -101,17 +125,40 @@ mod tests {
 
     #[test]
     fn source_ranges_allow_only_their_members() {
-        let any = Route { subject: LbSubject::default(), backend_port: 80, source_ranges: vec![] };
+        let any = Route {
+            subject: LbSubject::default(),
+            backend_port: 80,
+            source_ranges: vec![],
+            affinity: SessionAffinity::None,
+        };
         assert!(any.allows("198.51.100.7".parse().unwrap()));
         let some = Route {
             subject: LbSubject::default(),
             backend_port: 80,
             source_ranges: vec!["127.90.0.0/16".parse().unwrap(), "2001:db8::/32".parse().unwrap()],
+            affinity: SessionAffinity::None,
         };
         assert!(some.allows("127.90.3.4".parse().unwrap()));
         assert!(some.allows("::ffff:127.90.0.1".parse().unwrap()));
         assert!(some.allows("2001:db8::1".parse().unwrap()));
         assert!(!some.allows("127.91.0.1".parse().unwrap()));
         assert!(!some.allows("2001:db9::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn client_ip_affinity_keeps_a_client_on_one_backend_and_spreads_clients() {
+        let route =
+            |affinity| Route { subject: LbSubject::default(), backend_port: 80, source_ranges: vec![], affinity };
+        let (mut turn, client) = (0, "172.18.0.1".parse().unwrap());
+        let sticky = route(SessionAffinity::ClientIp);
+        let first = sticky.pick(3, client, &mut turn);
+        assert!((0..10).all(|_| sticky.pick(3, client, &mut turn) == first), "one client, one backend");
+        assert_eq!(sticky.pick(3, "::ffff:172.18.0.1".parse().unwrap(), &mut turn), first, "its IPv4-mapped form too");
+        let spread: std::collections::HashSet<usize> =
+            (1..=30u8).map(|k| sticky.pick(3, IpAddr::from([172, 18, 0, k]), &mut turn)).collect();
+        assert_eq!(spread.len(), 3, "clients spread over every backend");
+        let in_turn = route(SessionAffinity::None);
+        let picks: Vec<usize> = (0..4).map(|_| in_turn.pick(3, client, &mut turn)).collect();
+        assert_eq!(picks, [0, 1, 2, 0], "without affinity, one after another");
     }
 }

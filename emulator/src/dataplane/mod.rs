@@ -257,7 +257,8 @@ async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, shared: Shared) 
     });
     for (&(protocol, port), &backend_port) in &wanted {
         let subject = LbSubject { id: lb.id.clone(), name: lb.name.clone() };
-        let route = Route { subject, backend_port, source_ranges: source_ranges.clone() };
+        let route =
+            Route { subject, backend_port, source_ranges: source_ranges.clone(), affinity: lb.session_affinity };
         if let Some(Slot::Listening(l)) = served.listeners.get(&(protocol, port)) {
             l.update(route);
             continue;

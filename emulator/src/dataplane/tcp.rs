@@ -84,8 +84,7 @@ pub(super) async fn accept_loop(
                 continue;
             }
         };
-        let first = turn % backends.len();
-        turn = turn.wrapping_add(1);
+        let first = current.pick(backends.len(), peer.ip(), &mut turn);
         let to = Upstream { backends, first, route: current };
         tokio::spawn(forward(client, to, route.clone(), ctx.clone(), held));
     }

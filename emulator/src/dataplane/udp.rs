@@ -1,7 +1,10 @@
 //! One UDP listener of a load balancer. UDP has no connections, so the datagrams of one client address make a
-//! session: the first opens an upstream socket connected to one healthy backend (in turn, as TCP connections
-//! are spread), and every datagram after it goes there; what the backend answers goes back to the client from
-//! the load balancer's address. A session ends after [`IDLE`] without a datagram either way. Sessions are
+//! session: the first opens an upstream socket connected to one healthy backend (chosen as a TCP connection's
+//! is: in turn, or by the client's address with client-IP affinity), and every datagram after it goes there; what the backend answers goes back to the client from
+//! the load balancer's address. A session ends after [`IDLE`] without a datagram either way, or as soon as its
+//! backend refuses a datagram (ICMP port unreachable, as kube-proxy answers a NodePort with no endpoint yet):
+//! the client's next datagram opens a new one, so a client that keeps its source port, as a DNS resolver
+//! or upstream's UDP e2e specs do, is not stuck on a session that nothing answers. Sessions are
 //! bounded per load balancer, across its UDP listeners, and each takes a file of the data plane's budget (see
 //! [`super::budget`]): a new client past either is dropped until a session ends. Source ranges are checked on
 //! every datagram; with no healthy backend, a new client's datagrams are dropped.
@@ -11,7 +14,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
@@ -34,12 +37,22 @@ struct Session {
     upstream: Arc<UdpSocket>,
     /// When a datagram last went either way, in ms since the listener started.
     last: Arc<AtomicU64>,
+    /// Set when the backend refused a datagram: nothing will answer on this upstream socket again.
+    refused: Arc<AtomicBool>,
     _replies: AbortOnDrop,
     _held: Held,
 }
 
 /// A session's place under its load balancer's cap and its socket's file, given back when it ends.
 type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// What [`Sessions::touch`] found for a client.
+enum Touched<'a> {
+    Open(&'a Session),
+    /// None now: its backend had refused, so it ended.
+    Refused,
+    None,
+}
 
 /// This listener's open sessions, by client address; swept of idle ones.
 struct Sessions {
@@ -52,11 +65,23 @@ impl Sessions {
         Self { by_client: HashMap::new(), idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX) }
     }
 
-    /// `client`'s session, if open, marked as used at `now`.
-    fn touch(&self, client: SocketAddr, now: u64) -> Option<&Session> {
-        let s = self.by_client.get(&client)?;
-        s.last.store(now, Ordering::Relaxed);
-        Some(s)
+    /// `client`'s session, if open, marked as used at `now`; a session its backend refused is ended here.
+    fn touch(&mut self, client: SocketAddr, now: u64) -> Touched<'_> {
+        let refused = match self.by_client.get(&client) {
+            None => return Touched::None,
+            Some(s) => s.refused.load(Ordering::Relaxed),
+        };
+        if refused {
+            self.by_client.remove(&client);
+            return Touched::Refused;
+        }
+        match self.by_client.get(&client) {
+            Some(s) => {
+                s.last.store(now, Ordering::Relaxed);
+                Touched::Open(s)
+            }
+            None => Touched::None,
+        }
     }
 
     /// End the sessions idle at `now`.
@@ -120,11 +145,15 @@ pub async fn receive_loop(
             continue;
         }
         let now = since(epoch);
-        if let Some(s) = sessions.touch(client, now) {
-            if let Err(e) = s.upstream.send(datagram).await {
-                tracing::debug!(lb = %ctx.lb, %client, error = %e, "UDP: cannot forward a datagram");
+        match sessions.touch(client, now) {
+            Touched::Open(s) => {
+                if let Err(e) = s.upstream.send(datagram).await {
+                    tracing::debug!(lb = %ctx.lb, %client, error = %e, "UDP: cannot forward a datagram");
+                }
+                continue;
             }
-            continue;
+            Touched::Refused => ctx.count("backend_refused"),
+            Touched::None => {}
         }
         let backends = healthy.borrow().clone();
         if backends.is_empty() {
@@ -139,8 +168,7 @@ pub async fn receive_loop(
                 continue;
             }
         };
-        let (instance, ip) = &backends[turn % backends.len()];
-        turn = turn.wrapping_add(1);
+        let (instance, ip) = &backends[current.pick(backends.len(), client.ip(), &mut turn)];
         let backend = SocketAddr::new(*ip, current.backend_port);
         match open(&socket, client, backend, epoch, now, held).await {
             Ok(session) => {
@@ -177,20 +205,30 @@ async fn open(
     upstream.connect(backend).await?;
     let upstream = Arc::new(upstream);
     let last = Arc::new(AtomicU64::new(now));
+    let refused = Arc::new(AtomicBool::new(false));
     let replies = tokio::spawn({
-        let (listener, upstream, last) = (listener.clone(), upstream.clone(), last.clone());
+        let (listener, upstream, last, refused) = (listener.clone(), upstream.clone(), last.clone(), refused.clone());
         async move {
             let mut buf = vec![0u8; DATAGRAM_MAX];
             // Ends when the backend refuses (ICMP unreachable) or the session is dropped (aborted).
-            while let Ok(n) = upstream.recv(&mut buf).await {
-                last.store(since(epoch), Ordering::Relaxed);
-                if let Err(e) = listener.send_to(&buf[..n], client).await {
-                    tracing::debug!(%client, error = %e, "UDP: cannot answer the client");
+            loop {
+                match upstream.recv(&mut buf).await {
+                    Ok(n) => {
+                        last.store(since(epoch), Ordering::Relaxed);
+                        if let Err(e) = listener.send_to(&buf[..n], client).await {
+                            tracing::debug!(%client, error = %e, "UDP: cannot answer the client");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(%client, %backend, error = %e, "UDP: the backend refused; session ends");
+                        refused.store(true, Ordering::Relaxed);
+                        return;
+                    }
                 }
             }
         }
     });
-    Ok(Session { upstream, last, _replies: AbortOnDrop(replies), _held: held })
+    Ok(Session { upstream, last, refused, _replies: AbortOnDrop(replies), _held: held })
 }
 
 #[cfg(test)]
@@ -205,6 +243,7 @@ mod tests {
         Session {
             upstream,
             last: Arc::new(AtomicU64::new(last)),
+            refused: Arc::new(AtomicBool::new(false)),
             _replies: AbortOnDrop(tokio::spawn(async {})),
             _held: held,
         }
@@ -229,7 +268,7 @@ mod tests {
         // Full, and nothing idle yet: no room on either listener.
         assert_eq!(s.room(&caps, &budget, 50).err(), Some(Limit::UdpSessions));
         // A datagram keeps client 1's session alive; once the other listener's idle session ends, there is room.
-        assert!(s.touch(client(1), 90).is_some());
+        assert!(matches!(s.touch(client(1), 90), Touched::Open(_)));
         assert_eq!(
             s.room(&caps, &budget, 120).err(),
             Some(Limit::UdpSessions),

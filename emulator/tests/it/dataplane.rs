@@ -5,6 +5,7 @@
 //! parallel without meeting.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator_with};
 use fakecloud_api::{
     AuditQuery, BackendState, Client, CreateInstanceRequest, CreateLbFaultRuleRequest, CreateLoadBalancerRequest,
     DataPlaneState, FaultTrigger, HealthCheck, HealthCheckProtocol, LbFaultAction, LbFaultMatch, Listener,
-    ListenerState, LoadBalancer, LoadBalancerState, Protocol, Scheme, UpdateLoadBalancerRequest,
+    ListenerState, LoadBalancer, LoadBalancerState, Protocol, Scheme, SessionAffinity, UpdateLoadBalancerRequest,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -726,6 +727,102 @@ async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
         tokio::time::timeout(Duration::from_millis(300), a.recv_from(&mut buf)).await.is_err().then_some(())
     })
     .await;
+}
+
+/// Client-IP affinity: every connection of one client address goes to one backend (kube-proxy's `ClientIP`
+/// affinity is per node, so only this keeps one client on one pod), clients still spread, and turning it off
+/// spreads one client's connections again — all on the listener as it runs.
+#[tokio::test]
+async fn client_ip_affinity_keeps_one_client_on_one_backend_and_can_be_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 13).await;
+    let bs = backends(&c, 13, &["b1", "b2", "b3"]).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "sticky".into(),
+            listeners: vec![tcp(18001, bs.port)],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(lb.session_affinity, SessionAffinity::None);
+    let to = SocketAddr::new(lb.address.unwrap(), 18001);
+    for name in ["b1", "b2", "b3"] {
+        answers(to, &[name]).await;
+    }
+    let from = |k: u8| Some(ip(&format!("127.79.13.{k}")));
+    let backend_of = async |k: u8| hello_from(from(k), to).await.map(|(name, _)| name);
+
+    let update = |affinity| UpdateLoadBalancerRequest { session_affinity: Some(affinity), ..Default::default() };
+    let sticky = c.update_load_balancer(&lb.id, &update(SessionAffinity::ClientIp)).await.unwrap();
+    assert_eq!(sticky.session_affinity, SessionAffinity::ClientIp);
+    assert_eq!(c.get_load_balancer(&lb.id).await.unwrap().session_affinity, SessionAffinity::ClientIp);
+    // The data plane follows the update within a resync; from then on one client sees one backend.
+    let first = eventually(FOLLOW, "one client's connections to stay on one backend", || async {
+        let mut seen = HashSet::new();
+        for _ in 0..6 {
+            seen.insert(backend_of(1).await?);
+        }
+        (seen.len() == 1).then(|| seen.into_iter().next())?
+    })
+    .await;
+    for _ in 0..6 {
+        assert_eq!(backend_of(1).await.as_deref(), Some(first.as_str()), "client-ip affinity held");
+    }
+    let mut clients = HashSet::new();
+    for k in 1..=12 {
+        clients.insert(backend_of(k).await.unwrap());
+    }
+    assert!(clients.len() >= 2, "clients still spread over the backends: {clients:?}");
+
+    c.update_load_balancer(&lb.id, &update(SessionAffinity::None)).await.unwrap();
+    eventually(FOLLOW, "one client's connections to spread again", || async {
+        let mut seen = HashSet::new();
+        for _ in 0..6 {
+            seen.insert(backend_of(1).await?);
+        }
+        (seen.len() == 3).then_some(())
+    })
+    .await;
+}
+
+/// A client that keeps its source port (a resolver, upstream's UDP e2e specs) while its backend has nothing on
+/// the port yet, as a NodePort before its Service has an endpoint: the backend refuses, the session ends, and
+/// once something answers there the client's next datagram reaches it.
+#[tokio::test]
+async fn a_udp_session_its_backend_refused_ends_so_the_client_reaches_it_once_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 12).await;
+    let bs = backends(&c, 12, &["b1"]).await;
+    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "dns".into(),
+            listeners: vec![udp],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+    let client = tokio::net::UdpSocket::bind((ip("127.79.12.1"), 0)).await.unwrap();
+    let refused = format!(
+        "fakecloud_lb_connections_total{{load_balancer=\"{}\",protocol=\"UDP\",port=\"18053\",outcome=\"backend_refused\"}}",
+        lb.id
+    );
+    // Nothing on the backend's UDP port: its refusal ends the session, which the next datagram finds.
+    eventually(FOLLOW, "the backend's refusal to end the session", || async {
+        client.send_to(b"anyone?", to).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        metrics(&c).await.contains(&refused).then_some(())
+    })
+    .await;
+    let socket = tokio::net::UdpSocket::bind((ip("127.78.12.1"), bs.port)).await.unwrap();
+    let _echo = udp_echo("b1", socket);
+    assert_eq!(udp_ask(&client, to, "hello").await, "b1:hello", "the same source port reaches the backend now");
 }
 
 /// Connect to `to` and keep the connection if a backend greets it; `None` if it is closed at once.
