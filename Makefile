@@ -76,13 +76,13 @@ e2e-kind: deps control-plane kwok ## The conformance suite against the kind clus
 e2e-kind-both: deps control-plane kwok ## make e2e-kind against both CCMs at once: kind clusters fakecloud and fakecloud-upstream on one engine
 	@bash scripts/e2e-kind-both.sh
 
-e2e-kind-lb: deps control-plane ## Upstream's [sig-network] LoadBalancers e2e specs (e2e.test, built once per version) against the kind cluster of kind-up; report in target/e2e-kind-lb/
+e2e-kind-lb: deps control-plane ## Upstream's [sig-network] LoadBalancers e2e specs (e2e.test, built once per version) against the kind cluster of kind-up; report in target/e2e-kind-lb/<cluster>/
 	@bash scripts/e2e-kind-lb.sh
 
 e2e-kind-upstream: deps control-plane kwok ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
-test-kind: deps control-plane kwok ## The kind path's tests: make e2e-kind-both, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it beside make test)
+test-kind: deps control-plane kwok ## The kind path's tests: make e2e-kind-both, upstream's LoadBalancers e2e specs on both clusters, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it beside make test)
 	@bash scripts/test-kind.sh
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules

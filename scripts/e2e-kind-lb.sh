@@ -25,7 +25,7 @@
 #                    --procs of its own. The specs mostly wait on load balancers, so this shortens a run.
 #   E2E_LB_ARGS      more e2e.test flags, word-split (e.g. '--ginkgo.fail-fast'; with E2E_LB_PROCS > 1 they
 #                    go to e2e.test after ginkgo's `--`, so no --ginkgo.* there)
-# Reports in target/e2e-kind-lb/: junit.xml (ginkgo's --junit-report), e2e.log (the whole output), summary.md.
+# Reports in target/e2e-kind-lb/<cluster>/: junit.xml (ginkgo's --junit-report), e2e.log (the whole output), summary.md.
 set -euo pipefail
 kind_script=e2e-kind-lb
 # shellcheck source=scripts/kind/common.sh
@@ -33,12 +33,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
 repo_root=$kind_repo_root
 cluster=$kind_cluster
 run_root=$kind_run_root
-report_dir="$repo_root/target/e2e-kind-lb"
+report_dir="$repo_root/target/e2e-kind-lb/$cluster" # one per cluster: make test-kind runs both at once
 
 focus=${E2E_LB_FOCUS:-'\[sig-network\] LoadBalancers'}
-# Specs not run, each with why. Empty today: every spec is run, so the baseline shows what fails; a spec that
-# cannot pass on kind by design goes here, with its reason, rather than staying red.
-skips=()
+# Specs not run, each with why (the README lists them too); everything else must pass or skip itself.
+skips=(
+	# Without NodePorts the load balancer must reach the nodes at its own address (a passthrough load balancer,
+	# ipMode VIP), which kube-proxy then serves; fakecloud's load balancers are proxies to NodePorts so far, so
+	# this spec can only time out (10 min). Passthrough is issue #25's next step.
+	'without NodePort and change it'
+)
 [[ -z "${E2E_LB_SKIP:-}" ]] || skips+=("$E2E_LB_SKIP")
 skip_regex=$(
 	IFS='|'

@@ -2,12 +2,14 @@
 # `make test-kind`: the kind path's tests, as CI runs them beside `make test` (.ci/run):
 #  1. make e2e-kind-both: the conformance suite against fakecloud-ccm and upstream's CCM at once, on two kind
 #     clusters (made here; every case must run);
-#  2. kind-up refuses a node image of another Kubernetes version up front, creating nothing;
-#  3. the testcontainers modules (Rust and Go) against the emulator's image on that engine: kind-up built it, so
+#  2. upstream's [sig-network] LoadBalancers e2e specs (make e2e-kind-lb) on both clusters at once, several
+#     specs at a time on each (they mostly wait on load balancers and rolling updates);
+#  3. kind-up refuses a node image of another Kubernetes version up front, creating nothing;
+#  4. the testcontainers modules (Rust and Go) against the emulator's image on that engine: kind-up built it, so
 #     their tests may not skip. No registry serves testcontainers-go's reaper image, so the Go test runs without
 #     it; -count=1, as a cached pass would not have started a container;
-#  4. make kind-down: both clusters (the private engine stops with the last one);
-#  5. the private engine's own tests (scripts/kind/test-engine.sh: the egress guard, nothing left after stop),
+#  5. make kind-down: both clusters (the private engine stops with the last one);
+#  6. the private engine's own tests (scripts/kind/test-engine.sh: the egress guard, nothing left after stop),
 #     which stop and restart it, so they come last, with no cluster on it.
 # Every step runs even when an earlier one failed; the exit status is non-zero if any did.
 set -uo pipefail
@@ -39,6 +41,24 @@ testcontainers_go() (
 )
 
 run "the conformance suite against both CCMs on kind" bash scripts/e2e-kind-both.sh
+# e2e.test once (cached), then both clusters' runs, each line prefixed with its cluster as e2e-kind-both does.
+lb_specs_both() {
+	bash scripts/kind/build-e2e-test.sh >/dev/null || return 1
+	local rc_first=0 rc_second=0 first second
+	KIND_CLUSTER_NAME=fakecloud FAKECLOUD_KIND_CCM=fakecloud FAKECLOUD_PORT=8787 E2E_LB_PROCS=$lb_procs \
+		bash scripts/e2e-kind-lb.sh 2>&1 | sed -u 's/^/[fakecloud] /' &
+	first=$!
+	KIND_CLUSTER_NAME=$kind_upstream_cluster FAKECLOUD_KIND_CCM=upstream FAKECLOUD_PORT=8788 E2E_LB_PROCS=$lb_procs \
+		bash scripts/e2e-kind-lb.sh 2>&1 | sed -u "s/^/[$kind_upstream_cluster] /" &
+	second=$!
+	wait "$first" || rc_first=$?
+	wait "$second" || rc_second=$?
+	((rc_first == 0 && rc_second == 0))
+}
+# Three specs at once per cluster: the two rolling-update specs (~10.5 min each) and source ranges (~8 min)
+# set the length of a run; more processes only add load on 2 cores.
+lb_procs=${FAKECLOUD_E2E_LB_PROCS:-3}
+run "upstream's LoadBalancers e2e specs on both clusters" lb_specs_both
 # A copy of the node image that says it is another Kubernetes version (built offline from the image itself).
 refuses_other_version() (
 	local image=fakecloud/kind-node:other-version out
