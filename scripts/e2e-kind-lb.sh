@@ -51,11 +51,8 @@ skip_regex=$(
 
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
-if ! kind_cluster_exists "$cluster"; then
-	log "no kind cluster $cluster yet: making it (make kind-up)"
-	bash "$repo_root/scripts/kind-up.sh"
-	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
-fi
+kind_cluster_ensure
+eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 kubeconfig="$run_root/kind.kubeconfig"
 [[ -f "$kubeconfig" ]] || die "$kubeconfig is missing (the cluster was not made by 'make kind-up'?): 'make kind-down && make kind-up'"
 

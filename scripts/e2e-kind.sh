@@ -15,11 +15,8 @@ run_root=$kind_run_root
 
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
-if ! kind_cluster_exists "$cluster"; then
-	log "no kind cluster $cluster yet: making it (make kind-up)"
-	bash "$repo_root/scripts/kind-up.sh"
-	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
-fi
+kind_cluster_ensure
+eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 for f in kind.kubeconfig kind.credentials kind.ccm; do
 	[[ -f "$run_root/$f" ]] || die "$run_root/$f is missing (the cluster was not made by 'make kind-up'?): 'make kind-down && make kind-up'"
 done

@@ -78,6 +78,14 @@ kind_cluster_exists() {
 		PATH="$kind_bin_dir:$PATH" kind get clusters 2>/dev/null | grep -qx "${1:-$kind_cluster}"
 }
 
+# Runs kind-up when $kind_cluster is not there yet (what make e2e-kind and e2e-kind-lb do first). The caller
+# evals `engine.sh env` again afterwards: kind-up may have started the private engine.
+kind_cluster_ensure() {
+	kind_cluster_exists "$kind_cluster" && return
+	log "no kind cluster $kind_cluster yet: making it (make kind-up)"
+	bash "$kind_repo_root/scripts/kind-up.sh"
+}
+
 # The CCM's Deployment, as kind-up applies it (before its --cluster-cidr is set); kubectl on PATH.
 kind_ccm_manifest() {
 	case "$kind_ccm" in

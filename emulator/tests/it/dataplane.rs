@@ -669,6 +669,20 @@ async fn udp_ask(client: &tokio::net::UdpSocket, to: SocketAddr, text: &str) -> 
     .await
 }
 
+/// An active load balancer `dns` over `bs` with one UDP listener on port 18053, and that listener's address.
+async fn udp_lb(c: &Client, bs: &Backends) -> (LoadBalancer, SocketAddr) {
+    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
+    let req = CreateLoadBalancerRequest {
+        name: "dns".into(),
+        listeners: vec![udp],
+        backends: bs.instances.clone(),
+        ..Default::default()
+    };
+    let lb = create_lb(c, req).await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+    (lb, to)
+}
+
 #[tokio::test]
 async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
     let dir = tempfile::tempdir().unwrap();
@@ -679,18 +693,7 @@ async fn udp_listeners_keep_each_client_on_one_backend_and_spread_clients() {
         let socket = tokio::net::UdpSocket::bind((ip(&format!("127.78.8.{}", k + 1)), bs.port)).await.unwrap();
         echoes.push(udp_echo(name, socket));
     }
-    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
-    let lb = create_lb(
-        &c,
-        CreateLoadBalancerRequest {
-            name: "dns".into(),
-            listeners: vec![udp],
-            backends: bs.instances.clone(),
-            ..Default::default()
-        },
-    )
-    .await;
-    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+    let (lb, to) = udp_lb(&c, &bs).await;
 
     let a = tokio::net::UdpSocket::bind((ip("127.79.8.1"), 0)).await.unwrap();
     let b = tokio::net::UdpSocket::bind((ip("127.79.8.2"), 0)).await.unwrap();
@@ -796,18 +799,7 @@ async fn a_udp_session_its_backend_refused_ends_so_the_client_reaches_it_once_it
     let dir = tempfile::tempdir().unwrap();
     let (_emu, c, _log) = emulator(&dir.path().join("fc.db"), 12).await;
     let bs = backends(&c, 12, &["b1"]).await;
-    let udp = Listener { protocol: Protocol::Udp, port: 18053, backend_port: bs.port };
-    let lb = create_lb(
-        &c,
-        CreateLoadBalancerRequest {
-            name: "dns".into(),
-            listeners: vec![udp],
-            backends: bs.instances.clone(),
-            ..Default::default()
-        },
-    )
-    .await;
-    let to = SocketAddr::new(lb.address.unwrap(), 18053);
+    let (lb, to) = udp_lb(&c, &bs).await;
     let client = tokio::net::UdpSocket::bind((ip("127.79.12.1"), 0)).await.unwrap();
     let refused = format!(
         "fakecloud_lb_connections_total{{load_balancer=\"{}\",protocol=\"UDP\",port=\"18053\",outcome=\"backend_refused\"}}",
