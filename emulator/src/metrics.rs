@@ -42,8 +42,9 @@ pub struct ConnectionLabels {
     pub port: u16,
     /// `accepted` (forwarded to a backend), `refused_source` (outside the source ranges), `refused_no_backend`
     /// (no healthy backend), `backend_failed` (no healthy backend could be connected to), `backend_refused` (UDP: a
-    /// session ended because its backend refused a datagram; the client's next one opens another), `reset_by_fault` (reset
-    /// by a data-plane fault rule before it was forwarded), or refused at a limit (`dataplane::budget`):
+    /// session ended because its backend refused a datagram; the client's next one opens another),
+    /// `reset_by_fault` (reset by a data-plane fault rule before it was forwarded), or refused at a limit
+    /// (`dataplane::budget`):
     /// `refused_listener_full`, `refused_lb_full`, `refused_sessions_full` (UDP), `refused_files_full`.
     pub outcome: &'static str,
 }
