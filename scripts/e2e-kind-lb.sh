@@ -52,7 +52,6 @@ skip_regex=$(
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
 kind_cluster_ensure
-eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 kubeconfig="$run_root/kind.kubeconfig"
 [[ -f "$kubeconfig" ]] || die "$kubeconfig is missing (the cluster was not made by 'make kind-up'?): 'make kind-down && make kind-up'"
 

@@ -16,7 +16,6 @@ run_root=$kind_run_root
 eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
 kind_cluster_ensure
-eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 for f in kind.kubeconfig kind.credentials kind.ccm; do
 	[[ -f "$run_root/$f" ]] || die "$run_root/$f is missing (the cluster was not made by 'make kind-up'?): 'make kind-down && make kind-up'"
 done

@@ -38,8 +38,6 @@ module_copy="$cache_root/kind/$k8s_version/e2e-module"
 # The control plane's module graph decides every version in the binaries: a change to it rebuilds.
 graph_hash=$(cat "$k8s_module_dir/go.mod" "$k8s_module_dir/go.sum" | sha256sum | cut -c1-12)
 
-stamp() { printf '%s/.%s.version' "$kind_bin_dir" "$1"; }
-is_built() { [[ -x "$kind_bin_dir/$1" && -f "$(stamp "$1")" && "$(cat "$(stamp "$1")")" == "$2" ]]; }
 
 # The module copy: go.mod renamed (a module path of its own, so nothing mistakes it for the control plane's),
 # go.sum as the control plane's plus whatever the suite adds. Remade whenever the control plane's graph changed.
@@ -72,14 +70,14 @@ module it needs; the module copy is $module_copy (delete it to start over)."
 	[[ -s "$tmp" ]] || die "go $* $pkg wrote no binary"
 	chmod 0755 "$tmp"
 	mv -f "$tmp" "$kind_bin_dir/$name"
-	printf '%s\n' "$stamp_value" >"$(stamp "$name")"
+	printf '%s\n' "$stamp_value" >"$(kind_bin_stamp "$name")"
 	trap - EXIT
 	log "built $kind_bin_dir/$name ($(du -m "$kind_bin_dir/$name" | cut -f1) MB) in $((SECONDS - start))s"
 }
 
 mkdir -p "$kind_bin_dir"
 e2e_stamp="k8s.io/kubernetes@$k8s_version graph $graph_hash"
-if is_built e2e.test "$e2e_stamp"; then
+if kind_bin_built e2e.test "$e2e_stamp"; then
 	log "e2e.test of Kubernetes $k8s_version already built: $kind_bin_dir/e2e.test"
 else
 	log "using $(go version); building e2e.test of Kubernetes $k8s_version (the suite imports most of Kubernetes:
@@ -94,7 +92,7 @@ fi
 module_copy_ready
 ginkgo_version=$(cd "$module_copy" && GOWORK=off go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2) ||
 	die "could not read github.com/onsi/ginkgo/v2's version from the module graph of $module_copy"
-if is_built ginkgo "github.com/onsi/ginkgo/v2@$ginkgo_version"; then
+if kind_bin_built ginkgo "github.com/onsi/ginkgo/v2@$ginkgo_version"; then
 	log "ginkgo $ginkgo_version already built: $kind_bin_dir/ginkgo"
 else
 	build ginkgo "github.com/onsi/ginkgo/v2@$ginkgo_version" github.com/onsi/ginkgo/v2/ginkgo build -ldflags "-s -w"

@@ -48,10 +48,6 @@ crictl_version=${CRICTL_VERSION:-v1.$k8s_minor.0}
 command -v go >/dev/null 2>&1 ||
 	die "the Go toolchain is not on PATH, and it builds the kind node binaries. Install Go $(awk '$1 == "go" { print $2; exit }' "$k8s_module_dir/go.mod") or newer, put its bin directory on PATH, and run this script again."
 
-# A binary counts as built when it is there and its stamp names the module version it was built from.
-stamp() { printf '%s/.%s.version' "$kind_bin_dir" "$1"; }
-is_built() { [[ -x "$kind_bin_dir/$1" && -f "$(stamp "$1")" && "$(cat "$(stamp "$1")")" == "$2" ]]; }
-
 mkdir -p "$kind_bin_dir"
 tmp_dir=$(mktemp -d "$kind_bin_dir/.build.XXXXXX")
 trap 'rm -rf "$tmp_dir"' EXIT
@@ -59,7 +55,7 @@ trap 'rm -rf "$tmp_dir"' EXIT
 install_built() {
 	local name=$1 version=$2
 	mv -f "$tmp_dir/$name" "$kind_bin_dir/$name"
-	printf '%s\n' "$version" >"$(stamp "$name")"
+	printf '%s\n' "$version" >"$(kind_bin_stamp "$name")"
 	log "installed $kind_bin_dir/$name ($version)"
 }
 
@@ -164,23 +160,23 @@ log "using $(go version); Kubernetes $k8s_version, crictl $crictl_version, kind 
 
 missing=()
 for name in kubelet kubeadm kube-proxy kube-scheduler; do
-	is_built "$name" "k8s.io/kubernetes@$k8s_version" || missing+=("$name")
+	kind_bin_built "$name" "k8s.io/kubernetes@$k8s_version" || missing+=("$name")
 done
 if ((${#missing[@]} > 0)); then
 	step "build ${missing[*]}" build_kubernetes "${missing[@]}"
 fi
 
-is_built agnhost "k8s.io/kubernetes@$k8s_version" || step "build agnhost (upstream's e2e test server)" build_agnhost
+kind_bin_built agnhost "k8s.io/kubernetes@$k8s_version" || step "build agnhost (upstream's e2e test server)" build_agnhost
 
-is_built crictl "sigs.k8s.io/cri-tools@$crictl_version" || step "build crictl $crictl_version" build_crictl
+kind_bin_built crictl "sigs.k8s.io/cri-tools@$crictl_version" || step "build crictl $crictl_version" build_crictl
 
 coredns=$(coredns_version)
-is_built coredns "github.com/coredns/coredns@$coredns" || step "build coredns $coredns (kubeadm's CoreDNSVersion)" build_coredns "$coredns"
+kind_bin_built coredns "github.com/coredns/coredns@$coredns" || step "build coredns $coredns (kubeadm's CoreDNSVersion)" build_coredns "$coredns"
 
-is_built kind "sigs.k8s.io/kind@$kind_tool_version" || step "build kind $kind_tool_version" build_kind
+kind_bin_built kind "sigs.k8s.io/kind@$kind_tool_version" || step "build kind $kind_tool_version" build_kind
 
 cni=$(cni_plugins_version)
-is_built cni "github.com/containernetworking/plugins@$cni ${cni_plugins[*]}" ||
+kind_bin_built cni "github.com/containernetworking/plugins@$cni ${cni_plugins[*]}" ||
 	step "build the CNI plugins ${cni_plugins[*]#*/} $cni (kind's CNI_PLUGINS_VERSION)" build_cni_plugins "$cni"
 
 log "kind node binaries for Kubernetes $k8s_version ready in $kind_bin_dir"

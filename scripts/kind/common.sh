@@ -78,12 +78,18 @@ kind_cluster_exists() {
 		PATH="$kind_bin_dir:$PATH" kind get clusters 2>/dev/null | grep -qx "${1:-$kind_cluster}"
 }
 
-# Runs kind-up when $kind_cluster is not there yet (what make e2e-kind and e2e-kind-lb do first). The caller
-# evals `engine.sh env` again afterwards: kind-up may have started the private engine.
+# A binary built into $kind_bin_dir keeps what it was built from in a stamp beside it: NAME's stamp file, and
+# whether NAME is built from exactly VERSION (build-node-binaries.sh, build-e2e-test.sh).
+kind_bin_stamp() { printf '%s/.%s.version' "$kind_bin_dir" "$1"; }
+kind_bin_built() { [[ -x "$kind_bin_dir/$1" && -f "$(kind_bin_stamp "$1")" && "$(cat "$(kind_bin_stamp "$1")")" == "$2" ]]; }
+
+# Runs kind-up when $kind_cluster is not there yet (what make e2e-kind and e2e-kind-lb do first), then takes the
+# engine's settings again: kind-up may have started the private engine.
 kind_cluster_ensure() {
 	kind_cluster_exists "$kind_cluster" && return
 	log "no kind cluster $kind_cluster yet: making it (make kind-up)"
 	bash "$kind_repo_root/scripts/kind-up.sh"
+	eval "$(bash "$kind_repo_root/scripts/kind/engine.sh" env)"
 }
 
 # The CCM's Deployment, as kind-up applies it (before its --cluster-cidr is set); kubectl on PATH.

@@ -808,7 +808,6 @@ async fn a_udp_session_its_backend_refused_ends_so_the_client_reaches_it_once_it
     // Nothing on the backend's UDP port: its refusal ends the session, which the next datagram finds.
     eventually(FOLLOW, "the backend's refusal to end the session", || async {
         client.send_to(b"anyone?", to).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
         metrics(&c).await.contains(&refused).then_some(())
     })
     .await;
