@@ -10,9 +10,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
 cluster=$kind_cluster
 run_root=$kind_run_root
 engine="$kind_repo_root/scripts/kind/engine.sh"
-# Without a cluster named, make e2e-kind-both's second cluster goes too (first: the engine stops with the last).
-if [[ -z "${KIND_CLUSTER_NAME:-}" && -d "$kind_repo_root/.run/$kind_upstream_cluster" ]]; then
-	KIND_CLUSTER_NAME=$kind_upstream_cluster bash "${BASH_SOURCE[0]}"
+# Without a cluster named, every other cluster kind-up made from this checkout goes too (make e2e-kind-both's
+# second, make test-kind's four), each with a run directory of its own; the default one goes last, as the private
+# engine stops with the last.
+if [[ -z "${KIND_CLUSTER_NAME:-}" ]]; then
+	for config in "$kind_repo_root"/.run/*/kind-config.yaml; do
+		[[ -f "$config" ]] || continue
+		KIND_CLUSTER_NAME=$(basename "$(dirname "$config")") bash "${BASH_SOURCE[0]}"
+	done
 fi
 
 eval "$(bash "$engine" env)"
