@@ -36,13 +36,9 @@ run_root=$kind_run_root
 report_dir="$repo_root/target/e2e-kind-lb/$cluster" # one per cluster: make test-kind runs both at once
 
 focus=${E2E_LB_FOCUS:-'\[sig-network\] LoadBalancers'}
-# Specs not run, each with why (the README lists them too); everything else must pass or skip itself.
-skips=(
-	# Without NodePorts the load balancer must reach the nodes at its own address (a passthrough load balancer,
-	# ipMode VIP), which kube-proxy then serves; fakecloud's load balancers are proxies to NodePorts so far, so
-	# this spec can only time out (10 min). Passthrough is issue #25's next step.
-	'without NodePort and change it'
-)
+# Specs not run, each with why (the README lists them too); everything else must pass or skip itself. None
+# today: "without NodePort and change it", skipped before, runs on a passthrough load balancer.
+skips=()
 [[ -z "${E2E_LB_SKIP:-}" ]] || skips+=("$E2E_LB_SKIP")
 skip_regex=$(
 	IFS='|'

@@ -161,13 +161,16 @@ adopt_networks=$(xargs <<<"$subnets" | tr ' ' ',')
 emulator_ip=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[-6])' "$subnet")
 # The load balancers' public pool: the /24 below the one the emulator sits in, far above the nodes. The emulator
 # serves the load balancers' traffic and holds the pool's addresses in its container (a local route, so it
-# needs NET_ADMIN, as root there), so an EXTERNAL-IP answers from the host and from the pods.
+# needs NET_ADMIN, as root there), so an EXTERNAL-IP answers from the host and from the pods. A passthrough load
+# balancer's packets it routes on to a node, out of the interface they came in by: forwarding on, and no ICMP
+# redirect telling the client to go to the node itself (both only in the container's network namespace).
 lb_pool=$(python3 -c 'import ipaddress, sys; n = ipaddress.ip_network(sys.argv[1]); print(ipaddress.ip_network(f"{n[-1] - 511}/24", strict=False) if n.prefixlen <= 22 else "")' "$subnet")
 [[ -n "$lb_pool" ]] || die "the kind network $subnet is too small for the nodes, the emulator and a /24 of load balancer addresses (kind makes a /16; 'docker network rm kind' and run again)"
 created+=(emulator)
 step "starting the emulator on the kind network at $emulator_ip, load balancers in $lb_pool (container $emulator, host port $port)" \
 	docker run -d --name "$emulator" --network "$kind_network" --ip "$emulator_ip" -p "127.0.0.1:$port:8787" \
-	-v "$emulator-data:/var/lib/fakecloud" --user 0 --cap-add NET_ADMIN \
+	-v "$emulator-data:/var/lib/fakecloud" --user 0 --cap-add NET_ADMIN --sysctl net.ipv4.ip_forward=1 \
+	--sysctl net.ipv4.conf.all.send_redirects=0 --sysctl net.ipv4.conf.default.send_redirects=0 \
 	-e FAKECLOUD_SERVE_LOAD_BALANCERS=true -e FAKECLOUD_PUBLIC_POOL="$lb_pool" -e FAKECLOUD_HOLD_PUBLIC_POOL=true \
 	-e FAKECLOUD_ADOPT_NETWORKS="$adopt_networks" \
 	-e FAKECLOUD_USER_TOKEN="$token_user" -e FAKECLOUD_ADMIN_TOKEN="$token_admin" fakecloud/emulator:dev

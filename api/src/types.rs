@@ -371,6 +371,8 @@ pub struct LoadBalancer {
     pub source_ranges: Vec<String>,
     #[serde(default)]
     pub session_affinity: SessionAffinity,
+    #[serde(default)]
+    pub forwarding: Forwarding,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub requested_ip: Option<IpAddr>,
@@ -424,11 +426,38 @@ impl SessionAffinity {
     }
 }
 
+/// How a load balancer's data plane carries a connection to a backend.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Forwarding {
+    /// A proxy (ELB's Classic and Application load balancers, Envoy in cloud-provider-kind): it accepts the
+    /// client's connection and opens its own to the backend's `backend_port`, a NodePort. The pod sees the
+    /// load balancer as the client; `ip_mode` is `proxy`.
+    #[default]
+    Proxy,
+    /// Packets are routed to a healthy backend unchanged, still addressed to the load balancer's address and
+    /// port (GCP's passthrough Network Load Balancer, Azure's floating IP): kube-proxy on the node serves the
+    /// address itself, so no NodePort is needed and the pod sees the client's own address. Each client address
+    /// stays on one backend while the healthy set holds. `backend_port` is not used; `ip_mode` is `vip`. Needs
+    /// the emulator to hold the public pool in a network namespace of its own, where it routes (as on kind).
+    Passthrough,
+}
+
+impl Forwarding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proxy => "proxy",
+            Self::Passthrough => "passthrough",
+        }
+    }
+}
+
 /// How a load balancer's address carries traffic to the nodes (Kubernetes' `ipMode`, KEP-1860).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum IpMode {
-    /// Packets reach the nodes still addressed to the load balancer's address (no data plane: a record only).
+    /// Packets reach the nodes still addressed to the load balancer's address: a passthrough load balancer, or
+    /// any load balancer when the emulator serves no data plane (a record only).
     #[default]
     Vip,
     /// A proxy: the emulator's data plane opens its own connection to the node, so the backend sees the load
@@ -545,6 +574,8 @@ pub struct CreateLoadBalancerRequest {
     pub source_ranges: Vec<String>,
     #[serde(default)]
     pub session_affinity: SessionAffinity,
+    #[serde(default)]
+    pub forwarding: Forwarding,
     /// Must be free and inside the pool of the scheme. An IPv4-mapped IPv6 address is read as the IPv4 address
     /// it maps.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::net::deserialize_canonical")]
@@ -566,6 +597,9 @@ pub struct UpdateLoadBalancerRequest {
     pub health_check: Option<HealthCheck>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_affinity: Option<SessionAffinity>,
+    /// In place: the address stays, as Azure's floating IP is a rule's setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarding: Option<Forwarding>,
 }
 
 /// How long new load balancers stay `provisioning`, set at run time (as moto's state transitions are): for

@@ -185,6 +185,24 @@ func (e FaultAction4Type) Valid() bool {
 	}
 }
 
+// Defines values for Forwarding.
+const (
+	ForwardingPassthrough Forwarding = "passthrough"
+	ForwardingProxy       Forwarding = "proxy"
+)
+
+// Valid indicates whether the value is a known member of the Forwarding enum.
+func (e Forwarding) Valid() bool {
+	switch e {
+	case ForwardingPassthrough:
+		return true
+	case ForwardingProxy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthCheckProtocol.
 const (
 	HealthCheckProtocolHTTP HealthCheckProtocol = "HTTP"
@@ -235,16 +253,16 @@ func (e InstanceState) Valid() bool {
 
 // Defines values for IpMode.
 const (
-	Proxy IpMode = "proxy"
-	Vip   IpMode = "vip"
+	IpModeProxy IpMode = "proxy"
+	IpModeVip   IpMode = "vip"
 )
 
 // Valid indicates whether the value is a known member of the IpMode enum.
 func (e IpMode) Valid() bool {
 	switch e {
-	case Proxy:
+	case IpModeProxy:
 		return true
-	case Vip:
+	case IpModeVip:
 		return true
 	default:
 		return false
@@ -1139,7 +1157,10 @@ type CreateLbFaultRuleRequest struct {
 
 // CreateLoadBalancerRequest defines model for CreateLoadBalancerRequest.
 type CreateLoadBalancerRequest struct {
-	Backends    *[]string    `json:"backends,omitempty"`
+	Backends *[]string `json:"backends,omitempty"`
+
+	// Forwarding How a load balancer's data plane carries a connection to a backend.
+	Forwarding  *Forwarding  `json:"forwarding,omitempty"`
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
 	Listeners   []Listener   `json:"listeners"`
 	Name        string       `json:"name"`
@@ -1331,6 +1352,9 @@ type FaultTrigger struct {
 	// Until Active until this time (RFC 3339).
 	Until *time.Time `json:"until,omitempty"`
 }
+
+// Forwarding How a load balancer's data plane carries a connection to a backend.
+type Forwarding string
 
 // Hang A hung machine.
 type Hang struct {
@@ -1542,7 +1566,10 @@ type LoadBalancer struct {
 	DataPlane *DataPlaneStatus `json:"data_plane,omitempty"`
 
 	// DnsName Present only once the load balancer is active.
-	DnsName     *string      `json:"dns_name,omitempty"`
+	DnsName *string `json:"dns_name,omitempty"`
+
+	// Forwarding How a load balancer's data plane carries a connection to a backend.
+	Forwarding  *Forwarding  `json:"forwarding,omitempty"`
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
 	Id          string       `json:"id"`
 
@@ -1924,6 +1951,7 @@ type StartOutageRequestZone string
 // UpdateLoadBalancerRequest A partial update: each field given replaces the current value.
 type UpdateLoadBalancerRequest struct {
 	Backends        *[]string        `json:"backends,omitempty"`
+	Forwarding      *Forwarding      `json:"forwarding,omitempty"`
 	HealthCheck     *HealthCheck     `json:"health_check,omitempty"`
 	Listeners       *[]Listener      `json:"listeners,omitempty"`
 	SessionAffinity *SessionAffinity `json:"session_affinity,omitempty"`

@@ -44,12 +44,13 @@ type Desired struct {
 	RequestedIP  string // "" when the Service asks for none
 	HealthCheck  *fakecloudapi.HealthCheck
 	Affinity     fakecloudapi.SessionAffinity
+	Forwarding   fakecloudapi.Forwarding
 }
 
 // DesiredLoadBalancer is the Service's load balancer, or what is wrong with the Service, worded as the field or
 // annotation to fix. The rules are fakecloud-ccm's (ccm/src/cloud/load_balancer.rs `desired`).
 func DesiredLoadBalancer(svc *v1.Service) (*Desired, error) {
-	d := &Desired{Scheme: fakecloudapi.InternetFacing, Listeners: []fakecloudapi.Listener{}, SourceRanges: []string{}, Affinity: fakecloudapi.None}
+	d := &Desired{Scheme: fakecloudapi.InternetFacing, Listeners: []fakecloudapi.Listener{}, SourceRanges: []string{}, Affinity: fakecloudapi.None, Forwarding: fakecloudapi.ForwardingProxy}
 	if v, ok := annotation(svc, AnnotationInternal); ok {
 		internal, err := strconv.ParseBool(v)
 		if err != nil {
@@ -69,11 +70,13 @@ func DesiredLoadBalancer(svc *v1.Service) (*Desired, error) {
 		default:
 			return nil, fmt.Errorf("port %d: protocol %s is not supported by fakecloud load balancers (TCP, UDP)", p.Port, p.Protocol)
 		}
-		// Without a NodePort (allocateLoadBalancerNodePorts: false) the listener forwards to the service port
-		// on the nodes, as a load balancer that reaches pods directly would.
+		// A port without a NodePort (allocateLoadBalancerNodePorts: false) is reached only by packets that come
+		// to a node still addressed to the load balancer, which kube-proxy serves there: a passthrough load
+		// balancer (its listener's backend port, the service port, is then unused).
 		backend := p.NodePort
 		if backend == 0 {
 			backend = p.Port
+			d.Forwarding = fakecloudapi.ForwardingPassthrough
 		}
 		d.Listeners = append(d.Listeners, fakecloudapi.Listener{Protocol: proto, Port: p.Port, BackendPort: backend})
 	}
@@ -255,6 +258,10 @@ func Changes(lb *fakecloudapi.LoadBalancer, want *Desired, backends []string) (*
 	if affinity(lb) != want.Affinity {
 		req.SessionAffinity, changed = &want.Affinity, true
 	}
+	// In place, keeping the address: a Service that gains NodePorts goes from passthrough to a proxy.
+	if forwarding(lb) != want.Forwarding {
+		req.Forwarding, changed = &want.Forwarding, true
+	}
 	if !changed {
 		return nil, nil
 	}
@@ -267,6 +274,14 @@ func affinity(lb *fakecloudapi.LoadBalancer) fakecloudapi.SessionAffinity {
 		return fakecloudapi.None
 	}
 	return *lb.SessionAffinity
+}
+
+// forwarding is how lb carries connections; an emulator older than the field answers none, and proxies.
+func forwarding(lb *fakecloudapi.LoadBalancer) fakecloudapi.Forwarding {
+	if lb.Forwarding == nil {
+		return fakecloudapi.ForwardingProxy
+	}
+	return *lb.Forwarding
 }
 
 func sorted(v []string) []string {
@@ -308,7 +323,7 @@ func status(lb *fakecloudapi.LoadBalancer) *v1.LoadBalancerStatus {
 	st := &v1.LoadBalancerStatus{}
 	if lb.Address != nil && *lb.Address != "" {
 		ingress := v1.LoadBalancerIngress{IP: *lb.Address}
-		if lb.IpMode != nil && *lb.IpMode == fakecloudapi.Proxy {
+		if lb.IpMode != nil && *lb.IpMode == fakecloudapi.IpModeProxy {
 			proxy := v1.LoadBalancerIPModeProxy
 			ingress.IPMode = &proxy
 		}
@@ -473,6 +488,7 @@ func (c *Cloud) create(ctx context.Context, svc *v1.Service, name string, want *
 		HealthCheck:     want.HealthCheck,
 		SourceRanges:    &want.SourceRanges,
 		SessionAffinity: &want.Affinity,
+		Forwarding:      &want.Forwarding,
 	}
 	if want.RequestedIP != "" {
 		body.RequestedIp = &want.RequestedIP

@@ -159,6 +159,19 @@ func TestChanges(t *testing.T) {
 	if err != nil || req == nil || req.SessionAffinity == nil || *req.SessionAffinity != fakecloudapi.None {
 		t.Errorf("affinity back to None: %+v, %v", req, err)
 	}
+	// A port without a NodePort asks for passthrough; gaining NodePorts turns it into a proxy, in place.
+	bare := &v1.Service{Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80}}}}
+	wantBare, err := DesiredLoadBalancer(bare)
+	if err != nil || wantBare.Forwarding != fakecloudapi.ForwardingPassthrough || want.Forwarding != fakecloudapi.ForwardingProxy {
+		t.Fatalf("forwarding: without a NodePort %+v, with one %+v, %v", wantBare, want, err)
+	}
+	passthrough := fakecloudapi.ForwardingPassthrough
+	routed := *lb
+	routed.Forwarding = &passthrough
+	req, err = Changes(&routed, want, []string{"i-1", "i-2"})
+	if err != nil || req == nil || req.Forwarding == nil || *req.Forwarding != fakecloudapi.ForwardingProxy || req.Backends != nil {
+		t.Errorf("passthrough to proxy: %+v, %v", req, err)
+	}
 	want.RequestedIP = "203.0.113.10"
 	if _, err := Changes(lb, want, nil); err == nil || !strings.Contains(err.Error(), "loadBalancerIP") {
 		t.Errorf("loadBalancerIP change: %v", err)
@@ -167,12 +180,12 @@ func TestChanges(t *testing.T) {
 
 func TestTheIngressSaysProxyOnlyWhenTheCloudDoes(t *testing.T) {
 	addr := "203.0.113.9"
-	vip := fakecloudapi.Vip
+	vip := fakecloudapi.IpModeVip
 	got := status(&fakecloudapi.LoadBalancer{Address: &addr, IpMode: &vip})
 	if len(got.Ingress) != 1 || got.Ingress[0].IP != addr || got.Ingress[0].IPMode != nil {
 		t.Fatalf("VIP: the address, ipMode left to the apiserver; got %+v", got.Ingress)
 	}
-	proxy := fakecloudapi.Proxy
+	proxy := fakecloudapi.IpModeProxy
 	got = status(&fakecloudapi.LoadBalancer{Address: &addr, IpMode: &proxy})
 	if got.Ingress[0].IPMode == nil || *got.Ingress[0].IPMode != "Proxy" {
 		t.Fatalf("a proxy says so; got %+v", got.Ingress)

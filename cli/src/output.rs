@@ -4,9 +4,9 @@ use anyhow::Result;
 use clap::ValueEnum;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Hang, Instance, LbFaultAction,
-    LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit, RateLimitPresetInfo, Region,
-    Route, SessionAffinity,
+    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Forwarding, Hang, Instance,
+    LbFaultAction, LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit,
+    RateLimitPresetInfo, Region, Route, SessionAffinity,
 };
 use serde::Serialize;
 
@@ -97,6 +97,9 @@ fn load_balancer_text(lb: &LoadBalancer) -> String {
     let mut out = load_balancer_table(std::slice::from_ref(lb));
     if lb.session_affinity != SessionAffinity::None {
         out.push_str(&format!("\n\nsession affinity: {}", lb.session_affinity.as_str()));
+    }
+    if lb.forwarding != Forwarding::Proxy {
+        out.push_str(&format!("\n\nforwarding: {} (packets routed to a node unchanged)", lb.forwarding.as_str()));
     }
     if let Some(d) = &lb.data_plane {
         out.push_str(&format!("\n\ndata plane: {}", d.state.as_str()));
@@ -437,6 +440,9 @@ mod tests {
         assert!(!got.contains("session affinity"), "said only when there is one: {got}");
         let sticky = LoadBalancer { session_affinity: SessionAffinity::ClientIp, ..load_balancer("degraded") };
         assert!(load_balancer_text(&sticky).contains("session affinity: client-ip"));
+        assert!(!got.contains("forwarding"), "said only when it is not a proxy: {got}");
+        let routed = LoadBalancer { forwarding: Forwarding::Passthrough, ..load_balancer("degraded") };
+        assert!(load_balancer_text(&routed).contains("forwarding: passthrough"));
         assert!(got.contains("1/2 healthy") && got.contains("unhealthy") && got.contains("connect"), "{got}");
     }
 }

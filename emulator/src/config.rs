@@ -24,6 +24,9 @@ pub struct Config {
     pub serve_load_balancers: bool,
     /// What the data plane may hold open, when it is served.
     pub data_plane: DataPlaneLimits,
+    /// The emulator holds the public pool in a network namespace of its own (`--hold-public-pool`, as on kind),
+    /// where it may also route: passthrough load balancers are served only then (see `dataplane::passthrough`).
+    pub holds_public_pool: bool,
     /// Accept a loopback `private_ip` for an adopted instance (backends that are processes on this host).
     pub loopback_instances: bool,
     /// Networks outside the VPC whose machines may be adopted (a kind network): a fixed `private_ip` or
@@ -240,6 +243,7 @@ impl Default for Config {
             connections: crate::listener::Limits::default(),
             serve_load_balancers: false,
             data_plane: DataPlaneLimits::default(),
+            holds_public_pool: false,
             loopback_instances: false,
             adopt_networks: Vec::new(),
         }

@@ -203,6 +203,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             idle_timeout: args.lb_idle_timeout,
             max_files: lb_max_files,
         },
+        holds_public_pool: args.hold_public_pool,
         loopback_instances: args.loopback_instances,
         adopt_networks: args.adopt_networks.into_iter().map(fakecloud_api::net::canonical_net).collect(),
     };

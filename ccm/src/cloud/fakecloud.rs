@@ -99,6 +99,7 @@ impl FakeCloud {
             health_check: want.health_check,
             source_ranges: want.source_ranges,
             session_affinity: want.session_affinity,
+            forwarding: want.forwarding,
             requested_ip: want.requested_ip,
         };
         match self.metered("CreateLoadBalancer", self.client.create_load_balancer(&req, Some(&key))).await {
@@ -269,11 +270,16 @@ fn changes(
     if lb.session_affinity != want.session_affinity {
         req.session_affinity = Some(want.session_affinity);
     }
+    // In place, keeping the address: a Service that gains NodePorts goes from passthrough to a proxy.
+    if lb.forwarding != want.forwarding {
+        req.forwarding = Some(want.forwarding);
+    }
     let unchanged = req.listeners.is_none()
         && req.backends.is_none()
         && req.source_ranges.is_none()
         && req.health_check.is_none()
-        && req.session_affinity.is_none();
+        && req.session_affinity.is_none()
+        && req.forwarding.is_none();
     Ok((!unchanged).then_some(req))
 }
 
@@ -467,7 +473,7 @@ impl Cloud for FakeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fakecloud_api::SessionAffinity;
+    use fakecloud_api::{Forwarding, SessionAffinity};
 
     fn api_error(status: u16, code: &str, retry_after: Option<u64>) -> ClientError {
         ClientError::Api(fakecloud_api::ApiError {
@@ -597,5 +603,24 @@ mod tests {
         assert!(req.listeners.is_none() && req.backends.is_none() && req.health_check.is_none(), "{req:?}");
         let lb = LoadBalancer { session_affinity: SessionAffinity::ClientIp, ..lb };
         assert_eq!(changes(&lb, &plain, &backends).unwrap().unwrap().session_affinity, Some(SessionAffinity::None));
+    }
+
+    #[test]
+    fn a_service_that_gains_node_ports_turns_its_passthrough_load_balancer_into_a_proxy_in_place() {
+        let lb: LoadBalancer = serde_json::from_value(serde_json::json!({
+            "id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active", "forwarding": "passthrough",
+            "listeners": [{"protocol": "TCP", "port": 80, "backend_port": 80}],
+            "backends": ["i-1"], "source_ranges": [], "created_at": "", "updated_at": ""}))
+        .unwrap();
+        let svc = |ports: serde_json::Value| -> Service {
+            serde_json::from_value(serde_json::json!({"spec": {"ports": ports}})).unwrap()
+        };
+        let backends = ids(&["i-1"]);
+        let without = load_balancer::desired(&svc(serde_json::json!([{"port": 80}]))).unwrap();
+        let lb = LoadBalancer { health_check: without.health_check.clone(), ..lb };
+        assert!(changes(&lb, &without, &backends).unwrap().is_none(), "up to date");
+        let with = load_balancer::desired(&svc(serde_json::json!([{"port": 80, "nodePort": 30080}]))).unwrap();
+        let req = changes(&lb, &with, &backends).unwrap().unwrap();
+        assert_eq!((req.forwarding, req.listeners.as_deref()), (Some(Forwarding::Proxy), Some(&with.listeners[..])));
     }
 }

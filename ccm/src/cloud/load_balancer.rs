@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use fakecloud_api::{HealthCheck, HealthCheckProtocol, Listener, Protocol, Scheme, SessionAffinity};
+use fakecloud_api::{Forwarding, HealthCheck, HealthCheckProtocol, Listener, Protocol, Scheme, SessionAffinity};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
@@ -38,6 +38,7 @@ pub struct Desired {
     pub requested_ip: Option<IpAddr>,
     pub health_check: Option<HealthCheck>,
     pub session_affinity: SessionAffinity,
+    pub forwarding: Forwarding,
 }
 
 /// The Service's load balancer, or what is wrong with the Service (a message that names the field or the
@@ -57,9 +58,11 @@ pub fn desired(svc: &Service) -> Result<Desired, String> {
             }
         },
     };
-    // Without NodePorts (`allocateLoadBalancerNodePorts: false`) the listener forwards to the service port on
-    // the nodes, as a load balancer that reaches pods directly would.
+    // A port without a NodePort (`allocateLoadBalancerNodePorts: false`) is reached only by packets that come to
+    // a node still addressed to the load balancer, which kube-proxy serves there: a passthrough load balancer
+    // (its listener's backend port, the service port, is then unused).
     let mut listeners = Vec::new();
+    let mut without_node_port = false;
     for p in spec.ports.as_deref().unwrap_or_default() {
         let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
             "TCP" => Protocol::Tcp,
@@ -72,7 +75,9 @@ pub fn desired(svc: &Service) -> Result<Desired, String> {
             }
         };
         let port = u16::try_from(p.port).map_err(|_| format!("port {} is out of range", p.port))?;
-        let backend = p.node_port.unwrap_or(p.port);
+        let node_port = p.node_port.filter(|n| *n != 0);
+        without_node_port |= node_port.is_none();
+        let backend = node_port.unwrap_or(p.port);
         let backend_port = u16::try_from(backend).map_err(|_| format!("nodePort {backend} is out of range"))?;
         listeners.push(Listener { protocol, port, backend_port });
     }
@@ -112,7 +117,8 @@ pub fn desired(svc: &Service) -> Result<Desired, String> {
         Some("ClientIP") => SessionAffinity::ClientIp,
         _ => SessionAffinity::None,
     };
-    Ok(Desired { scheme, listeners, source_ranges, requested_ip, health_check, session_affinity })
+    let forwarding = if without_node_port { Forwarding::Passthrough } else { Forwarding::Proxy };
+    Ok(Desired { scheme, listeners, source_ranges, requested_ip, health_check, session_affinity, forwarding })
 }
 
 /// The check a cloud runs against every node, so that only nodes that can serve get traffic:
@@ -223,6 +229,20 @@ mod tests {
         assert_eq!((hc.protocol, hc.port, hc.path, hc.interval_seconds), (HealthCheckProtocol::Tcp, 30080, None, 7));
         let no_ports = svc(serde_json::json!({"spec": {"type": "LoadBalancer"}}));
         assert_eq!(desired(&no_ports).unwrap().health_check, None);
+    }
+
+    #[test]
+    fn a_port_without_a_node_port_asks_for_a_passthrough_load_balancer() {
+        let with = svc(serde_json::json!({"spec": {"ports": [{"port": 80, "nodePort": 30080}]}}));
+        assert_eq!(desired(&with).unwrap().forwarding, Forwarding::Proxy);
+        for without in [
+            serde_json::json!([{"port": 80}]),
+            serde_json::json!([{"port": 80, "nodePort": 0}]),
+            serde_json::json!([{"port": 80, "nodePort": 30080}, {"port": 81}]),
+        ] {
+            let s = svc(serde_json::json!({"spec": {"allocateLoadBalancerNodePorts": false, "ports": without}}));
+            assert_eq!(desired(&s).unwrap().forwarding, Forwarding::Passthrough, "{without}");
+        }
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! ranges) and their load balancer's healthy backends swapped in place through watch channels — their sockets
 //! and established connections are untouched. Health checks run per load balancer (see [`health`]).
 //!
-//! UDP listeners are served too, by sessions per client address (see [`udp`]).
+//! UDP listeners are served too, by sessions per client address (see [`udp`]). A passthrough load balancer
+//! has no sockets: the kernel routes its packets to a healthy backend unchanged (see [`passthrough`]).
 //!
 //! Nothing a client does to a load balancer takes more than the data plane's budget of open files, apart from
 //! the API's, or more than its load balancer's and listener's share of it (see [`budget`]); a backend is only
@@ -19,17 +20,18 @@ mod context;
 mod faults;
 mod health;
 mod listener;
+pub mod passthrough;
 pub mod pool;
 mod status;
 mod tcp;
 mod udp;
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakecloud_api::{InstanceState, ListenerState, LoadBalancer, Protocol};
+use fakecloud_api::{Forwarding, InstanceState, ListenerState, LoadBalancer, Protocol};
 use ipnet::IpNet;
 use tokio::sync::{Notify, watch};
 
@@ -67,8 +69,17 @@ impl DataPlane {
         let wake = Arc::new(Notify::new());
         let status = Status::default();
         let budget = Budget::new(cfg.data_plane.clone());
-        let supervisor =
-            Supervisor { db, cfg, metrics, faults, budget, status: status.clone(), served: HashMap::new() };
+        let supervisor = Supervisor {
+            db,
+            cfg,
+            metrics,
+            faults,
+            budget,
+            status: status.clone(),
+            served: HashMap::new(),
+            kernel: None,
+            kernel_error: None,
+        };
         let task = tokio::spawn(supervisor.run(wake.clone()));
         (Self { wake, status }, task)
     }
@@ -94,6 +105,10 @@ struct Supervisor {
     status: Status,
     /// By load balancer ID.
     served: HashMap<String, Served>,
+    /// The kernel's routing, started with the first passthrough load balancer.
+    kernel: Option<passthrough::Kernel>,
+    /// Why it could not start, the last time it was tried (logged once per reason).
+    kernel_error: Option<String>,
 }
 
 /// One active load balancer in the data plane.
@@ -110,6 +125,8 @@ enum Slot {
     Listening(listener::Listener),
     /// Not bound, for this reason; binding is tried again at every resync.
     Failed(String),
+    /// A passthrough listener, routed by the kernel; or not, for this reason (tried again at every resync).
+    Routed(Option<String>),
 }
 
 impl Supervisor {
@@ -134,6 +151,7 @@ impl Supervisor {
         // Every resync: a backend's address is checked against this host's as they are now.
         let host = if lbs.is_empty() { HostAddresses::default() } else { HostAddresses::read() };
         let mut seen = HashSet::new();
+        let mut routed = HashSet::new();
         for lb in lbs {
             let Some(address) = lb.address else { continue };
             seen.insert(lb.id.clone());
@@ -173,6 +191,23 @@ impl Supervisor {
                 }
                 changed
             });
+            let source_ranges = source_ranges(&lb);
+            let route = match lb.forwarding {
+                Forwarding::Proxy => None,
+                Forwarding::Passthrough => {
+                    let listeners = lb.listeners.iter().map(|l| (l.protocol, l.port));
+                    let healthy: Vec<IpAddr> = served.healthy.borrow().iter().map(|(_, ip)| *ip).collect();
+                    let want = passthrough::Want::new(listeners, &source_ranges, healthy.into_iter());
+                    let result = match address {
+                        IpAddr::V4(vip) => {
+                            routed.insert(vip);
+                            self.route(vip, &want).await
+                        }
+                        IpAddr::V6(_) => Err(passthrough::Error::NotIpv4(address).to_string()),
+                    };
+                    Some(result.err())
+                }
+            };
             let served = self.served.entry(lb.id.clone()).or_insert(served);
             let shared = Shared {
                 healthy: served.healthy.clone(),
@@ -182,7 +217,10 @@ impl Supervisor {
                 caps: served.caps.clone(),
                 status: self.status.clone(),
             };
-            sync_listeners(&lb, served, shared).await;
+            sync_listeners(&lb, served, shared, source_ranges, route).await;
+        }
+        if let Some(kernel) = &mut self.kernel {
+            kernel.retain(&routed).await;
         }
         let gone: Vec<String> = self.served.keys().filter(|id| !seen.contains(*id)).cloned().collect();
         for id in gone {
@@ -191,6 +229,35 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// Route `vip` as `want` says, starting the kernel's routing when this is the first passthrough load balancer;
+    /// or why it cannot be.
+    async fn route(&mut self, vip: Ipv4Addr, want: &passthrough::Want) -> std::result::Result<(), String> {
+        if !self.cfg.holds_public_pool {
+            return Err(passthrough::Error::NotHolding.to_string());
+        }
+        if self.kernel.is_none() {
+            match passthrough::Kernel::start().await {
+                Ok(k) => {
+                    tracing::info!("data plane: routing passthrough load balancers");
+                    self.kernel = Some(k);
+                    self.kernel_error = None;
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    if self.kernel_error.as_ref() != Some(&e) {
+                        tracing::warn!(error = %e, "data plane: cannot route passthrough load balancers; retrying at each resync");
+                        self.kernel_error = Some(e.clone());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        match &mut self.kernel {
+            Some(kernel) => kernel.set(vip, want).await.map_err(|e| e.to_string()),
+            None => Err(passthrough::Error::NotHolding.to_string()),
+        }
     }
 
     fn start(&self, lb: &str, address: IpAddr, spec: health::Spec) -> Served {
@@ -229,12 +296,9 @@ impl Supervisor {
     }
 }
 
-/// Bind `lb`'s new listeners (and retry failed ones), close the ones it no longer has, and swap the route of
-/// the ones that stay.
-async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, shared: Shared) {
-    let status = &shared.status;
-    let source_ranges: Vec<IpNet> = lb
-        .source_ranges
+/// `lb`'s source ranges as networks.
+fn source_ranges(lb: &LoadBalancer) -> Vec<IpNet> {
+    lb.source_ranges
         .iter()
         .filter_map(|r| {
             // Canonical, as the API stores them now: a range stored by an older emulator may be IPv4-mapped.
@@ -244,7 +308,20 @@ async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, shared: Shared) 
             }
             net
         })
-        .collect();
+        .collect()
+}
+
+/// Bind `lb`'s new listeners (and retry failed ones), close the ones it no longer has, and swap the route of
+/// the ones that stay. A passthrough load balancer (`routed` is `Some`: why the kernel does not route it, if it
+/// does not) has no sockets: its listeners' states say whether the kernel routes them.
+async fn sync_listeners(
+    lb: &LoadBalancer,
+    served: &mut Served,
+    shared: Shared,
+    source_ranges: Vec<IpNet>,
+    routed: Option<Option<String>>,
+) {
+    let status = &shared.status;
     let wanted: HashMap<(Protocol, u16), u16> =
         lb.listeners.iter().map(|l| ((l.protocol, l.port), l.backend_port)).collect();
     served.listeners.retain(|(protocol, port), _| {
@@ -256,6 +333,16 @@ async fn sync_listeners(lb: &LoadBalancer, served: &mut Served, shared: Shared) 
         kept
     });
     for (&(protocol, port), &backend_port) in &wanted {
+        if let Some(why_not) = &routed {
+            // Shown when it changes; a proxy listener that was here closes as its slot is replaced.
+            let shown = matches!(served.listeners.get(&(protocol, port)), Some(Slot::Routed(r)) if r == why_not);
+            if !shown {
+                let state = if why_not.is_none() { ListenerState::Listening } else { ListenerState::Failed };
+                status.set_listener(&lb.id, protocol, port, state, why_not.clone());
+                served.listeners.insert((protocol, port), Slot::Routed(why_not.clone()));
+            }
+            continue;
+        }
         let subject = LbSubject { id: lb.id.clone(), name: lb.name.clone() };
         let route =
             Route { subject, backend_port, source_ranges: source_ranges.clone(), affinity: lb.session_affinity };

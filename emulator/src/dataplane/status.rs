@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{
-    BackendHealth, BackendState, DataPlaneState, DataPlaneStatus, IpMode, ListenerState, ListenerStatus, LoadBalancer,
-    LoadBalancerState, Protocol,
+    BackendHealth, BackendState, DataPlaneState, DataPlaneStatus, Forwarding, IpMode, ListenerState, ListenerStatus,
+    LoadBalancer, LoadBalancerState, Protocol,
 };
 
 use super::budget::Limit;
@@ -78,7 +78,10 @@ impl Status {
     /// Fill in `lb`'s listener states and backend health, in the order the load balancer lists them. Only an
     /// active load balancer is served; one the data plane has not caught up with yet shows nothing.
     pub fn annotate(&self, lb: &mut LoadBalancer) {
-        lb.ip_mode = IpMode::Proxy;
+        lb.ip_mode = match lb.forwarding {
+            Forwarding::Proxy => IpMode::Proxy,
+            Forwarding::Passthrough => IpMode::Vip,
+        };
         if lb.state != LoadBalancerState::Active {
             return;
         }

@@ -112,9 +112,9 @@ async fn delete_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<S
     Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::delete(&st.db, &st.cfg, &id).await?)))
 }
 
-/// A load balancer as every call answers it: with the data plane on, its `ip_mode` (proxy), listeners' states
-/// and backends' health — the same from a create, an update or a delete as from a get, since a CCM builds a
-/// Service's status from whichever answer it has last.
+/// A load balancer as every call answers it: with the data plane on, its `ip_mode` (from its forwarding),
+/// listeners' states and backends' health — the same from a create, an update or a delete as from a get, since
+/// a CCM builds a Service's status from whichever answer it has last.
 fn shown(st: &AppState, mut lb: LoadBalancer) -> LoadBalancer {
     if let Some(dataplane) = &st.dataplane {
         dataplane.annotate(&mut lb);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fakecloud_api::limits::{HEALTH_INTERVAL_MAX, HEALTH_INTERVAL_MIN, LISTENERS_MIN};
 use fakecloud_api::{
-    CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, IpMode, ListLoadBalancersQuery, Listener,
+    CreateLoadBalancerRequest, Forwarding, HealthCheck, HealthCheckProtocol, IpMode, ListLoadBalancersQuery, Listener,
     LoadBalancer, LoadBalancerList, LoadBalancerState, QuotaName, Scheme, SessionAffinity, UpdateLoadBalancerRequest,
     codes,
 };
@@ -27,7 +27,7 @@ use crate::validate;
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
 
 const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
-     listeners, backends, health_check, source_ranges, session_affinity, requested_ip, address, dns_name, created_at, \
+     listeners, backends, health_check, source_ranges, session_affinity, forwarding, requested_ip, address, dns_name, created_at, \
      (CASE WHEN next_state_at <= ?1 THEN next_state_at ELSE updated_at END) AS updated_at FROM load_balancers";
 
 #[derive(sqlx::FromRow, Clone)]
@@ -42,6 +42,7 @@ struct Row {
     health_check: Option<String>,
     source_ranges: String,
     session_affinity: String,
+    forwarding: String,
     requested_ip: Option<String>,
     address: String,
     dns_name: String,
@@ -78,6 +79,11 @@ impl Row {
                 "none" => SessionAffinity::None,
                 "client-ip" => SessionAffinity::ClientIp,
                 _ => return Err(corrupt("session_affinity")),
+            },
+            forwarding: match self.forwarding.as_str() {
+                "proxy" => Forwarding::Proxy,
+                "passthrough" => Forwarding::Passthrough,
+                _ => return Err(corrupt("forwarding")),
             },
             requested_ip: self
                 .requested_ip
@@ -292,6 +298,7 @@ pub async fn create(
         health_check: req.health_check.as_ref().map(json).transpose()?,
         source_ranges: json(&source_ranges)?,
         session_affinity: req.session_affinity.as_str().to_string(),
+        forwarding: req.forwarding.as_str().to_string(),
         requested_ip: req.requested_ip.map(|ip| ip.to_string()),
         address: String::new(),
         dns_name,
@@ -362,8 +369,8 @@ impl create::NewResource for NewLoadBalancer<'_> {
         let lb = &self.row;
         script.push(
             "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
-             source_ranges, requested_ip, address, dns_name, created_at, updated_at, session_affinity) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?13, ?14, ?14, ?15)",
+             source_ranges, requested_ip, address, dns_name, created_at, updated_at, session_affinity, forwarding) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?13, ?14, ?14, ?15, ?16)",
             |b| {
                 b.bind(lb.id.clone())
                     .bind(lb.name.clone())
@@ -379,7 +386,8 @@ impl create::NewResource for NewLoadBalancer<'_> {
                     .bind(address.map(|a| a.to_string()))
                     .bind(lb.dns_name.clone())
                     .bind(now)
-                    .bind(lb.session_affinity.clone());
+                    .bind(lb.session_affinity.clone())
+                    .bind(lb.forwarding.clone());
             },
         )
     }
@@ -460,10 +468,11 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     let ranges = source_ranges.as_ref().unwrap_or(&current.source_ranges);
     let health = req.health_check.as_ref().or(current.health_check.as_ref());
     let affinity = req.session_affinity.unwrap_or(current.session_affinity);
+    let forwarding = req.forwarding.unwrap_or(current.forwarding);
     quotas::check_all(&mut tx, &per_lb_checks(&current.name, listeners.len(), backends.len(), ranges.len())).await?;
     sqlx::query(
         "UPDATE load_balancers SET listeners = ?1, backends = ?2, source_ranges = ?3, health_check = ?4, updated_at = ?5, \
-         session_affinity = ?7 WHERE id = ?6",
+         session_affinity = ?7, forwarding = ?8 WHERE id = ?6",
     )
     .bind(json(listeners)?)
     .bind(json(backends)?)
@@ -472,6 +481,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     .bind(now)
     .bind(id)
     .bind(affinity.as_str())
+    .bind(forwarding.as_str())
     .execute(&mut *tx)
     .await?;
     let lb = fetch(&mut *tx, id, now).await?;

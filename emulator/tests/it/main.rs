@@ -17,6 +17,7 @@ mod ipam_props;
 mod load_balancers;
 mod network;
 mod openapi_snapshot;
+mod passthrough;
 mod persistence;
 mod public_pool;
 mod rate_limit_shapes;
