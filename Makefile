@@ -82,7 +82,7 @@ e2e-kind-lb: deps control-plane ## Upstream's [sig-network] LoadBalancers e2e sp
 e2e-kind-upstream: deps control-plane kwok ## make e2e-kind against upstream's CCM with the Go provider (a kind-up with FAKECLOUD_KIND_CCM=upstream)
 	@FAKECLOUD_KIND_CCM=upstream bash scripts/e2e-kind.sh
 
-test-kind: deps control-plane kwok ## The kind path's tests: the conformance suite and upstream's LoadBalancers e2e specs against both CCMs on four kind clusters, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it beside make test)
+test-kind: deps control-plane kwok ## The kind path's tests: make e2e-kind-both, upstream's LoadBalancers e2e specs on both clusters, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it beside make test)
 	@bash scripts/test-kind.sh
 
 lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules

@@ -46,9 +46,8 @@ if [[ -z "${FAKECLOUD_E2E_NODE_GRACE:-}" ]]; then
 	export FAKECLOUD_E2E_NODE_GRACE=${grace:-50s}
 fi
 log "kube-controller-manager's --node-monitor-grace-period: $FAKECLOUD_E2E_NODE_GRACE"
-# A report directory per CCM (target/nextest/kind-<ccm>/): make e2e-kind-both runs the two at once. make test-kind
-# runs each CCM's suite in two parts on two clusters, the second part's reports under the profile it names.
-export FAKECLOUD_E2E_PROFILE=${FAKECLOUD_E2E_PROFILE:-kind-$kind_ccm}
+# A report directory per CCM (target/nextest/kind-<ccm>/): make e2e-kind-both runs the two at once.
+export FAKECLOUD_E2E_PROFILE=kind-$kind_ccm
 log "running the conformance suite against kind cluster $cluster ($kind_ccm_deployment, emulator $FAKECLOUD_ENDPOINT)"
 rc=0
 bash "$repo_root/scripts/e2e.sh" "$@" || rc=$?

@@ -83,6 +83,11 @@ impl Conn {
         Ok(Self { stream: BufReader::new(stream) })
     }
 
+    /// This end's address: what a backend sees as the client's when the packets reach it unchanged.
+    pub fn local_addr(&self) -> Result<std::net::SocketAddr, String> {
+        self.stream.get_ref().local_addr().map_err(|e| format!("local address: {e}"))
+    }
+
     /// `GET path` on this connection, which stays open for the next one.
     pub async fn get(&mut self, path: &str) -> Result<Answer, String> {
         tokio::time::timeout(EXCHANGE_TIMEOUT, self.exchange(path)).await.map_err(|_| "timed out".to_string())?

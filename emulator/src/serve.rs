@@ -118,7 +118,9 @@ pub struct ServeArgs {
     pub lb_max_files: Option<u32>,
     /// Make every address of the public pool this host's own at start (a `local` route on lo, in the emulator's
     /// network namespace; needs CAP_NET_ADMIN), so the load balancers' addresses answer on the network the
-    /// emulator sits on: on kind, a slice of the kind network that the host and the pods reach.
+    /// emulator sits on: on kind, a slice of the kind network that the host and the pods reach. Passthrough load
+    /// balancers are then routed there too (the `local` table's rule moves to priority 200, theirs sit at 100,
+    /// with routes in table 1000; needs net.ipv4.ip_forward=1): meant for a namespace of its own, a container's.
     #[arg(long, env = "FAKECLOUD_HOLD_PUBLIC_POOL", default_value_t = false)]
     pub hold_public_pool: bool,
     /// Accept a loopback `private_ip` (127.0.0.0/8, ::1) for an adopted instance: backends that are processes

@@ -4,7 +4,8 @@
 //! pod answered). What the cases show: the address answers from the host and from a pod; the cloud's health
 //! checks decide which nodes get traffic (`externalTrafficPolicy: Local`: only nodes with an endpoint); a port
 //! removed, source ranges, and the type switched away change what answers and nothing else; a CCM restart
-//! under throttling, adding a port, drops no connection on the unchanged one.
+//! under throttling, adding a port, drops no connection on the unchanged one; a Service without NodePorts is
+//! served by a passthrough load balancer, which keeps the client's address.
 //!
 //! Needs real pods and an emulator that serves its load balancers on addresses this host reaches (kind:
 //! `make e2e-kind`, whose emulator holds a slice of the kind network); skipped where the kubelets are simulated.
@@ -15,10 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fakecloud_api::{BackendState, ListenerState, LoadBalancer, RateLimitScope, SetRateLimitRequest};
+use fakecloud_api::{BackendState, Forwarding, ListenerState, LoadBalancer, RateLimitScope, SetRateLimitRequest};
 use fakecloud_e2e::traffic::{self, Conn};
 use fakecloud_e2e::{Env, HANG, Setup, case, lb, until};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Node, Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
@@ -162,6 +163,50 @@ async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffi
         assert_eq!(seen, BTreeSet::from(["web-a", "web-b"]), "both nodes get connections: {answers:?}");
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_node_ports_a_passthrough_load_balancer_keeps_the_clients_address_until_node_ports_come() {
+    case("lb-passthrough", Setup::new(CCM).runs_pods_on(1), async |env| {
+        let services = one_pod(env, "lb-passthrough").await;
+        // `Local`: kube-proxy then does not masquerade, so the pod sees whoever's packets reach it.
+        let spec = serde_json::json!({"allocateLoadBalancerNodePorts": false, "externalTrafficPolicy": "Local"});
+        let (svc, ip) = expose(&services, "web", spec).await;
+        let ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
+        assert!(ports.iter().all(|p| p.node_port.is_none()), "no NodePort: {ports:?}");
+        let cloud = cloud_lb(env, &svc).await;
+        assert_eq!(cloud.forwarding, Forwarding::Passthrough, "a port without a NodePort asks for passthrough");
+        assert_eq!(ingress(&services).await.ip_mode, None, "VIP, the default: kube-proxy serves the address");
+
+        // Routed to the node unchanged: the pod sees this very socket's address as the client's.
+        let mut conn = Conn::open(&ip, 80).await.unwrap();
+        let me = conn.local_addr().unwrap();
+        let seen = conn.get("/clientip").await.unwrap();
+        assert_eq!((seen.status, seen.body.as_str()), (200, me.to_string().as_str()), "the client's own address");
+
+        // NodePorts allocated: the same address, now a proxy, whose own connection the pod sees.
+        patch(&services, "web", serde_json::json!({"allocateLoadBalancerNodePorts": true})).await;
+        until(WAIT, "the load balancer to become a proxy", async || {
+            let lb = env.cloud.get_load_balancer(&cloud.id).await.ok()?;
+            (lb.forwarding == Forwarding::Proxy).then_some(())
+        })
+        .await;
+        let proxied = until(WAIT, "the pod to see the proxy's address", async || {
+            let seen = traffic::get(&ip, 80, "/clientip").await.ok().filter(|a| a.status == 200)?;
+            (!seen.body.starts_with(&format!("{}:", me.ip()))).then_some(seen.body)
+        })
+        .await;
+        eprintln!("through the proxy the pod sees {proxied}, not {me}");
+        let now = ingress(&services).await;
+        assert_eq!((now.ip.as_deref(), now.ip_mode.as_deref()), (Some(ip.as_str()), Some("Proxy")), "{now:?}");
+    })
+    .await;
+}
+
+/// The `web` Service's first ingress.
+async fn ingress(services: &Api<Service>) -> LoadBalancerIngress {
+    let svc = services.get("web").await.unwrap();
+    svc.status.and_then(|s| s.load_balancer?.ingress?.into_iter().next()).expect("an ingress")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
