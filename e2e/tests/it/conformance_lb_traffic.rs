@@ -176,7 +176,12 @@ async fn without_node_ports_a_passthrough_load_balancer_keeps_the_clients_addres
         assert!(ports.iter().all(|p| p.node_port.is_none()), "no NodePort: {ports:?}");
         let cloud = cloud_lb(env, &svc).await;
         assert_eq!(cloud.forwarding, Forwarding::Passthrough, "a port without a NodePort asks for passthrough");
-        assert_eq!(ingress(&services).await.ip_mode, None, "VIP, the default: kube-proxy serves the address");
+        let ip_mode = ingress(&services).await.ip_mode;
+        assert_eq!(
+            ip_mode.as_deref(),
+            Some("VIP"),
+            "the apiserver's default, left alone: kube-proxy serves the address"
+        );
 
         // Routed to the node unchanged: the pod sees this very socket's address as the client's.
         let mut conn = Conn::open(&ip, 80).await.unwrap();
