@@ -20,7 +20,7 @@ mod context;
 mod faults;
 mod health;
 mod listener;
-pub mod passthrough;
+mod passthrough;
 pub mod pool;
 mod status;
 mod tcp;
