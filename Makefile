@@ -43,7 +43,7 @@ down: ## Stop everything `make up` started
 kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker engine if none answers), the emulator beside it, the CCM in it (FAKECLOUD_KIND_CCM=fakecloud|upstream)
 	@bash scripts/kind-up.sh
 
-kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine); both of e2e-kind-both's clusters
+kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine); every cluster made from this checkout
 	@bash scripts/kind-down.sh
 
 check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integration tests (no Go build, no browser, no e2e cases; control-plane tests skip until make control-plane has run)
