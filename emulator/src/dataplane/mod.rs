@@ -20,7 +20,7 @@ mod context;
 mod faults;
 mod health;
 mod listener;
-mod passthrough;
+pub mod passthrough;
 pub mod pool;
 mod status;
 mod tcp;
