@@ -196,8 +196,11 @@ impl Supervisor {
                 Forwarding::Proxy => None,
                 Forwarding::Passthrough => {
                     let listeners = lb.listeners.iter().map(|l| (l.protocol, l.port));
-                    let healthy: Vec<IpAddr> = served.healthy.borrow().iter().map(|(_, ip)| *ip).collect();
-                    let want = passthrough::Want::new(listeners, &source_ranges, healthy.into_iter());
+                    let want = {
+                        // Not held across the kernel's calls below.
+                        let healthy = served.healthy.borrow();
+                        passthrough::Want::new(listeners, &source_ranges, healthy.iter().map(|(_, ip)| *ip))
+                    };
                     let result = match address {
                         IpAddr::V4(vip) => {
                             routed.insert(vip);
@@ -237,12 +240,13 @@ impl Supervisor {
         if !self.cfg.holds_public_pool {
             return Err(passthrough::Error::NotHolding.to_string());
         }
-        if self.kernel.is_none() {
-            match passthrough::Kernel::start().await {
-                Ok(k) => {
+        let kernel = match &mut self.kernel {
+            Some(kernel) => kernel,
+            None => match passthrough::Kernel::start().await {
+                Ok(kernel) => {
                     tracing::info!("data plane: routing passthrough load balancers");
-                    self.kernel = Some(k);
                     self.kernel_error = None;
+                    self.kernel.insert(kernel)
                 }
                 Err(e) => {
                     let e = e.to_string();
@@ -252,12 +256,9 @@ impl Supervisor {
                     }
                     return Err(e);
                 }
-            }
-        }
-        match &mut self.kernel {
-            Some(kernel) => kernel.set(vip, want).await.map_err(|e| e.to_string()),
-            None => Err(passthrough::Error::NotHolding.to_string()),
-        }
+            },
+        };
+        kernel.set(vip, want).await.map_err(|e| e.to_string())
     }
 
     fn start(&self, lb: &str, address: IpAddr, spec: health::Spec) -> Served {
