@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::Api;
 
 /// A LoadBalancer Service on `port` (to pods' 8080), with `extra_spec` merged into its spec.
@@ -15,9 +15,14 @@ pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service 
     serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).expect("a valid Service")
 }
 
+/// The Service's first ingress (its EXTERNAL-IP and `ipMode`), `None` while `<pending>`.
+pub fn ingress(svc: &Service) -> Option<&LoadBalancerIngress> {
+    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()
+}
+
 /// The EXTERNAL-IP: the first ingress IP, `None` while `<pending>`.
 pub fn ingress_ip(svc: &Service) -> Option<String> {
-    svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
+    ingress(svc)?.ip.clone()
 }
 
 /// Wait (at most `timeout`) until Service `name` has its EXTERNAL-IP; the IP. A failed read counts as "not yet".

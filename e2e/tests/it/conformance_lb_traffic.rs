@@ -151,8 +151,7 @@ async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffi
         // does for its Envoy), which is when upstream's e2e skips its source-IP checks.
         let client = traffic::get(&ip, 80, "/clientip").await.unwrap();
         eprintln!("web-a sees the client as {}", client.body);
-        let svc_now = services.get("web").await.unwrap();
-        let ingress = svc_now.status.and_then(|s| s.load_balancer?.ingress?.into_iter().next()).unwrap();
+        let ingress = ingress(&services).await;
         assert_eq!(ingress.ip_mode.as_deref(), Some("Proxy"), "{ingress:?}");
 
         // A pod on the second node: its health check turns healthy and the load balancer spreads across both.
@@ -208,10 +207,9 @@ async fn without_node_ports_a_passthrough_load_balancer_keeps_the_clients_addres
     .await;
 }
 
-/// The `web` Service's first ingress.
+/// The `web` Service's first ingress, as it is now.
 async fn ingress(services: &Api<Service>) -> LoadBalancerIngress {
-    let svc = services.get("web").await.unwrap();
-    svc.status.and_then(|s| s.load_balancer?.ingress?.into_iter().next()).expect("an ingress")
+    lb::ingress(&services.get("web").await.unwrap()).cloned().expect("an ingress")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

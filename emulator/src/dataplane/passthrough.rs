@@ -186,7 +186,7 @@ impl Kernel {
         let before = self.applied.get(&vip);
         let old = before.map(|w| &w.matches);
         for m in old.into_iter().flatten().filter(|m| !want.matches.contains(m)) {
-            self.handle.rule().del(rule(vip, *m)).execute().await.or_else(missing).map_err(netlink("remove a rule"))?;
+            self.remove_rule(vip, *m).await?;
         }
         if before.map(|w| &w.nexthops) != Some(&want.nexthops) {
             let route = route(vip, &want.nexthops);
@@ -204,10 +204,15 @@ impl Kernel {
     async fn remove(&self, vip: Ipv4Addr) -> Result<(), Error> {
         let Some(applied) = self.applied.get(&vip) else { return Ok(()) };
         for m in &applied.matches {
-            self.handle.rule().del(rule(vip, *m)).execute().await.or_else(missing).map_err(netlink("remove a rule"))?;
+            self.remove_rule(vip, *m).await?;
         }
         let route = route(vip, &applied.nexthops);
         self.handle.route().del(route).execute().await.or_else(missing).map_err(netlink("remove a route"))
+    }
+
+    /// One of `vip`'s rules; one already gone is removed.
+    async fn remove_rule(&self, vip: Ipv4Addr, m: (Protocol, u16, Option<Ipv4Net>)) -> Result<(), Error> {
+        self.handle.rule().del(rule(vip, m)).execute().await.or_else(missing).map_err(netlink("remove a rule"))
     }
 }
 

@@ -1,13 +1,13 @@
-//! One UDP listener of a load balancer. UDP has no connections, so the datagrams of one client address make a
-//! session: the first opens an upstream socket connected to one healthy backend (chosen as a TCP connection's
-//! is: in turn, or by the client's address with client-IP affinity), and every datagram after it goes there;
-//! what the backend answers goes back to the client from the load balancer's address. A session ends after [`IDLE`] without a datagram either way, or as soon as its
-//! backend refuses a datagram (ICMP port unreachable, as kube-proxy answers a NodePort with no endpoint yet):
-//! the client's next datagram opens a new one, so a client that keeps its source port, as a DNS resolver
-//! or upstream's UDP e2e specs do, is not stuck on a session that nothing answers. Sessions are
-//! bounded per load balancer, across its UDP listeners, and each takes a file of the data plane's budget (see
-//! [`super::budget`]): a new client past either is dropped until a session ends. Source ranges are checked on
-//! every datagram; with no healthy backend, a new client's datagrams are dropped.
+//! One UDP listener of a load balancer. UDP has no connections, so the datagrams of one client address make a session:
+//! the first opens an upstream socket connected to one healthy backend (chosen as a TCP connection's is: in turn, or by
+//! the client's address with client-IP affinity), and every datagram after it goes there; what the backend answers goes
+//! back to the client from the load balancer's address. A session ends after [`IDLE`] without a datagram either way, or
+//! as soon as its backend refuses a datagram (ICMP port unreachable, as kube-proxy answers a NodePort with no endpoint
+//! yet): the client's next datagram opens a new one, so a client that keeps its source port, as a DNS resolver or
+//! upstream's UDP e2e specs do, is not stuck on a session that nothing answers. Sessions are bounded per load balancer,
+//! across its UDP listeners, and each takes a file of the data plane's budget (see [`super::budget`]): a new client
+//! past either is dropped until a session ends. Source ranges are checked on every datagram; with no healthy backend, a
+//! new client's datagrams are dropped.
 //!
 //! Data-plane fault rules act on TCP connections; UDP sessions are not faulted.
 

@@ -21,6 +21,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::common::{HANG, USER, eventually, spawn_emulator_with};
+use fakecloud_emulator::dataplane::passthrough;
+use rtnetlink::packet_route::rule::RuleAttribute;
 
 const LB_SIDE: Ipv4Addr = Ipv4Addr::new(10, 91, 0, 1);
 const NODE: Ipv4Addr = Ipv4Addr::new(10, 91, 0, 2);
@@ -164,7 +166,7 @@ async fn check_in_this_namespace(node_ns: OwnedFd, ready: mpsc::Sender<()>) {
     eventually(HANG, "its rules to go", || async {
         let rules: Vec<_> = handle.rule().get(rtnetlink::IpVersion::V4).execute().try_collect().await.unwrap();
         let ours = rules.iter().filter(|r| {
-            r.attributes.iter().any(|a| matches!(a, rtnetlink::packet_route::rule::RuleAttribute::Priority(100)))
+            r.attributes.iter().any(|a| matches!(a, RuleAttribute::Priority(p) if *p == passthrough::RULE_PRIORITY))
         });
         (ours.count() == 0).then_some(())
     })
