@@ -23,6 +23,29 @@ pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.96.0.0/16";
 /// Issuer of ServiceAccount tokens.
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc";
 
+/// The smallest pod CIDR a Node is given: 8 addresses, room for a few pods (kwok gives each pod an address from
+/// it; a large fleet is for the cloud's and the CCM's scale, not for pods).
+pub const SMALLEST_NODE_CIDR: u8 = 29;
+
+fn cluster_prefix() -> u8 {
+    CLUSTER_CIDR.rsplit_once('/').and_then(|(_, p)| p.parse::<u8>().ok()).unwrap_or(NODE_CIDR_MASK_SIZE)
+}
+
+/// The pod CIDR size kube-controller-manager gives each Node of a `count`-Node fleet (`--node-cidr-mask-size`):
+/// a /24 up to 256 Nodes, as kubeadm and kind do; a larger fleet keeps the cluster CIDR (the routes, the CCM's
+/// flag and the README stay what they are) and gets smaller pod CIDRs, one bit per doubling: a /26 up to 1,024,
+/// a /29 up to 8,192.
+pub fn node_cidr_mask_size(count: u32) -> u8 {
+    let bits = u8::try_from(count.max(1).next_power_of_two().trailing_zeros()).unwrap_or(u8::MAX);
+    cluster_prefix().saturating_add(bits).max(NODE_CIDR_MASK_SIZE)
+}
+
+/// The most Nodes `up` brings up: the cluster CIDR holds this many of the smallest pod CIDRs (kube-controller-
+/// manager allocates one per Node; a Node without one is never routed).
+pub fn max_nodes() -> u32 {
+    1u32.checked_shl(u32::from(SMALLEST_NODE_CIDR.saturating_sub(cluster_prefix()))).unwrap_or(u32::MAX)
+}
+
 const ETCD: &str = "etcd";
 const APISERVER: &str = "kube-apiserver";
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
@@ -598,6 +621,14 @@ fn anonymous_client(url: &str, ca_der: &[u8]) -> Result<kube::Client> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fleet_gets_pod_cidrs_that_fit_the_cluster_cidr() {
+        for (count, mask) in [(1, 24), (3, 24), (256, 24), (257, 25), (1000, 26), (1024, 26), (5000, 29), (8192, 29)] {
+            assert_eq!(node_cidr_mask_size(count), mask, "{count} Nodes");
+            assert!(count <= 1 << (mask - cluster_prefix()), "{count} Nodes fit /{mask}s");
+        }
+    }
 
     #[test]
     fn go_durations() {

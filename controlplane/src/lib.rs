@@ -30,5 +30,6 @@ pub use binaries::{
 };
 pub use error::{Error, Result};
 pub use launcher::{
-    CLUSTER_CIDR, ControlPlane, ControlPlaneBuilder, NODE_CIDR_MASK_SIZE, SERVICE_CLUSTER_IP_RANGE, down,
+    CLUSTER_CIDR, ControlPlane, ControlPlaneBuilder, NODE_CIDR_MASK_SIZE, SERVICE_CLUSTER_IP_RANGE, SMALLEST_NODE_CIDR,
+    down, max_nodes, node_cidr_mask_size,
 };

@@ -14,7 +14,8 @@ use anyhow::Context as _;
 use fakecloud_api::{Client, CreateInstanceRequest, QuotaName};
 use fakecloud_controlplane::process::{Processes, log_tail};
 use fakecloud_controlplane::{
-    CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::UNINITIALIZED_TAINT, pinned_kubernetes_version,
+    CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::UNINITIALIZED_TAINT, node_cidr_mask_size,
+    pinned_kubernetes_version,
 };
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
@@ -22,7 +23,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::cli::Options;
-use super::layout::{READY, RunDir, endpoint, node_cidr_mask_size, node_names, sibling};
+use super::layout::{READY, RunDir, endpoint, node_names, sibling};
 
 /// How long the emulator may take to answer, and the Nodes to be Ready, initialized and routed, before `up` calls it a
 /// hang (each takes seconds; these leave room for a busy 2-core machine).
