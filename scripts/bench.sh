@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: the emulator's API benchmark (Rust driver, release build), the data plane's (what it adds, and
-# the API while it is flooded), then fakecloud against moto's server
+# the API while it is flooded), the CCMs side by side at scale, then fakecloud against moto's server
 # at saturation, both driven by wrk with the same script and concurrency (bench/moto_compare.py). Results go to
 # stdout; BENCHMARKS.md records them.
 set -euo pipefail
@@ -14,6 +14,22 @@ cargo bench --locked -p fakecloud-emulator --bench api -- "$@"
 
 echo "==> load balancer data plane: what it adds, and the API during a flood of it (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- --dataplane
+
+# The CCMs side by side at scale (issue #27): fakecloud-ccm and upstream's (built once and cached), each on a
+# cluster of its own with a kwok fleet, from one run; the flags a large fleet runs with (`make up`'s).
+# FAKECLOUD_SCALE_NODES picks the fleets (default 1000), FAKECLOUD_SCALE=0 skips them. 5,000 Nodes:
+# FAKECLOUD_SCALE_NODES=5000 FAKECLOUD_BENCH_PARTS=routes,budget,backends (the services part makes a Service per
+# Node, and its public pool holds 4,094; backends puts 1,000 Services on the whole fleet). At 5,000 the fleet
+# initializes slower than the default route budget (half of N a minute), so add FAKECLOUD_BENCH_ROUTE_BUDGET=500
+# for the budget to be met (BENCHMARKS.md, "At 5,000 Nodes").
+if [ "${FAKECLOUD_SCALE:-1}" != 0 ]; then
+  scale_nodes=${FAKECLOUD_SCALE_NODES:-1000}
+  echo "==> fakecloud-ccm and upstream's CCM at ${scale_nodes} Nodes: init, then services, routes and routes under a budget (cargo bench, release)"
+  export FAKECLOUD_CCM_BENCH_NODES=$scale_nodes FAKECLOUD_CCM_BENCH_STEADY=${FAKECLOUD_CCM_BENCH_STEADY:-30}
+  export FAKECLOUD_CCM_BENCH_ARGS=${FAKECLOUD_CCM_BENCH_ARGS:---kube-api-qps=200 --kube-api-burst=400 --concurrent-node-syncs=10 --concurrent-service-syncs=10}
+  cargo bench --locked -p fakecloud-e2e --bench ccm_init
+  cargo bench --locked -p fakecloud-e2e --bench ccm_services
+fi
 
 echo "==> fakecloud against moto, server against server (wrk)"
 if [ ! -x "$venv/bin/python" ]; then

@@ -5,7 +5,10 @@
 //!   time until every one has its EXTERNAL-IP (from a watch).
 //! - Routes: N instances whose Nodes register at the kubelet's rates; the time until all are initialized, then
 //!   until every one has its route and `NetworkUnavailable=False`.
-//! - Both: what [`fakecloud_e2e::bench`] measures (cloud calls, API writes, CPU, peak RSS, the steady state
+//! - Routes under a budget: the same under a per-minute budget of route creates (kubernetes#26119's shape).
+//! - Services on a fleet (`backends`): 1,000 Services (`FAKECLOUD_BENCH_SERVICES`) on N routed Nodes, every
+//!   load balancer with N backends; the wall time until every one has its EXTERNAL-IP.
+//! - All: what [`fakecloud_e2e::bench`] measures (cloud calls, API writes, CPU, peak RSS, the steady state
 //!   after), then the side-by-side table.
 //! - The floor: the API-server writes those outcomes require (per Service the finalizer and the ingress, per
 //!   Node the condition), done by a bare client, 16 in flight; reported with the ratio CCM / floor.
@@ -13,55 +16,22 @@
 //! `cargo bench -p fakecloud-e2e --bench ccm_services`; the environment is described in
 //! [`fakecloud_e2e::bench`] (`FAKECLOUD_CCM_BENCH_NODES`, default `1,100,1000`; `FAKECLOUD_CCM_BENCH_ARGS`, e.g.
 //! `--kube-api-qps=200 --kube-api-burst=400 --concurrent-service-syncs=10`; `FAKECLOUD_CCM_BENCH_CCMS`, default
-//! `fakecloud,upstream`), and `FAKECLOUD_BENCH_PARTS=services,routes` to pick.
+//! `fakecloud,upstream`), `FAKECLOUD_BENCH_PARTS=services,routes,budget,backends` to pick (default the first three),
+//! `FAKECLOUD_BENCH_ROUTE_BUDGET` (route creates a minute; default half of N) and `FAKECLOUD_BENCH_SERVICES`.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{CreateInstanceRequest, QuotaName};
+use fakecloud_api::{QuotaName, RateLimitKind, RateLimitScope, SetRateLimitRequest};
 use fakecloud_e2e::bench::{self, Contender, Measured, Outcome};
 use fakecloud_e2e::{Cluster, ClusterOptions, Rates, lb};
 use fakecloud_emulator::config::Topology;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 const IN_FLIGHT: usize = 16;
-const DEADLINE: Duration = Duration::from_secs(1200);
-
-/// Wait until `done` holds for `n` distinct objects seen by a watch started before `start()` runs.
-async fn watch_until<K, F>(api: Api<K>, n: usize, done: fn(&K) -> bool, start: F) -> Duration
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-    F: std::future::Future<Output = ()>,
-{
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let watch =
-        tokio::spawn(watcher(api, watcher::Config::default()).default_backoff().applied_objects().for_each(move |o| {
-            if let Ok(o) = o
-                && done(&o)
-            {
-                let _ = tx.send(o.meta().name.clone().unwrap_or_default());
-            }
-            futures::future::ready(())
-        }));
-    let t = Instant::now();
-    start.await;
-    let mut seen = HashSet::new();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while seen.len() < n {
-        let Ok(Some(name)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
-            panic!("only {} of {n} done after {DEADLINE:?}", seen.len());
-        };
-        seen.insert(name);
-    }
-    watch.abort();
-    t.elapsed()
-}
 
 /// `writes` API-server writes by a bare client, `IN_FLIGHT` at once: the floor.
 async fn floor<F, Fut>(n: usize, write: F) -> Duration
@@ -74,24 +44,33 @@ where
     t.elapsed()
 }
 
-async fn services(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
+/// Region and zones of the service benches, with a public pool of 4,094 VIPs (198.18.0.0/20; the default is a
+/// /24).
+fn vip_topology() -> Topology {
     let zones: Vec<String> = ["local-1a", "local-1b", "local-1c"].iter().map(|s| s.to_string()).collect();
-    // 198.18.0.0/20: 4,094 VIPs (the default public pool is a /24).
-    let topology =
-        Topology::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "198.18.0.0/20".parse().unwrap()).unwrap();
+    Topology::new("local-1", &zones, "10.0.0.0/16".parse().unwrap(), "198.18.0.0/20".parse().unwrap()).unwrap()
+}
+
+/// A kubelet's rates, with load balancers provisioned at once: the time measured is the CCM's.
+fn service_options() -> ClusterOptions {
     let rates = Rates { lb_provision_delay: Duration::ZERO, ..Rates::real() };
-    let options = ClusterOptions { rates, topology, ..ClusterOptions::default() };
-    let cluster = Cluster::start_with_options("service benchmark", options).await?;
+    ClusterOptions { rates, topology: vip_topology(), ..ClusterOptions::default() }
+}
+
+/// Quotas for `n` load balancers and their public IPs.
+async fn fit_load_balancers(cluster: &Cluster, n: usize) {
     let limit = u32::try_from(n + 10).unwrap();
     cluster.cloud.set_quota(QuotaName::LoadBalancers, limit).await.unwrap();
     cluster.cloud.set_quota(QuotaName::PublicIps, limit).await.unwrap();
-    let mut measured = Measured::start(&cluster, contender, extra).await;
-    cluster.initialized_nodes("svc-bench-node", 3, Duration::from_secs(120)).await;
-    measured.begin().await;
+}
+
+/// Create `n` LoadBalancer Services in namespace `bench`, `IN_FLIGHT` at once; the wall time until every one has
+/// its EXTERNAL-IP.
+async fn external_ips(cluster: &Cluster, n: usize) -> Duration {
     cluster.create_namespace("bench").await;
     let api = Api::<Service>::namespaced(cluster.client(), "bench");
     let create = api.clone();
-    let wall = watch_until(api, n, |s| lb::ingress_ip(s).is_some(), async move {
+    bench::watch_until(api, n, |s| lb::ingress_ip(s).is_some(), async move {
         futures::stream::iter(0..n)
             .map(|i| {
                 let api = create.clone();
@@ -106,7 +85,16 @@ async fn services(n: usize, contender: &Contender, extra: &[String]) -> Option<O
             .await
             .unwrap();
     })
-    .await;
+    .await
+}
+
+async fn services(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
+    let cluster = Cluster::start_with_options("service benchmark", service_options()).await?;
+    fit_load_balancers(&cluster, n).await;
+    let mut measured = Measured::start(&cluster, contender, extra).await;
+    cluster.initialized_nodes("svc-bench-node", 3, Duration::from_secs(120)).await;
+    measured.begin().await;
+    let wall = external_ips(&cluster, n).await;
     let outcome = measured.converged("services", n, wall).await;
     drop(measured);
 
@@ -145,36 +133,34 @@ async fn services(n: usize, contender: &Contender, extra: &[String]) -> Option<O
     Some(outcome)
 }
 
-fn routed(n: &Node) -> bool {
-    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-        cs.iter().any(|c| {
-            c.type_ == "NetworkUnavailable" && c.status == "False" && c.reason.as_deref() == Some("RouteCreated")
-        })
-    })
-}
-
-fn initialized(n: &Node) -> bool {
-    n.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some()
+/// `FAKECLOUD_BENCH_SERVICES` (default 1,000) Services on a fleet of N Nodes, initialized and routed first: every
+/// load balancer is made with N backends. The converge time is the wall time until every Service has its
+/// EXTERNAL-IP; the outcome's N is the fleet's.
+async fn services_on_fleet(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
+    let count = std::env::var("FAKECLOUD_BENCH_SERVICES").ok().and_then(|c| c.parse().ok()).unwrap_or(1000);
+    let cluster = bench::fleet_cluster_with("services on a fleet benchmark", n, service_options()).await?;
+    fit_load_balancers(&cluster, count).await;
+    // The default (1,000, a public cloud's usual targets per load balancer) would refuse a larger fleet's.
+    let backends = u32::try_from(n + 10).unwrap();
+    cluster.cloud.set_quota(QuotaName::BackendsPerLoadBalancer, backends).await.unwrap();
+    let mut measured = Measured::start(&cluster, contender, extra).await;
+    let (init, routed) = bench::fleet_routed(&cluster, "svc-fleet", n).await;
+    measured.begin().await;
+    let wall = external_ips(&cluster, count).await;
+    let outcome = measured.converged(&format!("{count}-services"), n, wall).await;
+    println!(
+        "services={count} backends={n} ccm={} flags={extra:?} fleet_initialized={init:.1?} fleet_routed={routed:.1?} \
+         all_external_ips={wall:.1?}",
+        contender.name
+    );
+    Some(outcome)
 }
 
 async fn routes(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
-    // /26 pod CIDRs: 1,024 nodes fit the /16 cluster CIDR (the default /24 gives 256).
-    let options = ClusterOptions { rates: Rates::real(), node_cidr_mask_size: Some(26), ..ClusterOptions::default() };
-    let cluster = Cluster::start_with_options("route benchmark", options).await?;
-    let limit = u32::try_from(n + 10).unwrap();
-    cluster.cloud.set_quota(QuotaName::Instances, limit).await.unwrap();
-    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, limit).await.unwrap();
+    let cluster = bench::fleet_cluster("route benchmark", n).await?;
     let measured = Measured::start(&cluster, contender, extra).await;
-    let cloud = cluster.cloud.clone();
     let t = Instant::now();
-    let init = watch_until(cluster.nodes(), n, initialized, async move {
-        for i in 0..n {
-            let req = CreateInstanceRequest { name: format!("route-bench-{i:04}"), ..Default::default() };
-            cloud.create_instance(&req, None).await.unwrap();
-        }
-    })
-    .await;
-    let routed_after = watch_until(cluster.nodes(), n, routed, async {}).await + init;
+    let (init, routed_after) = bench::fleet_routed(&cluster, "route-bench", n).await;
     let total = t.elapsed();
     let outcome = measured.converged("routes", n, total).await;
     drop(measured);
@@ -201,10 +187,47 @@ async fn routes(n: usize, contender: &Contender, extra: &[String]) -> Option<Out
     Some(outcome)
 }
 
+/// The shape of kubernetes#26119 (routes programmed "forever" at 1–2k Nodes under the cloud's throttling): the
+/// routes of N new Nodes under a per-minute budget of route creates, GCP's shape (403 `rateLimitExceeded` once
+/// the minute's are spent, Retry-After to the minute's end). Half of N a minute unless
+/// `FAKECLOUD_BENCH_ROUTE_BUDGET` says otherwise, so that converging takes two minutes or more at any N and
+/// the creates the cloud refuses show in the cloud calls.
+async fn routes_under_budget(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
+    let cluster = bench::fleet_cluster("route budget benchmark", n).await?;
+    let budget = std::env::var("FAKECLOUD_BENCH_ROUTE_BUDGET")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| u32::try_from(n / 2).unwrap().max(1));
+    let limit = SetRateLimitRequest {
+        scope: RateLimitScope::Operations,
+        operations: vec!["CreateRoute".into()],
+        kind: RateLimitKind::FixedWindow,
+        capacity: budget,
+        refill_per_second: None,
+        window_seconds: Some(60),
+        status: 403,
+        code: Some("rateLimitExceeded".into()),
+        ..SetRateLimitRequest::default()
+    };
+    cluster.cloud.set_rate_limit("route-budget", &limit).await.unwrap();
+    let measured = Measured::start(&cluster, contender, extra).await;
+    let t = Instant::now();
+    let (init, routed) = bench::fleet_routed(&cluster, "route-budget", n).await;
+    let outcome = measured.converged("routes-budget", n, t.elapsed()).await;
+    let creates = outcome.work.calls.get("CreateRoute").copied().unwrap_or(0);
+    println!(
+        "route_budget_nodes={n} ccm={} budget={budget}/min flags={extra:?} all_initialized={init:.1?} \
+         all_routed={routed:.1?} route_creates={creates} (refused {})",
+        contender.name,
+        creates.saturating_sub(n)
+    );
+    Some(outcome)
+}
+
 #[tokio::main]
 async fn main() {
     let (contenders, extra) = (bench::contenders(CCM), bench::extra_args());
-    let parts = std::env::var("FAKECLOUD_BENCH_PARTS").unwrap_or_else(|_| "services,routes".into());
+    let parts = std::env::var("FAKECLOUD_BENCH_PARTS").unwrap_or_else(|_| "services,routes,budget".into());
     let mut outcomes = Vec::new();
     // Both CCMs on the same work back to back, so that they see about the same load on the machine.
     for n in bench::counts() {
@@ -216,6 +239,16 @@ async fn main() {
         if parts.contains("routes") {
             for contender in &contenders {
                 outcomes.extend(routes(n, contender, &extra).await);
+            }
+        }
+        if parts.contains("backends") {
+            for contender in &contenders {
+                outcomes.extend(services_on_fleet(n, contender, &extra).await);
+            }
+        }
+        if parts.contains("budget") {
+            for contender in &contenders {
+                outcomes.extend(routes_under_budget(n, contender, &extra).await);
             }
         }
     }

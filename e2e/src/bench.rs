@@ -2,9 +2,9 @@
 //! cloud-controller-manager with fakecloud's Go provider (issue #14), so that both run the same work with the
 //! same flags in one run and are compared line by line:
 //!
-//! - cloud calls: the emulator's audit log, the calls with the CCM's token;
+//! - cloud calls: the emulator's audit log, the calls with the CCM's token, and those it refused;
 //! - API-server writes: the API server's audit log, the CCM ServiceAccount's write requests (see
-//!   [`Cluster::ccm_writes`]);
+//!   [`Cluster::ccm_writes`]), and the Events among them by reason;
 //! - CPU seconds (user + system, all threads) and peak RSS (`VmHWM`): `/proc/<pid>`;
 //! - the steady state after: the same counters over a window with nothing to do, per minute.
 //!
@@ -13,15 +13,19 @@
 //! `FAKECLOUD_CCM_BENCH_STEADY` (the steady-state window in seconds, 60), `FAKECLOUD_E2E_UPSTREAM_CCM` (the
 //! upstream binary; without it `scripts/build-upstream-ccm.sh` is run, which returns the cached one at once).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use fakecloud_api::{CreateInstanceRequest, QuotaName};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::env::LOCAL_LEASE;
-use crate::local::{Ccm, Cluster};
+use crate::local::{Ccm, Cluster, ClusterOptions, Rates};
 use crate::{repo, until};
 
 /// A CCM the benchmarks run.
@@ -97,8 +101,12 @@ pub struct Counters {
     pub cpu: Duration,
     /// Cloud calls by operation.
     pub calls: BTreeMap<String, usize>,
+    /// The calls among them the cloud refused, by `<operation> <status>` (a throttled call is a call).
+    pub refused: BTreeMap<String, usize>,
     /// API-server writes by `<verb> <resource>`.
     pub writes: BTreeMap<String, usize>,
+    /// The Events among the writes' creates, by reason.
+    pub events: BTreeMap<String, usize>,
 }
 
 fn tally(items: impl IntoIterator<Item = String>) -> BTreeMap<String, usize> {
@@ -118,10 +126,15 @@ fn minus(now: &BTreeMap<String, usize>, then: &BTreeMap<String, usize>) -> BTree
 
 impl Counters {
     async fn read(cluster: &Cluster, ccm: &Ccm) -> Self {
+        let audit = cluster.ccm_audit().await;
+        let (writes, reasons) = cluster.ccm_writes();
+        let refused = audit.iter().filter(|e| e.status >= 400).map(|e| format!("{} {}", e.operation, e.status));
         Self {
             cpu: cpu_time(ccm),
-            calls: tally(cluster.ccm_audit().await.into_iter().map(|e| e.operation)),
-            writes: tally(cluster.ccm_writes()),
+            refused: tally(refused),
+            calls: tally(audit.into_iter().map(|e| e.operation)),
+            writes: tally(writes),
+            events: tally(reasons),
         }
     }
 
@@ -130,7 +143,9 @@ impl Counters {
         Self {
             cpu: self.cpu.saturating_sub(earlier.cpu),
             calls: minus(&self.calls, &earlier.calls),
+            refused: minus(&self.refused, &earlier.refused),
             writes: minus(&self.writes, &earlier.writes),
+            events: minus(&self.events, &earlier.events),
         }
     }
 
@@ -172,6 +187,8 @@ pub struct Measured<'a> {
     pub ccm: Ccm,
     contender: &'a Contender,
     before: Counters,
+    /// The steady state's window after convergence (`FAKECLOUD_CCM_BENCH_STEADY`).
+    pub window: Duration,
 }
 
 impl<'a> Measured<'a> {
@@ -189,17 +206,17 @@ impl<'a> Measured<'a> {
         .await;
         tokio::time::sleep(SETTLE).await;
         let before = Counters::read(cluster, &ccm).await;
-        Self { cluster, ccm, contender, before }
+        Self { cluster, ccm, contender, before, window: steady_window() }
     }
 
-    /// Start counting from now (after the bench's own setup, which the CCM took part in).
+    /// Start counting once the CCM is done with the bench's own setup, which it took part in: its queued events
+    /// (a fleet's go out for a while after its Nodes are routed) belong to the setup, not to the work.
     pub async fn begin(&mut self) {
-        self.before = Counters::read(self.cluster, &self.ccm).await;
+        self.before = self.quiet().await;
     }
 
-    /// The work converged after `converge`: the counters since the start until the CCM is [`QUIET`], then the
-    /// steady state, printed as one line.
-    pub async fn converged(&self, bench: &str, n: usize, converge: Duration) -> Outcome {
+    /// The counters once the CCM has been [`QUIET`] (or after [`QUIET_WITHIN`]).
+    async fn quiet(&self) -> Counters {
         let mut now = Counters::read(self.cluster, &self.ccm).await;
         let give_up = Instant::now() + QUIET_WITHIN;
         loop {
@@ -208,11 +225,17 @@ impl<'a> Measured<'a> {
             let quiet = next.activity() == now.activity();
             now = next;
             if quiet || Instant::now() > give_up {
-                break;
+                return now;
             }
         }
+    }
+
+    /// The work converged after `converge`: the counters since the start until the CCM is [`QUIET`], then the
+    /// steady state, printed as one line.
+    pub async fn converged(&self, bench: &str, n: usize, converge: Duration) -> Outcome {
+        let now = self.quiet().await;
         let load_before = load_average();
-        let window = steady_window();
+        let window = self.window;
         tokio::time::sleep(window).await;
         let steady = Counters::read(self.cluster, &self.ccm).await.since(&now);
         let outcome = Outcome {
@@ -295,7 +318,7 @@ impl std::fmt::Display for Outcome {
             f,
             "bench={} ccm={} n={} converge={:.1?} cloud_calls={} api_writes={} cpu={:.2}s peak_rss={:.1}MiB | \
              steady {:?}: cloud_calls/min={:.1} api_writes/min={:.1} cpu={:.2}s/min | load {} | calls={:?} \
-             writes={:?} steady_calls={:?} steady_writes={:?}",
+             refused={:?} writes={:?} events={:?} steady_calls={:?} steady_writes={:?}",
             self.bench,
             self.ccm,
             self.n,
@@ -310,9 +333,91 @@ impl std::fmt::Display for Outcome {
             self.steady.cpu.as_secs_f64() * 60.0 / self.window.as_secs_f64(),
             self.load,
             self.work.calls,
+            self.work.refused,
             self.work.writes,
+            self.work.events,
             self.steady.calls,
             self.steady.writes,
         )
     }
+}
+
+/// The longest wait for a fleet's or a batch's objects to be done: a hang detector.
+const DEADLINE: Duration = Duration::from_secs(1200);
+
+/// Wait until `done` holds for `n` distinct objects seen by a watch started before `start` runs; how long that
+/// took from `start`.
+pub async fn watch_until<K, F>(api: Api<K>, n: usize, done: fn(&K) -> bool, start: F) -> Duration
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+    F: std::future::Future<Output = ()>,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let watch =
+        tokio::spawn(watcher(api, watcher::Config::default()).default_backoff().applied_objects().for_each(move |o| {
+            if let Ok(o) = o
+                && done(&o)
+            {
+                let _ = tx.send(o.meta().name.clone().unwrap_or_default());
+            }
+            futures::future::ready(())
+        }));
+    let t = Instant::now();
+    start.await;
+    let mut seen = HashSet::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while seen.len() < n {
+        let Ok(Some(name)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
+            panic!("only {} of {n} done after {DEADLINE:?}", seen.len());
+        };
+        seen.insert(name);
+    }
+    watch.abort();
+    t.elapsed()
+}
+
+/// A cluster for a fleet of `n` Nodes with a route each: a kubelet's real rates, pod CIDRs small enough for all
+/// of them as `make up` gives them (the default /24 fits 256), the instance and route quotas raised to fit.
+pub async fn fleet_cluster(test: &str, n: usize) -> Option<Cluster> {
+    fleet_cluster_with(test, n, ClusterOptions { rates: Rates::real(), ..ClusterOptions::default() }).await
+}
+
+/// [`fleet_cluster`] with other rates or topology; the pod CIDR size is the fleet's.
+pub async fn fleet_cluster_with(test: &str, n: usize, options: ClusterOptions) -> Option<Cluster> {
+    let nodes = u32::try_from(n).expect("a fleet's size fits a quota");
+    let options =
+        ClusterOptions { node_cidr_mask_size: Some(fakecloud_controlplane::node_cidr_mask_size(nodes)), ..options };
+    let cluster = Cluster::start_with_options(test, options).await?;
+    let limit = nodes + 10;
+    cluster.cloud.set_quota(QuotaName::Instances, limit).await.expect("the instances quota");
+    cluster.cloud.set_quota(QuotaName::RoutesPerRouteTable, limit).await.expect("the routes quota");
+    Some(cluster)
+}
+
+/// Create `n` instances named `<prefix>-0000`... and wait, by watches, until every Node is initialized and then
+/// every one routed: how long each took from the first create (initialized, routed).
+pub async fn fleet_routed(cluster: &Cluster, prefix: &str, n: usize) -> (Duration, Duration) {
+    let cloud = cluster.cloud.clone();
+    let init = watch_until(cluster.nodes(), n, initialized, async move {
+        for i in 0..n {
+            let req = CreateInstanceRequest { name: format!("{prefix}-{i:04}"), ..Default::default() };
+            cloud.create_instance(&req, None).await.expect("creating a fleet's instance");
+        }
+    })
+    .await;
+    (init, watch_until(cluster.nodes(), n, routed, async {}).await + init)
+}
+
+fn initialized(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some()
+}
+
+/// `NetworkUnavailable=False` for the reason the route controller gives.
+fn routed(n: &Node) -> bool {
+    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c.type_ == "NetworkUnavailable" && c.status == "False" && c.reason.as_deref() == Some("RouteCreated")
+        })
+    })
 }

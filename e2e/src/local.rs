@@ -109,7 +109,8 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// The API server's audit log, in the cluster's directory: the CCM's writes, whatever CCM it is.
 const AUDIT_LOG: &str = "apiserver-audit.log";
 /// One line per write request of the CCM's ServiceAccount, once answered; nothing else (the log backend
-/// writes each event before the response goes out, so a count read after a request has it).
+/// writes each event before the response goes out, so a count read after a request has it). Events it creates
+/// are logged with their body, so that their reasons can be told apart.
 fn ccm_writes_audit_policy() -> String {
     let (namespace, name) = SERVICE_ACCOUNT;
     format!(
@@ -117,6 +118,10 @@ fn ccm_writes_audit_policy() -> String {
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: Request
+    users: ["system:serviceaccount:{namespace}:{name}"]
+    verbs: ["create"]
+    resources: [{{group: "", resources: ["events"]}}, {{group: "events.k8s.io", resources: ["events"]}}]
   - level: Metadata
     users: ["system:serviceaccount:{namespace}:{name}"]
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
@@ -272,20 +277,22 @@ impl Cluster {
     }
 
     /// Every API-server write of the CCM's ServiceAccount so far, oldest first, as `<verb> <resource>` (with
-    /// `/<subresource>`), from the API server's audit log.
-    pub fn ccm_writes(&self) -> Vec<String> {
+    /// `/<subresource>`), and the reason of every Event among them, from one read of the API server's audit log.
+    pub fn ccm_writes(&self) -> (Vec<String>, Vec<String>) {
         let log = std::fs::read_to_string(self.dir.path().join(AUDIT_LOG)).unwrap_or_default();
-        log.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .map(|e| {
-                let (verb, object) = (&e["verb"], &e["objectRef"]);
-                let resource = object["resource"].as_str().unwrap_or_default();
-                match object["subresource"].as_str() {
-                    Some(sub) => format!("{} {resource}/{sub}", verb.as_str().unwrap_or_default()),
-                    None => format!("{} {resource}", verb.as_str().unwrap_or_default()),
-                }
-            })
-            .collect()
+        let (mut writes, mut reasons) = (Vec::new(), Vec::new());
+        for e in log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+            let (verb, object) = (e["verb"].as_str().unwrap_or_default(), &e["objectRef"]);
+            let resource = object["resource"].as_str().unwrap_or_default();
+            if verb == "create" && resource == "events" {
+                reasons.push(e["requestObject"]["reason"].as_str().unwrap_or("(none)").to_string());
+            }
+            writes.push(match object["subresource"].as_str() {
+                Some(sub) => format!("{verb} {resource}/{sub}"),
+                None => format!("{verb} {resource}"),
+            });
+        }
+        (writes, reasons)
     }
 
     /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
