@@ -52,6 +52,14 @@ pub fn shutdown_taint_edit(taints: &[Taint], add: bool) -> Option<Vec<Taint>> {
     }
 }
 
+/// The Node's resourceVersion as a number, 0 if it is not one. Only used to tell that the cache has not yet seen
+/// a write this CCM made (its version below the one the write returned), so as not to make the write again:
+/// versions are etcd's revisions on every API server this runs against, and where one does not parse nothing is
+/// skipped.
+pub fn version(node: &Node) -> u64 {
+    node.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
 pub fn ready_status(node: &Node) -> &str {
     node.status
         .as_ref()

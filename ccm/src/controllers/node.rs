@@ -27,7 +27,7 @@ use crate::client_go::ratelimit::ControllerRateLimiter;
 use crate::cloud::{Cloud, CloudError, InstanceMetadata};
 use crate::nodes::{
     UNINITIALIZED_TAINT, addresses_changed, has_taint, init_labels, labels_to_reconcile, merge_addresses,
-    provided_ips_first,
+    provided_ips_first, version,
 };
 
 pub const COMPONENT: &str = "cloud-node-controller";
@@ -129,7 +129,6 @@ pub async fn run<C: Cloud>(
 
 async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Action, Error> {
     let name = node.name_any();
-    let rv = |n: &Node| n.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     if !has_taint(&node, UNINITIALIZED_TAINT) {
         // Initialized: only the label reconcile, no cloud call.
         ctx.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
@@ -141,7 +140,7 @@ async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Ac
         ctx.limiter.forget(&name);
         return Ok(Action::await_change());
     }
-    if ctx.written.lock().unwrap_or_else(|p| p.into_inner()).get(&name).is_some_and(|w| rv(&node) < *w) {
+    if ctx.written.lock().unwrap_or_else(|p| p.into_inner()).get(&name).is_some_and(|w| version(&node) < *w) {
         return Ok(Action::await_change());
     }
     let md =
@@ -156,7 +155,7 @@ async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Ac
     provided_ips_first(&node, md.addresses.clone()).map_err(node_ip)?;
     let addresses = merge_addresses(&node, &md.addresses).map_err(node_ip)?;
     let updated = initialize(&ctx.api, &ctx.nodes, &name, &md).await?;
-    ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), rv(&updated));
+    ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), version(&updated));
     ctx.metrics.taint_removal_delay.observe(&[], since_creation(&updated));
     update_addresses(&ctx.api, &updated, &addresses).await?;
     ctx.recorder.publish(node_ref(&updated), EventType::Normal, "Synced", "Node synced successfully".into());

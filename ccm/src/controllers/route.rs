@@ -17,6 +17,7 @@ use kube::runtime::reflector::Store;
 use crate::client_go::events::{EventType, Recorder, node_ref};
 use crate::client_go::informer::Synced;
 use crate::cloud::{Cloud, CloudError, CloudRoute};
+use crate::nodes::version;
 
 pub const COMPONENT: &str = "route_controller";
 /// Upstream's `maxConcurrentRouteOperations`.
@@ -44,9 +45,10 @@ pub async fn run<C: Cloud>(
     }
     let mut tick = tokio::time::interval(settings.period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut written = Written::default();
     loop {
         tick.tick().await;
-        if let Err(e) = reconcile(&api, &*cloud, &recorder, &store, &settings).await {
+        if let Err(e) = reconcile(&api, &*cloud, &recorder, &store, &settings, &mut written).await {
             tracing::warn!(error = %e, "route reconcile failed; next try at the next period");
         }
     }
@@ -61,6 +63,20 @@ fn pod_cidrs(node: &Node) -> Vec<String> {
         cidrs.push(c);
     }
     cidrs
+}
+
+/// The `NetworkUnavailable` this controller last wrote on each Node, with the resourceVersion the write returned.
+/// While the cache shows an older version it has not seen the write yet, and the condition is known: a period
+/// that starts right after a long pass (1,000 patches take seconds) would otherwise read the old condition and
+/// write it again (upstream does; the outcome is the same, the write is not). Once the cache reaches that version
+/// it is the truth again.
+#[derive(Default)]
+struct Written(HashMap<String, (u64, bool)>);
+
+impl Written {
+    fn pending(&self, node: &Node, routes_ok: bool) -> Option<(u64, bool)> {
+        self.0.get(&node.name_any()).copied().filter(|&(written, ok)| ok == routes_ok && version(node) < written)
+    }
 }
 
 /// What one reconcile does to the cloud.
@@ -121,6 +137,7 @@ async fn reconcile<C: Cloud>(
     recorder: &Recorder,
     store: &Store<Node>,
     s: &Settings,
+    written: &mut Written,
 ) -> Result<(), CloudError> {
     let routes = cloud.list_routes(&s.cluster_name).await?;
     let nodes = store.state();
@@ -166,26 +183,35 @@ async fn reconcile<C: Cloud>(
     // Upstream's condition pass (L488-523): every node with pod CIDRs or with routes; one with routes but no
     // pod CIDR has none of its own, so NoRouteCreated. All at once, as upstream's goroutine per node: only the
     // client's rate limit paces them (one after another, 5,000 Nodes took minutes and held the next period).
-    let (routed, failed) = (&routed, &failed);
-    futures::stream::iter(&nodes)
-        .for_each_concurrent(None, |node| async move {
-            let name = node.name_any();
-            let has_cidrs = !pod_cidrs(node).is_empty();
-            if !has_cidrs && !routed.contains(&name) {
-                return;
-            }
-            let ok = has_cidrs && !failed.contains(&name);
-            if let Err(e) = set_network_condition(api, node, ok).await {
+    let (routed, failed, memo) = (&routed, &failed, &*written);
+    let outcomes = futures::future::join_all(nodes.iter().map(|node| async move {
+        let name = node.name_any();
+        let has_cidrs = !pod_cidrs(node).is_empty();
+        if !has_cidrs && !routed.contains(&name) {
+            return None;
+        }
+        let ok = has_cidrs && !failed.contains(&name);
+        if let Some(written) = memo.pending(node, ok) {
+            return Some((name, written));
+        }
+        match set_network_condition(api, node, ok).await {
+            Ok(written) => written.map(|version| (name, (version, ok))),
+            Err(e) => {
                 tracing::warn!(node = %name, error = %e, "cannot update NetworkUnavailable");
+                None
             }
-        })
-        .await;
+        }
+    }))
+    .await;
+    // Only the writes the cache may not show yet: a deleted Node's entry goes, and a failed write is tried again.
+    written.0 = outcomes.into_iter().flatten().collect();
     Ok(())
 }
 
 /// `NetworkUnavailable`: False/RouteCreated when the node's routes exist, True/NoRouteCreated when creating one
 /// failed. Written when it differs, or when the reason is not this controller's own (docs/upstream-ccm.md, trap 18).
-async fn set_network_condition(api: &Api<Node>, node: &Node, routes_ok: bool) -> Result<(), kube::Error> {
+/// The Node's version after the write, if there was one.
+async fn set_network_condition(api: &Api<Node>, node: &Node, routes_ok: bool) -> Result<Option<u64>, kube::Error> {
     let (status, reason, message) = if routes_ok {
         ("False", "RouteCreated", "RouteController created a route")
     } else {
@@ -197,15 +223,15 @@ async fn set_network_condition(api: &Api<Node>, node: &Node, routes_ok: bool) ->
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "NetworkUnavailable"));
     if current.is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason)) {
-        return Ok(());
+        return Ok(None);
     }
     let now = jiff::Timestamp::now().to_string();
     let patch = serde_json::json!({"status": {"conditions": [{
         "type": "NetworkUnavailable", "status": status, "reason": reason, "message": message,
         "lastTransitionTime": now, "lastHeartbeatTime": now,
     }]}});
-    api.patch_status(&node.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await?;
-    Ok(())
+    let written = api.patch_status(&node.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    Ok(Some(version(&written)))
 }
 
 #[cfg(test)]
@@ -355,7 +381,8 @@ mod tests {
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()],
             period: Duration::from_secs(10),
         };
-        let result = reconcile(&Api::all(client), &c.cloud, &recorder, &store, &settings).await;
+        let result =
+            reconcile(&Api::all(client), &c.cloud, &recorder, &store, &settings, &mut Written::default()).await;
         drop(recorder);
         settle().await;
         assert_eq!(result.is_ok(), c.ok, "{name}: {result:?}");
@@ -526,6 +553,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_condition_is_not_written_again_before_the_cache_shows_it() {
+        let node = |rv: &str| {
+            let n = api_node("a", Some("i-a"), &["10.244.1.0/24"], json!({"metadata": {"resourceVersion": rv}}));
+            serde_json::from_value::<Node>(n).unwrap()
+        };
+        // The API has the Node at version 4, so the write makes 5; the cache is behind, at 1.
+        let api = FakeApi::default().with(serde_json::to_value(node("4")).unwrap());
+        let (store, mut writer) = kube::runtime::reflector::store::<Node>();
+        let cloud = InMemoryCloud::default().with_route(CLUSTER, "r1", "i-a", "10.244.1.0/24");
+        let client = api.client();
+        let recorder = Recorder::new(client.clone(), COMPONENT);
+        let settings = Settings { cluster_name: CLUSTER.into(), cluster_cidrs: Vec::new(), period: Duration::ZERO };
+        let mut written = Written::default();
+        let patches = || api.requests().iter().filter(|r| r.call.ends_with("/status")).count();
+        let passes = [
+            ("1", 1, "first"),
+            ("1", 1, "the cache still where it was"),
+            ("3", 1, "the cache at a version older than the write (another writer's, delivered late)"),
+            // Newer than the write and without the condition: someone removed it, and the cache is the truth.
+            ("6", 2, "a newer version without it"),
+        ];
+        for (rv, want, pass) in passes {
+            writer.apply_watcher_event(&watcher::Event::Apply(node(rv)));
+            reconcile(&Api::all(client.clone()), &cloud, &recorder, &store, &settings, &mut written).await.unwrap();
+            assert_eq!(patches(), want, "{pass}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_failed_create_is_reported_on_the_node() {
         let node = api_node("a", Some("i-a"), &["10.244.1.0/24"], json!({}));
         let api = FakeApi::default().with(node.clone());
@@ -535,7 +591,7 @@ mod tests {
         let client = api.client();
         let recorder = Recorder::new(client.clone(), COMPONENT);
         let settings = Settings { cluster_name: CLUSTER.into(), cluster_cidrs: Vec::new(), period: Duration::ZERO };
-        reconcile(&Api::all(client), &cloud, &recorder, &store, &settings).await.unwrap();
+        reconcile(&Api::all(client), &cloud, &recorder, &store, &settings, &mut Written::default()).await.unwrap();
         drop(recorder);
         settle().await;
         let ev = &api.event_bodies()[0];
