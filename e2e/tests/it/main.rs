@@ -2,6 +2,7 @@
 //! Kubernetes API and the cloud, against either CCM and any backend) and the tests of the `fakecloud-ccm`
 //! binary itself (`ccm_*`, on the local backend).
 
+mod ccm_at_scale;
 mod ccm_leader;
 mod ccm_serving;
 mod ccm_startup;
