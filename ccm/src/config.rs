@@ -98,10 +98,11 @@ pub struct Args {
     /// How often the route controller reconciles.
     #[arg(long, value_parser = parse_go_duration, default_value = "10s")]
     pub route_reconciliation_period: Duration,
-    /// Requests a second to the Kubernetes API, on average.
+    /// Requests a second to the Kubernetes API, on average, per client: as upstream, each controller, the shared
+    /// informers and leader election have a client (and so a budget) of their own.
     #[arg(long, default_value_t = 20.0)]
     pub kube_api_qps: f32,
-    /// Requests to the Kubernetes API allowed in a burst above the QPS.
+    /// Requests to the Kubernetes API allowed in a burst above the QPS, per client.
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
 }

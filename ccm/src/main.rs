@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fakecloud_ccm::client_go::events::Recorder;
 use fakecloud_ccm::client_go::informer::NodeInformer;
+use fakecloud_ccm::client_go::kube_client::KubeClients;
 use fakecloud_ccm::client_go::leader::{Elector, LeaderConfig};
 use fakecloud_ccm::client_go::metrics::Metrics;
 use fakecloud_ccm::client_go::serve::{self, Health};
@@ -73,12 +74,7 @@ async fn run(args: Args) -> Result<()> {
     {
         bail!("--cloud-config says region {want:?}, but the emulator at {} serves {:?}", cfg.endpoint, region.name);
     }
-    let kube = fakecloud_ccm::client_go::kube_client::kube_client(
-        args.kubeconfig.as_deref(),
-        args.kube_api_qps,
-        args.kube_api_burst,
-    )
-    .await?;
+    let clients = KubeClients::new(args.kubeconfig.as_deref(), args.kube_api_qps, args.kube_api_burst).await?;
     let metrics = Arc::new(Metrics::default());
     let cloud = Arc::new(FakeCloud::new(client).with_metrics(metrics.clone()));
     let health = Health::default();
@@ -92,8 +88,13 @@ async fn run(args: Args) -> Result<()> {
             renew_deadline: args.leader_elect_renew_deadline,
             retry_period: args.leader_elect_retry_period,
         };
-        Elector::new(kube.clone(), cfg, Recorder::new(kube.clone(), MANAGER))
+        anyhow::Ok(Elector::new(
+            clients.client("leader-election")?,
+            cfg,
+            Recorder::new(clients.client(MANAGER)?, MANAGER),
+        ))
     });
+    let elector = elector.transpose()?;
     if let Some(e) = &elector {
         let (status, lease) = (e.status(), args.leader_elect_lease_duration);
         health.add("leaderElection", move || status.check(lease));
@@ -130,7 +131,7 @@ async fn run(args: Args) -> Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     let mut started = Vec::new();
     // One watch of Nodes shared by the controllers; it starts once they have subscribed.
-    let mut informer = NodeInformer::new(kube.clone());
+    let mut informer = NodeInformer::new(clients.client("shared-informers")?);
     for c in settings.controllers {
         match c {
             ControllerName::CloudNode => {
@@ -140,11 +141,13 @@ async fn run(args: Args) -> Result<()> {
                     status_update_workers: args.status_update_workers(),
                 };
                 let (nodes, synced, changes) = (informer.store(), informer.synced(), informer.subscribe());
-                tasks.spawn(node::run(kube.clone(), cloud.clone(), metrics.clone(), s, nodes, synced, changes));
+                let kube = clients.client("node-controller")?;
+                tasks.spawn(node::run(kube, cloud.clone(), metrics.clone(), s, nodes, synced, changes));
             }
             ControllerName::CloudNodeLifecycle => {
                 let (nodes, synced) = (informer.store(), informer.synced());
-                tasks.spawn(node_lifecycle::run(kube.clone(), cloud.clone(), args.node_monitor_period, nodes, synced));
+                let kube = clients.client("node-controller")?;
+                tasks.spawn(node_lifecycle::run(kube, cloud.clone(), args.node_monitor_period, nodes, synced));
             }
             ControllerName::Route => match &route_cidrs {
                 Some(cidrs) => {
@@ -153,7 +156,8 @@ async fn run(args: Args) -> Result<()> {
                         cluster_cidrs: cidrs.clone(),
                         period: args.route_reconciliation_period,
                     };
-                    tasks.spawn(route::run(kube.clone(), cloud.clone(), s, informer.store(), informer.synced()));
+                    let kube = clients.client("route-controller")?;
+                    tasks.spawn(route::run(kube, cloud.clone(), s, informer.store(), informer.synced()));
                 }
                 None => {
                     tracing::info!("--configure-cloud-routes=false: the route controller is not started");
@@ -166,7 +170,8 @@ async fn run(args: Args) -> Result<()> {
                     workers: args.concurrent_service_syncs,
                 };
                 let (nodes, synced, changes) = (informer.store(), informer.synced(), informer.subscribe_with_deletes());
-                tasks.spawn(service::run(kube.clone(), cloud.clone(), metrics.clone(), s, nodes, synced, changes));
+                let kube = clients.client("service-controller")?;
+                tasks.spawn(service::run(kube, cloud.clone(), metrics.clone(), s, nodes, synced, changes));
             }
         }
         metrics.running_managed_controllers.set(&[MANAGER, c.alias()], 1.0);
