@@ -440,13 +440,10 @@ fn prepare_run_dir(requested: Option<&Path>, clean_stale: bool) -> Result<(PathB
     Ok((dir, false))
 }
 
-/// A port the kernel just handed out on 127.0.0.1. It is released before the component binds
-/// it; a collision in that window surfaces as the component exiting with its log shown.
+/// A free port on 127.0.0.1 ([`crate::ports`]). It is released before the component binds it; a collision in
+/// that window surfaces as the component exiting with its log shown.
 fn free_port() -> Result<u16> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).io_context(|| "finding a free port on 127.0.0.1".to_string())?;
-    let port = listener.local_addr().io_context(|| "finding a free port on 127.0.0.1".to_string())?.port();
-    Ok(port)
+    crate::ports::free_port().io_context(|| "finding a free port on 127.0.0.1".to_string())
 }
 
 fn ensure_port_free(port: u16, component: &'static str) -> Result<u16> {

@@ -13,7 +13,6 @@
 //! # }
 //! ```
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -308,7 +307,7 @@ impl Cluster {
 }
 
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    fakecloud_controlplane::ports::free_port().expect("a free port")
 }
 
 /// The emulator: in the test process, or a `fakecloud serve` process that can be killed and restarted.

@@ -5,7 +5,6 @@
 //! Needs the control-plane binaries and `fakecloud` and `fakecloud-ccm` beside the launcher (`make test` builds
 //! them first); without them it is skipped outside CI, as the other tests here, and fails under CI.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -14,7 +13,7 @@ use fakecloud_controlplane::Binaries;
 const LAUNCHER: &str = env!("CARGO_BIN_EXE_fakecloud-controlplane");
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    fakecloud_controlplane::ports::free_port().expect("a free port")
 }
 
 fn stack(args: &[&str], run_dir: &Path) -> Output {
