@@ -19,7 +19,8 @@ const EPHEMERAL: RangeInclusive<u16> = 32_768..=60_999;
 
 /// A port on 127.0.0.1 that nothing listens on now, outside the ephemeral range.
 pub fn free_port() -> std::io::Result<u16> {
-    let candidates = candidates(&ephemeral());
+    let ephemeral = ephemeral();
+    let candidates = candidates(&ephemeral);
     // The next place to try, shared by every caller of this process.
     static NEXT: Mutex<Option<usize>> = Mutex::new(None);
     let mut next = NEXT.lock().unwrap_or_else(|p| p.into_inner());
@@ -27,10 +28,7 @@ pub fn free_port() -> std::io::Result<u16> {
     let (i, port) = first_free(&candidates, start).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::AddrInUse,
-            format!(
-                "no free port on 127.0.0.1 from {LOWEST} up outside the ephemeral range {}",
-                describe(&ephemeral())
-            ),
+            format!("no free port on 127.0.0.1 from {LOWEST} up outside the ephemeral range {}", describe(&ephemeral)),
         )
     })?;
     *next = Some(i + 1);
