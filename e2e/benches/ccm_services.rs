@@ -231,24 +231,15 @@ async fn main() {
     let mut outcomes = Vec::new();
     // Both CCMs on the same work back to back, so that they see about the same load on the machine.
     for n in bench::counts() {
-        if parts.contains("services") {
+        for part in ["services", "routes", "backends", "budget"].into_iter().filter(|p| parts.contains(p)) {
             for contender in &contenders {
-                outcomes.extend(services(n, contender, &extra).await);
-            }
-        }
-        if parts.contains("routes") {
-            for contender in &contenders {
-                outcomes.extend(routes(n, contender, &extra).await);
-            }
-        }
-        if parts.contains("backends") {
-            for contender in &contenders {
-                outcomes.extend(services_on_fleet(n, contender, &extra).await);
-            }
-        }
-        if parts.contains("budget") {
-            for contender in &contenders {
-                outcomes.extend(routes_under_budget(n, contender, &extra).await);
+                let outcome = match part {
+                    "services" => services(n, contender, &extra).await,
+                    "routes" => routes(n, contender, &extra).await,
+                    "backends" => services_on_fleet(n, contender, &extra).await,
+                    _ => routes_under_budget(n, contender, &extra).await,
+                };
+                outcomes.extend(outcome);
             }
         }
     }
