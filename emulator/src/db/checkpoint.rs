@@ -97,22 +97,26 @@ mod tests {
     use crate::config::DbLocation;
     use crate::db::Db;
 
-    /// Rows in the database file itself: `immutable` reads the file and ignores the WAL.
-    async fn rows_in_file(path: &std::path::Path) -> i64 {
+    /// Rows in the database file itself: `immutable` reads the file and ignores the WAL. A read that overlaps a
+    /// checkpoint writing the file may see a torn page ("database disk image is malformed": `immutable` promises
+    /// SQLite nobody writes), so an error here means "not settled yet", never a verdict on the database.
+    async fn rows_in_file(path: &std::path::Path) -> Result<i64, sqlx::Error> {
         let opts = SqliteConnectOptions::new().filename(path).immutable(true);
-        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
-        let created: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'idempotency_keys')")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        let n = if created {
-            sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys").fetch_one(&pool).await.unwrap()
-        } else {
-            0
-        };
+        let pool = sqlx::SqlitePool::connect_with(opts).await?;
+        let count = async {
+            let created: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'idempotency_keys')")
+                    .fetch_one(&pool)
+                    .await?;
+            if created {
+                sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys").fetch_one(&pool).await
+            } else {
+                Ok(0)
+            }
+        }
+        .await;
         pool.close().await;
-        n
+        count
     }
 
     /// The writer's commits never checkpoint, and the checkpointer copies them into the database file soon after.
@@ -137,10 +141,10 @@ mod tests {
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut in_file = rows_in_file(&path).await;
-        while in_file < 300 && std::time::Instant::now() < deadline {
+        while !matches!(in_file, Ok(300)) && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             in_file = rows_in_file(&path).await;
         }
-        assert_eq!(in_file, 300, "every committed row is checkpointed into the database file");
+        assert_eq!(in_file.unwrap(), 300, "every committed row is checkpointed into the database file");
     }
 }
