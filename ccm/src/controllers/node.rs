@@ -178,8 +178,7 @@ fn since_creation(node: &Node) -> f64 {
 /// with its resourceVersion, retried on conflict (upstream: `RetryOnConflict(UpdateNodeSpecBackoff)`). Every
 /// attempt re-reads the cache, not the API, as upstream's does (docs/upstream-ccm.md, trap 19): a retry waits
 /// for the watch to deliver the newer Node. Where the cache still holds the version that just lost, the attempt
-/// is spent without the write: it carries the same precondition and would lose again (upstream makes it; at
-/// 1,000 Nodes joining those were most of the extra writes).
+/// is spent without the write: it carries the same precondition and would lose again (upstream makes it).
 async fn initialize(api: &Api<Node>, cache: &Store<Node>, name: &str, md: &InstanceMetadata) -> Result<Node, Error> {
     // The resourceVersion whose write lost, and how.
     let mut lost: Option<(Option<String>, kube::Error)> = None;
