@@ -195,28 +195,31 @@ async fn initialize(api: &Api<Node>, cache: &Store<Node>, name: &str, md: &Insta
                 }
                 lost = Some((version, conflict));
             }
-            _ => {
-                let mut n = Node::clone(&current);
-                let spec = n.spec.get_or_insert_with(Default::default);
-                if spec.provider_id.as_deref().unwrap_or_default().is_empty() && !md.provider_id.is_empty() {
-                    spec.provider_id = Some(md.provider_id.clone());
+            _ => match api.replace(name, &PostParams::default(), &initialized(&current, md)).await {
+                Ok(updated) => return Ok(updated),
+                Err(kube::Error::Api(s)) if s.is_conflict() && !last => {
+                    lost = Some((current.metadata.resource_version.clone(), kube::Error::Api(s)));
                 }
-                if let Some(taints) = spec.taints.as_mut() {
-                    taints.retain(|t| t.key != UNINITIALIZED_TAINT);
-                }
-                n.metadata.labels.get_or_insert_with(Default::default).extend(init_labels(md));
-                match api.replace(name, &PostParams::default(), &n).await {
-                    Ok(updated) => return Ok(updated),
-                    Err(kube::Error::Api(s)) if s.is_conflict() && !last => {
-                        lost = Some((current.metadata.resource_version.clone(), kube::Error::Api(s)));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
+                Err(e) => return Err(e.into()),
+            },
         }
         attempt += 1;
         tokio::time::sleep(UPDATE_BACKOFF.mul_f64(1.0 + rand::random::<f64>())).await;
     }
+}
+
+/// `current` as init leaves it: providerID (unless one is set), the init labels, the uninitialized taint gone.
+fn initialized(current: &Node, md: &InstanceMetadata) -> Node {
+    let mut n = current.clone();
+    let spec = n.spec.get_or_insert_with(Default::default);
+    if spec.provider_id.as_deref().unwrap_or_default().is_empty() && !md.provider_id.is_empty() {
+        spec.provider_id = Some(md.provider_id.clone());
+    }
+    if let Some(taints) = spec.taints.as_mut() {
+        taints.retain(|t| t.key != UNINITIALIZED_TAINT);
+    }
+    n.metadata.labels.get_or_insert_with(Default::default).extend(init_labels(md));
+    n
 }
 
 /// Write the addresses if they changed, replacing the list (`$patch: replace`) as upstream does.
