@@ -4,10 +4,20 @@
 //! `events.k8s.io/v1` without a source.)
 //!
 //! Like client-go's broadcaster, recording never blocks a sync: events go through a bounded queue to one
-//! writer task and are dropped when it is full; a repeat of an identical event patches the first one's
-//! `count` and `lastTimestamp` instead of creating another.
+//! writer task and are dropped when it is full. Before writing, the writer does what client-go's
+//! `EventCorrelator` does with its defaults (`tools/record/events_cache.go`):
+//! - **aggregation**: once an object has had 10 events of one type and reason with different messages within
+//!   10 minutes of each other, the next ones are one event, "(combined from similar events): <message>",
+//!   whose count goes up;
+//! - **counting**: a repeat of an event already written patches its `count`, `lastTimestamp` and message
+//!   instead of creating another;
+//! - **spam filter**: each object may have 25 events of a type from one component, then one more every 5
+//!   minutes; the rest are dropped.
+//!
+//! So a node whose route the cloud keeps refusing gets what upstream gives it, not one event per try.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -17,8 +27,15 @@ use tokio::sync::mpsc;
 
 /// client-go's broadcaster queue length.
 const QUEUE: usize = 1000;
-/// client-go's event cache (an LRU of 4096); ours is simply cleared when full.
+/// client-go's correlator caches (LRUs of 4096); ours are simply cleared when full.
 const CACHE: usize = 4096;
+/// client-go's `defaultAggregateMaxEvents` and `defaultAggregateIntervalInSeconds`.
+const AGGREGATE_AFTER: usize = 10;
+const AGGREGATE_WITHIN: Duration = Duration::from_secs(600);
+/// client-go's `defaultSpamBurst` and `defaultSpamQPS` (one event every 300 s).
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL_PER_SEC: f64 = 1.0 / 300.0;
+const AGGREGATE_PREFIX: &str = "(combined from similar events): ";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
@@ -63,13 +80,124 @@ impl Recorder {
     }
 }
 
-/// The identity of "the same event again" (client-go's `getEventKey`, without the host we do not set).
-type Key = (String, String, String, String, EventType, &'static str, String);
+/// "Similar" events (client-go's `EventAggregatorByReasonFunc`, without the host and reporting fields we leave
+/// empty): the object, the type and the reason. The component is the recorder's own.
+type Similar = (String, String, String, String, EventType, &'static str);
 
-fn key(r: &Record) -> Key {
+/// "The same event again" (client-go's `getEventKey`): similar and the same message. An aggregate event is
+/// keyed by its similar key alone (`None`), so every later similar event counts on it.
+type Key = (Similar, Option<String>);
+
+/// Whose events the spam filter counts together (client-go's `getSpamKey`): the object and the type.
+type SpamKey = (String, String, String, String, String, EventType);
+
+fn similar(r: &Record) -> Similar {
     let o = &r.regarding;
     let s = |v: &Option<String>| v.clone().unwrap_or_default();
-    (s(&o.kind), s(&o.namespace), s(&o.name), s(&o.uid), r.type_, r.reason, r.message.clone())
+    (s(&o.kind), s(&o.namespace), s(&o.name), s(&o.uid), r.type_, r.reason)
+}
+
+fn spam_key(r: &Record) -> SpamKey {
+    let o = &r.regarding;
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    (s(&o.kind), s(&o.namespace), s(&o.name), s(&o.uid), s(&o.api_version), r.type_)
+}
+
+/// An event already written (or being written): where, and what its count and first time are.
+struct Observed {
+    namespace: String,
+    name: String,
+    count: i32,
+    first: Timestamp,
+}
+
+/// One object's spam budget: a token bucket.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// What to write for a recorded event.
+enum Write {
+    Create(Event),
+    /// A repeat: the event as it now is (name, count, times, message), sent as a patch; created if it is gone.
+    Repeat(Event),
+}
+
+/// client-go's `EventCorrelator` with its defaults (see the module docs).
+#[derive(Default)]
+struct Correlator {
+    /// Distinct messages of each similar group, and when the group last had an event.
+    groups: HashMap<Similar, (HashSet<String>, Instant)>,
+    observed: HashMap<Key, Observed>,
+    buckets: HashMap<SpamKey, Bucket>,
+}
+
+impl Correlator {
+    /// The write `r` becomes at `now`, or `None` when the spam filter drops it. As client-go, the count goes up
+    /// even for a dropped repeat, so the next one written carries it.
+    fn correlate(&mut self, component: &str, r: Record, now: Instant) -> Option<Write> {
+        let group = similar(&r);
+        if self.groups.len() >= CACHE {
+            self.groups.clear();
+        }
+        let (messages, last) = self.groups.entry(group.clone()).or_insert_with(|| (HashSet::new(), now));
+        if now.duration_since(*last) > AGGREGATE_WITHIN {
+            messages.clear();
+        }
+        *last = now;
+        messages.insert(r.message.clone());
+        let (key, message) = if messages.len() < AGGREGATE_AFTER {
+            ((group, Some(r.message.clone())), r.message.clone())
+        } else {
+            // client-go keeps the set below the threshold, so every later one aggregates while the group is hot.
+            if let Some(any) = messages.iter().next().cloned() {
+                messages.remove(&any);
+            }
+            ((group, None), format!("{AGGREGATE_PREFIX}{}", r.message))
+        };
+        let mut event = new_event(component, &r.regarding, r.type_, r.reason, &message);
+        if self.observed.len() >= CACHE {
+            self.observed.clear();
+        }
+        let write = match self.observed.get_mut(&key) {
+            Some(seen) => {
+                seen.count += 1;
+                event.metadata.namespace = Some(seen.namespace.clone());
+                event.metadata.name = Some(seen.name.clone());
+                event.count = Some(seen.count);
+                event.first_timestamp = Some(Time(seen.first));
+                Write::Repeat(event)
+            }
+            None => {
+                let observed = Observed {
+                    namespace: event.metadata.namespace.clone().unwrap_or_default(),
+                    name: event.metadata.name.clone().unwrap_or_default(),
+                    count: 1,
+                    first: event.first_timestamp.as_ref().map_or_else(Timestamp::now, |t| t.0),
+                };
+                self.observed.insert(key, observed);
+                Write::Create(event)
+            }
+        };
+        self.admit(spam_key(&r), now).then_some(write)
+    }
+
+    /// Take a token from the object's bucket, if it has one.
+    fn admit(&mut self, key: SpamKey, now: Instant) -> bool {
+        if self.buckets.len() >= CACHE {
+            self.buckets.clear();
+        }
+        let b = self.buckets.entry(key).or_insert(Bucket { tokens: SPAM_BURST, at: now });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * SPAM_REFILL_PER_SEC).min(SPAM_BURST);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// A new event as client-go's `makeEvent` builds it; events about cluster-scoped objects go to `default`.
@@ -97,36 +225,34 @@ pub fn new_event(component: &str, regarding: &ObjectReference, type_: EventType,
 }
 
 async fn write(client: kube::Client, component: String, mut rx: mpsc::Receiver<Record>) {
-    // key → (namespace, name, count) of the event already written.
-    let mut seen: HashMap<Key, (String, String, i32)> = HashMap::new();
+    let mut correlator = Correlator::default();
     while let Some(r) = rx.recv().await {
-        let k = key(&r);
-        if let Some((ns, name, count)) = seen.get(&k).cloned() {
-            let patch = serde_json::json!({"count": count + 1, "lastTimestamp": Time(Timestamp::now())});
-            let api = Api::<Event>::namespaced(client.clone(), &ns);
-            match api.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)).await {
-                Ok(_) => {
-                    seen.insert(k, (ns, name, count + 1));
-                    continue;
-                }
-                // Gone (events expire): record it afresh below.
-                Err(kube::Error::Api(s)) if s.is_not_found() => {}
-                Err(e) => {
-                    tracing::warn!(reason = r.reason, error = %e, "cannot update event");
-                    continue;
+        let reason = r.reason;
+        let event = match correlator.correlate(&component, r, Instant::now()) {
+            None => continue,
+            Some(Write::Create(event)) => event,
+            Some(Write::Repeat(event)) => {
+                let api = Api::<Event>::namespaced(client.clone(), event.metadata.namespace.as_deref().unwrap_or(""));
+                let patch = serde_json::json!({
+                    "count": event.count,
+                    "lastTimestamp": event.last_timestamp,
+                    "message": event.message,
+                });
+                let name = event.metadata.name.clone().unwrap_or_default();
+                match api.patch(&name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+                    Ok(_) => continue,
+                    // Gone (events expire): created again, as client-go does.
+                    Err(kube::Error::Api(s)) if s.is_not_found() => event,
+                    Err(e) => {
+                        tracing::warn!(reason, error = %e, "cannot update event");
+                        continue;
+                    }
                 }
             }
-        }
-        let ev = new_event(&component, &r.regarding, r.type_, r.reason, &r.message);
-        let ns = ev.metadata.namespace.clone().unwrap_or_default();
-        match Api::<Event>::namespaced(client.clone(), &ns).create(&PostParams::default(), &ev).await {
-            Ok(created) => {
-                if seen.len() >= CACHE {
-                    seen.clear();
-                }
-                seen.insert(k, (ns, created.metadata.name.unwrap_or_default(), 1));
-            }
-            Err(e) => tracing::warn!(reason = r.reason, error = %e, "cannot record event"),
+        };
+        let api = Api::<Event>::namespaced(client.clone(), event.metadata.namespace.as_deref().unwrap_or(""));
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(reason, error = %e, "cannot record event");
         }
     }
 }
@@ -164,5 +290,73 @@ mod tests {
         assert_eq!(ev.involved_object.kind.as_deref(), Some("Node"));
         assert_eq!(ev.involved_object.uid.as_deref(), Some("u-1"));
         assert_eq!((ev.type_.as_deref(), ev.count), (Some("Normal"), Some(1)));
+    }
+
+    fn record(node: &str, type_: EventType, message: &str) -> Record {
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            uid: Some(format!("uid-{node}")),
+            ..Default::default()
+        };
+        Record { regarding, type_, reason: "FailedToCreateRoute", message: message.into() }
+    }
+
+    /// (created?, name, count, message) of a write.
+    fn shape(w: &Write) -> (bool, String, i32, String) {
+        let (created, e) = match w {
+            Write::Create(e) => (true, e),
+            Write::Repeat(e) => (false, e),
+        };
+        (created, e.metadata.name.clone().unwrap(), e.count.unwrap(), e.message.clone().unwrap())
+    }
+
+    #[test]
+    fn a_repeat_counts_on_the_first_event() {
+        let (mut c, t) = (Correlator::default(), Instant::now());
+        let first = shape(&c.correlate("route_controller", record("n1", EventType::Warning, "no"), t).unwrap());
+        let again = shape(&c.correlate("route_controller", record("n1", EventType::Warning, "no"), t).unwrap());
+        assert!(first.0 && !again.0);
+        assert_eq!((again.1, again.2, again.3), (first.1, 2, "no".to_string()));
+    }
+
+    #[test]
+    fn the_tenth_similar_message_within_ten_minutes_becomes_one_combined_event() {
+        let (mut c, mut t) = (Correlator::default(), Instant::now());
+        let mut writes = Vec::new();
+        for i in 1..=12 {
+            writes.push(shape(&c.correlate("rc", record("n1", EventType::Warning, &format!("try {i}")), t).unwrap()));
+            t += Duration::from_secs(30);
+        }
+        assert!(writes[..9].iter().all(|w| w.0 && w.2 == 1 && !w.3.starts_with("(combined")), "{writes:?}");
+        let combined = &writes[9];
+        assert_eq!((combined.0, combined.2, combined.3.as_str()), (true, 1, "(combined from similar events): try 10"));
+        assert_eq!(writes[10], (false, combined.1.clone(), 2, "(combined from similar events): try 11".into()));
+        assert_eq!(writes[11].2, 3);
+        // Another reason, type or object is another group.
+        let other = shape(&c.correlate("rc", record("n2", EventType::Warning, "try 13"), t).unwrap());
+        assert_eq!((other.0, other.3.as_str()), (true, "try 13"));
+        // Ten quiet minutes and more: the group starts over.
+        t += AGGREGATE_WITHIN + Duration::from_secs(1);
+        let fresh = shape(&c.correlate("rc", record("n1", EventType::Warning, "try 14"), t).unwrap());
+        assert_eq!((fresh.0, fresh.3.as_str()), (true, "try 14"));
+    }
+
+    #[test]
+    fn an_object_gets_25_events_of_a_type_then_one_every_five_minutes() {
+        let (mut c, mut t) = (Correlator::default(), Instant::now());
+        let admitted = |c: &mut Correlator, t, node: &str, type_| {
+            (0..40).filter(|i| c.correlate("rc", record(node, type_, &format!("m{i}")), t).is_some()).count()
+        };
+        assert_eq!(admitted(&mut c, t, "n1", EventType::Warning), 25);
+        // Other objects and the other type have budgets of their own.
+        assert_eq!(admitted(&mut c, t, "n2", EventType::Warning), 25);
+        assert_eq!(admitted(&mut c, t, "n1", EventType::Normal), 25);
+        t += Duration::from_secs(299);
+        assert!(c.correlate("rc", record("n1", EventType::Warning, "late"), t).is_none());
+        t += Duration::from_secs(2);
+        assert!(c.correlate("rc", record("n1", EventType::Warning, "later"), t).is_some());
+        assert!(c.correlate("rc", record("n1", EventType::Warning, "later still"), t).is_none());
     }
 }
