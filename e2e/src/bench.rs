@@ -10,7 +10,7 @@
 //!
 //! The environment: `FAKECLOUD_CCM_BENCH_CCMS` (`fakecloud,upstream`, the default, in that order for each N),
 //! `FAKECLOUD_CCM_BENCH_NODES` (the Ns, `1,100,1000`), `FAKECLOUD_CCM_BENCH_ARGS` (extra flags, given to both),
-//! `FAKECLOUD_CCM_BENCH_STEADY` (the steady-state window in seconds, 60), `FAKECLOUD_E2E_UPSTREAM_CCM` (the
+//! `FAKECLOUD_CCM_BENCH_STEADY` (the steady-state window in seconds, 300), `FAKECLOUD_E2E_UPSTREAM_CCM` (the
 //! upstream binary; without it `scripts/build-upstream-ccm.sh` is run, which returns the cached one at once).
 
 use std::collections::{BTreeMap, HashSet};
@@ -80,8 +80,10 @@ pub fn extra_args() -> Vec<String> {
     std::env::var("FAKECLOUD_CCM_BENCH_ARGS").unwrap_or_default().split_whitespace().map(String::from).collect()
 }
 
+/// 5 minutes by default: the period of both CCMs' address refresh, so each window holds one pass of each and
+/// the steady rows compare (in a shorter one, a pass may fall in one CCM's window and not the other's).
 fn steady_window() -> Duration {
-    let secs = std::env::var("FAKECLOUD_CCM_BENCH_STEADY").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let secs = std::env::var("FAKECLOUD_CCM_BENCH_STEADY").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
     Duration::from_secs(secs)
 }
 
