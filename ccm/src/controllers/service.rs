@@ -96,7 +96,17 @@ struct Context<C> {
     nodes: Store<Node>,
     /// Services synced at least once (upstream's service cache), with the node set their load balancer was
     /// last given (`lastSyncedNodes`), stored before each cloud call.
-    synced: Mutex<HashMap<ObjectRef<Service>, NodeSet>>,
+    synced: Mutex<LastSynced>,
+}
+
+/// The node set each Service's load balancer was last given. Services given the same set share one copy, as
+/// upstream's share the Node objects: a set of 5,000 Nodes takes some 0.8 MB, and a copy per Service was most
+/// of fakecloud-ccm's memory with 1,000 Services on 5,000 Nodes (BENCHMARKS.md).
+#[derive(Default)]
+struct LastSynced {
+    by_service: HashMap<ObjectRef<Service>, Arc<NodeSet>>,
+    /// The set stored last: the one the next Service is most likely given too.
+    latest: Arc<NodeSet>,
 }
 
 impl<C> Context<C> {
@@ -104,12 +114,19 @@ impl<C> Context<C> {
         self.recorder.publish(service_ref(svc), type_, reason, message.into());
     }
 
-    fn remember(&self, key: ObjectRef<Service>, set: NodeSet) {
-        self.synced.lock().unwrap_or_else(|p| p.into_inner()).insert(key, set);
+    fn remember(&self, key: ObjectRef<Service>, set: Arc<NodeSet>) {
+        let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+        let shared = if Arc::ptr_eq(&synced.latest, &set) || *synced.latest == *set {
+            synced.latest.clone()
+        } else {
+            synced.latest = set.clone();
+            set
+        };
+        synced.by_service.insert(key, shared);
     }
 
     fn forget(&self, key: &ObjectRef<Service>) {
-        self.synced.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.synced.lock().unwrap_or_else(|p| p.into_inner()).by_service.remove(key);
     }
 }
 
@@ -349,7 +366,7 @@ async fn ensure<C: Cloud>(svc: &Service, ctx: &Context<C>, key: ObjectRef<Servic
     if nodes.is_empty() {
         ctx.event(svc, EventType::Warning, "UnAvailableLoadBalancer", "There are no available nodes for LoadBalancer");
     }
-    ctx.remember(key, node_set(&nodes));
+    ctx.remember(key, Arc::new(node_set(&nodes)));
     let status =
         ctx.cloud.ensure_load_balancer(&ctx.settings.cluster_name, svc, &nodes).await.map_err(Error::Ensure)?;
     ctx.event(svc, EventType::Normal, "EnsuredLoadBalancer", "Ensured load balancer");
@@ -492,16 +509,16 @@ async fn sync_nodes<C: Cloud>(
         if !changed {
             continue;
         }
-        if !ctx.synced.lock().unwrap_or_else(|p| p.into_inner()).values().any(|last| *last != members.0) {
+        if !ctx.synced.lock().unwrap_or_else(|p| p.into_inner()).by_service.values().any(|last| **last != members.0) {
             continue;
         }
         // The cache, which may be ahead of the names consumed so far, is what the load balancers get; one that
         // has its set already is left alone.
         let nodes = stable_nodes(&ctx.nodes);
-        let set = node_set(&nodes);
+        let set = Arc::new(node_set(&nodes));
         let stale: Vec<ObjectRef<Service>> = {
             let synced = ctx.synced.lock().unwrap_or_else(|p| p.into_inner());
-            synced.iter().filter(|(_, last)| **last != set).map(|(k, _)| k.clone()).collect()
+            synced.by_service.iter().filter(|(_, last)| ***last != *set).map(|(k, _)| k.clone()).collect()
         };
         let jobs = stale.into_iter().filter_map(|key| {
             let svc = services.get(&key)?;
@@ -749,6 +766,24 @@ mod tests {
             nodes: nodes_store(nodes),
             synced: Mutex::default(),
         })
+    }
+
+    #[tokio::test]
+    async fn services_given_the_same_node_set_share_one_copy() {
+        let ctx = context(&FakeApi::default(), &InMemoryCloud::default(), &[]);
+        let set = |names: &[&str]| -> NodeSet {
+            names.iter().map(|n| (n.to_string(), format!("fakecloud://local-1a/i-{n}"))).collect()
+        };
+        let key = |name: &str| ObjectRef::<Service>::new(name).within("default");
+        // Equal sets built apart, as two syncs build them; then another set.
+        ctx.remember(key("a"), Arc::new(set(&["n1", "n2"])));
+        ctx.remember(key("b"), Arc::new(set(&["n1", "n2"])));
+        ctx.remember(key("c"), Arc::new(set(&["n1"])));
+        let synced = ctx.synced.lock().unwrap();
+        let got = |k: &str| synced.by_service[&key(k)].clone();
+        assert!(Arc::ptr_eq(&got("a"), &got("b")), "equal sets are one copy");
+        assert!(!Arc::ptr_eq(&got("a"), &got("c")));
+        assert_eq!((&*got("a"), &*got("c")), (&set(&["n1", "n2"]), &set(&["n1"])));
     }
 
     fn ensure_call(nodes: &[&str]) -> Call {
@@ -1228,7 +1263,7 @@ mod tests {
             let key = ObjectRef::from_obj(&svc);
             if let Some(last) = &c.last {
                 let set = last.iter().map(|n| (n.to_string(), format!("fakecloud://local-1a/i-{n}"))).collect();
-                ctx.remember(key.clone(), set);
+                ctx.remember(key.clone(), Arc::new(set));
             }
             let (services, mut writer) = reflector::store::<Service>();
             writer.apply_watcher_event(&watcher::Event::Apply(svc));
