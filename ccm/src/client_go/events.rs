@@ -17,13 +17,16 @@
 //! So a node whose route the cloud keeps refusing gets what upstream gives it, not one event per try.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::client_go::ratelimit::TokenBucket;
 
 /// client-go's broadcaster queue length.
 const QUEUE: usize = 1000;
@@ -33,8 +36,8 @@ const CACHE: usize = 4096;
 const AGGREGATE_AFTER: usize = 10;
 const AGGREGATE_WITHIN: Duration = Duration::from_secs(600);
 /// client-go's `defaultSpamBurst` and `defaultSpamQPS` (one event every 300 s).
-const SPAM_BURST: f64 = 25.0;
-const SPAM_REFILL_PER_SEC: f64 = 1.0 / 300.0;
+const SPAM_BURST: u32 = 25;
+const SPAM_QPS: f64 = 1.0 / 300.0;
 const AGGREGATE_PREFIX: &str = "(combined from similar events): ";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,12 +114,6 @@ struct Observed {
     first: Timestamp,
 }
 
-/// One object's spam budget: a token bucket.
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
 /// What to write for a recorded event.
 enum Write {
     Create(Event),
@@ -130,7 +127,8 @@ struct Correlator {
     /// Distinct messages of each similar group, and when the group last had an event.
     groups: HashMap<Similar, (HashSet<String>, Instant)>,
     observed: HashMap<Key, Observed>,
-    buckets: HashMap<SpamKey, Bucket>,
+    /// Each object's spam budget.
+    buckets: HashMap<SpamKey, TokenBucket>,
 }
 
 impl Correlator {
@@ -188,15 +186,7 @@ impl Correlator {
         if self.buckets.len() >= CACHE {
             self.buckets.clear();
         }
-        let b = self.buckets.entry(key).or_insert(Bucket { tokens: SPAM_BURST, at: now });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * SPAM_REFILL_PER_SEC).min(SPAM_BURST);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.buckets.entry(key).or_insert_with(|| TokenBucket::new(SPAM_QPS, SPAM_BURST)).try_take_at(now)
     }
 }
 

@@ -35,11 +35,24 @@ impl TokenBucket {
 
     fn reserve_at(&self, now: Instant) -> Duration {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (tokens, last) = *s;
-        let refilled = (tokens + now.saturating_duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-        let left = refilled - 1.0;
-        *s = (left, now.max(last));
+        let left = self.refilled(*s, now) - 1.0;
+        *s = (left, now.max(s.1));
         if left >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-left / self.qps) }
+    }
+
+    /// Take a token only if one is there at `now` (client-go's passive limiter, `TryAccept`): a refusal takes
+    /// nothing and keeps no one waiting.
+    pub fn try_take_at(&self, now: Instant) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let tokens = self.refilled(*s, now);
+        let taken = tokens >= 1.0;
+        *s = (if taken { tokens - 1.0 } else { tokens }, now.max(s.1));
+        taken
+    }
+
+    /// The tokens in the bucket at `now`, from its state (tokens, when).
+    fn refilled(&self, (tokens, last): (f64, Instant), now: Instant) -> f64 {
+        (tokens + now.saturating_duration_since(last).as_secs_f64() * self.qps).min(self.burst)
     }
 }
 
@@ -181,6 +194,18 @@ mod tests {
             assert_eq!(b.reserve_at(t1), Duration::ZERO);
         }
         assert!(!b.reserve_at(t1).is_zero());
+    }
+
+    #[test]
+    fn a_passive_take_refuses_without_owing() {
+        let b = TokenBucket::new(10.0, 2);
+        let t0 = Instant::now();
+        assert!(b.try_take_at(t0) && b.try_take_at(t0));
+        assert!(!b.try_take_at(t0) && !b.try_take_at(t0), "empty, and refusing takes nothing");
+        // 100 ms later exactly one token is back: the refusals left no debt to pay first.
+        let t1 = t0 + Duration::from_millis(100);
+        assert!(b.try_take_at(t1));
+        assert!(!b.try_take_at(t1));
     }
 
     #[test]
