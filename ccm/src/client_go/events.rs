@@ -83,27 +83,23 @@ impl Recorder {
     }
 }
 
+/// The object an event is about, as client-go's keys name it: kind, namespace, name, UID, API version.
+type Object = (String, String, String, String, String);
+
 /// "Similar" events (client-go's `EventAggregatorByReasonFunc`, without the host and reporting fields we leave
 /// empty): the object, the type and the reason. The component is the recorder's own.
-type Similar = (String, String, String, String, EventType, &'static str);
+type Similar = (Object, EventType, &'static str);
 
 /// "The same event again" (client-go's `getEventKey`): similar and the same message. An aggregate event is
 /// keyed by its similar key alone (`None`), so every later similar event counts on it.
 type Key = (Similar, Option<String>);
 
 /// Whose events the spam filter counts together (client-go's `getSpamKey`): the object and the type.
-type SpamKey = (String, String, String, String, String, EventType);
+type SpamKey = (Object, EventType);
 
-fn similar(r: &Record) -> Similar {
-    let o = &r.regarding;
+fn object(o: &ObjectReference) -> Object {
     let s = |v: &Option<String>| v.clone().unwrap_or_default();
-    (s(&o.kind), s(&o.namespace), s(&o.name), s(&o.uid), r.type_, r.reason)
-}
-
-fn spam_key(r: &Record) -> SpamKey {
-    let o = &r.regarding;
-    let s = |v: &Option<String>| v.clone().unwrap_or_default();
-    (s(&o.kind), s(&o.namespace), s(&o.name), s(&o.uid), s(&o.api_version), r.type_)
+    (s(&o.kind), s(&o.namespace), s(&o.name), s(&o.uid), s(&o.api_version))
 }
 
 /// An event already written (or being written): where, and what its count and first time are.
@@ -135,7 +131,8 @@ impl Correlator {
     /// The write `r` becomes at `now`, or `None` when the spam filter drops it. As client-go, the count goes up
     /// even for a dropped repeat, so the next one written carries it.
     fn correlate(&mut self, component: &str, r: Record, now: Instant) -> Option<Write> {
-        let group = similar(&r);
+        let object = object(&r.regarding);
+        let group = (object.clone(), r.type_, r.reason);
         if self.groups.len() >= CACHE {
             self.groups.clear();
         }
@@ -178,7 +175,7 @@ impl Correlator {
                 Write::Create(event)
             }
         };
-        self.admit(spam_key(&r), now).then_some(write)
+        self.admit((object, r.type_), now).then_some(write)
     }
 
     /// Take a token from the object's bucket, if it has one.
