@@ -72,6 +72,14 @@ impl LocalProcess {
     }
 }
 
+/// The local backend's CCM (fakecloud-ccm, the case's build `fakecloud_ccm`, unless `FAKECLOUD_E2E_CCM` names
+/// another) on `cluster`, with the suite's flags and then `args`: for a case that starts its clusters itself.
+pub fn start_local_ccm(cluster: &Cluster, fakecloud_ccm: &str, args: &[&str]) -> Ccm {
+    let ccm = LocalProcess::new(fakecloud_ccm);
+    let all: Vec<&str> = ccm.args.iter().chain(args).copied().collect();
+    cluster.ccm(&ccm.bin, &all)
+}
+
 /// What a case needs of the cluster.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -429,7 +437,7 @@ impl Env {
         match &self.kind {
             Kind::Local { cluster, .. } => match &cluster.server {
                 Emulator::Process(p) => p.kill().await,
-                Emulator::InProcess(_) => panic!("Setup::restarts_emulator was not asked for"),
+                Emulator::InProcess(_) | Emulator::Shared(_) => panic!("Setup::restarts_emulator was not asked for"),
             },
             Kind::Existing { cfg, .. } => shell(cfg.emulator_kill.as_deref().unwrap_or_default()),
         }
@@ -440,7 +448,7 @@ impl Env {
         match &self.kind {
             Kind::Local { cluster, .. } => match &cluster.server {
                 Emulator::Process(p) => p.restart().await,
-                Emulator::InProcess(_) => panic!("Setup::restarts_emulator was not asked for"),
+                Emulator::InProcess(_) | Emulator::Shared(_) => panic!("Setup::restarts_emulator was not asked for"),
             },
             Kind::Existing { cfg, .. } => {
                 shell(cfg.emulator_start.as_deref().unwrap_or_default());

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use fakecloud_api::{Client, CreateInstanceRequest, Instance};
 use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
+use fakecloud_controlplane::launcher::CLUSTER_CIDR;
 use fakecloud_controlplane::{Binaries, ControlPlane, kubeconfig};
 use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
@@ -83,11 +84,21 @@ pub struct ClusterOptions {
     /// Run the emulator as this `fakecloud` binary (a test's `CARGO_BIN_EXE_e2e-fakecloud`) instead of in the
     /// test process, so that it can be killed (SIGKILL) and restarted. Default topology.
     pub emulator_binary: Option<PathBuf>,
+    /// The controller manager's `--cluster-cidr` (its Nodes' pod CIDRs come from it), which the cluster's CCMs
+    /// are given too. Clusters that share a cloud share its route table, where a destination has one route:
+    /// their CIDRs must not overlap, as on a real VPC.
+    pub cluster_cidr: String,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        Self { rates: Rates::fast(), topology: Topology::default(), node_cidr_mask_size: None, emulator_binary: None }
+        Self {
+            rates: Rates::fast(),
+            topology: Topology::default(),
+            node_cidr_mask_size: None,
+            emulator_binary: None,
+            cluster_cidr: CLUSTER_CIDR.to_string(),
+        }
     }
 }
 
@@ -139,8 +150,11 @@ pub struct Cluster {
     pub sa_kubeconfig: PathBuf,
     pub cloud_config: PathBuf,
     kubectl: PathBuf,
+    /// Its `--cluster-cidr`, which [`Cluster::ccm`] passes on.
+    cluster_cidr: String,
     _kubelets: SimulatedKubelets,
-    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+    /// `None` for a cluster started beside another ([`Cluster::start_beside`]), whose guard covers both.
+    _one_at_a_time: Option<tokio::sync::MutexGuard<'static, ()>>,
 }
 
 impl std::ops::Deref for Cluster {
@@ -166,10 +180,31 @@ impl Cluster {
         // (Each test has its own runtime; tokio's Mutex does not need one, and a failing case releases it as it
         // unwinds.)
         let one_at_a_time = ONE_CLUSTER_AT_A_TIME.lock().await;
+        Some(Self::start_on(&binaries, options, None, Some(one_at_a_time)).await)
+    }
+
+    /// A second cluster on this one's cloud: its own control plane, simulated kubelets and CCM credentials, the
+    /// same emulator (region, tokens, quotas, rate limits, route table), as several clusters share one account
+    /// of a real cloud. `options` says how it differs (its `cluster_cidr` apart from this one's, its kubelets'
+    /// instance tag); the emulator options in it are this cluster's and are not read.
+    pub async fn start_beside(&self, test: &str, options: ClusterOptions) -> Self {
+        let binaries = Binaries::for_tests(test).expect("the binaries the first cluster runs on");
+        Self::start_on(&binaries, options, Some(self.server.url()), None).await
+    }
+
+    /// A control plane, then the rest around it ([`Cluster::assemble`]), on the emulator at `cloud` if given.
+    async fn start_on(
+        binaries: &Binaries,
+        options: ClusterOptions,
+        cloud: Option<String>,
+        one_at_a_time: Option<tokio::sync::MutexGuard<'static, ()>>,
+    ) -> Self {
         let kubectl = binaries.kubectl().unwrap_or_else(|| "kubectl".into());
         let mut builder = ControlPlane::builder()
             .node_monitor_grace_period(options.rates.node_monitor_grace_period)
-            .node_monitor_period(Duration::from_secs(1));
+            .node_monitor_period(Duration::from_secs(1))
+            // After the launcher's own: the last one counts.
+            .controller_manager_arg(format!("--cluster-cidr={}", options.cluster_cidr));
         if let Some(size) = options.node_cidr_mask_size {
             builder = builder.controller_manager_arg(format!("--node-cidr-mask-size={size}"));
         }
@@ -180,7 +215,7 @@ impl Cluster {
             .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
             .apiserver_arg(format!("--audit-log-path={}", dir.path().join(AUDIT_LOG).display()));
         let cp = builder.start().await.expect("the control plane starts");
-        Some(Self::assemble(cp, dir, kubectl, options, one_at_a_time).await)
+        Self::assemble(cp, dir, kubectl, options, cloud, one_at_a_time).await
     }
 
     /// The emulator, the simulated kubelets and the CCM's credentials around an API server.
@@ -189,17 +224,19 @@ impl Cluster {
         dir: tempfile::TempDir,
         kubectl: PathBuf,
         options: ClusterOptions,
-        one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+        cloud: Option<String>,
+        one_at_a_time: Option<tokio::sync::MutexGuard<'static, ()>>,
     ) -> Self {
-        let ClusterOptions { rates, topology, node_cidr_mask_size: _, emulator_binary } = options;
+        let ClusterOptions { rates, topology, node_cidr_mask_size: _, emulator_binary, cluster_cidr } = options;
         let timings = Timings {
             stop_delay: Duration::from_millis(200),
             terminate_delay: Duration::from_millis(200),
             lb_provision_delay: rates.lb_provision_delay,
             ..Timings::instant()
         };
-        let server = match emulator_binary {
-            None => {
+        let server = match (cloud, emulator_binary) {
+            (Some(url), _) => Emulator::Shared(url),
+            (None, None) => {
                 let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
                 let db = DbLocation::File(dir.path().join("fc.db"));
                 let config = Config { timings, topology, ..Config::default() };
@@ -207,7 +244,7 @@ impl Cluster {
                     Server::start("127.0.0.1:0", &db, config, tokens).await.expect("the emulator starts"),
                 )
             }
-            Some(bin) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
+            (None, Some(bin)) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
         };
         let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
         let kubelets = SimulatedKubelets::start(apiserver.admin_kubeconfig(), cloud.clone(), rates.kubelets)
@@ -224,6 +261,7 @@ impl Cluster {
             sa_kubeconfig: PathBuf::new(),
             cloud_config,
             kubectl,
+            cluster_cidr,
             _kubelets: kubelets,
             _one_at_a_time: one_at_a_time,
         };
@@ -259,7 +297,8 @@ impl Cluster {
         let port = free_port();
         let log = self.dir.path().join(format!("ccm-{port}.log"));
         let child = tokio::process::Command::new(bin)
-            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s", "--cluster-cidr=10.244.0.0/16"])
+            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s"])
+            .arg(format!("--cluster-cidr={}", self.cluster_cidr))
             .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
             .arg("--kubeconfig")
             .arg(&self.sa_kubeconfig)
@@ -310,10 +349,12 @@ pub(crate) fn free_port() -> u16 {
     fakecloud_controlplane::ports::free_port().expect("a free port")
 }
 
-/// The emulator: in the test process, or a `fakecloud serve` process that can be killed and restarted.
+/// The emulator: in the test process, or a `fakecloud serve` process that can be killed and restarted, or
+/// another cluster's (at this URL), whose cloud this cluster shares.
 pub enum Emulator {
     InProcess(Server),
     Process(Box<EmulatorProcess>),
+    Shared(String),
 }
 
 impl Emulator {
@@ -321,6 +362,7 @@ impl Emulator {
         match self {
             Self::InProcess(s) => s.url(),
             Self::Process(p) => format!("http://127.0.0.1:{}", p.port),
+            Self::Shared(url) => url.clone(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The end-to-end suite, in one binary: the conformance cases (`conformance_*`, judged only through the
 //! Kubernetes API and the cloud, against either CCM and any backend) and the tests of the `fakecloud-ccm`
-//! binary itself (`ccm_*`, on the local backend).
+//! binary itself (`ccm_*`, on the local backend); and cases of several clusters on one cloud (`shared_cloud`, on
+//! the local backend, with either CCM).
 
 mod ccm_at_scale;
 mod ccm_leader;
@@ -22,3 +23,4 @@ mod conformance_nodes;
 mod conformance_presets;
 mod conformance_routes;
 mod conformance_services;
+mod shared_cloud;
