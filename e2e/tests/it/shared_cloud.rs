@@ -2,14 +2,15 @@
 //! one `FAKECLOUD_E2E_CCM` chooses) and simulated kubelets, on one emulator, as several clusters share one
 //! account of a real cloud. A real cloud throttles per account and region (EC2's buckets are per account, ARM's
 //! per subscription), so one cluster's calls spend the budget of the other; and the clusters share the VPC's
-//! route table, each finding its own routes by its `--cluster-name`.
+//! route table, each finding its own routes by its `--cluster-name`, and its route quota: one cluster's routes
+//! can leave the other's nodes `NetworkUnavailable`, though its CCM sees only its own few routes.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 
-use fakecloud_api::{AuditQuery, CreateInstanceRequest, Instance, Route, SetRateLimitRequest};
+use fakecloud_api::{AuditQuery, CreateInstanceRequest, Instance, QuotaName, Route, SetRateLimitRequest};
 use fakecloud_e2e::env::start_local_ccm;
-use fakecloud_e2e::{Cluster, ClusterOptions, HANG, Rates, until};
+use fakecloud_e2e::{Cluster, ClusterOptions, HANG, Rates, condition, until};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 /// The account-wide bucket of route creates: room for the first cluster's three, refilled slowly enough that the
@@ -26,9 +27,10 @@ fn options(name: &str, cidr: &str) -> ClusterOptions {
     ClusterOptions { rates, cluster_cidr: cidr.into(), ..ClusterOptions::default() }
 }
 
-async fn machines(cluster: &Cluster, name: &str) -> Vec<Instance> {
+/// Machines `<name>-node-<i>` for `i` in `range`, run by cluster `name`'s kubelets.
+async fn machines(cluster: &Cluster, name: &str, range: std::ops::Range<usize>) -> Vec<Instance> {
     let mut instances = Vec::new();
-    for i in 0..NODES {
+    for i in range {
         let req = CreateInstanceRequest {
             name: format!("{name}-node-{i}"),
             tags: BTreeMap::from([("cluster".to_string(), name.to_string())]),
@@ -37,6 +39,15 @@ async fn machines(cluster: &Cluster, name: &str) -> Vec<Instance> {
         instances.push(cluster.cloud.create_instance(&req, None).await.unwrap());
     }
     instances
+}
+
+/// The `NetworkUnavailable` condition of Node `name`, once its reason is `reason`.
+async fn network(cluster: &Cluster, name: &str, reason: &str) -> String {
+    until(HANG, &format!("{name} NetworkUnavailable with {reason}"), async || {
+        let (status, why) = condition(&cluster.node(name).await?, "NetworkUnavailable")?;
+        (why == reason).then_some(status)
+    })
+    .await
 }
 
 /// The routes of cluster `name` in the shared table, once there is one per node, by destination.
@@ -82,7 +93,7 @@ async fn last_seq(cluster: &Cluster) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_clusters_spend_one_accounts_budget_and_keep_their_routes_apart() {
+async fn two_clusters_share_one_accounts_budget_route_table_and_route_quota() {
     let Some(a) = Cluster::start_with_options("shared cloud e2e test", options("a", "10.244.0.0/16")).await else {
         return;
     };
@@ -102,7 +113,7 @@ async fn two_clusters_spend_one_accounts_budget_and_keep_their_routes_apart() {
     let start = last_seq(&a).await;
 
     // Cluster a alone: its three routes fit the bucket.
-    let machines_a = machines(&a, "a").await;
+    let machines_a = machines(&a, "a", 0..NODES).await;
     a.wait_initialized(&machines_a, HANG).await;
     let routes_a = routes_of(&a, "a").await;
     assert!(routes_a.keys().all(|d| d.starts_with("10.244.")), "cluster a's routes are its pod CIDRs: {routes_a:?}");
@@ -111,7 +122,7 @@ async fn two_clusters_spend_one_accounts_budget_and_keep_their_routes_apart() {
 
     // Cluster b: three creates would fit an empty bucket of four, but a has spent it.
     let before_b = last_seq(&a).await;
-    let machines_b = machines(&b, "b").await;
+    let machines_b = machines(&b, "b", 0..NODES).await;
     b.wait_initialized(&machines_b, HANG).await;
     let routes_b = routes_of(&b, "b").await;
     assert!(routes_b.keys().all(|d| d.starts_with("10.245.")), "cluster b's routes are its pod CIDRs: {routes_b:?}");
@@ -134,4 +145,25 @@ async fn two_clusters_spend_one_accounts_budget_and_keep_their_routes_apart() {
     }
     assert_eq!(table.len(), 2 * NODES, "no route was made twice: {table:?}");
     assert_eq!(route_creates(&a, start).await.0, 2 * NODES, "every route was created once");
+
+    // The route quota is the table's, whoever's routes fill it: at the two clusters' six, b's next node is
+    // refused for the limit though b's CCM sees three routes of its own; a is untouched. Raising it heals b.
+    a.cloud.delete_rate_limit(BUCKET).await.unwrap();
+    let full = u32::try_from(2 * NODES).unwrap();
+    a.cloud.set_quota(QuotaName::RoutesPerRouteTable, full).await.unwrap();
+    let extra = machines(&b, "b", NODES..NODES + 1).await;
+    let name = &extra[0].name;
+    assert_eq!(network(&b, name, "NoRouteCreated").await, "True", "the table is full");
+    let refusal = until(HANG, "a FailedToCreateRoute event naming the quota", async || {
+        let events = b.events_in("default", name).await;
+        events
+            .into_iter()
+            .filter_map(|e| e.message.filter(|_| e.reason.as_deref() == Some("FailedToCreateRoute")))
+            .find(|m| m.contains("RouteLimitExceeded"))
+    })
+    .await;
+    assert!(refusal.contains(&full.to_string()), "the refusal names the table's limit: {refusal}");
+    assert_eq!(a.cloud.list_routes("main").await.unwrap().items.len(), 2 * NODES, "a's routes stay");
+    a.cloud.set_quota(QuotaName::RoutesPerRouteTable, full + 1).await.unwrap();
+    assert_eq!(network(&b, name, "RouteCreated").await, "False", "routed once the quota is raised");
 }
