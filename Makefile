@@ -90,7 +90,7 @@ lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circ
 	shellcheck -x scripts/*.sh scripts/kind/*.sh
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
-	python3 scripts/import-graph.py emulator/src --only-from http=serve,server
+	python3 scripts/import-graph.py emulator/src --only-from http=serve,server,cloud,accounts
 	for crate in api cli ccm controlplane e2e vpc-router testcontainers; do python3 scripts/import-graph.py $$crate/src || exit 1; done
 
 fmt: ## Format the code

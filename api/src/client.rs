@@ -414,6 +414,26 @@ impl Client {
         self.send(Method::POST, "/v1/admin/snapshot", Some(&SnapshotRequest { name: name.to_string() }), None).await
     }
 
+    // ------------------------------------------------------------------------------------------ accounts (operator)
+
+    /// The emulator's own admin token only: a new account and its tokens (shown this once).
+    pub async fn create_account(&self, id: &str) -> Result<CreatedAccount> {
+        self.send(Method::POST, "/v1/accounts", Some(&CreateAccountRequest { id: id.to_string() }), None).await
+    }
+
+    pub async fn list_accounts(&self) -> Result<AccountList> {
+        self.get::<_, ()>("/v1/accounts", None).await
+    }
+
+    pub async fn get_account(&self, id: &str) -> Result<Account> {
+        self.get::<_, ()>(&format!("/v1/accounts/{id}"), None).await
+    }
+
+    /// Delete the account and everything in it; its tokens stop working.
+    pub async fn delete_account(&self, id: &str) -> Result<Account> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/accounts/{id}"), None, None).await
+    }
+
     // ------------------------------------------------------------------------------------------ faults (admin)
 
     pub async fn add_fault(&self, req: &CreateFaultRuleRequest) -> Result<FaultRule> {

@@ -22,6 +22,7 @@ pub const QUOTA_NOT_FOUND: &str = "QuotaNotFound";
 pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
 pub const HANG_NOT_FOUND: &str = "HangNotFound";
 pub const RATE_LIMIT_PRESET_NOT_FOUND: &str = "RateLimitPresetNotFound";
+pub const ACCOUNT_NOT_FOUND: &str = "AccountNotFound";
 // 405 / 408 / 413 / 415 / 429
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";
@@ -40,6 +41,7 @@ pub const IDEMPOTENCY_KEY_REUSED: &str = "IdempotencyKeyReused";
 pub const SNAPSHOT_EXISTS: &str = "SnapshotExists";
 pub const DEPENDENCY_VIOLATION: &str = "DependencyViolation";
 pub const FAULT_EXISTS: &str = "FaultExists";
+pub const ACCOUNT_ALREADY_EXISTS: &str = "AccountAlreadyExists";
 pub const NOT_SPOT: &str = "NotSpotInstance";
 // 422: quotas (each names the quota it hit)
 pub const INSTANCE_LIMIT_EXCEEDED: &str = "InstanceLimitExceeded";
@@ -50,6 +52,7 @@ pub const TOO_MANY_TARGETS: &str = "TooManyTargets";
 pub const ROUTE_LIMIT_EXCEEDED: &str = "RouteLimitExceeded";
 pub const ADDRESS_LIMIT_EXCEEDED: &str = "AddressLimitExceeded";
 pub const SOURCE_RANGE_LIMIT_EXCEEDED: &str = "SourceRangeLimitExceeded";
+pub const ACCOUNT_LIMIT_EXCEEDED: &str = "AccountLimitExceeded";
 pub const INSUFFICIENT_ADDRESS_CAPACITY: &str = "InsufficientAddressCapacity";
 // 5xx
 pub const INTERNAL_ERROR: &str = "InternalError";

@@ -48,6 +48,8 @@ pub const AUDIT_STREAM_SECONDS_DEFAULT: u32 = 300;
 /// Audit streams open at once with one token (only the admin token may stream): each polls the log, and a
 /// thousand would take the database's readers from every other call.
 pub const AUDIT_STREAMS_PER_TOKEN: u32 = 8;
+/// Accounts on one emulator beside its own: each is a database with its connections and tasks.
+pub const ACCOUNTS_MAX: usize = 64;
 /// Ports: 0 is not a port.
 pub const PORT_MIN: u16 = 1;
 /// A health check's interval, in seconds.

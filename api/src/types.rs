@@ -266,6 +266,40 @@ pub struct RouteList {
     pub items: Vec<Route>,
 }
 
+// ---------------------------------------------------------------------------------------------- accounts
+
+/// An account: a cloud of its own on the emulator — instances, networks, load balancers, quotas, faults, rate
+/// limits and audit log — reached with its own tokens, as several clusters or CI jobs each get an account of a
+/// real cloud.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Account {
+    pub id: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AccountList {
+    pub items: Vec<Account>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAccountRequest {
+    /// 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit (`default` is the
+    /// emulator's own account).
+    pub id: String,
+}
+
+/// A new account and its tokens, shown this once: its user token for its CCMs and clients, its admin token for
+/// its quotas, faults and audit log.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreatedAccount {
+    pub id: String,
+    pub created_at: String,
+    pub user_token: String,
+    pub admin_token: String,
+}
+
 // ---------------------------------------------------------------------------------------------- load balancers
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]

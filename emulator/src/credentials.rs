@@ -69,7 +69,8 @@ fn check_len(token: &str, name: &'static str) -> Result<(), CredentialsError> {
     if token.len() < 16 { Err(CredentialsError::TooShort(name)) } else { Ok(()) }
 }
 
-fn random_token() -> String {
+/// A new token: 64 random hex digits after `fc_`.
+pub(crate) fn random_token() -> String {
     format!("fc_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 

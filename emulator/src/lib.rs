@@ -8,11 +8,15 @@
 //! - [`auth`]: the tokens and the roles they grant; [`metrics`]: what `/metrics` shows (the API's calls and the
 //!   data plane's connections).
 //! - [`dataplane`]: the load balancers' listeners, proxy and health checks (`serve --serve-load-balancers`).
+//! - [`cloud`]: one cloud (database, API, lifecycle); [`accounts`]: clouds of their own for accounts, routed to by
+//!   their tokens.
 //! - [`server`]: start it all (used by tests); [`serve`]: the `fakecloud serve` command (its flags, logging).
 
+pub mod accounts;
 pub mod addresses;
 pub mod auth;
 pub mod call;
+pub mod cloud;
 pub mod config;
 pub mod credentials;
 pub mod dataplane;

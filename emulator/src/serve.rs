@@ -59,7 +59,7 @@ pub struct ServeArgs {
     /// The user token (resources). With --admin-token, no credentials file is read or written.
     #[arg(long, env = ENV_USER_TOKEN, hide_env_values = true)]
     pub user_token: Option<String>,
-    /// The admin token (quotas, audit, reset, snapshot, and everything a user may do).
+    /// The admin token (quotas, audit, reset, snapshot, faults, accounts, and everything a user may do).
     #[arg(long, env = ENV_ADMIN_TOKEN, hide_env_values = true)]
     pub admin_token: Option<String>,
     /// Where tokens are read from, or generated into when missing (default: beside the database).

@@ -3,23 +3,30 @@
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
 
+use axum::Router;
+use axum::extract::Request;
+use axum::http::header;
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 
+use crate::accounts::{self, Accounts};
 use crate::auth::Tokens;
+use crate::cloud::{self, Cloud};
 use crate::config::{Config, DbLocation};
 use crate::db::Db;
-use crate::http::{self, AppState};
-use crate::store::{self, lifecycle};
+use crate::http::AppState;
 
 /// A running emulator. Dropping it does not stop it; call [`Server::shutdown`] or let the process end.
 pub struct Server {
     pub addr: SocketAddr,
+    /// The emulator's own cloud's state.
     pub state: AppState,
+    cloud: Cloud,
+    pub accounts: Arc<Accounts>,
     shutdown: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
-    ticker: tokio::task::JoinHandle<()>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -28,47 +35,47 @@ pub enum StartError {
     Db(#[from] crate::db::OpenError),
     #[error("cannot listen on {addr}: {source} (is another fakecloud running? pick another address with --listen)")]
     Bind { addr: String, source: std::io::Error },
-    #[error("cannot prepare the database: {0}")]
-    Seed(#[from] crate::error::ApiError),
+    #[error(transparent)]
+    Cloud(#[from] cloud::OpenError),
+    #[error(transparent)]
+    Accounts(#[from] accounts::OpenError),
     #[error("cannot use {path} as the snapshot directory: {source}")]
     SnapshotDir { path: String, source: std::io::Error },
 }
 
 impl Server {
-    /// Open `db` and serve on `listen` (port 0 picks a free port; see `addr`).
+    /// Open `db` and serve on `listen` (port 0 picks a free port; see `addr`): the emulator's own cloud, and the
+    /// accounts created on it.
     pub async fn start(listen: &str, db: &DbLocation, mut cfg: Config, tokens: Tokens) -> Result<Self, StartError> {
         let snapshots = cfg.snapshot_dir.take().unwrap_or_else(|| db.dir());
         cfg.snapshot_dir = Some(snapshot_dir(&snapshots)?);
-        let db = Db::open(db).await?;
-        let mut tx = db.write().await.map_err(crate::error::ApiError::from)?;
-        store::routes::ensure_main_table(&mut tx).await?;
-        store::routes::canonicalize_destinations(&mut tx).await?;
-        tx.commit().await.map_err(crate::error::ApiError::from)?;
+        let location = db;
+        let db = Db::open(location).await?;
         let listener =
             TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
-        let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
+        let accounts = Accounts::open(db.clone(), location, &cfg).await?;
         let limits = cfg.connections.clone();
-        let (router, state) = http::app(db, cfg, tokens).await?;
+        let cloud = Cloud::on(db, cfg, tokens, Some(accounts.clone() as Arc<dyn crate::http::Registry>)).await?;
+        let state = cloud.state.clone();
+        let router = dispatch(accounts.clone(), cloud.router.clone());
         // The app's own signal, so that calls still streaming (the audit tail) end with the server.
         let shutdown = state.stopping.clone();
         let rx = shutdown.subscribe();
         let task = tokio::spawn(crate::listener::serve(listener, router, limits, rx));
-        Ok(Self { addr, state, shutdown, task, ticker })
+        Ok(Self { addr, state, cloud, accounts, shutdown, task })
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    /// Stop accepting, finish in-flight calls, write the audit log down and close the database.
+    /// Stop accepting, finish in-flight calls, write the audit logs down and close the databases.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
-        self.ticker.abort();
-        self.state.stop_background();
-        self.state.audit.flush().await;
-        self.state.db.close().await;
+        self.accounts.close().await;
+        self.cloud.close().await;
     }
 
     /// Serve until the task ends (it does not, unless the listener fails).
@@ -79,6 +86,18 @@ impl Server {
     pub fn shutdown_handle(&self) -> tokio::sync::watch::Sender<bool> {
         self.shutdown.clone()
     }
+}
+
+/// Route each call, before anything else looks at it, to the cloud its token belongs to: an account's, whole
+/// (its gatekeeper, audit log, faults), or else the emulator's own (`own`), which also answers calls without a
+/// valid token.
+fn dispatch(accounts: Arc<Accounts>, own: Router) -> Router {
+    let service = tower::service_fn(move |req: Request| {
+        let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let cloud = accounts.route(authorization).unwrap_or_else(|| own.clone());
+        cloud.oneshot(req)
+    });
+    Router::new().fallback_service(service)
 }
 
 /// Create the snapshot directory if it is missing (private to this user), and name it canonically.

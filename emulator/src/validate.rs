@@ -83,6 +83,13 @@ pub static INSTANCE_NAME: Text = Text::new(
 /// A load balancer's, route table's, fault rule's or rate limit's name.
 pub static NAME: Text = Text::new(Some(r"^[A-Za-z0-9._-]+$"), 1, 255, "must be 1-255 letters, digits, '-', '_' or '.'");
 /// A route's name: free text.
+pub static ACCOUNT_ID: Text = Text::new(
+    Some(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+    1,
+    63,
+    "must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit",
+);
+
 pub static ROUTE_NAME: Text = Text::new(None, 1, 255, "must be 1-255 characters");
 /// Tag keys look like Kubernetes label keys; values are free text.
 pub static TAG_KEY: Text = Text::new(

@@ -2,6 +2,7 @@
 //! OpenAPI document generated from those handlers, and runs every call through `gatekeeper`: request ID,
 //! authentication and role (read from each operation's `security` in the spec), metrics and the audit log.
 
+mod accounts;
 mod admin;
 mod audit;
 mod audit_stream;
@@ -18,7 +19,7 @@ mod quotas;
 mod reply;
 mod state;
 
-pub use self::state::AppState;
+pub use self::state::{AppState, Registry};
 
 use std::sync::Arc;
 
@@ -54,6 +55,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(audit_stream::router())
         .merge(admin::router())
         .merge(faults::router())
+        .merge(accounts::router())
 }
 
 /// The API's operation names, sorted: what fault rules and rate limits may name.
@@ -61,9 +63,15 @@ pub fn operation_names() -> Vec<String> {
     Operations::from_spec(&api_routes().split_for_parts().1).names()
 }
 
-/// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`.
-pub async fn app(db: Db, cfg: Config, tokens: Tokens) -> Result<(Router, AppState), ApiError> {
-    assemble(api_routes(), db, cfg, tokens).await
+/// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`. `accounts`: those its operator
+/// manages (the emulator's own cloud's; `None` in an account's cloud).
+pub async fn app(
+    db: Db,
+    cfg: Config,
+    tokens: Tokens,
+    accounts: Option<Arc<dyn Registry>>,
+) -> Result<(Router, AppState), ApiError> {
+    assemble(api_routes(), db, cfg, tokens, accounts).await
 }
 
 /// The application around `api` (the tests add an operation that panics).
@@ -72,6 +80,7 @@ async fn assemble(
     db: Db,
     cfg: Config,
     tokens: Tokens,
+    accounts: Option<Arc<dyn Registry>>,
 ) -> Result<(Router, AppState), ApiError> {
     let (router, spec) = api.split_for_parts();
     let operations = Operations::from_spec(&spec);
@@ -102,6 +111,7 @@ async fn assemble(
         openapi,
         stopping: tokio::sync::watch::Sender::new(false),
         audit_streams: Arc::new(tokio::sync::Semaphore::new(fakecloud_api::limits::AUDIT_STREAMS_PER_TOKEN as usize)),
+        accounts,
     }));
     let router = router
         .route("/healthz", get(|| async { "ok" }))
@@ -165,7 +175,7 @@ mod tests {
         let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
         let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
         let api = api_routes().routes(routes!(panics));
-        let (router, _) = assemble(api, db, Config::default(), tokens).await.unwrap();
+        let (router, _) = assemble(api, db, Config::default(), tokens, None).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });

@@ -103,6 +103,7 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("SetRateLimitRequest", &["operations"]), json!({ "items": {"type": "string", "enum": operations} })),
         (Property("ReclaimRequest", &["tag"]), text(&validate::TAG_PAIR)),
         (Property("StartHangRequest", &["tag"]), text(&validate::TAG_PAIR)),
+        (Property("CreateAccountRequest", &["id"]), text(&validate::ACCOUNT_ID)),
         (Property("CreateRouteTableRequest", &["name"]), text(&validate::NAME)),
         (Property("CreateRouteRequest", &["name"]), text(&validate::ROUTE_NAME)),
         (Property("CreateLoadBalancerRequest", &["name"]), text(&validate::NAME)),

@@ -4,14 +4,26 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
+use fakecloud_api::{Account, CreatedAccount};
+use futures::future::BoxFuture;
+
 use super::operations::Operations;
 use crate::auth::Tokens;
 use crate::config::Config;
 use crate::dataplane::DataPlane;
 use crate::db::Db;
 use crate::db::audit::writer::AuditSink;
+use crate::error::Result;
 use crate::faults::FaultEngine;
 use crate::metrics::Metrics;
+
+/// What the accounts' handlers need of the accounts, which are clouds above this layer (`crate::accounts`).
+pub trait Registry: Send + Sync + std::fmt::Debug {
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Account>>>;
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>>;
+    fn create<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<CreatedAccount>>;
+    fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>>;
+}
 
 /// Everything a handler needs.
 #[derive(Clone, Debug)]
@@ -36,6 +48,8 @@ pub struct Inner {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// The audit streams the admin token may have open (only it may stream).
     pub(super) audit_streams: Arc<tokio::sync::Semaphore>,
+    /// The accounts its operator manages: the emulator's own cloud only (`None` in an account's).
+    pub(super) accounts: Option<Arc<dyn Registry>>,
 }
 
 impl AppState {

@@ -1,6 +1,7 @@
 //! SQL for each resource, one module each. Every write runs in one transaction on the single writer, so a check
 //! (quota, uniqueness, address free) and the write it guards can never be split by another request.
 
+pub mod accounts;
 mod create;
 pub mod hangs;
 pub mod idempotency;

@@ -1,6 +1,7 @@
 //! The emulator's integration tests, in one binary (one link instead of one per file): each module is a file of
 //! tests over real HTTP against a real emulator (in process, or as a process of its own: see `common::spawn_emulator`), with a real SQLite file.
 
+mod accounts;
 mod audit_and_metrics;
 mod body_props;
 mod common;

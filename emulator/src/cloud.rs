@@ -1,0 +1,66 @@
+//! One cloud: a database (schema applied, the main route table made), the API in front of it and its lifecycle
+//! ticker. The emulator serves one, its own, and one per account created on it (see [`crate::accounts`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+
+use crate::auth::Tokens;
+use crate::config::{Config, DbLocation};
+use crate::db::Db;
+use crate::error::ApiError;
+use crate::http::{self, AppState, Registry};
+use crate::store::{self, lifecycle};
+
+pub struct Cloud {
+    pub router: Router,
+    pub state: AppState,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Db(#[from] crate::db::OpenError),
+    #[error("cannot prepare the database: {0}")]
+    Seed(#[from] ApiError),
+}
+
+impl Cloud {
+    /// Open the database at `db` and the API on it. `accounts`: the registry its operator manages (the
+    /// emulator's own cloud only).
+    pub async fn open(
+        db: &DbLocation,
+        cfg: Config,
+        tokens: Tokens,
+        accounts: Option<Arc<dyn Registry>>,
+    ) -> Result<Self, OpenError> {
+        Self::on(Db::open(db).await?, cfg, tokens, accounts).await
+    }
+
+    /// The same on a database already open.
+    pub async fn on(
+        db: Db,
+        cfg: Config,
+        tokens: Tokens,
+        accounts: Option<Arc<dyn Registry>>,
+    ) -> Result<Self, OpenError> {
+        let mut tx = db.write().await.map_err(ApiError::from)?;
+        store::routes::ensure_main_table(&mut tx).await?;
+        store::routes::canonicalize_destinations(&mut tx).await?;
+        tx.commit().await.map_err(ApiError::from)?;
+        let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
+        let (router, state) = http::app(db, cfg, tokens, accounts).await?;
+        Ok(Self { router, state, ticker })
+    }
+
+    /// Stop its tasks and open calls (audit streams), write its audit log down and close its database.
+    pub async fn close(&self) {
+        let _ = self.state.stopping.send(true);
+        self.ticker.abort();
+        self.state.stop_background();
+        self.state.audit.flush().await;
+        self.state.db.close().await;
+    }
+}
