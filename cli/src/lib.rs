@@ -105,6 +105,10 @@ pub enum Command {
     /// Run timed fault-injection steps from a YAML file (admin); see `fakecloud scenario run --help`.
     #[command(subcommand)]
     Scenario(ScenarioCmd),
+    /// Accounts: clouds of their own on this emulator, each with its own tokens, resources, quotas, faults,
+    /// rate limits and audit log (the emulator's own admin token).
+    #[command(subcommand)]
+    Account(AccountCmd),
     /// Write a consistent copy of the database to the file NAME in the emulator's snapshot directory (admin).
     Snapshot {
         /// A new file name (letters, digits, '.', '_', '-'; no path): the file is written to the directory of
@@ -280,6 +284,19 @@ pub enum LbProvisioningCmd {
         #[arg(long)]
         load_balancer: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountCmd {
+    /// Create an account and print its tokens, as lines to `source` (shown this once).
+    Create {
+        /// 1-63 lowercase letters, digits and '-' (`default` is the emulator's own account).
+        id: String,
+    },
+    /// List the accounts.
+    List,
+    /// Delete an account and everything in it; its tokens stop working.
+    Delete { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -462,6 +479,14 @@ pub async fn run(cli: Cli) -> Result<()> {
                 return Ok(());
             }
             scenario::run(&conn.client(true)?, &plan, keep, time_scale).await
+        }
+        Command::Account(cmd) => {
+            let client = conn.client(true)?;
+            match cmd {
+                AccountCmd::Create { id } => out.created_account(&client.create_account(&id).await?),
+                AccountCmd::List => out.accounts(&client.list_accounts().await?.items),
+                AccountCmd::Delete { id } => out.accounts(&[client.delete_account(&id).await?]),
+            }
         }
         Command::Reset => out.value(&conn.client(true)?.reset().await?),
         Command::Snapshot { name } => out.value(&serde_json::to_value(conn.client(true)?.snapshot(&name).await?)?),

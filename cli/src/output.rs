@@ -4,9 +4,9 @@ use anyhow::Result;
 use clap::ValueEnum;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
-    AuditEntry, BackendState, DataPlaneState, FaultAction, FaultRule, FaultTrigger, Forwarding, Hang, Instance,
-    LbFaultAction, LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota, RateLimit,
-    RateLimitPresetInfo, Region, Route, SessionAffinity,
+    Account, AuditEntry, BackendState, CreatedAccount, DataPlaneState, FaultAction, FaultRule, FaultTrigger,
+    Forwarding, Hang, Instance, LbFaultAction, LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota,
+    RateLimit, RateLimitPresetInfo, Region, Route, SessionAffinity,
 };
 use serde::Serialize;
 
@@ -380,6 +380,27 @@ impl Output {
             table(
                 &["INSTANCE", "NAME", "HUNG SINCE"],
                 items.iter().map(|h| vec![h.instance_id.clone(), h.name.clone(), h.since.clone()]),
+            )
+        })
+    }
+
+    pub fn accounts(&self, items: &[Account]) -> Result<()> {
+        self.print(items, || {
+            table(&["ACCOUNT", "CREATED"], items.iter().map(|a| vec![a.id.clone(), a.created_at.clone()]))
+        })
+    }
+
+    /// A new account: its tokens as lines a shell can `source` (they are shown this once), or the JSON.
+    pub fn created_account(&self, a: &CreatedAccount) -> Result<()> {
+        self.print(a, || {
+            format!(
+                "# account {}: `source` these lines to act in it (the tokens are shown this once)\n\
+                 export {}={}\nexport {}={}",
+                a.id,
+                fakecloud_api::ENV_USER_TOKEN,
+                a.user_token,
+                fakecloud_api::ENV_ADMIN_TOKEN,
+                a.admin_token
             )
         })
     }

@@ -162,3 +162,35 @@ async fn serve_refuses_a_database_url_it_cannot_use() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["notes.db"], "no credentials file left behind");
 }
+
+/// `account create` prints the new account's tokens as lines to `source`; with them the other commands act in
+/// that account alone; `account list` and `account delete` manage it.
+#[tokio::test]
+async fn account_create_prints_tokens_to_source_and_delete_ends_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let printed = ok(&cli(&url).args(["account", "create", "ci-job-1"]).output().await.unwrap(), "account create");
+    let token = |var: &str| {
+        let line = printed.lines().find_map(|l| l.strip_prefix(&format!("export {var}=")));
+        line.unwrap_or_else(|| panic!("no {var} line: {printed}")).to_string()
+    };
+    let (user, admin) = (token("FAKECLOUD_USER_TOKEN"), token("FAKECLOUD_ADMIN_TOKEN"));
+    let in_account = |token: &str| {
+        let mut c = cli(&url);
+        c.env("FAKECLOUD_USER_TOKEN", token).env("FAKECLOUD_ADMIN_TOKEN", &admin);
+        c
+    };
+    ok(&in_account(&user).args(["instance", "create", "node-0"]).output().await.unwrap(), "instance create");
+    let theirs = ok(&in_account(&user).args(["instance", "list"]).output().await.unwrap(), "instance list");
+    assert!(theirs.contains("node-0"), "{theirs}");
+    let own = ok(&cli(&url).args(["instance", "list"]).output().await.unwrap(), "instance list");
+    assert!(!own.contains("node-0"), "the emulator's own cloud shows the account's instance: {own}");
+    let listed = ok(&cli(&url).args(["account", "list"]).output().await.unwrap(), "account list");
+    assert!(listed.contains("ci-job-1"), "{listed}");
+    let refused = in_account(&user).args(["account", "list"]).output().await.unwrap();
+    assert!(!refused.status.success(), "an account's admin token lists accounts");
+    ok(&cli(&url).args(["account", "delete", "ci-job-1"]).output().await.unwrap(), "account delete");
+    let gone = in_account(&user).args(["instance", "list"]).output().await.unwrap();
+    assert!(!gone.status.success(), "a deleted account's token still works");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("401"), "{gone:?}");
+}
