@@ -434,6 +434,22 @@ impl Client {
         self.send::<(), _>(Method::DELETE, &format!("/v1/accounts/{id}"), None, None).await
     }
 
+    /// The emulator's own admin token only: take the account `req.account` names, or any free one, for
+    /// `req.ttl_seconds`; the answer has its tokens.
+    pub async fn take_lease(&self, req: &LeaseRequest) -> Result<LeasedAccount> {
+        self.send(Method::POST, "/v1/leases", Some(req), None).await
+    }
+
+    /// Renew a lease, by its holder, for `req.ttl_seconds` from now.
+    pub async fn renew_lease(&self, account: &str, req: &RenewLeaseRequest) -> Result<Account> {
+        self.send(Method::PUT, &format!("/v1/leases/{account}"), Some(req), None).await
+    }
+
+    /// Release a lease: the account is wiped (emptied, new tokens) and free again.
+    pub async fn release_lease(&self, account: &str) -> Result<Account> {
+        self.send::<(), _>(Method::DELETE, &format!("/v1/leases/{account}"), None, None).await
+    }
+
     // ------------------------------------------------------------------------------------------ faults (admin)
 
     pub async fn add_fault(&self, req: &CreateFaultRuleRequest) -> Result<FaultRule> {

@@ -42,6 +42,8 @@ pub const SNAPSHOT_EXISTS: &str = "SnapshotExists";
 pub const DEPENDENCY_VIOLATION: &str = "DependencyViolation";
 pub const FAULT_EXISTS: &str = "FaultExists";
 pub const ACCOUNT_ALREADY_EXISTS: &str = "AccountAlreadyExists";
+pub const ACCOUNT_LEASED: &str = "AccountLeased";
+pub const NO_FREE_ACCOUNT: &str = "NoFreeAccount";
 pub const NOT_SPOT: &str = "NotSpotInstance";
 // 422: quotas (each names the quota it hit)
 pub const INSTANCE_LIMIT_EXCEEDED: &str = "InstanceLimitExceeded";

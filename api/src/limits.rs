@@ -50,6 +50,9 @@ pub const AUDIT_STREAM_SECONDS_DEFAULT: u32 = 300;
 pub const AUDIT_STREAMS_PER_TOKEN: u32 = 8;
 /// Accounts on one emulator beside its own: each is a database with its connections and tasks.
 pub const ACCOUNTS_MAX: usize = 64;
+/// A lease's time to live, in seconds: a second to a week.
+pub const LEASE_TTL_SECONDS_MIN: f64 = 1.0;
+pub const LEASE_TTL_SECONDS_MAX: f64 = 7.0 * 86400.0;
 /// Ports: 0 is not a port.
 pub const PORT_MIN: u16 = 1;
 /// A health check's interval, in seconds.

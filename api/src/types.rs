@@ -275,6 +275,47 @@ pub struct RouteList {
 pub struct Account {
     pub id: String,
     pub created_at: String,
+    /// Who holds it, until when; none while it is free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// A lease of an account: a CI job's, say. When it lapses (or is released) the account is wiped — emptied, and
+/// given new tokens, so the old holder's stop working — and is free again.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Lease {
+    pub holder: String,
+    pub expires_at: String,
+}
+
+/// `POST /v1/leases`: take an account (the one named, or any free one) for `ttl_seconds`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// Who takes it, e.g. a CI job's name: 1-255 letters, digits, '-', '_' or '.'.
+    pub holder: String,
+    /// How long it lasts unless renewed: 1 s to 7 days.
+    pub ttl_seconds: f64,
+    /// This account (default: the first free one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+}
+
+/// `PUT /v1/leases/{account}`: renew the lease, by its holder, for `ttl_seconds` from now.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewLeaseRequest {
+    pub holder: String,
+    /// 1 s to 7 days.
+    pub ttl_seconds: f64,
+}
+
+/// A lease taken: the account, and its tokens for the holder.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeasedAccount {
+    pub account: Account,
+    pub user_token: String,
+    pub admin_token: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -648,6 +648,8 @@ const (
 	SetRateLimitRequestOperationListRouteTables        SetRateLimitRequestOperation = "ListRouteTables"
 	SetRateLimitRequestOperationListRoutes             SetRateLimitRequestOperation = "ListRoutes"
 	SetRateLimitRequestOperationReclaimSpot            SetRateLimitRequestOperation = "ReclaimSpot"
+	SetRateLimitRequestOperationReleaseLease           SetRateLimitRequestOperation = "ReleaseLease"
+	SetRateLimitRequestOperationRenewLease             SetRateLimitRequestOperation = "RenewLease"
 	SetRateLimitRequestOperationReset                  SetRateLimitRequestOperation = "Reset"
 	SetRateLimitRequestOperationResetLbProvisioning    SetRateLimitRequestOperation = "ResetLbProvisioning"
 	SetRateLimitRequestOperationSetLbProvisioning      SetRateLimitRequestOperation = "SetLbProvisioning"
@@ -663,6 +665,7 @@ const (
 	SetRateLimitRequestOperationStopOutage             SetRateLimitRequestOperation = "StopOutage"
 	SetRateLimitRequestOperationStopSpotRandom         SetRateLimitRequestOperation = "StopSpotRandom"
 	SetRateLimitRequestOperationStreamAudit            SetRateLimitRequestOperation = "StreamAudit"
+	SetRateLimitRequestOperationTakeLease              SetRateLimitRequestOperation = "TakeLease"
 	SetRateLimitRequestOperationTerminateInstance      SetRateLimitRequestOperation = "TerminateInstance"
 	SetRateLimitRequestOperationUpdateLoadBalancer     SetRateLimitRequestOperation = "UpdateLoadBalancer"
 )
@@ -746,6 +749,10 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationReclaimSpot:
 		return true
+	case SetRateLimitRequestOperationReleaseLease:
+		return true
+	case SetRateLimitRequestOperationRenewLease:
+		return true
 	case SetRateLimitRequestOperationReset:
 		return true
 	case SetRateLimitRequestOperationResetLbProvisioning:
@@ -775,6 +782,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationStopSpotRandom:
 		return true
 	case SetRateLimitRequestOperationStreamAudit:
+		return true
+	case SetRateLimitRequestOperationTakeLease:
 		return true
 	case SetRateLimitRequestOperationTerminateInstance:
 		return true
@@ -824,6 +833,8 @@ const (
 	SetRateLimitRequestOperationsListRouteTables        SetRateLimitRequestOperations = "ListRouteTables"
 	SetRateLimitRequestOperationsListRoutes             SetRateLimitRequestOperations = "ListRoutes"
 	SetRateLimitRequestOperationsReclaimSpot            SetRateLimitRequestOperations = "ReclaimSpot"
+	SetRateLimitRequestOperationsReleaseLease           SetRateLimitRequestOperations = "ReleaseLease"
+	SetRateLimitRequestOperationsRenewLease             SetRateLimitRequestOperations = "RenewLease"
 	SetRateLimitRequestOperationsReset                  SetRateLimitRequestOperations = "Reset"
 	SetRateLimitRequestOperationsResetLbProvisioning    SetRateLimitRequestOperations = "ResetLbProvisioning"
 	SetRateLimitRequestOperationsSetLbProvisioning      SetRateLimitRequestOperations = "SetLbProvisioning"
@@ -839,6 +850,7 @@ const (
 	SetRateLimitRequestOperationsStopOutage             SetRateLimitRequestOperations = "StopOutage"
 	SetRateLimitRequestOperationsStopSpotRandom         SetRateLimitRequestOperations = "StopSpotRandom"
 	SetRateLimitRequestOperationsStreamAudit            SetRateLimitRequestOperations = "StreamAudit"
+	SetRateLimitRequestOperationsTakeLease              SetRateLimitRequestOperations = "TakeLease"
 	SetRateLimitRequestOperationsTerminateInstance      SetRateLimitRequestOperations = "TerminateInstance"
 	SetRateLimitRequestOperationsUpdateLoadBalancer     SetRateLimitRequestOperations = "UpdateLoadBalancer"
 )
@@ -920,6 +932,10 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsReclaimSpot:
 		return true
+	case SetRateLimitRequestOperationsReleaseLease:
+		return true
+	case SetRateLimitRequestOperationsRenewLease:
+		return true
 	case SetRateLimitRequestOperationsReset:
 		return true
 	case SetRateLimitRequestOperationsResetLbProvisioning:
@@ -949,6 +965,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsStopSpotRandom:
 		return true
 	case SetRateLimitRequestOperationsStreamAudit:
+		return true
+	case SetRateLimitRequestOperationsTakeLease:
 		return true
 	case SetRateLimitRequestOperationsTerminateInstance:
 		return true
@@ -1067,6 +1085,7 @@ func (e InstallRateLimitPresetParamsName) Valid() bool {
 type Account struct {
 	CreatedAt string `json:"created_at"`
 	Id        string `json:"id"`
+	Lease     *Lease `json:"lease,omitempty"`
 }
 
 // AccountList defines model for AccountList.
@@ -1581,6 +1600,35 @@ type LbProvisioning struct {
 	Seconds *float64 `json:"seconds,omitempty"`
 }
 
+// Lease A lease of an account: a CI job's, say. When it lapses (or is released) the account is wiped — emptied, and
+// given new tokens, so the old holder's stop working — and is free again.
+type Lease struct {
+	ExpiresAt string `json:"expires_at"`
+	Holder    string `json:"holder"`
+}
+
+// LeaseRequest `POST /v1/leases`: take an account (the one named, or any free one) for `ttl_seconds`.
+type LeaseRequest struct {
+	// Account This account (default: the first free one).
+	Account *string `json:"account,omitempty"`
+
+	// Holder Who takes it, e.g. a CI job's name: 1-255 letters, digits, '-', '_' or '.'.
+	Holder string `json:"holder"`
+
+	// TtlSeconds How long it lasts unless renewed: 1 s to 7 days.
+	TtlSeconds float64 `json:"ttl_seconds"`
+}
+
+// LeasedAccount A lease taken: the account, and its tokens for the holder.
+type LeasedAccount struct {
+	// Account An account: a cloud of its own on the emulator — instances, networks, load balancers, quotas, faults, rate
+	// limits and audit log — reached with its own tokens, as several clusters or CI jobs each get an account of a
+	// real cloud.
+	Account    Account `json:"account"`
+	AdminToken string  `json:"admin_token"`
+	UserToken  string  `json:"user_token"`
+}
+
 // Listener defines model for Listener.
 type Listener struct {
 	// BackendPort The port on the backends (a Service's NodePort), 1–65535.
@@ -1811,6 +1859,14 @@ type Region struct {
 	PublicPool string `json:"public_pool"`
 	VpcCidr    string `json:"vpc_cidr"`
 	Zones      []Zone `json:"zones"`
+}
+
+// RenewLeaseRequest `PUT /v1/leases/{account}`: renew the lease, by its holder, for `ttl_seconds` from now.
+type RenewLeaseRequest struct {
+	Holder string `json:"holder"`
+
+	// TtlSeconds 1 s to 7 days.
+	TtlSeconds float64 `json:"ttl_seconds"`
 }
 
 // Route defines model for Route.
@@ -2109,6 +2165,12 @@ type CreateInstanceJSONRequestBody = CreateInstanceRequest
 
 // AddLbFaultJSONRequestBody defines body for AddLbFault for application/json ContentType.
 type AddLbFaultJSONRequestBody = CreateLbFaultRuleRequest
+
+// TakeLeaseJSONRequestBody defines body for TakeLease for application/json ContentType.
+type TakeLeaseJSONRequestBody = LeaseRequest
+
+// RenewLeaseJSONRequestBody defines body for RenewLease for application/json ContentType.
+type RenewLeaseJSONRequestBody = RenewLeaseRequest
 
 // SetLbProvisioningJSONRequestBody defines body for SetLbProvisioning for application/json ContentType.
 type SetLbProvisioningJSONRequestBody = SetLbProvisioningRequest
@@ -2610,6 +2672,43 @@ type ClientInterface interface {
 
 	// DeleteLbFault performs a DELETE /v1/lb-faults/{id} (the `DeleteLbFault` operationId) request.
 	DeleteLbFault(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TakeLeaseWithBody Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+	// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+	// tokens — and free again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+	TakeLeaseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TakeLease Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+	// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+	// tokens — and free again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+	TakeLease(ctx context.Context, body TakeLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLease End a lease now: the account is wiped (emptied, new tokens) and free. A free account is left as it is.
+	//
+	// Corresponds with DELETE /v1/leases/{account} (the `ReleaseLease` operationId).
+	ReleaseLease(ctx context.Context, account string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLeaseWithBody Renew a lease, by its holder, for `ttl_seconds` from now.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+	RenewLeaseWithBody(ctx context.Context, account string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLease Renew a lease, by its holder, for `ttl_seconds` from now.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+	RenewLease(ctx context.Context, account string, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResetLbProvisioning Back to `--lb-provision-delay`: one name's setting, or every setting.
 	//
@@ -3297,6 +3396,93 @@ func (c *Client) AddLbFault(ctx context.Context, body AddLbFaultJSONRequestBody,
 // DeleteLbFault performs a DELETE /v1/lb-faults/{id} (the `DeleteLbFault` operationId) request.
 func (c *Client) DeleteLbFault(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteLbFaultRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TakeLeaseWithBody Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+// tokens — and free again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+func (c *Client) TakeLeaseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTakeLeaseRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TakeLease Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+// tokens — and free again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+func (c *Client) TakeLease(ctx context.Context, body TakeLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTakeLeaseRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLease End a lease now: the account is wiped (emptied, new tokens) and free. A free account is left as it is.
+//
+// Corresponds with DELETE /v1/leases/{account} (the `ReleaseLease` operationId).
+func (c *Client) ReleaseLease(ctx context.Context, account string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseLeaseRequest(c.Server, account)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLeaseWithBody Renew a lease, by its holder, for `ttl_seconds` from now.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+func (c *Client) RenewLeaseWithBody(ctx context.Context, account string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLeaseRequestWithBody(c.Server, account, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLease Renew a lease, by its holder, for `ttl_seconds` from now.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+func (c *Client) RenewLease(ctx context.Context, account string, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLeaseRequest(c.Server, account, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4950,6 +5136,127 @@ func NewDeleteLbFaultRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewTakeLeaseRequest calls the generic TakeLease builder with application/json body
+func NewTakeLeaseRequest(server string, body TakeLeaseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTakeLeaseRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewTakeLeaseRequestWithBody constructs an http.Request for the TakeLease method, with any body, and a specified content type
+func NewTakeLeaseRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/leases")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleaseLeaseRequest constructs an http.Request for the ReleaseLease method
+func NewReleaseLeaseRequest(server string, account string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "account", account, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/leases/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRenewLeaseRequest calls the generic RenewLease builder with application/json body
+func NewRenewLeaseRequest(server string, account string, body RenewLeaseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewLeaseRequestWithBody(server, account, "application/json", bodyReader)
+}
+
+// NewRenewLeaseRequestWithBody constructs an http.Request for the RenewLease method, with any body, and a specified content type
+func NewRenewLeaseRequestWithBody(server string, account string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "account", account, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/leases/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewResetLbProvisioningRequest constructs an http.Request for the ResetLbProvisioning method
 func NewResetLbProvisioningRequest(server string, params *ResetLbProvisioningParams) (*http.Request, error) {
 	var err error
@@ -6344,6 +6651,45 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns a wrapper object for the known response body format(s).
 	DeleteLbFaultWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteLbFaultResponse, error)
+
+	// TakeLeaseWithBodyWithResponse Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+	// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+	// tokens — and free again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+	TakeLeaseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TakeLeaseResponse, error)
+
+	// TakeLeaseWithResponse Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+	// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+	// tokens — and free again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+	TakeLeaseWithResponse(ctx context.Context, body TakeLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*TakeLeaseResponse, error)
+
+	// ReleaseLeaseWithResponse End a lease now: the account is wiped (emptied, new tokens) and free. A free account is left as it is.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/leases/{account} (the `ReleaseLease` operationId).
+	ReleaseLeaseWithResponse(ctx context.Context, account string, reqEditors ...RequestEditorFn) (*ReleaseLeaseResponse, error)
+
+	// RenewLeaseWithBodyWithResponse Renew a lease, by its holder, for `ttl_seconds` from now.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+	RenewLeaseWithBodyWithResponse(ctx context.Context, account string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLeaseResponse, error)
+
+	// RenewLeaseWithResponse Renew a lease, by its holder, for `ttl_seconds` from now.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+	RenewLeaseWithResponse(ctx context.Context, account string, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeaseResponse, error)
 
 	// ResetLbProvisioningWithResponse Back to `--lb-provision-delay`: one name's setting, or every setting.
 	//
@@ -9790,6 +10136,492 @@ func (r DeleteLbFaultResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteLbFaultResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TakeLeaseResponse201Headers the declared response headers of an HTTP 201 response for TakeLease
+type TakeLeaseResponse201Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse400Headers the declared response headers of an HTTP 400 response for TakeLease
+type TakeLeaseResponse400Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse401Headers the declared response headers of an HTTP 401 response for TakeLease
+type TakeLeaseResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// TakeLeaseResponse403Headers the declared response headers of an HTTP 403 response for TakeLease
+type TakeLeaseResponse403Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse404Headers the declared response headers of an HTTP 404 response for TakeLease
+type TakeLeaseResponse404Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse409Headers the declared response headers of an HTTP 409 response for TakeLease
+type TakeLeaseResponse409Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse413Headers the declared response headers of an HTTP 413 response for TakeLease
+type TakeLeaseResponse413Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse415Headers the declared response headers of an HTTP 415 response for TakeLease
+type TakeLeaseResponse415Headers struct {
+	XRequestId *string
+}
+
+// TakeLeaseResponse503Headers the declared response headers of an HTTP 503 response for TakeLease
+type TakeLeaseResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// TakeLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for TakeLease
+type TakeLeaseResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type TakeLeaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *LeasedAccount
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorBody
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *ErrorBody
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *TakeLeaseResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TakeLeaseResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TakeLeaseResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TakeLeaseResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TakeLeaseResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TakeLeaseResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TakeLeaseResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *TakeLeaseResponse415Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TakeLeaseResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *TakeLeaseResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r TakeLeaseResponse) GetJSON201() *LeasedAccount {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r TakeLeaseResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r TakeLeaseResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r TakeLeaseResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r TakeLeaseResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r TakeLeaseResponse) GetJSON409() *ErrorBody {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r TakeLeaseResponse) GetJSON413() *ErrorBody {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r TakeLeaseResponse) GetJSON415() *ErrorBody {
+	return r.JSON415
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r TakeLeaseResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r TakeLeaseResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r TakeLeaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TakeLeaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TakeLeaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TakeLeaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseLeaseResponse200Headers the declared response headers of an HTTP 200 response for ReleaseLease
+type ReleaseLeaseResponse200Headers struct {
+	XRequestId *string
+}
+
+// ReleaseLeaseResponse400Headers the declared response headers of an HTTP 400 response for ReleaseLease
+type ReleaseLeaseResponse400Headers struct {
+	XRequestId *string
+}
+
+// ReleaseLeaseResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLease
+type ReleaseLeaseResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// ReleaseLeaseResponse403Headers the declared response headers of an HTTP 403 response for ReleaseLease
+type ReleaseLeaseResponse403Headers struct {
+	XRequestId *string
+}
+
+// ReleaseLeaseResponse404Headers the declared response headers of an HTTP 404 response for ReleaseLease
+type ReleaseLeaseResponse404Headers struct {
+	XRequestId *string
+}
+
+// ReleaseLeaseResponse503Headers the declared response headers of an HTTP 503 response for ReleaseLease
+type ReleaseLeaseResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// ReleaseLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseLease
+type ReleaseLeaseResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type ReleaseLeaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Account
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleaseLeaseResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleaseLeaseResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseLeaseResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleaseLeaseResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ReleaseLeaseResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseLeaseResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ReleaseLeaseResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseLeaseResponse) GetJSON200() *Account {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReleaseLeaseResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReleaseLeaseResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReleaseLeaseResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReleaseLeaseResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReleaseLeaseResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReleaseLeaseResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseLeaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseLeaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseLeaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseLeaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewLeaseResponse200Headers the declared response headers of an HTTP 200 response for RenewLease
+type RenewLeaseResponse200Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse400Headers the declared response headers of an HTTP 400 response for RenewLease
+type RenewLeaseResponse400Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse401Headers the declared response headers of an HTTP 401 response for RenewLease
+type RenewLeaseResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      *string
+}
+
+// RenewLeaseResponse403Headers the declared response headers of an HTTP 403 response for RenewLease
+type RenewLeaseResponse403Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse404Headers the declared response headers of an HTTP 404 response for RenewLease
+type RenewLeaseResponse404Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse409Headers the declared response headers of an HTTP 409 response for RenewLease
+type RenewLeaseResponse409Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse413Headers the declared response headers of an HTTP 413 response for RenewLease
+type RenewLeaseResponse413Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse415Headers the declared response headers of an HTTP 415 response for RenewLease
+type RenewLeaseResponse415Headers struct {
+	XRequestId *string
+}
+
+// RenewLeaseResponse503Headers the declared response headers of an HTTP 503 response for RenewLease
+type RenewLeaseResponse503Headers struct {
+	RetryAfter *string
+	XRequestId *string
+}
+
+// RenewLeaseResponseDefaultHeaders the declared response headers of an HTTP default response for RenewLease
+type RenewLeaseResponseDefaultHeaders struct {
+	XRequestId *string
+}
+
+type RenewLeaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Account
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *ErrorBody
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *ErrorBody
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *ErrorBody
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *ErrorBody
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *ErrorBody
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *ErrorBody
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *ErrorBody
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ErrorBody
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *ErrorBody
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RenewLeaseResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RenewLeaseResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewLeaseResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewLeaseResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *RenewLeaseResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RenewLeaseResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RenewLeaseResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *RenewLeaseResponse415Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewLeaseResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *RenewLeaseResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewLeaseResponse) GetJSON200() *Account {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RenewLeaseResponse) GetJSON400() *ErrorBody {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RenewLeaseResponse) GetJSON401() *ErrorBody {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RenewLeaseResponse) GetJSON403() *ErrorBody {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RenewLeaseResponse) GetJSON404() *ErrorBody {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RenewLeaseResponse) GetJSON409() *ErrorBody {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RenewLeaseResponse) GetJSON413() *ErrorBody {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r RenewLeaseResponse) GetJSON415() *ErrorBody {
+	return r.JSON415
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RenewLeaseResponse) GetJSON503() *ErrorBody {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RenewLeaseResponse) GetJSONDefault() *ErrorBody {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewLeaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewLeaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewLeaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewLeaseResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14077,6 +14909,75 @@ func (c *ClientWithResponses) DeleteLbFaultWithResponse(ctx context.Context, id 
 	return ParseDeleteLbFaultResponse(rsp)
 }
 
+// TakeLeaseWithBodyWithResponse Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+// tokens — and free again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+func (c *ClientWithResponses) TakeLeaseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TakeLeaseResponse, error) {
+	rsp, err := c.TakeLeaseWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTakeLeaseResponse(rsp)
+}
+
+// TakeLeaseWithResponse Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+// tokens — and free again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/leases (the `TakeLease` operationId).
+func (c *ClientWithResponses) TakeLeaseWithResponse(ctx context.Context, body TakeLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*TakeLeaseResponse, error) {
+	rsp, err := c.TakeLease(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTakeLeaseResponse(rsp)
+}
+
+// ReleaseLeaseWithResponse End a lease now: the account is wiped (emptied, new tokens) and free. A free account is left as it is.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/leases/{account} (the `ReleaseLease` operationId).
+func (c *ClientWithResponses) ReleaseLeaseWithResponse(ctx context.Context, account string, reqEditors ...RequestEditorFn) (*ReleaseLeaseResponse, error) {
+	rsp, err := c.ReleaseLease(ctx, account, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseLeaseResponse(rsp)
+}
+
+// RenewLeaseWithBodyWithResponse Renew a lease, by its holder, for `ttl_seconds` from now.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+func (c *ClientWithResponses) RenewLeaseWithBodyWithResponse(ctx context.Context, account string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLeaseResponse, error) {
+	rsp, err := c.RenewLeaseWithBody(ctx, account, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLeaseResponse(rsp)
+}
+
+// RenewLeaseWithResponse Renew a lease, by its holder, for `ttl_seconds` from now.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/leases/{account} (the `RenewLease` operationId).
+func (c *ClientWithResponses) RenewLeaseWithResponse(ctx context.Context, account string, body RenewLeaseJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeaseResponse, error) {
+	rsp, err := c.RenewLease(ctx, account, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLeaseResponse(rsp)
+}
+
 // ResetLbProvisioningWithResponse Back to `--lb-provision-delay`: one name's setting, or every setting.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -18258,6 +19159,573 @@ func ParseDeleteLbFaultResponse(rsp *http.Response) (*DeleteLbFaultResponse, err
 		response.Headers503 = &headers
 	case true:
 		var headers DeleteLbFaultResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTakeLeaseResponse parses an HTTP response from a TakeLeaseWithResponse call
+func ParseTakeLeaseResponse(rsp *http.Response) (*TakeLeaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TakeLeaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest LeasedAccount
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers TakeLeaseResponse201Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers TakeLeaseResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TakeLeaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TakeLeaseResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TakeLeaseResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TakeLeaseResponse409Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers TakeLeaseResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers TakeLeaseResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 503:
+		var headers TakeLeaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers TakeLeaseResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseLeaseResponse parses an HTTP response from a ReleaseLeaseWithResponse call
+func ParseReleaseLeaseResponse(rsp *http.Response) (*ReleaseLeaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseLeaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Account
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleaseLeaseResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleaseLeaseResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleaseLeaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleaseLeaseResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ReleaseLeaseResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseLeaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ReleaseLeaseResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewLeaseResponse parses an HTTP response from a RenewLeaseWithResponse call
+func ParseRenewLeaseResponse(rsp *http.Response) (*RenewLeaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewLeaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Account
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RenewLeaseResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RenewLeaseResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewLeaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewLeaseResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers RenewLeaseResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers RenewLeaseResponse409Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers RenewLeaseResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers RenewLeaseResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewLeaseResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers RenewLeaseResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

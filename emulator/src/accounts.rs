@@ -4,24 +4,29 @@
 //! so one account's calls cannot see or change another's, nor spend its budget: every token of an account draws
 //! from the account's buckets. The emulator's own database keeps which accounts there are, and their tokens; a
 //! call is routed to its account's cloud by its token ([`Accounts::route`]), and the emulator's own admin token
-//! (the operator's) creates, lists and deletes them. An account's load balancers get addresses but no data plane:
-//! only the emulator's own are served (`--serve-load-balancers`).
+//! (the operator's) creates, lists and deletes them, and leases them out: a CI job takes an account for a time,
+//! renews it, and releases it; a released or lapsed lease has the account wiped — an empty cloud with new
+//! tokens, so the old holder's stop working — by the janitor ([`Accounts::spawn_janitor`]) at the latest a
+//! second after it lapses. An account's load balancers get addresses but no data plane: only the emulator's own
+//! are served (`--serve-load-balancers`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use fakecloud_api::limits::ACCOUNTS_MAX;
-use fakecloud_api::{Account, CreatedAccount, codes};
+use std::time::Duration;
+
+use fakecloud_api::limits::{ACCOUNTS_MAX, LEASE_TTL_SECONDS_MAX, LEASE_TTL_SECONDS_MIN};
+use fakecloud_api::{Account, CreatedAccount, Lease, LeaseRequest, LeasedAccount, RenewLeaseRequest, codes};
 use futures::future::BoxFuture;
 
 use crate::auth::Tokens;
 use crate::cloud::{self, Cloud};
 use crate::config::{Config, DbLocation};
-use crate::db::{Db, rfc3339};
+use crate::db::{Db, now_ms, rfc3339};
 use crate::error::{ApiError, Kind, Result};
-use crate::store::accounts as rows;
+use crate::store::accounts::{self as rows, Row};
 use crate::{credentials, validate};
 
 /// The emulator's own account: the tokens `fakecloud serve` is given or generates.
@@ -35,9 +40,12 @@ pub struct Accounts {
     /// An account's cloud: the emulator's configuration without the data plane.
     cfg: Config,
     clouds: RwLock<BTreeMap<String, Arc<Cloud>>>,
-    /// Creates and deletes one at a time (each opens or removes a database).
+    /// Creates, deletes, leases and wipes one at a time (each opens or removes a database, or hands out tokens).
     changes: tokio::sync::Mutex<()>,
 }
+
+/// How often the janitor looks for lapsed leases.
+const JANITOR_PERIOD: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Accounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,7 +71,7 @@ impl Accounts {
         let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
         let accounts = Self { db, dir, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };
         for row in rows::list(&accounts.db).await? {
-            let tokens = Tokens { user: row.user_token, admin: row.admin_token };
+            let tokens = row.tokens();
             let cloud = accounts
                 .open_cloud(&row.id, tokens)
                 .await
@@ -85,15 +93,15 @@ impl Accounts {
     }
 
     pub async fn list(&self) -> Result<Vec<Account>> {
-        Ok(rows::list(&self.db)
-            .await?
-            .into_iter()
-            .map(|r| Account { id: r.id, created_at: rfc3339(r.created_at) })
-            .collect())
+        Ok(rows::list(&self.db).await?.iter().map(account).collect())
     }
 
     pub async fn get(&self, id: &str) -> Result<Account> {
-        self.list().await?.into_iter().find(|a| a.id == id).ok_or_else(|| not_found(id))
+        Ok(account(&self.row(id).await?))
+    }
+
+    async fn row(&self, id: &str) -> Result<Row> {
+        rows::list(&self.db).await?.into_iter().find(|r| r.id == id).ok_or_else(|| not_found(id))
     }
 
     /// A new account with new tokens, its cloud opened on a new database.
@@ -148,6 +156,129 @@ impl Accounts {
         Ok(account)
     }
 
+    /// Lease the account `req.account` names, or the first free one, to `req.holder` for `req.ttl_seconds`. An
+    /// account whose lease lapsed is wiped first; the holder's own lease is renewed.
+    pub async fn take(&self, req: &LeaseRequest) -> Result<LeasedAccount> {
+        let ttl = check_lease(&req.holder, req.ttl_seconds)?;
+        if let Some(id) = &req.account {
+            validate::ACCOUNT_ID.check("account", id)?;
+        }
+        let _one_at_a_time = self.changes.lock().await;
+        let now = now_ms();
+        let rows = rows::list(&self.db).await?;
+        let row = match &req.account {
+            Some(id) => {
+                let row = rows.into_iter().find(|r| &r.id == id).ok_or_else(|| not_found(id))?;
+                if let Some(holder) = held(&row, now).filter(|h| *h != req.holder) {
+                    return Err(leased_by(&row.id, holder, &row));
+                }
+                row
+            }
+            None => {
+                let total = rows.len();
+                rows.into_iter().find(|r| held(r, now).is_none()).ok_or_else(|| {
+                    ApiError::conflict(
+                        codes::NO_FREE_ACCOUNT,
+                        format!(
+                            "all {total} accounts are leased: create one (POST /v1/accounts) or wait for a lease to \
+                             end"
+                        ),
+                    )
+                })?
+            }
+        };
+        let tokens = if row.lease_expires_at.is_some_and(|t| t <= now) {
+            self.wipe(&row.id, "its lease lapsed").await?
+        } else {
+            row.tokens()
+        };
+        let expires_at = now + ttl;
+        rows::lease(&self.db, &row.id, &req.holder, expires_at).await?;
+        tracing::info!(account = %row.id, holder = %req.holder, expires_at = %rfc3339(expires_at), "account leased");
+        let account = Account {
+            id: row.id,
+            created_at: rfc3339(row.created_at),
+            lease: Some(Lease { holder: req.holder.clone(), expires_at: rfc3339(expires_at) }),
+        };
+        Ok(LeasedAccount { account, user_token: tokens.user, admin_token: tokens.admin })
+    }
+
+    /// Renew `id`'s lease, by its holder, for `req.ttl_seconds` from now.
+    pub async fn renew(&self, id: &str, req: &RenewLeaseRequest) -> Result<Account> {
+        let ttl = check_lease(&req.holder, req.ttl_seconds)?;
+        let _one_at_a_time = self.changes.lock().await;
+        let now = now_ms();
+        let row = self.row(id).await?;
+        match held(&row, now) {
+            Some(holder) if holder == req.holder => {}
+            Some(holder) => return Err(leased_by(id, holder, &row)),
+            None => {
+                return Err(ApiError::conflict(
+                    codes::ACCOUNT_LEASED,
+                    format!("account {id} is not leased (or its lease lapsed): take it again with POST /v1/leases"),
+                ));
+            }
+        }
+        rows::lease(&self.db, id, &req.holder, now + ttl).await?;
+        Ok(account(&self.row(id).await?))
+    }
+
+    /// End `id`'s lease now: the account is wiped and free. Releasing a free account changes nothing.
+    pub async fn release(&self, id: &str) -> Result<Account> {
+        let _one_at_a_time = self.changes.lock().await;
+        let row = self.row(id).await?;
+        if row.lease_holder.is_some() {
+            self.wipe(id, "its lease was released").await?;
+        }
+        Ok(account(&self.row(id).await?))
+    }
+
+    /// Wipe every account whose lease lapsed, every [`JANITOR_PERIOD`], until the emulator stops.
+    pub fn spawn_janitor(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let accounts = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(JANITOR_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(accounts) = accounts.upgrade() else { return };
+                if let Err(e) = accounts.wipe_lapsed().await {
+                    tracing::warn!(error = %e, "cannot wipe the accounts whose lease lapsed; trying again");
+                }
+            }
+        })
+    }
+
+    async fn wipe_lapsed(&self) -> Result<()> {
+        let _one_at_a_time = self.changes.lock().await;
+        let now = now_ms();
+        for row in rows::list(&self.db).await? {
+            if row.lease_expires_at.is_some_and(|t| t <= now) {
+                self.wipe(&row.id, "its lease lapsed").await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Empty the account and give it new tokens: the old ones stop working at once, then its cloud is closed,
+    /// its database removed and a new one opened. Called with `changes` held.
+    async fn wipe(&self, id: &str, why: &str) -> Result<Tokens> {
+        let cloud = self.write().remove(id);
+        if let Some(cloud) = cloud {
+            cloud.close().await;
+        }
+        self.remove_files(id);
+        let tokens = Tokens { user: credentials::random_token(), admin: credentials::random_token() };
+        rows::wiped(&self.db, id, &tokens).await?;
+        let cloud = self
+            .open_cloud(id, tokens.clone())
+            .await
+            .map_err(|e| ApiError::internal(format!("cannot open account {id}'s new database: {e}")))?;
+        self.write().insert(id.to_string(), Arc::new(cloud));
+        tracing::info!(account = id, why, "account wiped");
+        Ok(tokens)
+    }
+
     /// Close every account's cloud (the emulator is stopping).
     pub async fn close(&self) {
         let clouds: Vec<Arc<Cloud>> = std::mem::take(&mut *self.write()).into_values().collect();
@@ -198,6 +329,42 @@ impl crate::http::Registry for Accounts {
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>> {
         Box::pin(Accounts::delete(self, id))
     }
+    fn take<'a>(&'a self, req: &'a LeaseRequest) -> BoxFuture<'a, Result<LeasedAccount>> {
+        Box::pin(Accounts::take(self, req))
+    }
+    fn renew<'a>(&'a self, id: &'a str, req: &'a RenewLeaseRequest) -> BoxFuture<'a, Result<Account>> {
+        Box::pin(Accounts::renew(self, id, req))
+    }
+    fn release<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>> {
+        Box::pin(Accounts::release(self, id))
+    }
+}
+
+/// The holder of `row`'s lease, if it holds at `now`.
+fn held(row: &Row, now: i64) -> Option<&str> {
+    row.lease_holder.as_deref().filter(|_| row.lease_expires_at.is_some_and(|t| t > now))
+}
+
+fn leased_by(id: &str, holder: &str, row: &Row) -> ApiError {
+    let until = row.lease_expires_at.map(rfc3339).unwrap_or_default();
+    ApiError::conflict(codes::ACCOUNT_LEASED, format!("account {id} is leased by {holder:?} until {until}"))
+}
+
+/// A lease's holder's name checked, and its time to live in milliseconds.
+fn check_lease(holder: &str, ttl_seconds: f64) -> Result<i64> {
+    validate::NAME.check("holder", holder)?;
+    let ttl = validate::in_range("ttl_seconds", ttl_seconds, LEASE_TTL_SECONDS_MIN, LEASE_TTL_SECONDS_MAX)?;
+    // Within a week: exact in milliseconds.
+    Ok((ttl * 1000.0) as i64)
+}
+
+fn account(row: &Row) -> Account {
+    let lease = row
+        .lease_holder
+        .clone()
+        .zip(row.lease_expires_at)
+        .map(|(holder, expires_at)| Lease { holder, expires_at: rfc3339(expires_at) });
+    Account { id: row.id.clone(), created_at: rfc3339(row.created_at), lease }
 }
 
 fn not_found(id: &str) -> ApiError {

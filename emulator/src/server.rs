@@ -25,6 +25,7 @@ pub struct Server {
     pub state: AppState,
     cloud: Cloud,
     pub accounts: Arc<Accounts>,
+    janitor: tokio::task::JoinHandle<()>,
     shutdown: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -55,6 +56,7 @@ impl Server {
             TcpListener::bind(listen).await.map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: listen.to_string(), source })?;
         let accounts = Accounts::open(db.clone(), location, &cfg).await?;
+        let janitor = accounts.spawn_janitor();
         let limits = cfg.connections.clone();
         let cloud = Cloud::on(db, cfg, tokens, Some(accounts.clone() as Arc<dyn crate::http::Registry>)).await?;
         let state = cloud.state.clone();
@@ -63,7 +65,7 @@ impl Server {
         let shutdown = state.stopping.clone();
         let rx = shutdown.subscribe();
         let task = tokio::spawn(crate::listener::serve(listener, router, limits, rx));
-        Ok(Self { addr, state, cloud, accounts, shutdown, task })
+        Ok(Self { addr, state, cloud, accounts, janitor, shutdown, task })
     }
 
     pub fn url(&self) -> String {
@@ -74,6 +76,7 @@ impl Server {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
+        self.janitor.abort();
         self.accounts.close().await;
         self.cloud.close().await;
     }

@@ -1,11 +1,15 @@
-//! `/v1/accounts`: the operator (the emulator's own admin token) creates, lists and deletes accounts. An
+//! `/v1/accounts` and `/v1/leases`: the operator (the emulator's own admin token) creates, lists and deletes
+//! accounts, and leases them out. An
 //! account's own tokens reach its cloud, where these paths are refused. The accounts themselves are clouds,
 //! which live above this layer (`crate::accounts`): the handlers see them through `state::Registry`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use fakecloud_api::{Account, AccountList, CreateAccountRequest, CreatedAccount, ErrorBody, codes};
+use fakecloud_api::{
+    Account, AccountList, CreateAccountRequest, CreatedAccount, ErrorBody, LeaseRequest, LeasedAccount,
+    RenewLeaseRequest, codes,
+};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath};
@@ -14,7 +18,11 @@ use super::state::{AppState, Registry};
 use crate::error::{ApiError, Kind, Result};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_accounts, create_account)).routes(routes!(get_account, delete_account))
+    OpenApiRouter::new()
+        .routes(routes!(list_accounts, create_account))
+        .routes(routes!(get_account, delete_account))
+        .routes(routes!(take_lease))
+        .routes(routes!(renew_lease, release_lease))
 }
 
 /// The registry, which only the emulator's own cloud has.
@@ -61,4 +69,40 @@ async fn get_account(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -
     security(("admin" = [])))]
 async fn delete_account(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
     Ok(reply(StatusCode::OK, &id, registry(&st)?.delete(&id).await?))
+}
+
+/// Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
+/// answer has its tokens; when the lease ends (released, or lapsed unrenewed) the account is wiped — emptied, new
+/// tokens — and free again.
+#[utoipa::path(post, path = "/v1/leases", operation_id = "TakeLease", tag = "accounts",
+    request_body = LeaseRequest,
+    responses((status = 201, body = LeasedAccount), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn take_lease(State(st): State<AppState>, ApiJson(req): ApiJson<LeaseRequest>) -> Result<Response> {
+    let leased = registry(&st)?.take(&req).await?;
+    Ok(reply(StatusCode::CREATED, &leased.account.id.clone(), leased))
+}
+
+/// Renew a lease, by its holder, for `ttl_seconds` from now.
+#[utoipa::path(put, path = "/v1/leases/{account}", operation_id = "RenewLease", tag = "accounts",
+    params(("account" = String, Path)), request_body = RenewLeaseRequest,
+    responses((status = 200, body = Account), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn renew_lease(
+    State(st): State<AppState>,
+    ApiPath(account): ApiPath<String>,
+    ApiJson(req): ApiJson<RenewLeaseRequest>,
+) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &account, registry(&st)?.renew(&account, &req).await?))
+}
+
+/// End a lease now: the account is wiped (emptied, new tokens) and free. A free account is left as it is.
+#[utoipa::path(delete, path = "/v1/leases/{account}", operation_id = "ReleaseLease", tag = "accounts",
+    params(("account" = String, Path)),
+    responses((status = 200, body = Account), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("admin" = [])))]
+async fn release_lease(State(st): State<AppState>, ApiPath(account): ApiPath<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &account, registry(&st)?.release(&account).await?))
 }

@@ -93,6 +93,7 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
     });
     let listeners = json!({"minItems": LISTENERS_MIN});
     let closed = json!({"additionalProperties": false});
+    let lease_ttl = json!({"minimum": LEASE_TTL_SECONDS_MIN, "maximum": LEASE_TTL_SECONDS_MAX});
     vec![
         (Property("CreateInstanceRequest", &["name"]), text(&validate::INSTANCE_NAME)),
         (Property("CreateInstanceRequest", &["tags"]), tags),
@@ -104,6 +105,11 @@ fn bounds(cfg: &Config, operations: &[String]) -> Vec<(At, Value)> {
         (Property("ReclaimRequest", &["tag"]), text(&validate::TAG_PAIR)),
         (Property("StartHangRequest", &["tag"]), text(&validate::TAG_PAIR)),
         (Property("CreateAccountRequest", &["id"]), text(&validate::ACCOUNT_ID)),
+        (Property("LeaseRequest", &["account"]), text(&validate::ACCOUNT_ID)),
+        (Property("LeaseRequest", &["holder"]), text(&validate::NAME)),
+        (Property("LeaseRequest", &["ttl_seconds"]), lease_ttl.clone()),
+        (Property("RenewLeaseRequest", &["holder"]), text(&validate::NAME)),
+        (Property("RenewLeaseRequest", &["ttl_seconds"]), lease_ttl),
         (Property("CreateRouteTableRequest", &["name"]), text(&validate::NAME)),
         (Property("CreateRouteRequest", &["name"]), text(&validate::ROUTE_NAME)),
         (Property("CreateLoadBalancerRequest", &["name"]), text(&validate::NAME)),

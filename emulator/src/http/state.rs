@@ -4,7 +4,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use fakecloud_api::{Account, CreatedAccount};
+use fakecloud_api::{Account, CreatedAccount, LeaseRequest, LeasedAccount, RenewLeaseRequest};
 use futures::future::BoxFuture;
 
 use super::operations::Operations;
@@ -23,6 +23,9 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>>;
     fn create<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<CreatedAccount>>;
     fn delete<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>>;
+    fn take<'a>(&'a self, req: &'a LeaseRequest) -> BoxFuture<'a, Result<LeasedAccount>>;
+    fn renew<'a>(&'a self, id: &'a str, req: &'a RenewLeaseRequest) -> BoxFuture<'a, Result<Account>>;
+    fn release<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Account>>;
 }
 
 /// Everything a handler needs.

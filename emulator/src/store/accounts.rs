@@ -1,4 +1,4 @@
-//! The accounts created on the emulator and their tokens, in its own database (see `crate::accounts`).
+//! The accounts created on the emulator, their tokens and leases, in its own database (see `crate::accounts`).
 
 use fakecloud_api::codes;
 
@@ -13,12 +13,22 @@ pub struct Row {
     pub user_token: String,
     pub admin_token: String,
     pub created_at: i64,
+    pub lease_holder: Option<String>,
+    pub lease_expires_at: Option<i64>,
+}
+
+impl Row {
+    pub fn tokens(&self) -> Tokens {
+        Tokens { user: self.user_token.clone(), admin: self.admin_token.clone() }
+    }
 }
 
 pub async fn list(db: &Db) -> Result<Vec<Row>> {
-    Ok(sqlx::query_as("SELECT id, user_token, admin_token, created_at FROM accounts ORDER BY id")
-        .fetch_all(db.reader())
-        .await?)
+    Ok(sqlx::query_as(
+        "SELECT id, user_token, admin_token, created_at, lease_holder, lease_expires_at FROM accounts ORDER BY id",
+    )
+    .fetch_all(db.reader())
+    .await?)
 }
 
 /// Record a new account; returns when it was created.
@@ -35,6 +45,33 @@ pub async fn insert(db: &Db, id: &str, tokens: &Tokens) -> Result<i64> {
         .map_err(conflict_on_unique(codes::ACCOUNT_ALREADY_EXISTS, || format!("account {id} exists")))?;
     call::commit(tx, id).await?;
     Ok(now)
+}
+
+/// Lease the account to `holder` until `expires_at`.
+pub async fn lease(db: &Db, id: &str, holder: &str, expires_at: i64) -> Result<()> {
+    let mut tx = db.write().await?;
+    sqlx::query("UPDATE accounts SET lease_holder = ?2, lease_expires_at = ?3 WHERE id = ?1")
+        .bind(id)
+        .bind(holder)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+    Ok(call::commit(tx, id).await?)
+}
+
+/// The account wiped: new tokens, no lease.
+pub async fn wiped(db: &Db, id: &str, tokens: &Tokens) -> Result<()> {
+    let mut tx = db.write().await?;
+    sqlx::query(
+        "UPDATE accounts SET user_token = ?2, admin_token = ?3, lease_holder = NULL, lease_expires_at = NULL \
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(&tokens.user)
+    .bind(&tokens.admin)
+    .execute(&mut *tx)
+    .await?;
+    Ok(call::commit(tx, id).await?)
 }
 
 pub async fn delete(db: &Db, id: &str) -> Result<()> {

@@ -5,11 +5,11 @@
 
 use std::collections::BTreeSet;
 
-use fakecloud_api::{AuditQuery, Client, CreateInstanceRequest, codes};
+use fakecloud_api::{AuditQuery, Client, CreateInstanceRequest, LeaseRequest, RenewLeaseRequest, codes};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::common::{ADMIN, Emu, USER};
+use crate::common::{ADMIN, Emu, HANG, USER, eventually};
 
 const JSON: &str = "application/json";
 
@@ -201,7 +201,8 @@ async fn a_token_of_one_account_never_reaches_another() {
             let method = method.to_uppercase();
             let create = method == "POST" && creates.contains(&path.as_str());
             // The audit stream is the audit log's, read above, as a long poll.
-            let apart = path.starts_with("/v1/accounts") || path == "/v1/audit/stream";
+            let apart =
+                path.starts_with("/v1/accounts") || path.starts_with("/v1/leases") || path == "/v1/audit/stream";
             assert!(
                 create || apart || covered.contains(&(method.clone(), path.as_str())),
                 "{method} {path} is not checked across accounts"
@@ -274,11 +275,22 @@ async fn quotas_faults_limits_and_keys_are_an_accounts_own() {
 async fn the_operator_manages_accounts_and_bad_input_is_refused() {
     let emu = Emu::start().await;
     let a = account(&emu, "team-a").await;
+    let lease = json!({"holder": "job", "ttl_seconds": 60});
     for token in [a.admin.as_str(), a.user.as_str(), USER] {
-        let (status, body) = call(&emu, token, Method::POST, "/v1/accounts", Some(json!({"id": "x"}))).await;
-        assert_eq!((status, body["error"]["code"].as_str()), (403, Some(codes::FORBIDDEN)), "{body}");
-        let (status, _) = call(&emu, token, Method::GET, "/v1/accounts", None).await;
-        assert_eq!(status, 403);
+        for (method, path, body) in [
+            (Method::POST, "/v1/accounts", Some(json!({"id": "x"}))),
+            (Method::GET, "/v1/accounts", None),
+            (Method::POST, "/v1/leases", Some(lease.clone())),
+            (Method::PUT, "/v1/leases/team-a", Some(lease.clone())),
+            (Method::DELETE, "/v1/leases/team-a", None),
+        ] {
+            let (status, body) = call(&emu, token, method.clone(), path, body).await;
+            assert_eq!(
+                (status, body["error"]["code"].as_str()),
+                (403, Some(codes::FORBIDDEN)),
+                "{method} {path}: {body}"
+            );
+        }
     }
     let (_, body) = call(&emu, &a.admin, Method::GET, "/v1/accounts", None).await;
     assert!(body["error"]["message"].as_str().unwrap().contains("the emulator's own admin token"), "{body}");
@@ -325,4 +337,76 @@ async fn accounts_survive_a_restart() {
         call(&emu, &a.user, Method::GET, &format!("/v1/instances/{}", made["id"].as_str().unwrap()), None).await;
     assert_eq!(status, 200, "{got}");
     assert_eq!(emu.admin.list_accounts().await.unwrap().items.len(), 1);
+}
+
+/// A CI job takes an account for a while and renews it; when its lease lapses the janitor wipes the account —
+/// emptied, new tokens, so the job's stop working — and the next job gets it clean. Releasing wipes at once.
+#[tokio::test]
+async fn a_lapsed_lease_is_wiped_and_the_account_free_again() {
+    let emu = Emu::start().await;
+    account(&emu, "pool-1").await;
+    account(&emu, "pool-2").await;
+    let req = |holder: &str, ttl: f64| LeaseRequest { holder: holder.into(), ttl_seconds: ttl, account: None };
+    let job1 = emu.admin.take_lease(&req("job-1", 600.0)).await.unwrap();
+    assert_eq!(job1.account.id, "pool-1", "the first free account");
+    assert_eq!(job1.account.lease.as_ref().map(|l| l.holder.as_str()), Some("job-1"));
+    let job2 = emu.admin.take_lease(&req("job-2", 1.0)).await.unwrap();
+    assert_eq!(job2.account.id, "pool-2");
+    let job2_user = Client::new(&emu.url(), &job2.user_token).unwrap();
+    job2_user.create_instance(&CreateInstanceRequest { name: "n".into(), ..Default::default() }, None).await.unwrap();
+
+    let none = emu.admin.take_lease(&req("job-3", 60.0)).await.unwrap_err();
+    assert_eq!((none.status(), none.code()), (Some(409), Some(codes::NO_FREE_ACCOUNT)), "{none}");
+    let named = LeaseRequest { account: Some("pool-1".into()), ..req("job-3", 60.0) };
+    let taken = emu.admin.take_lease(&named).await.unwrap_err();
+    assert_eq!((taken.status(), taken.code()), (Some(409), Some(codes::ACCOUNT_LEASED)), "{taken}");
+    assert!(taken.to_string().contains("job-1"), "names the holder: {taken}");
+    let renew = |holder: &str, ttl: f64| RenewLeaseRequest { holder: holder.into(), ttl_seconds: ttl };
+    let stolen = emu.admin.renew_lease("pool-1", &renew("job-3", 60.0)).await.unwrap_err();
+    assert_eq!(stolen.code(), Some(codes::ACCOUNT_LEASED), "{stolen}");
+    let renewed = emu.admin.renew_lease("pool-1", &renew("job-1", 3600.0)).await.unwrap();
+    let until = |a: &fakecloud_api::Account| a.lease.as_ref().unwrap().expires_at.clone();
+    assert!(until(&renewed) > until(&job1.account), "{renewed:?}");
+
+    // pool-2's lease lapses: the janitor wipes it.
+    eventually(HANG, "pool-2 wiped and free", || async {
+        emu.admin.get_account("pool-2").await.ok().filter(|a| a.lease.is_none())
+    })
+    .await;
+    let gone = job2_user.list_instances(&Default::default()).await.unwrap_err();
+    assert_eq!(gone.status(), Some(401), "the lapsed holder's token: {gone}");
+    let job3 = emu.admin.take_lease(&req("job-3", 60.0)).await.unwrap();
+    assert_eq!(job3.account.id, "pool-2");
+    assert_ne!(job3.user_token, job2.user_token, "new tokens");
+    let job3_user = Client::new(&emu.url(), &job3.user_token).unwrap();
+    assert!(job3_user.list_instances(&Default::default()).await.unwrap().items.is_empty(), "an empty cloud");
+
+    // Released: wiped at once.
+    assert!(emu.admin.release_lease("pool-1").await.unwrap().lease.is_none());
+    let job1_user = Client::new(&emu.url(), &job1.user_token).unwrap();
+    assert_eq!(job1_user.list_instances(&Default::default()).await.unwrap_err().status(), Some(401));
+
+    // Bad input.
+    for (body, says) in [
+        (json!({"holder": "j", "ttl_seconds": 0}), "ttl_seconds"),
+        (json!({"holder": "j", "ttl_seconds": 1e9}), "ttl_seconds"),
+        (json!({"holder": "", "ttl_seconds": 60}), "holder"),
+        (json!({"holder": "j", "ttl_seconds": 60, "account": "Pool_1"}), "account"),
+    ] {
+        let (status, answer) = call(&emu, ADMIN, Method::POST, "/v1/leases", Some(body)).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().starts_with(says), "{answer}");
+    }
+    let (status, answer) = call(
+        &emu,
+        ADMIN,
+        Method::POST,
+        "/v1/leases",
+        Some(json!({"holder": "j", "ttl_seconds": 60, "account": "nobody"})),
+    )
+    .await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (404, Some(codes::ACCOUNT_NOT_FOUND)), "{answer}");
+    let free = emu.admin.renew_lease("pool-1", &renew("job-1", 60.0)).await.unwrap_err();
+    assert_eq!((free.status(), free.code()), (Some(409), Some(codes::ACCOUNT_LEASED)), "{free}");
+    assert!(free.to_string().contains("not leased"), "{free}");
 }
