@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use fakecloud_api::{
     AuditQuery, Client, CreateInstanceRequest, CreateRouteRequest, ENV_ADMIN_TOKEN, ENV_ENDPOINT, ENV_USER_TOKEN,
-    InstanceState, ListInstancesQuery, Market, QuotaName, SetLbProvisioningRequest,
+    InstanceState, LeaseRequest, ListInstancesQuery, Market, QuotaName, RenewLeaseRequest, SetLbProvisioningRequest,
 };
 
 use self::output::{Format, Output};
@@ -109,6 +109,11 @@ pub enum Command {
     /// rate limits and audit log (the emulator's own admin token).
     #[command(subcommand)]
     Account(AccountCmd),
+    /// Leases of accounts for CI jobs: take one for a while, renew it, release it; a lease that ends (released,
+    /// or lapsed unrenewed) has its account wiped — emptied, new tokens — and free again (the emulator's own
+    /// admin token).
+    #[command(subcommand)]
+    Lease(LeaseCmd),
     /// Write a consistent copy of the database to the file NAME in the emulator's snapshot directory (admin).
     Snapshot {
         /// A new file name (letters, digits, '.', '_', '-'; no path): the file is written to the directory of
@@ -300,6 +305,32 @@ pub enum AccountCmd {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum LeaseCmd {
+    /// Take an account (the first free one, or --account) and print its tokens as lines to `source`.
+    Take {
+        /// Who takes it, e.g. the CI job's name.
+        #[arg(long)]
+        holder: String,
+        /// How long it lasts unless renewed (1s to 7d), e.g. 30m.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+        /// This account rather than the first free one.
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// Renew a lease for --ttl from now, as its holder.
+    Renew {
+        account: String,
+        #[arg(long)]
+        holder: String,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+    },
+    /// End a lease now: the account is wiped and free.
+    Release { account: String },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum QuotaCmd {
     /// Show all quotas with their usage, or one.
     Get {
@@ -486,6 +517,20 @@ pub async fn run(cli: Cli) -> Result<()> {
                 AccountCmd::Create { id } => out.created_account(&client.create_account(&id).await?),
                 AccountCmd::List => out.accounts(&client.list_accounts().await?.items),
                 AccountCmd::Delete { id } => out.accounts(&[client.delete_account(&id).await?]),
+            }
+        }
+        Command::Lease(cmd) => {
+            let client = conn.client(true)?;
+            match cmd {
+                LeaseCmd::Take { holder, ttl, account } => {
+                    let req = LeaseRequest { holder, ttl_seconds: ttl.as_secs_f64(), account };
+                    out.leased_account(&client.take_lease(&req).await?)
+                }
+                LeaseCmd::Renew { account, holder, ttl } => {
+                    let req = RenewLeaseRequest { holder, ttl_seconds: ttl.as_secs_f64() };
+                    out.accounts(&[client.renew_lease(&account, &req).await?])
+                }
+                LeaseCmd::Release { account } => out.accounts(&[client.release_lease(&account).await?]),
             }
         }
         Command::Reset => out.value(&conn.client(true)?.reset().await?),

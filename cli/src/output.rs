@@ -5,8 +5,8 @@ use clap::ValueEnum;
 use comfy_table::{Table, presets::NOTHING};
 use fakecloud_api::{
     Account, AuditEntry, BackendState, CreatedAccount, DataPlaneState, FaultAction, FaultRule, FaultTrigger,
-    Forwarding, Hang, Instance, LbFaultAction, LbFaultRule, LbProvisioning, ListenerState, LoadBalancer, Outage, Quota,
-    RateLimit, RateLimitPresetInfo, Region, Route, SessionAffinity,
+    Forwarding, Hang, Instance, LbFaultAction, LbFaultRule, LbProvisioning, LeasedAccount, ListenerState, LoadBalancer,
+    Outage, Quota, RateLimit, RateLimitPresetInfo, Region, Route, SessionAffinity,
 };
 use serde::Serialize;
 
@@ -20,6 +20,15 @@ pub enum Format {
 }
 
 pub struct Output(Format);
+
+/// An account's tokens as lines a shell can `source`.
+fn tokens_to_source(id: &str, note: &str, user: &str, admin: &str) -> String {
+    use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_USER_TOKEN};
+    format!(
+        "# account {id}{note}: `source` these lines to act in it (the tokens are shown this once)\n\
+         export {ENV_USER_TOKEN}={user}\nexport {ENV_ADMIN_TOKEN}={admin}"
+    )
+}
 
 fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut t = Table::new();
@@ -386,23 +395,25 @@ impl Output {
 
     pub fn accounts(&self, items: &[Account]) -> Result<()> {
         self.print(items, || {
-            table(&["ACCOUNT", "CREATED"], items.iter().map(|a| vec![a.id.clone(), a.created_at.clone()]))
+            table(
+                &["ACCOUNT", "CREATED", "LEASED BY", "UNTIL"],
+                items.iter().map(|a| {
+                    let (holder, until) = a.lease.as_ref().map_or(("-", "-"), |l| (&l.holder, &l.expires_at));
+                    vec![a.id.clone(), a.created_at.clone(), holder.to_string(), until.to_string()]
+                }),
+            )
         })
     }
 
     /// A new account: its tokens as lines a shell can `source` (they are shown this once), or the JSON.
     pub fn created_account(&self, a: &CreatedAccount) -> Result<()> {
-        self.print(a, || {
-            format!(
-                "# account {}: `source` these lines to act in it (the tokens are shown this once)\n\
-                 export {}={}\nexport {}={}",
-                a.id,
-                fakecloud_api::ENV_USER_TOKEN,
-                a.user_token,
-                fakecloud_api::ENV_ADMIN_TOKEN,
-                a.admin_token
-            )
-        })
+        self.print(a, || tokens_to_source(&a.id, "", &a.user_token, &a.admin_token))
+    }
+
+    /// A lease taken: the account's tokens as lines to `source`, or the JSON.
+    pub fn leased_account(&self, a: &LeasedAccount) -> Result<()> {
+        let until = a.account.lease.as_ref().map(|l| format!(", leased until {}", l.expires_at)).unwrap_or_default();
+        self.print(a, || tokens_to_source(&a.account.id, &until, &a.user_token, &a.admin_token))
     }
 
     pub fn value(&self, v: &serde_json::Value) -> Result<()> {

@@ -194,3 +194,28 @@ async fn account_create_prints_tokens_to_source_and_delete_ends_them() {
     assert!(!gone.status.success(), "a deleted account's token still works");
     assert!(String::from_utf8_lossy(&gone.stderr).contains("401"), "{gone:?}");
 }
+
+/// `lease take` prints the account's tokens to `source`; `lease renew` extends it (shown by `account list`);
+/// `lease release` wipes the account, so the tokens stop working.
+#[tokio::test]
+async fn lease_take_renew_and_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    ok(&cli(&url).args(["account", "create", "pool-1"]).output().await.unwrap(), "account create");
+    let take = ["lease", "take", "--holder", "job-9", "--ttl", "10m"];
+    let printed = ok(&cli(&url).args(take).output().await.unwrap(), "lease take");
+    assert!(printed.contains("# account pool-1, leased until "), "{printed}");
+    let user = printed.lines().find_map(|l| l.strip_prefix("export FAKECLOUD_USER_TOKEN=")).unwrap().to_string();
+    let listed = ok(&cli(&url).args(["account", "list"]).output().await.unwrap(), "account list");
+    assert!(listed.contains("job-9"), "{listed}");
+    let renew = ["lease", "renew", "pool-1", "--holder", "job-9", "--ttl", "1h"];
+    ok(&cli(&url).args(renew).output().await.unwrap(), "lease renew");
+    let not_theirs = ["lease", "renew", "pool-1", "--holder", "job-10", "--ttl", "1h"];
+    let refused = cli(&url).args(not_theirs).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("leased by \"job-9\""), "{refused:?}");
+    ok(&cli(&url).args(["lease", "release", "pool-1"]).output().await.unwrap(), "lease release");
+    let mut with_old = cli(&url);
+    with_old.env("FAKECLOUD_USER_TOKEN", &user).env_remove("FAKECLOUD_ADMIN_TOKEN");
+    let gone = with_old.args(["instance", "list"]).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("401"), "{gone:?}");
+}
