@@ -146,12 +146,8 @@ impl Accounts {
     pub async fn delete(&self, id: &str) -> Result<Account> {
         let _one_at_a_time = self.changes.lock().await;
         let account = self.get(id).await?;
-        let cloud = self.write().remove(id);
-        if let Some(cloud) = cloud {
-            cloud.close().await;
-        }
+        self.retire(id).await;
         rows::delete(&self.db, id).await?;
-        self.remove_files(id);
         tracing::info!(account = id, "account deleted");
         Ok(account)
     }
@@ -263,11 +259,7 @@ impl Accounts {
     /// Empty the account and give it new tokens: the old ones stop working at once, then its cloud is closed,
     /// its database removed and a new one opened. Called with `changes` held.
     async fn wipe(&self, id: &str, why: &str) -> Result<Tokens> {
-        let cloud = self.write().remove(id);
-        if let Some(cloud) = cloud {
-            cloud.close().await;
-        }
-        self.remove_files(id);
+        self.retire(id).await;
         let tokens = Tokens { user: credentials::random_token(), admin: credentials::random_token() };
         rows::wiped(&self.db, id, &tokens).await?;
         let cloud = self
@@ -298,6 +290,16 @@ impl Accounts {
             None => DbLocation::Memory,
         };
         Cloud::open(&location, self.cfg.clone(), tokens, None).await
+    }
+
+    /// Take the account's cloud out of the routing (its tokens stop working at once), close it and remove its
+    /// database.
+    async fn retire(&self, id: &str) {
+        let cloud = self.write().remove(id);
+        if let Some(cloud) = cloud {
+            cloud.close().await;
+        }
+        self.remove_files(id);
     }
 
     fn remove_files(&self, id: &str) {
