@@ -282,7 +282,7 @@ impl Accounts {
     async fn open_cloud(&self, id: &str, tokens: Tokens) -> Result<Cloud, cloud::OpenError> {
         let location = match &self.dir {
             Some(dir) => {
-                create_private_dir(dir).map_err(|cause| {
+                crate::db::create_private_dir(dir).map_err(|cause| {
                     cloud::OpenError::Db(crate::db::OpenError::Create { path: dir.display().to_string(), cause })
                 })?;
                 DbLocation::File(dir.join(format!("{id}.db")))
@@ -371,10 +371,4 @@ fn account(row: &Row) -> Account {
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(codes::ACCOUNT_NOT_FOUND, format!("account {id} does not exist"))
-}
-
-/// The accounts' directory, readable by its owner only, as the emulator's own database is.
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }

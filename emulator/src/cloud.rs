@@ -24,7 +24,7 @@ pub enum OpenError {
     #[error(transparent)]
     Db(#[from] crate::db::OpenError),
     #[error("cannot prepare the database: {0}")]
-    Seed(#[from] ApiError),
+    Prepare(#[from] ApiError),
 }
 
 impl Cloud {

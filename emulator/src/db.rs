@@ -165,6 +165,13 @@ impl Db {
     }
 }
 
+/// Create a directory of the emulator's own (snapshots, accounts' databases), if it is missing, readable by its
+/// owner only.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// Create the database file, if it is missing, readable by its owner only: it holds the audit log and all the
 /// state. SQLite gives the WAL and shared-memory files the database file's mode.
 fn create_private(path: &std::path::Path) -> std::io::Result<()> {

@@ -1,7 +1,6 @@
 //! Start the emulator: open the database, apply the schema, start the lifecycle ticker, serve HTTP.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -106,6 +105,6 @@ fn dispatch(accounts: Arc<Accounts>, own: Router) -> Router {
 /// Create the snapshot directory if it is missing (private to this user), and name it canonically.
 fn snapshot_dir(dir: &Path) -> Result<PathBuf, StartError> {
     let err = |source| StartError::SnapshotDir { path: dir.display().to_string(), source };
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+    crate::db::create_private_dir(dir).map_err(err)?;
     std::fs::canonicalize(dir).map_err(err)
 }
