@@ -247,6 +247,8 @@ fn fill(path: &str, table: &str, lb: &str) -> String {
         "/v1/route-tables/{id}/routes" => path.replace("{id}", table),
         "/v1/load-balancers/{id}" => path.replace("{id}", lb),
         "/v1/rate-limits/{id}" => path.replace("{id}", "props"),
+        // No such account: the body is read and judged before the account is looked up.
+        "/v1/leases/{account}" => path.replace("{account}", "props"),
         // Not `instances`: a limit of 0 there would turn every later create into a refusal.
         "/v1/quotas/{name}" => path.replace("{name}", QuotaName::PublicIps.as_str()),
         _ => path.to_string(),
