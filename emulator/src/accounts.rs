@@ -1,6 +1,6 @@
 //! Accounts (issue #28): clouds of their own on one emulator, each reached with its own tokens, as several
 //! clusters or CI jobs each get an account of a real cloud. An account is a whole [`Cloud`] — a database of its
-//! own (a file beside the emulator's: `fakecloud.accounts/<id>.db` beside `fakecloud.db`), fault engine, rate limits, quotas and audit log —
+//! own (`fakecloud.accounts/<id>.db` beside `fakecloud.db`), fault engine, rate limits, quotas and audit log —
 //! so one account's calls cannot see or change another's, nor spend its budget: every token of an account draws
 //! from the account's buckets. The emulator's own database keeps which accounts there are, and their tokens; a
 //! call is routed to its account's cloud by its token ([`Accounts::route`]), and the emulator's own admin token
@@ -13,9 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use axum::Router;
-use std::time::Duration;
 
 use fakecloud_api::limits::{ACCOUNTS_MAX, LEASE_TTL_SECONDS_MAX, LEASE_TTL_SECONDS_MIN};
 use fakecloud_api::{Account, CreatedAccount, Lease, LeaseRequest, LeasedAccount, RenewLeaseRequest, codes};
@@ -121,7 +121,7 @@ impl Accounts {
                 format!("an emulator holds at most {ACCOUNTS_MAX} accounts besides its own; delete one first"),
             ));
         }
-        let tokens = Tokens { user: credentials::random_token(), admin: credentials::random_token() };
+        let tokens = credentials::random_tokens();
         let created_at = rows::insert(&self.db, id, &tokens).await?;
         // A database left by an account of this name that was deleted while the emulator died is not this one's.
         self.remove_files(id);
@@ -183,20 +183,12 @@ impl Accounts {
                 })?
             }
         };
-        let tokens = if row.lease_expires_at.is_some_and(|t| t <= now) {
-            self.wipe(&row.id, "its lease lapsed").await?
-        } else {
-            row.tokens()
-        };
+        let tokens = if lapsed(&row, now) { self.wipe(&row.id, "its lease lapsed").await? } else { row.tokens() };
         let expires_at = now + ttl;
         rows::lease(&self.db, &row.id, &req.holder, expires_at).await?;
         tracing::info!(account = %row.id, holder = %req.holder, expires_at = %rfc3339(expires_at), "account leased");
-        let account = Account {
-            id: row.id,
-            created_at: rfc3339(row.created_at),
-            lease: Some(Lease { holder: req.holder.clone(), expires_at: rfc3339(expires_at) }),
-        };
-        Ok(LeasedAccount { account, user_token: tokens.user, admin_token: tokens.admin })
+        let row = Row { lease_holder: Some(req.holder.clone()), lease_expires_at: Some(expires_at), ..row };
+        Ok(LeasedAccount { account: account(&row), user_token: tokens.user, admin_token: tokens.admin })
     }
 
     /// Renew `id`'s lease, by its holder, for `req.ttl_seconds` from now.
@@ -216,7 +208,7 @@ impl Accounts {
             }
         }
         rows::lease(&self.db, id, &req.holder, now + ttl).await?;
-        Ok(account(&self.row(id).await?))
+        Ok(account(&Row { lease_expires_at: Some(now + ttl), ..row }))
     }
 
     /// End `id`'s lease now: the account is wiped and free. Releasing a free account changes nothing.
@@ -249,7 +241,7 @@ impl Accounts {
         let _one_at_a_time = self.changes.lock().await;
         let now = now_ms();
         for row in rows::list(&self.db).await? {
-            if row.lease_expires_at.is_some_and(|t| t <= now) {
+            if lapsed(&row, now) {
                 self.wipe(&row.id, "its lease lapsed").await?;
             }
         }
@@ -260,7 +252,7 @@ impl Accounts {
     /// its database removed and a new one opened. Called with `changes` held.
     async fn wipe(&self, id: &str, why: &str) -> Result<Tokens> {
         self.retire(id).await;
-        let tokens = Tokens { user: credentials::random_token(), admin: credentials::random_token() };
+        let tokens = credentials::random_tokens();
         rows::wiped(&self.db, id, &tokens).await?;
         let cloud = self
             .open_cloud(id, tokens.clone())
@@ -344,7 +336,12 @@ impl crate::http::Registry for Accounts {
 
 /// The holder of `row`'s lease, if it holds at `now`.
 fn held(row: &Row, now: i64) -> Option<&str> {
-    row.lease_holder.as_deref().filter(|_| row.lease_expires_at.is_some_and(|t| t > now))
+    row.lease_holder.as_deref().filter(|_| !lapsed(row, now))
+}
+
+/// Whether `row` has a lease that ended by `now` and is not wiped yet.
+fn lapsed(row: &Row, now: i64) -> bool {
+    row.lease_expires_at.is_some_and(|t| t <= now)
 }
 
 fn leased_by(id: &str, holder: &str, row: &Row) -> ApiError {

@@ -69,8 +69,13 @@ fn check_len(token: &str, name: &'static str) -> Result<(), CredentialsError> {
     if token.len() < 16 { Err(CredentialsError::TooShort(name)) } else { Ok(()) }
 }
 
+/// A new pair of tokens, as an account gets at its creation and at each wipe.
+pub(crate) fn random_tokens() -> Tokens {
+    Tokens { user: random_token(), admin: random_token() }
+}
+
 /// A new token: 64 random hex digits after `fc_`.
-pub(crate) fn random_token() -> String {
+fn random_token() -> String {
     format!("fc_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 

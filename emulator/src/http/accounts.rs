@@ -1,7 +1,7 @@
 //! `/v1/accounts` and `/v1/leases`: the operator (the emulator's own admin token) creates, lists and deletes
-//! accounts, and leases them out. An
-//! account's own tokens reach its cloud, where these paths are refused. The accounts themselves are clouds,
-//! which live above this layer (`crate::accounts`): the handlers see them through `state::Registry`.
+//! accounts, and leases them out. An account's own tokens reach its cloud, where these paths are refused. The
+//! accounts themselves are clouds, which live above this layer (`crate::accounts`): the handlers see them
+//! through `state::Registry`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
