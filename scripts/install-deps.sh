@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing fakecloud needs on a fresh Debian machine: a C compiler (SQLite is compiled
-# into the emulator), pkg-config, wrk (for `make bench`) and rustfmt/clippy. Safe to run again; does nothing
-# when all is there.
+# into the emulator), pkg-config, wrk (for `make bench`), PostgreSQL (for the store's tests) and rustfmt/clippy.
+# Safe to run again; does nothing when all is there.
 set -euo pipefail
 
 need_apt=()
@@ -14,6 +14,9 @@ command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# PostgreSQL's server binaries: the store's tests start a real one (issue #28). Debian keeps them off PATH, in
+# /usr/lib/postgresql/<version>/bin, where the tests look too.
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 # The load generator of `make bench`'s comparison with moto.
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 if ((${#need_apt[@]})); then

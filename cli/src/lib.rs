@@ -18,6 +18,7 @@ use fakecloud_api::{
 };
 
 use self::output::{Format, Output};
+use fakecloud_emulator::config::DbLocation;
 use fakecloud_emulator::serve::{self, ServeArgs};
 
 #[derive(Debug, Parser)]
@@ -57,6 +58,13 @@ pub struct Connection {
 pub enum Command {
     /// Run the emulator.
     Serve(Box<ServeArgs>),
+    /// Apply the emulator's schema to a database without serving it (a SQLite file, or PostgreSQL by a
+    /// postgres:// URL) and print its schema version: a farm's replicas start on a database prepared once.
+    Migrate {
+        /// The database: a SQLite file (created if missing) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE.
+        #[arg(long, env = "FAKECLOUD_DB", default_value = "fakecloud.db")]
+        db: String,
+    },
     /// Create, list, inspect, stop, start and terminate instances.
     #[command(subcommand)]
     Instance(InstanceCmd),
@@ -410,6 +418,12 @@ pub async fn run(cli: Cli) -> Result<()> {
     let conn = &cli.conn;
     match cli.command {
         Command::Serve(args) => serve::run(*args).await,
+        Command::Migrate { db } => {
+            let location = DbLocation::parse(&db).map_err(anyhow::Error::msg)?;
+            let version = fakecloud_emulator::db::migrate(&location).await?;
+            println!("{location}: schema at version {version}");
+            Ok(())
+        }
         Command::Instance(cmd) => {
             let client = conn.client(false)?;
             match cmd {

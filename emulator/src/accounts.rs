@@ -66,7 +66,7 @@ impl Accounts {
     pub async fn open(db: Db, location: &DbLocation, cfg: &Config) -> Result<Arc<Self>, OpenError> {
         let dir = match location {
             DbLocation::File(path) => Some(path.with_extension("accounts")),
-            DbLocation::Memory => None,
+            DbLocation::Memory | DbLocation::Postgres(_) => None,
         };
         let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
         let accounts = Self { db, dir, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };

@@ -2,6 +2,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use fakecloud_api::{InstanceType, Region, Zone};
@@ -255,21 +256,27 @@ impl Default for Config {
 pub enum DbLocation {
     File(PathBuf),
     Memory,
+    /// A PostgreSQL database, by its `postgres://` URL (issue #28: so far `fakecloud migrate` prepares one; the
+    /// API is not served on it yet).
+    Postgres(String),
 }
 
 impl DbLocation {
-    /// `--db`'s value: a file path, `:memory:`, or the same as a `sqlite:` URL (`sqlite://PATH`, `sqlite:PATH`).
-    /// Any other URL is refused: taken for a path, `postgres://host/db` would quietly become a SQLite file in a
-    /// directory named `postgres:`.
+    /// `--db`'s value: a file path, `:memory:`, the same as a `sqlite:` URL (`sqlite://PATH`, `sqlite:PATH`), or
+    /// a `postgres://` (`postgresql://`) URL. Any other URL is refused: taken for a path, `mysql://host/db` would
+    /// quietly become a SQLite file in a directory named `mysql:`.
     pub fn parse(s: &str) -> Result<Self, String> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return check_postgres_url(s).map(|()| Self::Postgres(s.to_string()));
+        }
         let path = s.strip_prefix("sqlite://").or_else(|| s.strip_prefix("sqlite:")).unwrap_or(s);
         if let Some((scheme, _)) = path.split_once("://")
             && !scheme.is_empty()
             && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
         {
             return Err(format!(
-                "--db {s:?} is a {scheme}:// URL, and the emulator keeps its state in SQLite only: give a file path \
-                 (created if missing), sqlite://PATH or :memory:"
+                "--db {s:?} is a {scheme}:// URL, and the emulator keeps its state in SQLite or PostgreSQL: give a \
+                 file path (created if missing), sqlite://PATH, :memory: or postgres://USER@HOST/DATABASE"
             ));
         }
         match path {
@@ -279,12 +286,47 @@ impl DbLocation {
         }
     }
 
-    /// The directory the database file is in (the working directory for `:memory:`).
+    /// The directory the database file is in (the working directory for `:memory:` and PostgreSQL).
     pub fn dir(&self) -> PathBuf {
         match self {
             Self::File(p) => p.parent().filter(|d| !d.as_os_str().is_empty()).map_or_else(|| ".".into(), Into::into),
-            Self::Memory => ".".into(),
+            Self::Memory | Self::Postgres(_) => ".".into(),
         }
+    }
+}
+
+/// As logs and errors show it: a PostgreSQL URL without its password.
+impl std::fmt::Display for DbLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(p) => p.display().fmt(f),
+            Self::Memory => f.write_str(":memory:"),
+            Self::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
+}
+
+/// A `--db` URL that PostgreSQL's client would refuse, refused up front, in the flag's words.
+fn check_postgres_url(url: &str) -> Result<(), String> {
+    sqlx::postgres::PgConnectOptions::from_str(url).map(drop).map_err(|e| {
+        format!(
+            "--db {:?} is not a PostgreSQL URL that can be used ({e}): give postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
+            redact(url)
+        )
+    })
+}
+
+/// The URL as logs and errors may show it: without its password.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
     }
 }
 
@@ -299,10 +341,15 @@ mod tests {
         assert_eq!(DbLocation::parse("sqlite:fc.db"), Ok(DbLocation::File("fc.db".into())));
         assert_eq!(DbLocation::parse(":memory:"), Ok(DbLocation::Memory));
         assert_eq!(DbLocation::parse("sqlite::memory:"), Ok(DbLocation::Memory));
-        for url in ["postgres://u@localhost/fc", "postgresql://h/db", "mysql://x", "sqlite://postgres://h/db"] {
+        for url in ["mysql://x", "sqlite://postgres://h/db", "sqlite://mysql://h/db"] {
             let e = DbLocation::parse(url).unwrap_err();
             assert!(e.contains("URL") && e.contains("sqlite://PATH") && e.contains(url), "{e}");
         }
+        for url in ["postgres://u@localhost/fc", "postgresql://h:5433/db?sslmode=disable"] {
+            assert_eq!(DbLocation::parse(url), Ok(DbLocation::Postgres(url.into())));
+        }
+        let e = DbLocation::parse("postgres://u@h:port/db").unwrap_err();
+        assert!(e.contains("postgres://u@h:port/db") && e.contains("postgres://USER"), "{e}");
         assert!(DbLocation::parse("").is_err());
     }
 

@@ -5,6 +5,8 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod group_commit;
+pub mod postgres;
+pub mod schema;
 pub mod script;
 pub mod values;
 
@@ -16,6 +18,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use self::checkpoint::Checkpointer;
 use self::group_commit::Writer;
 pub use self::group_commit::{Started, Tx, WriteError, WriteStats};
+pub use self::schema::OpenError;
+use self::schema::refuse_newer;
 pub use self::script::{NotDone, Ran, Script, Step};
 pub use self::values::{ms, new_id, now_ms, rfc3339};
 use crate::config::DbLocation;
@@ -26,23 +30,6 @@ pub struct Db {
     reader: SqlitePool,
     /// The checkpointer's connection (a file database only).
     checkpoints: Option<SqlitePool>,
-}
-
-/// Why the database could not be opened, in words that say what to do. The cause is in the message, not a
-/// `source` as well: the CLI prints the chain, and would print it twice.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("cannot open database {path}: {}", explain(cause))]
-    Open { path: String, cause: sqlx::Error },
-    #[error("cannot create database {path}: {cause}")]
-    Create { path: String, cause: std::io::Error },
-    #[error("cannot apply the schema to {path}: {cause}")]
-    Migrate { path: String, cause: sqlx::migrate::MigrateError },
-    #[error(
-        "{path} was written by a newer fakecloud: its schema is at version {found}, this one knows up to {known}. \
-         Run the fakecloud that wrote it, or give --db a new file"
-    )]
-    Newer { path: String, found: i64, known: i64 },
 }
 
 /// SQLite's answer when a file cannot be used, said as what the file is.
@@ -62,17 +49,21 @@ fn explain(e: &sqlx::Error) -> String {
     }
 }
 
-/// A database whose schema is newer than this build's migrations is refused before anything is changed (sqlx
-/// would only say a migration is missing).
-async fn refuse_newer(pool: &SqlitePool, migrator: &sqlx::migrate::Migrator, path: &str) -> Result<(), OpenError> {
-    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
-        .fetch_one(pool)
-        .await
-        .unwrap_or(None);
-    match applied {
-        Some(found) if found > known => Err(OpenError::Newer { path: path.to_string(), found, known }),
-        _ => Ok(()),
+/// The newest schema version applied to an open SQLite database (`None` before any).
+async fn applied_version(pool: &SqlitePool) -> Option<i64> {
+    sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(pool).await.unwrap_or(None)
+}
+
+/// Apply the schema to the database at `location` without serving it (`fakecloud migrate`); its schema version.
+pub async fn migrate(location: &DbLocation) -> Result<i64, OpenError> {
+    match location {
+        DbLocation::Postgres(url) => postgres::migrate(url).await,
+        _ => {
+            let db = Db::open(location).await?;
+            let version = applied_version(db.writer()).await.unwrap_or(0);
+            db.close().await;
+            Ok(version)
+        }
     }
 }
 
@@ -87,6 +78,7 @@ impl Db {
                 create_private(path).map_err(|cause| OpenError::Create { path: path.display().to_string(), cause })?;
                 (SqliteConnectOptions::new().filename(path).create_if_missing(true), path.display().to_string(), 4)
             }
+            DbLocation::Postgres(_) => return Err(OpenError::NotServed { url: location.to_string() }),
         };
         let opts = opts
             .journal_mode(SqliteJournalMode::Wal)
@@ -96,7 +88,7 @@ impl Db {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("cache_size", "-16000");
-        let open_err = |cause| OpenError::Open { path: label.clone(), cause };
+        let open_err = |cause| OpenError::Open { explained: explain(&cause), path: label.clone() };
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -108,7 +100,7 @@ impl Db {
             .await
             .map_err(open_err)?;
         let migrator = sqlx::migrate!("./migrations");
-        refuse_newer(&writer, &migrator, &label).await?;
+        refuse_newer(&migrator, applied_version(&writer).await, &label)?;
         migrator.run(&writer).await.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
         let (reader, checkpoints) = if readers == 0 {
             (writer.clone(), None)

@@ -19,8 +19,9 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, env = "FAKECLOUD_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
-    /// SQLite database file (created if missing; sqlite://PATH too), or :memory: for a throwaway run. Other
-    /// database URLs are refused.
+    /// SQLite database file (created if missing; sqlite://PATH too), or :memory: for a throwaway run. A
+    /// postgres:// URL is refused for now (`fakecloud migrate` prepares one; serving on it is issue #28's next
+    /// step); other database URLs are refused.
     #[arg(long, env = "FAKECLOUD_DB", default_value = "fakecloud.db")]
     pub db: String,
     /// Region name.
@@ -215,7 +216,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     }
     let cred_file = args.credentials_file.clone().unwrap_or_else(|| match &db {
         DbLocation::File(p) => p.with_extension("credentials"),
-        DbLocation::Memory => PathBuf::from("fakecloud.credentials"),
+        DbLocation::Memory | DbLocation::Postgres(_) => PathBuf::from("fakecloud.credentials"),
     });
     let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file)?;
     let server = match Server::start(&args.listen, &db, cfg, tokens).await {

@@ -2,7 +2,7 @@
 
 use fakecloud_api::{Client, CreateInstanceRequest, LbFaultAction};
 
-use crate::{ADMIN, cli, emulator, ok};
+use crate::{ADMIN, cli, emulator, ok, repo};
 
 /// A data-plane latency rule through `lb-fault add`, listed and deleted (the emulator's `dataplane` tests show
 /// such a rule holding connections).
@@ -137,15 +137,22 @@ async fn lb_provisioning_set_show_and_clear() {
 #[tokio::test]
 async fn serve_refuses_a_database_url_it_cannot_use() {
     let dir = tempfile::tempdir().unwrap();
-    let out = cli("http://127.0.0.1:1")
-        .current_dir(dir.path())
-        .args(["serve", "--listen", "127.0.0.1:0", "--db", "postgres://fc@127.0.0.1/fakecloud"])
-        .output()
-        .await
-        .unwrap();
+    let serve = |db: &'static str| {
+        let mut cmd = cli("http://127.0.0.1:1");
+        cmd.current_dir(dir.path()).args(["serve", "--listen", "127.0.0.1:0", "--db", db]);
+        cmd
+    };
+    let out = serve("mysql://fc@127.0.0.1/fakecloud").output().await.unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
-    assert!(said.contains("postgres:// URL") && said.contains("sqlite://PATH"), "{said}");
+    assert!(said.contains("mysql:// URL") && said.contains("sqlite://PATH"), "{said}");
+    // PostgreSQL is refused until the API is served on it, with the command that prepares one, and its password
+    // never shown.
+    let out = serve("postgres://fc:hunter2@127.0.0.1:1/fakecloud").output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("not built yet") && said.contains("fakecloud migrate --db postgres://fc:***@"), "{said}");
+    assert!(!said.contains("hunter2"), "{said}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "nothing is created: {left:?}");
 
@@ -161,6 +168,29 @@ async fn serve_refuses_a_database_url_it_cannot_use() {
     assert!(!out.status.success() && said.contains("not a SQLite database"), "{said}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["notes.db"], "no credentials file left behind");
+}
+
+/// `fakecloud migrate` applies the schema without serving and says the version; a PostgreSQL server that does not
+/// answer is said plainly (the PostgreSQL side is tested against a real server in the emulator's tests).
+#[tokio::test]
+async fn migrate_prepares_a_database_and_says_why_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let migrate = |db: &str| {
+        let mut cmd = cli("http://127.0.0.1:1");
+        cmd.current_dir(dir.path()).args(["migrate", "--db", db]);
+        cmd
+    };
+    let out = ok(&migrate("fc.db").output().await.unwrap(), "migrate");
+    let newest = std::fs::read_dir(repo().join("emulator/migrations")).unwrap().count();
+    assert_eq!(out.trim(), format!("fc.db: schema at version {newest}"));
+    assert_eq!(ok(&migrate("fc.db").output().await.unwrap(), "migrate again"), out);
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = migrate(&format!("postgres://fc:secret@127.0.0.1:{closed}/fc")).output().await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("is PostgreSQL running") && said.contains("postgres://fc:***@"), "{said}");
+    assert!(!said.contains("secret"), "{said}");
 }
 
 /// `account create` prints the new account's tokens as lines to `source`; with them the other commands act in

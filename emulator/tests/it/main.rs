@@ -20,5 +20,6 @@ mod network;
 mod openapi_snapshot;
 mod passthrough;
 mod persistence;
+mod postgres;
 mod public_pool;
 mod rate_limit_shapes;

@@ -1,6 +1,8 @@
 //! Test harness: a real emulator on an ephemeral loopback port with a real SQLite file in a temp dir.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod postgres;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

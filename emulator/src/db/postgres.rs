@@ -1,0 +1,57 @@
+//! The store on PostgreSQL (issue #28), as far as it is built: the connection's failures said as what to do, a
+//! schema newer than this build refused, and the schema (`migrations-postgres/`, the same tables as SQLite's)
+//! applied. The API is not served on it yet: [`super::Db`]
+//! is SQLite's.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+
+use super::schema::{self, OpenError};
+
+/// How long connecting may take before the host is said not to answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Apply the schema to the database at `url`; its schema version after.
+pub async fn migrate(url: &str) -> Result<i64, OpenError> {
+    let label = crate::config::redact(url);
+    let open_err = |explained| OpenError::Open { path: label.clone(), explained };
+    let opts = PgConnectOptions::from_str(url).map_err(|e| open_err(explain(&e)))?;
+    // One connection, not a pool: a pool retries a refused connection until its timeout and then says only that.
+    let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&opts)).await {
+        Ok(conn) => conn.map_err(|e| open_err(explain(&e)))?,
+        Err(_) => {
+            return Err(open_err(format!(
+                "no answer within {CONNECT_TIMEOUT:?}: is the host right, and is a firewall in the way?"
+            )));
+        }
+    };
+    let migrator = sqlx::migrate!("./migrations-postgres");
+    let applied = sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(&mut conn).await;
+    let result = async {
+        schema::refuse_newer(&migrator, applied.unwrap_or(None), &label)?;
+        migrator.run(&mut conn).await.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
+        Ok(schema::known_version(&migrator))
+    }
+    .await;
+    let _ = conn.close().await;
+    result
+}
+
+/// PostgreSQL's answer when a database cannot be used, said as what to do about it.
+fn explain(e: &sqlx::Error) -> String {
+    let code = match e {
+        sqlx::Error::Database(db) => db.code(),
+        _ => None,
+    };
+    match (e, code.as_deref()) {
+        (sqlx::Error::Io(io), _) => {
+            format!("nothing answers there ({io}): is PostgreSQL running, on that host and port?")
+        }
+        (_, Some("3D000")) => format!("{e}: create it (createdb) or name one that exists"),
+        (_, Some("28P01" | "28000")) => format!("{e}: check the user and password in the URL"),
+        _ => e.to_string(),
+    }
+}

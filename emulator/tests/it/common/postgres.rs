@@ -1,0 +1,105 @@
+//! A real PostgreSQL server for a test: `initdb` into a temp dir, started on a free loopback port, stopped (and
+//! its files removed) when dropped. Debian's binaries: on PATH, or in /usr/lib/postgresql/<version>/bin
+//! (`make deps` installs them).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Postgres {
+    bin: PathBuf,
+    data: PathBuf,
+    /// As whom the server runs: PostgreSQL refuses to run as root.
+    uid: Option<u32>,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// nobody: an unprivileged user every Debian machine has.
+const NOBODY: u32 = 65534;
+
+impl Postgres {
+    pub fn start() -> Self {
+        let bin = bin_dir();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let uid = nix::unistd::Uid::current().is_root().then_some(NOBODY);
+        if let Some(uid) = uid {
+            nix::unistd::chown(dir.path(), Some(uid.into()), Some(uid.into())).expect("chown the temp dir");
+        }
+        let data = dir.path().join("data");
+        let pg = |program: &str| {
+            let mut cmd = Command::new(bin.join(program));
+            if let Some(uid) = uid {
+                cmd.uid(uid).gid(uid);
+            }
+            cmd
+        };
+        run(pg("initdb")
+            .args(["--no-sync", "--auth=trust", "--username=fakecloud", "--encoding=UTF8", "--locale=C"])
+            .arg("-D")
+            .arg(&data));
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port();
+        let options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", dir.path().display());
+        run(pg("pg_ctl")
+            .args(["-w", "-t", "60", "-o", &options, "-l"])
+            .arg(dir.path().join("log"))
+            .arg("-D")
+            .arg(&data)
+            .arg("start"));
+        Self { bin, data, uid, port, _dir: dir }
+    }
+
+    /// The URL of a database `name`, created now.
+    pub async fn database(&self, name: &str) -> String {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&self.url("postgres")).await.expect("connect to postgres");
+        // (A test's own name, not input.)
+        let create = sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""));
+        sqlx::query(create).execute(&mut admin).await.expect("create the database");
+        self.url(name)
+    }
+
+    /// The URL of the database `name` (created or not).
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://fakecloud@127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let mut cmd = Command::new(self.bin.join("pg_ctl"));
+        if let Some(uid) = self.uid {
+            cmd.uid(uid).gid(uid);
+        }
+        let _ = cmd.args(["-m", "immediate", "-D"]).arg(&self.data).arg("stop").output();
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e} (is PostgreSQL installed? `make deps`)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Where initdb and pg_ctl are: on PATH, else the newest of Debian's versioned directories.
+fn bin_dir() -> PathBuf {
+    if let Some(dir) =
+        std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).find(|d| d.join("initdb").is_file()))
+    {
+        return dir;
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|bin| Path::new(bin).join("initdb").is_file())
+        .collect();
+    versions.sort_by_key(|p| p.parent().and_then(|v| v.file_name()).and_then(|v| v.to_str()?.parse::<u32>().ok()));
+    versions.pop().expect("PostgreSQL's initdb is not installed: run `make deps`")
+}

@@ -1,0 +1,130 @@
+//! The store's schema on a real PostgreSQL server (issue #28): the same tables, columns and indexes as SQLite's,
+//! the same usage counters kept by its triggers, and a database that cannot be used refused in plain words.
+
+use fakecloud_emulator::config::DbLocation;
+use fakecloud_emulator::db;
+use sqlx::{Connection, Row};
+
+use crate::common::postgres::Postgres;
+
+/// What a schema is made of, to compare the two backends': `table.column` and the indexes created by name.
+const PG_SHAPE: &str = "SELECT table_name || '.' || column_name FROM information_schema.columns \
+     WHERE table_schema = 'public' AND table_name <> '_sqlx_migrations' \
+     UNION ALL SELECT 'index ' || indexname FROM pg_indexes i WHERE schemaname = 'public' \
+     AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) ORDER BY 1";
+const SQLITE_SHAPE: &str = "SELECT m.name || '.' || p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+     WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations' \
+     UNION ALL SELECT 'index ' || name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY 1";
+
+#[tokio::test]
+async fn the_schema_on_postgres_is_sqlites() {
+    let names = |dir: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names("migrations"), names("migrations-postgres"), "one PostgreSQL migration per SQLite one");
+
+    let pg = Postgres::start();
+    let url = pg.database("fc").await;
+    let on_pg = DbLocation::parse(&url).unwrap();
+    let version = db::migrate(&on_pg).await.unwrap();
+    assert_eq!(db::migrate(&on_pg).await.unwrap(), version, "applying it again changes nothing");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fc.db");
+    assert_eq!(db::migrate(&DbLocation::File(file.clone())).await.unwrap(), version);
+
+    let mut pg_conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let pg_shape: Vec<String> = sqlx::query_scalar(PG_SHAPE).fetch_all(&mut pg_conn).await.unwrap();
+    let mut lite = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display())).await.unwrap();
+    let lite_shape: Vec<String> = sqlx::query_scalar(SQLITE_SHAPE).fetch_all(&mut lite).await.unwrap();
+    assert!(pg_shape.contains(&"accounts.lease_expires_at".to_string()), "{pg_shape:?}");
+    assert_eq!(pg_shape, lite_shape);
+}
+
+/// The same changes on both backends leave the same quota usage: the triggers were translated, not dropped.
+#[tokio::test]
+async fn usage_counters_follow_the_rows_on_both_backends() {
+    // Portable SQL: literals only, so one text runs on both.
+    let changes = [
+        "INSERT INTO instances (id, name, zone, instance_type, market, state, private_ip, tags, created_at, \
+         state_changed_at) VALUES ('i-1', 'a', 'z', 't', 'on-demand', 'running', '10.0.0.2', '{}', 0, 0), \
+         ('i-2', 'b', 'z', 't', 'on-demand', 'pending', '10.0.0.3', '{}', 0, 0), \
+         ('i-3', 'c', 'z', 't', 'spot', 'terminated', '10.0.0.4', '{}', 0, 0)",
+        "UPDATE instances SET state = 'terminated' WHERE id = 'i-1'",
+        "UPDATE instances SET state = 'running' WHERE id = 'i-2'",
+        "DELETE FROM instances WHERE id = 'i-3'",
+        "INSERT INTO load_balancers (id, name, scheme, state, listeners, backends, source_ranges, address, dns_name, \
+         created_at, updated_at) VALUES ('lb-1', 'p', 'internet-facing', 'active', '[]', '[]', '[]', '203.0.113.1', \
+         'p.lb', 0, 0), ('lb-2', 'q', 'internal', 'provisioning', '[]', '[]', '[]', '10.0.192.2', 'q.lb', 0, 0), \
+         ('lb-3', 'r', 'internet-facing', 'active', '[]', '[]', '[]', '203.0.113.2', 'r.lb', 0, 0)",
+        "UPDATE load_balancers SET state = 'deleting' WHERE id = 'lb-3'",
+        "DELETE FROM load_balancers WHERE id = 'lb-1'",
+        "INSERT INTO route_tables (id, name, created_at) VALUES ('rtb-2', 'other', 0)",
+        "INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) VALUES \
+         ('r-1', 'rtb-2', 'n1', '10.244.1.0/24', 'i-2', 0), ('r-2', 'rtb-2', 'n2', '10.244.2.0/24', 'i-2', 0)",
+        "DELETE FROM routes WHERE id = 'r-1'",
+    ];
+    let usage = "SELECT key || '=' || n FROM counters UNION ALL \
+         SELECT 'routes ' || id || '=' || route_count FROM route_tables ORDER BY 1";
+    let expected = ["instances_live=1", "lbs_live=1", "lbs_public=1", "routes rtb-2=1"];
+
+    let pg = Postgres::start();
+    let url = pg.database("fc").await;
+    db::migrate(&DbLocation::parse(&url).unwrap()).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    for sql in changes {
+        sqlx::raw_sql(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let on_pg: Vec<String> = sqlx::query_scalar(usage).fetch_all(&mut conn).await.unwrap();
+    assert_eq!(on_pg, expected);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fc.db");
+    db::migrate(&DbLocation::File(file.clone())).await.unwrap();
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display())).await.unwrap();
+    for sql in changes {
+        sqlx::raw_sql(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let on_sqlite: Vec<String> = sqlx::query_scalar(usage).fetch_all(&mut conn).await.unwrap();
+    assert_eq!(on_sqlite, expected);
+}
+
+/// A database written by a newer fakecloud, one that does not exist, and a server that does not answer: each
+/// refused with what to do, nothing changed, and the password never shown.
+#[tokio::test]
+async fn a_database_that_cannot_be_used_is_said_plainly() {
+    let pg = Postgres::start();
+    let url = pg.database("fc").await;
+    let location = DbLocation::parse(&url).unwrap();
+    let version = db::migrate(&location).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES ($1, 'from the future', true, '\\x00', 0)",
+    )
+    .bind(version + 1)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let e = db::migrate(&location).await.unwrap_err().to_string();
+    assert!(e.contains("newer fakecloud") && e.contains(&format!("version {}", version + 1)), "{e}");
+    let tables: i64 = sqlx::query("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'public'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert!(tables > 1);
+
+    let missing = pg.url("nope").replace("fakecloud@", "fakecloud:pw@");
+    let e = db::migrate(&DbLocation::parse(&missing).unwrap()).await.unwrap_err().to_string();
+    assert!(e.contains("\"nope\" does not exist") && e.contains("create it"), "{e}");
+    assert!(e.contains("fakecloud:***@") && !e.contains(":pw@"), "{e}");
+
+    drop(pg);
+    let e = db::migrate(&location).await.unwrap_err().to_string();
+    assert!(e.contains("is PostgreSQL running"), "{e}");
+}
