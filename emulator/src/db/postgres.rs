@@ -47,9 +47,13 @@ fn explain(e: &sqlx::Error) -> String {
         _ => None,
     };
     match (e, code.as_deref()) {
+        (sqlx::Error::Io(io), _) if io.kind() == std::io::ErrorKind::InvalidData => format!(
+            "the TLS handshake failed ({io}): check that sslrootcert names the CA that signed the server's certificate"
+        ),
         (sqlx::Error::Io(io), _) => {
             format!("nothing answers there ({io}): is PostgreSQL running, on that host and port?")
         }
+        (sqlx::Error::Tls(_), _) => format!("{e}: turn TLS on in the server, or give the URL sslmode=prefer"),
         (_, Some("3D000")) => format!("{e}: create it (createdb) or name one that exists"),
         (_, Some("28P01" | "28000")) => format!("{e}: check the user and password in the URL"),
         _ => e.to_string(),

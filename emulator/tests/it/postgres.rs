@@ -128,3 +128,30 @@ async fn a_database_that_cannot_be_used_is_said_plainly() {
     let e = db::migrate(&location).await.unwrap_err().to_string();
     assert!(e.contains("is PostgreSQL running"), "{e}");
 }
+
+/// A database reached over TLS, its certificate checked against the CA the URL names (a managed PostgreSQL's
+/// way); a server without TLS, when the URL requires it, is said plainly.
+#[tokio::test]
+async fn a_database_is_reached_over_tls_when_the_url_asks() {
+    let pg = Postgres::start_with_tls();
+    let url = pg.database("fc").await;
+    let ca = pg.ca.as_ref().unwrap().display();
+    let verified = format!("{url}?sslmode=verify-full&sslrootcert={ca}");
+    assert!(db::migrate(&DbLocation::parse(&verified).unwrap()).await.unwrap() > 0);
+    let mut conn = sqlx::PgConnection::connect(&verified).await.unwrap();
+    let tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(tls, "the connection is encrypted");
+    // A CA that did not sign the server's certificate: refused.
+    let stranger = Postgres::start_with_tls();
+    let wrong = format!("{url}?sslmode=verify-full&sslrootcert={}", stranger.ca.as_ref().unwrap().display());
+    let e = db::migrate(&DbLocation::parse(&wrong).unwrap()).await.unwrap_err().to_string();
+    assert!(e.contains("TLS handshake failed") && e.contains("sslrootcert"), "{e}");
+
+    let plain = Postgres::start();
+    let url = plain.database("fc").await;
+    let e = db::migrate(&DbLocation::parse(&format!("{url}?sslmode=require")).unwrap()).await.unwrap_err().to_string();
+    assert!(e.contains("server does not support TLS") && e.contains("sslmode=prefer"), "{e}");
+}

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub struct Postgres {
+    /// With TLS: the CA that signed the server's certificate (PEM), as a client's `sslrootcert`.
+    pub ca: Option<PathBuf>,
     bin: PathBuf,
     data: PathBuf,
     /// As whom the server runs: PostgreSQL refuses to run as root.
@@ -20,6 +22,16 @@ const NOBODY: u32 = 65534;
 
 impl Postgres {
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A server that also speaks TLS, with a certificate for 127.0.0.1 from a CA of its own (as a managed
+    /// database has one from its provider's).
+    pub fn start_with_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         let bin = bin_dir();
         let dir = tempfile::tempdir().expect("temp dir");
         let uid = nix::unistd::Uid::current().is_root().then_some(NOBODY);
@@ -40,14 +52,25 @@ impl Postgres {
             .arg(&data));
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port();
-        let options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", dir.path().display());
+        let mut options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", dir.path().display());
+        let ca = tls.then(|| {
+            let (ca, cert, key) = certificates();
+            for (name, pem) in [("ca.crt", &ca), ("server.crt", &cert), ("server.key", &key)] {
+                write_private(&dir.path().join(name), pem, uid);
+            }
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={0}/server.crt -c ssl_key_file={0}/server.key",
+                dir.path().display()
+            ));
+            dir.path().join("ca.crt")
+        });
         run(pg("pg_ctl")
             .args(["-w", "-t", "60", "-o", &options, "-l"])
             .arg(dir.path().join("log"))
             .arg("-D")
             .arg(&data)
             .arg("start"));
-        Self { bin, data, uid, port, _dir: dir }
+        Self { ca, bin, data, uid, port, _dir: dir }
     }
 
     /// The URL of a database `name`, created now.
@@ -73,6 +96,30 @@ impl Drop for Postgres {
             cmd.uid(uid).gid(uid);
         }
         let _ = cmd.args(["-m", "immediate", "-D"]).arg(&self.data).arg("stop").output();
+    }
+}
+
+/// A CA's certificate, and a certificate and key for 127.0.0.1 it signed (PEM).
+fn certificates() -> (String, String, String) {
+    let mut ca = rcgen::CertificateParams::new(Vec::new()).expect("CA params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "fakecloud test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().expect("CA key")).expect("CA");
+    let key = rcgen::KeyPair::generate().expect("server key");
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("server params")
+        .signed_by(&key, &ca)
+        .expect("server certificate");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// A file readable by its owner only (PostgreSQL refuses a key others can read), owned by `uid` if set.
+fn write_private(path: &Path, contents: &str, uid: Option<u32>) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).expect("create");
+    std::io::Write::write_all(&mut f, contents.as_bytes()).expect("write");
+    if let Some(uid) = uid {
+        nix::unistd::chown(path, Some(uid.into()), Some(uid.into())).expect("chown");
     }
 }
 
