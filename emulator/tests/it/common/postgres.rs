@@ -10,11 +10,10 @@ pub struct Postgres {
     /// With TLS: the CA that signed the server's certificate (PEM), as a client's `sslrootcert`.
     pub ca: Option<PathBuf>,
     bin: PathBuf,
-    data: PathBuf,
     /// As whom the server runs: PostgreSQL refuses to run as root.
     uid: Option<u32>,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// nobody: an unprivileged user every Debian machine has.
@@ -39,13 +38,7 @@ impl Postgres {
             nix::unistd::chown(dir.path(), Some(uid.into()), Some(uid.into())).expect("chown the temp dir");
         }
         let data = dir.path().join("data");
-        let pg = |program: &str| {
-            let mut cmd = Command::new(bin.join(program));
-            if let Some(uid) = uid {
-                cmd.uid(uid).gid(uid);
-            }
-            cmd
-        };
+        let pg = |program: &str| as_server(Command::new(bin.join(program)), uid, dir.path());
         run(pg("initdb")
             .args(["--no-sync", "--auth=trust", "--username=fakecloud", "--encoding=UTF8", "--locale=C"])
             .arg("-D")
@@ -70,7 +63,7 @@ impl Postgres {
             .arg("-D")
             .arg(&data)
             .arg("start"));
-        Self { ca, bin, data, uid, port, _dir: dir }
+        Self { ca, bin, uid, port, dir }
     }
 
     /// The URL of a database `name`, created now.
@@ -91,12 +84,19 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let mut cmd = Command::new(self.bin.join("pg_ctl"));
-        if let Some(uid) = self.uid {
-            cmd.uid(uid).gid(uid);
-        }
-        let _ = cmd.args(["-m", "immediate", "-D"]).arg(&self.data).arg("stop").output();
+        let mut cmd = as_server(Command::new(self.bin.join("pg_ctl")), self.uid, self.dir.path());
+        let _ = cmd.args(["-m", "immediate", "-D"]).arg(self.dir.path().join("data")).arg("stop").output();
     }
+}
+
+/// `cmd` run as the server's user, in its directory: PostgreSQL's programs look for themselves from the working
+/// directory, which that user may not be allowed into (a checkout under /root).
+fn as_server(mut cmd: Command, uid: Option<u32>, dir: &Path) -> Command {
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    cmd.current_dir(dir);
+    cmd
 }
 
 /// A CA's certificate, and a certificate and key for 127.0.0.1 it signed (PEM).
