@@ -1,7 +1,6 @@
 //! The store on PostgreSQL (issue #28), as far as it is built: the connection's failures said as what to do, a
 //! schema newer than this build refused, and the schema (`migrations-postgres/`, the same tables as SQLite's)
-//! applied. The API is not served on it yet: [`super::Db`]
-//! is SQLite's.
+//! applied. The API is not served on it yet: [`super::Db`] is SQLite's.
 
 use std::str::FromStr;
 use std::time::Duration;
