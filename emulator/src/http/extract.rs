@@ -68,12 +68,42 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::bad_request(codes::INVALID_JSON, format!("malformed JSON: {e} (the body must be one JSON object)"))
     })?;
+    if let Some(field) = nul_in(&value, "body") {
+        return Err(nul_refused(&field));
+    }
     integral_floats_as_integers(&mut value);
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "body".to_string() } else { path };
         ApiError::bad_request(codes::INVALID_PARAMETER, format!("{field}: {}", e.into_inner()))
     })
+}
+
+/// The first field (as `body.tags.k`) whose name or text holds a NUL character. PostgreSQL's text cannot hold
+/// one, so neither store takes one: the same answer on both.
+fn nul_in(value: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0').then(|| at.to_string()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_in(v, &format!("{at}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(k, v)| {
+            let field = format!("{at}.{k}");
+            if k.contains('\0') { Some(field) } else { nul_in(v, &field) }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
+fn nul_refused(field: &str) -> ApiError {
+    ApiError::bad_request(
+        codes::INVALID_PARAMETER,
+        format!("{}: a NUL character (\\u0000) is not allowed in text; remove it", field.escape_debug()),
+    )
+}
+
+/// A path or query string that decodes to a NUL character (see [`nul_in`]).
+fn refuse_encoded_nul(encoded: Option<&str>, part: &str) -> Result<(), ApiError> {
+    if encoded.is_some_and(|s| s.contains("%00")) { Err(nul_refused(part)) } else { Ok(()) }
 }
 
 /// JSON has one kind of number: `5.0` is the integer 5 (JSON Schema's `integer` says so, and the OpenAPI
@@ -107,6 +137,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        refuse_encoded_nul(Some(parts.uri.path()), "path")?;
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(v)) => Ok(ApiPath(v)),
             Err(e) => Err(ApiError::bad_request(codes::INVALID_PARAMETER, format!("path: {}", e.body_text()))),
@@ -121,6 +152,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        refuse_encoded_nul(parts.uri.query(), "query")?;
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(v)) => Ok(ApiQuery(v)),
             Err(e) => {

@@ -189,7 +189,7 @@ async fn snapshots_are_confined_to_the_snapshot_directory() {
         ("..", "must not start with '.'"),
         (".hidden.db", "must not start with '.'"),
         ("a b.db", "letters, digits"),
-        ("nul\0.db", "letters, digits"),
+        ("nul\0.db", "a NUL character"),
         ("", "must not be empty"),
         (&"x".repeat(129), "at most 128"),
     ] {
