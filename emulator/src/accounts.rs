@@ -37,6 +37,8 @@ pub struct Accounts {
     db: Db,
     /// Where the accounts' databases are: a directory beside the emulator's own file, or none (in memory).
     dir: Option<PathBuf>,
+    /// The emulator's store is PostgreSQL, where accounts are not built yet: it holds none.
+    on_postgres: bool,
     /// An account's cloud: the emulator's configuration without the data plane.
     cfg: Config,
     clouds: RwLock<BTreeMap<String, Arc<Cloud>>>,
@@ -69,7 +71,9 @@ impl Accounts {
             DbLocation::Memory | DbLocation::Postgres(_) => None,
         };
         let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
-        let accounts = Self { db, dir, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };
+        let on_postgres = matches!(location, DbLocation::Postgres(_));
+        let accounts =
+            Self { db, dir, on_postgres, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };
         for row in rows::list(&accounts.db).await? {
             let tokens = row.tokens();
             let cloud = accounts
@@ -111,6 +115,15 @@ impl Accounts {
             return Err(ApiError::conflict(
                 codes::ACCOUNT_ALREADY_EXISTS,
                 "\"default\" is the emulator's own account (its tokens are the ones `fakecloud serve` printed)",
+            ));
+        }
+        if self.on_postgres {
+            // (Not a cloud in memory instead: its writes would be acknowledged and lost with the process.)
+            return Err(ApiError::new(
+                Kind::Exceeded,
+                codes::ACCOUNT_LIMIT_EXCEEDED,
+                "this emulator's store is PostgreSQL, where accounts are not built yet (issue #28): it holds no \
+                 accounts besides its own; serve from a SQLite file (--db fakecloud.db) to use accounts",
             ));
         }
         let _one_at_a_time = self.changes.lock().await;

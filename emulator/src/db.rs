@@ -1,8 +1,12 @@
-//! The SQLite database: one writer connection (so every write is serialised and quota checks are atomic with
-//! their writes; concurrent writes share its transactions, see [`group_commit`]) and a pool of readers (WAL lets
-//! them read while the writer writes).
+//! The database, SQLite or PostgreSQL behind sqlx's `Any` driver, one set of SQL for both (`$N` parameters,
+//! which both take; PostgreSQL's migrations give it the few SQLite functions the store uses). One writer
+//! connection (so every write is serialised and quota checks are atomic with their writes; concurrent writes
+//! share its transactions, see [`group_commit`]) and a pool of readers (WAL lets SQLite's read while the writer
+//! writes). On PostgreSQL every emulator on the database (the replicas of one cloud) has a writer: each batch
+//! takes the cloud's advisory lock first, so the writes of all of them are serialised as one writer's are.
 
 pub mod audit;
+pub mod backend;
 pub mod checkpoint;
 pub mod group_commit;
 pub mod postgres;
@@ -13,21 +17,26 @@ pub mod values;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::AnyPool;
+use sqlx::any::AnyPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::{AnyConnection, Connection, Executor};
 
+pub use self::backend::Backend;
 use self::checkpoint::Checkpointer;
 use self::group_commit::Writer;
 pub use self::group_commit::{Started, Tx, WriteError, WriteStats};
 pub use self::schema::OpenError;
 use self::schema::refuse_newer;
 pub use self::script::{NotDone, Ran, Script, Step};
-pub use self::values::{ms, new_id, now_ms, rfc3339};
+pub use self::values::{ms, new_id, now_ms, params, rfc3339};
 use crate::config::DbLocation;
 
 #[derive(Debug, Clone)]
 pub struct Db {
+    backend: Backend,
     writer: Writer,
-    reader: SqlitePool,
+    reader: AnyPool,
     /// The checkpointer's connection (a file database only).
     checkpoints: Option<SqlitePool>,
 }
@@ -50,7 +59,7 @@ fn explain(e: &sqlx::Error) -> String {
 }
 
 /// The newest schema version applied to an open SQLite database (`None` before any).
-async fn applied_version(pool: &SqlitePool) -> Option<i64> {
+async fn applied_version(pool: &AnyPool) -> Option<i64> {
     sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(pool).await.unwrap_or(None)
 }
 
@@ -67,56 +76,131 @@ pub async fn migrate(location: &DbLocation) -> Result<i64, OpenError> {
     }
 }
 
+/// The PRAGMAs of every SQLite connection (`Any` takes a URL, which cannot carry them).
+const SQLITE_PRAGMAS: &str =
+    // NORMAL in WAL mode: a committed transaction survives the process being killed (it is in the WAL, in the
+    // OS page cache); only a power loss can take the last commits. See README "Durability".
+    "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; PRAGMA cache_size = -16000;";
+
+/// The writer's: those, WAL, and its own: it never checkpoints (the checkpointer does, off its path, see `checkpoint`), and its
+/// savepoint journals (one per call in a batch) stay in memory: in temp files they were written, and the files
+/// created and deleted, every batch (BENCHMARKS.md, issue #15).
+const SQLITE_WRITER_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; \
+     PRAGMA foreign_keys = ON; PRAGMA cache_size = -16000; PRAGMA wal_autocheckpoint = 0; PRAGMA temp_store = memory;";
+
+/// The URL `Any` opens the SQLite file at `path` (or a database in memory) by, in `mode` (`rwc`, `ro`).
+/// (sqlx's own `to_url_lossy` cannot say a path with a `:` in it.) The path is made absolute, and every
+/// character a URL would read as something else is escaped; sqlx decodes them.
+fn sqlite_url(path: Option<&std::path::Path>, mode: &str) -> std::io::Result<String> {
+    let Some(path) = path else { return Ok("sqlite::memory:".into()) };
+    let mut url = String::from("sqlite:");
+    for &b in std::path::absolute(path)?.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_control() || b >= 0x80 || b" \"#%<>?`{}".contains(&b) {
+            url.push_str(&format!("%{b:02X}"));
+        } else {
+            url.push(char::from(b));
+        }
+    }
+    url.push_str("?mode=");
+    url.push_str(mode);
+    Ok(url)
+}
+
+/// How many connections read beside the writer.
+const READERS: u32 = 4;
+
+/// A pool of `max` connections to `url`, each set up with `setup` once connected.
+async fn any_pool(url: &str, max: u32, setup: &'static str) -> Result<AnyPool, sqlx::Error> {
+    sqlx::any::install_default_drivers();
+    // One connection first, alone: a pool retries a failing connection until its timeout and then says only
+    // that, where this says why (not a database, no such host, a wrong password).
+    let mut first = AnyConnection::connect(url).await?;
+    if !setup.is_empty() {
+        first.execute(setup).await?;
+    }
+    first.close().await?;
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .min_connections(max.min(1))
+        .acquire_timeout(Duration::from_secs(30))
+        // Kept for good: an in-memory database lives only as long as its one connection.
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if !setup.is_empty() {
+                    conn.execute(setup).await?;
+                }
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
 impl Db {
     pub async fn open(location: &DbLocation) -> Result<Self, OpenError> {
-        let (opts, label, readers) = match location {
+        match location {
+            DbLocation::Postgres(url) => Self::open_postgres(url).await,
+            DbLocation::File(path) => Self::open_sqlite(Some(path)).await,
+            DbLocation::Memory => Self::open_sqlite(None).await,
+        }
+    }
+
+    /// SQLite: the file at `path`, or one in memory.
+    async fn open_sqlite(path: Option<&std::path::Path>) -> Result<Self, OpenError> {
+        let (opts, label, readers) = match path {
             // One connection for everything: each in-memory connection would be its own empty database.
-            DbLocation::Memory => {
-                (SqliteConnectOptions::from_str("sqlite::memory:").expect("static URL"), ":memory:".to_string(), 0)
-            }
-            DbLocation::File(path) => {
+            None => (SqliteConnectOptions::from_str("sqlite::memory:").expect("static URL"), ":memory:".to_string(), 0),
+            Some(path) => {
                 create_private(path).map_err(|cause| OpenError::Create { path: path.display().to_string(), cause })?;
-                (SqliteConnectOptions::new().filename(path).create_if_missing(true), path.display().to_string(), 4)
+                (
+                    SqliteConnectOptions::new().filename(path).create_if_missing(true),
+                    path.display().to_string(),
+                    READERS,
+                )
             }
-            DbLocation::Postgres(_) => return Err(OpenError::NotServed { url: location.to_string() }),
         };
-        let opts = opts
-            .journal_mode(SqliteJournalMode::Wal)
-            // NORMAL in WAL mode: a committed transaction survives the process being killed (it is in the WAL,
-            // in the OS page cache); only a power loss can take the last commits. See README "Durability".
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true)
-            .pragma("cache_size", "-16000");
         let open_err = |cause| OpenError::Open { explained: explain(&cause), path: label.clone() };
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(Duration::from_secs(30))
-            // The writer never checkpoints: the checkpointer does, off its path (see `checkpoint`). Its savepoint
-            // journals (one per call in a batch) stay in memory: in temp files they were written, and the files
-            // created and deleted, every batch (BENCHMARKS.md, issue #15).
-            .connect_with(opts.clone().pragma("wal_autocheckpoint", "0").pragma("temp_store", "memory"))
+        let url = sqlite_url(path, "rwc").map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
+        let writer = any_pool(&url, 1, SQLITE_WRITER_PRAGMAS).await.map_err(open_err)?;
+        refuse_newer(&MIGRATOR, applied_version(&writer).await, &label)?;
+        let mut conn = writer.acquire().await.map_err(open_err)?;
+        // (`run_direct`: sqlx's own way round "implementation of `Acquire` is not general enough", which `run`
+        // meets in a future that must be `Send`.)
+        MIGRATOR
+            .run_direct(None, &mut *conn, false)
             .await
-            .map_err(open_err)?;
-        let migrator = sqlx::migrate!("./migrations");
-        refuse_newer(&migrator, applied_version(&writer).await, &label)?;
-        migrator.run(&writer).await.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
+            .map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
+        drop(conn);
         let (reader, checkpoints) = if readers == 0 {
             (writer.clone(), None)
         } else {
-            let reader = SqlitePoolOptions::new()
-                .max_connections(readers)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect_with(opts.clone().read_only(true))
+            let url = sqlite_url(path, "ro").map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
+            let reader = any_pool(&url, readers, SQLITE_PRAGMAS).await.map_err(open_err)?;
+            // Read-write: a checkpoint writes the database file (it never takes the writer's lock). Typed: it
+            // reads what SQLite's checkpoint says.
+            let checkpoints = SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(opts.busy_timeout(Duration::from_secs(10)))
                 .await
                 .map_err(open_err)?;
-            // Read-write: a checkpoint writes the database file (it never takes the writer's lock).
-            let checkpoints = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.map_err(open_err)?;
             (reader, Some(checkpoints))
         };
         let checkpointer = checkpoints.clone().map(Checkpointer::start);
-        Ok(Self { writer: Writer::start(writer, checkpointer), reader, checkpoints })
+        Ok(Self { backend: Backend::Sqlite, writer: Writer::start(writer, checkpointer, None), reader, checkpoints })
+    }
+
+    async fn open_postgres(url: &str) -> Result<Self, OpenError> {
+        postgres::migrate(url).await?;
+        let label = crate::config::redact(url);
+        let open_err = |cause| OpenError::Open { explained: postgres::explain(&cause), path: label.clone() };
+        let writer = any_pool(url, 1, "").await.map_err(open_err)?;
+        let reader = any_pool(url, READERS, "").await.map_err(open_err)?;
+        let writer = Writer::start(writer, None, Some(postgres::CLOUD_LOCK));
+        Ok(Self { backend: Backend::Postgres, writer, reader, checkpoints: None })
     }
 
     /// Start a write: a transaction of its own as far as the caller can tell, committed with the other writes
@@ -125,7 +209,7 @@ impl Db {
         self.writer.begin().await
     }
 
-    /// [`Db::write`], with `probe` (a query for one boolean, `?1` bound to the time the write starts) and the
+    /// [`Db::write`], with `probe` (a query for one flag, 0 or 1, `$1` bound to the time the write starts) and the
     /// statements `call` pushes (given that time) run in the same round trip to SQLite as the write's start.
     pub async fn write_with<R>(
         &self,
@@ -135,12 +219,16 @@ impl Db {
         self.writer.begin_with(probe, call).await
     }
 
-    pub fn reader(&self) -> &SqlitePool {
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn reader(&self) -> &AnyPool {
         &self.reader
     }
 
     /// The writer connection's pool, for a statement outside any write (it waits for the open batch).
-    pub fn writer(&self) -> &SqlitePool {
+    pub fn writer(&self) -> &AnyPool {
         self.writer.pool()
     }
 

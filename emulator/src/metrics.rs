@@ -178,7 +178,7 @@ impl Metrics {
             "SELECT 'instance', ",
             crate::store::instances::state_at!(),
             " AS s, COUNT(*) FROM instances GROUP BY s \
-             UNION ALL SELECT 'load_balancer', (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS s, COUNT(*) FROM load_balancers GROUP BY s \
+             UNION ALL SELECT 'load_balancer', (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) AS s, COUNT(*) FROM load_balancers GROUP BY s \
              UNION ALL SELECT 'route', 'active', COUNT(*) FROM routes \
              UNION ALL SELECT 'route_table', 'active', COUNT(*) FROM route_tables"
         ))

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use fakecloud_api::codes;
 
-use crate::db::Db;
+use crate::db::{Backend, Db};
 use crate::error::{ApiError, Result};
 use crate::validate::SNAPSHOT_NAME;
 
@@ -52,6 +52,12 @@ fn exists(target: &Path) -> ApiError {
 /// Write a snapshot to `target` (from [`target`]); returns its size. Written to a temporary name first and
 /// then linked into place, so a failed snapshot leaves nothing behind and an existing name is never touched.
 pub async fn write(db: &Db, target: &Path) -> Result<u64> {
+    if db.backend() == Backend::Postgres {
+        return Err(ApiError::bad_request(
+            codes::INVALID_PARAMETER,
+            "this emulator's store is PostgreSQL: a snapshot copies a SQLite file; back PostgreSQL up with pg_dump",
+        ));
+    }
     // `symlink_metadata`: a symlink is an existing name even when it dangles; it is never followed.
     if std::fs::symlink_metadata(target).is_ok() {
         return Err(exists(target));
@@ -75,7 +81,7 @@ pub async fn write(db: &Db, target: &Path) -> Result<u64> {
 
 async fn copy_into(db: &Db, tmp: &Path, target: &Path) -> Result<u64> {
     let tmp_str = tmp.to_str().ok_or_else(|| ApiError::internal("the snapshot directory's path is not UTF-8"))?;
-    sqlx::query("VACUUM INTO ?1").bind(tmp_str).execute(db.writer()).await.map_err(|e| {
+    sqlx::query("VACUUM INTO $1").bind(tmp_str).execute(db.writer()).await.map_err(|e| {
         tracing::warn!(error = %e, file = %target.display(), "snapshot failed");
         ApiError::internal(format!("cannot write the snapshot: {e}"))
     })?;

@@ -131,8 +131,8 @@ async fn lb_provisioning_set_show_and_clear() {
     assert_eq!(admin.lb_provisioning().await.unwrap().seconds, None);
 }
 
-/// `serve --db` with a database URL other than SQLite's is refused before anything is made: the message says what
-/// to give instead, and no file or directory named after the URL appears. A file that is not a database is
+/// `serve --db` with a database URL it cannot use is refused before anything is made: the message says what to
+/// give instead, or why the database cannot be reached, and no file or directory named after the URL appears. A file that is not a database is
 /// refused too, and leaves no credentials file behind.
 #[tokio::test]
 async fn serve_refuses_a_database_url_it_cannot_use() {
@@ -146,12 +146,11 @@ async fn serve_refuses_a_database_url_it_cannot_use() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("mysql:// URL") && said.contains("sqlite://PATH"), "{said}");
-    // PostgreSQL is refused until the API is served on it, with the command that prepares one, and its password
-    // never shown.
+    // A PostgreSQL server that is not there: said so, with the URL's password never shown.
     let out = serve("postgres://fc:hunter2@127.0.0.1:1/fakecloud").output().await.unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
-    assert!(said.contains("not built yet") && said.contains("fakecloud migrate --db postgres://fc:***@"), "{said}");
+    assert!(said.contains("nothing answers there") && said.contains("postgres://fc:***@"), "{said}");
     assert!(!said.contains("hunter2"), "{said}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "nothing is created: {left:?}");

@@ -131,7 +131,7 @@ mod tests {
         for batch in 0..30 {
             let mut tx = db.write().await.unwrap();
             for i in 0..10 {
-                sqlx::query("INSERT INTO idempotency_keys (operation, key, request, resource_id, created_at) VALUES ('Op', ?1, '', 'x', 0)")
+                sqlx::query("INSERT INTO idempotency_keys (operation, key, request, resource_id, created_at) VALUES ('Op', $1, '', 'x', 0)")
                     .bind(format!("{batch}-{i}"))
                     .execute(&mut *tx)
                     .await

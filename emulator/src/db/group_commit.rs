@@ -22,7 +22,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::any::Any;
+use sqlx::{AnyConnection, AnyPool};
 use sqlx::{Row, Transaction};
 use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot};
 
@@ -53,7 +54,9 @@ impl From<sqlx::Error> for WriteError {
 /// The writer connection's pool (one connection) and the batch open on it.
 #[derive(Debug, Clone)]
 pub struct Writer {
-    pool: SqlitePool,
+    pool: AnyPool,
+    /// The advisory lock each batch takes first (PostgreSQL: several emulators write to one database).
+    lock: Option<i64>,
     batch: Arc<Mutex<Option<Batch>>>,
     commit_due: Arc<Notify>,
     stats: Arc<Stats>,
@@ -77,7 +80,7 @@ pub struct WriteStats {
 
 #[derive(Debug)]
 struct Batch {
-    tx: Transaction<'static, Sqlite>,
+    tx: Transaction<'static, Any>,
     /// The calls whose changes are in `tx`, each waiting for it to be committed, with the index in `audit` of
     /// its last audit entry if it has any.
     waiting: Vec<(Answer, Option<usize>)>,
@@ -109,10 +112,11 @@ enum Savepoint {
 }
 
 impl Writer {
-    /// Wrap the writer pool and start the committer task; `checkpointer` is told of every commit.
-    pub fn start(pool: SqlitePool, checkpointer: Option<Checkpointer>) -> Self {
+    /// Wrap the writer pool and start the committer task; `checkpointer` is told of every commit; every batch
+    /// takes the advisory `lock` first, if there is one.
+    pub fn start(pool: AnyPool, checkpointer: Option<Checkpointer>, lock: Option<i64>) -> Self {
         let stats = Arc::new(Stats { checkpointer, ..Stats::default() });
-        let writer = Self { pool, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats };
+        let writer = Self { pool, lock, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats };
         let committer = writer.clone();
         tokio::spawn(async move {
             loop {
@@ -135,7 +139,7 @@ impl Writer {
         self.begin_running(None, |_, _| ()).await.map(|started| started.tx)
     }
 
-    /// [`Writer::begin`], and run `probe` (a query for one boolean, its `?1` bound to the time the call took the
+    /// [`Writer::begin`], and run `probe` (a query for one flag, 0 or 1, its `$1` bound to the time the call took the
     /// writer), then the statements `call` pushes (given that time), in the same round trip as the savepoint:
     /// each round trip is a hand-off to sqlx's SQLite thread while every other write waits (see `script`).
     pub async fn begin_with<R>(
@@ -158,11 +162,11 @@ impl Writer {
                 if let Some(done) = done {
                     tokio::spawn(done.commit(self.stats.clone()));
                 }
-                Batch::open(&self.pool).await?
+                Batch::open(&self.pool, self.lock).await?
             }
         };
         let mut batch = OwnedMutexGuard::map(slot, |s| s.insert(batch));
-        let savepoint: &[&str] = match batch.last {
+        let savepoint: &[&'static str] = match batch.last {
             Savepoint::None => &["SAVEPOINT call"],
             Savepoint::Kept => &["RELEASE call", "SAVEPOINT call"],
             Savepoint::Open | Savepoint::Abandoned | Savepoint::Broken => {
@@ -172,7 +176,7 @@ impl Writer {
         let now = super::values::now_ms();
         let mut script = Script::new();
         for statement in savepoint {
-            script.push(statement, |_| {});
+            script.push_control(statement);
         }
         let probe = probe.map(|probe| {
             script.push(probe, |b| {
@@ -191,8 +195,9 @@ impl Writer {
         }
         batch.last = Savepoint::Open;
         // (The probe ran: a failure before the call's own statements was taken above.)
-        let due = match probe.and_then(|step| ran.rows(step).ok()?.first().map(|row| row.try_get::<bool, _>(0))) {
-            Some(Ok(due)) => due,
+        // (A flag is an integer: SQLite has no booleans, and `Any` decodes PostgreSQL's only as booleans.)
+        let due = match probe.and_then(|step| ran.rows(step).ok()?.first().map(|row| row.try_get::<i64, _>(0))) {
+            Some(Ok(due)) => due != 0,
             Some(Err(e)) => {
                 // The call's statements ran: its savepoint is undone before the next call.
                 batch.last = Savepoint::Abandoned;
@@ -206,7 +211,7 @@ impl Writer {
         Ok(Started { tx, now, due, ran, steps })
     }
 
-    pub fn pool(&self) -> &SqlitePool {
+    pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
 
@@ -219,9 +224,14 @@ impl Writer {
 }
 
 impl Batch {
-    async fn open(pool: &SqlitePool) -> Result<Self, sqlx::Error> {
+    async fn open(pool: &AnyPool, lock: Option<i64>) -> Result<Self, sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        if let Some(lock) = lock {
+            // Held to the commit: another emulator's batch waits here, and then reads what this one committed.
+            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(lock).execute(&mut *tx).await?;
+        }
         Ok(Self {
-            tx: pool.begin().await?,
+            tx,
             waiting: Vec::new(),
             audit: Vec::new(),
             seqs: Vec::new(),
@@ -376,14 +386,14 @@ impl Drop for Tx {
 }
 
 impl std::ops::Deref for Tx {
-    type Target = SqliteConnection;
-    fn deref(&self) -> &SqliteConnection {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
         &self.batch.tx
     }
 }
 
 impl std::ops::DerefMut for Tx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
         &mut self.batch.tx
     }
 }
@@ -403,7 +413,7 @@ mod tests {
     use crate::db::Db;
 
     async fn set_quota(tx: &mut Tx, name: &str) {
-        sqlx::query("INSERT INTO quotas (name, limit_value) VALUES (?1, 1)")
+        sqlx::query("INSERT INTO quotas (name, limit_value) VALUES ($1, 1)")
             .bind(name)
             .execute(&mut **tx)
             .await

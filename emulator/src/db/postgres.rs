@@ -1,6 +1,6 @@
-//! The store on PostgreSQL (issue #28), as far as it is built: the connection's failures said as what to do, a
-//! schema newer than this build refused, and the schema (`migrations-postgres/`, the same tables as SQLite's)
-//! applied. The API is not served on it yet: [`super::Db`] is SQLite's.
+//! The store on PostgreSQL (issue #28): the connection's failures said as what to do, a schema newer than this
+//! build refused, and the schema (`migrations-postgres/`, the same tables as SQLite's) applied before
+//! [`super::Db`] serves it.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -9,6 +9,10 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::schema::{self, OpenError};
+
+/// The advisory lock every writer of a cloud on this database holds for each of its batches (transaction-scoped),
+/// so several emulators' writes are serialised as one writer's are. ("fakecloud" in ASCII.)
+pub const CLOUD_LOCK: i64 = 0x66_616b_6563_6c6f;
 
 /// How long connecting may take before the host is said not to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,20 +31,23 @@ pub async fn migrate(url: &str) -> Result<i64, OpenError> {
             )));
         }
     };
-    let migrator = sqlx::migrate!("./migrations-postgres");
     let applied = sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(&mut conn).await;
-    let result = async {
-        schema::refuse_newer(&migrator, applied.unwrap_or(None), &label)?;
-        migrator.run(&mut conn).await.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
-        Ok(schema::known_version(&migrator))
+    if let Err(e) = schema::refuse_newer(&MIGRATOR, applied.unwrap_or(None), &label) {
+        let _ = conn.close().await;
+        return Err(e);
     }
-    .await;
+    // (`run_direct`: sqlx's own way round "implementation of `Acquire` is not general enough", which `run` on a
+    // connection meets in a future that must be `Send`.)
+    let ran = MIGRATOR.run_direct(None, &mut conn, false).await;
     let _ = conn.close().await;
-    result
+    ran.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
+    Ok(schema::known_version(&MIGRATOR))
 }
 
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
+
 /// PostgreSQL's answer when a database cannot be used, said as what to do about it.
-fn explain(e: &sqlx::Error) -> String {
+pub(super) fn explain(e: &sqlx::Error) -> String {
     let code = match e {
         sqlx::Error::Database(db) => db.code(),
         _ => None,

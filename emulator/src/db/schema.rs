@@ -15,11 +15,6 @@ pub enum OpenError {
          Run the fakecloud that wrote it, or give --db a new file or database"
     )]
     Newer { path: String, found: i64, known: i64 },
-    #[error(
-        "serving the API on PostgreSQL is not built yet (issue #28): `fakecloud migrate --db {url}` prepares the \
-         database; serve from a file path (--db fakecloud.db) for now"
-    )]
-    NotServed { url: String },
 }
 
 /// The newest schema version applied to a database (NULL before any; an error before sqlx's table exists).

@@ -1,44 +1,56 @@
-//! Statement lists: several statements sent to SQLite in one round trip.
+//! Statement lists: several statements sent to the database together.
 //!
 //! Every round trip to SQLite is a hand-off to sqlx's SQLite thread and back, and on the writer it is taken
 //! while every other write waits: on 2 cores each costs ~75 µs of that wait, far more than SQLite's own work
 //! (BENCHMARKS.md, issue #15). So a write sends its checks and its changes together, as one list, and judges
 //! the checks' rows afterwards: the call's savepoint undoes the changes if a check refuses.
 //!
-//! Each statement is written with its own `?1`…`?n`, as it would be alone. Pushing it writes each `?N` as a bare
-//! `?` and adds the N-th value at that place: sqlx's SQLite driver binds a list's bare `?`s to its arguments
-//! strictly in order, statement after statement. (Numbered parameters do not compose: SQLite counts a statement's
-//! parameters up to its highest number, and sqlx stops binding a statement whose unnumbered places below its
-//! first `?N` run past the arguments, leaving the rest NULL.) The list stops at the first statement that fails, as SQLite leaves it: that statement undone, the ones
-//! before it done. (Several statements in one query are a behaviour of sqlx's SQLite driver that upstream calls
-//! deprecated, launchbadge/sqlx#3108; the tests would fail on an upgrade that drops it.)
+//! Each statement is written with its own `$1`…`$n`, as it would be alone. On SQLite the list is one query:
+//! each `$N` is written as a bare `?` with the N-th value added at that place, as sqlx's SQLite driver binds a
+//! list's bare `?`s to its arguments strictly in order, statement after statement. (Numbered parameters do not
+//! compose: SQLite counts a statement's parameters up to its highest number, and sqlx stops binding a statement
+//! whose unnumbered places below its first `$N` run past the arguments, leaving the rest NULL.) PostgreSQL
+//! takes one statement with parameters per query, so there the list is sent one statement after another. The
+//! list stops at the first statement that fails: that statement undone, the ones before it done. (Several
+//! statements in one query are a behaviour of sqlx's SQLite driver that upstream calls deprecated,
+//! launchbadge/sqlx#3108; the tests would fail on an upgrade that drops it.)
 
 use futures::TryStreamExt;
-use sqlx::sqlite::{SqliteArguments, SqliteConnection, SqliteRow};
-use sqlx::{Arguments, Either, Executor};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::{AnyConnection, Arguments, Either, Executor};
+
+use super::backend::Backend;
 
 /// Statements to run in one round trip, and their arguments.
 #[derive(Debug, Default)]
 pub struct Script {
+    statements: Vec<Statement>,
+}
+
+#[derive(Debug)]
+struct Statement {
     sql: String,
-    args: SqliteArguments,
-    statements: usize,
+    values: Vec<Value>,
+    /// Begins or ends a transaction's savepoint: on PostgreSQL it is not put in a savepoint of its own.
+    control: bool,
 }
 
 /// A statement's place in its [`Script`], to find its result in the [`Ran`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step(usize);
 
-/// The values of one statement's `?1`…`?n`, in order.
+/// The values of one statement's `$1`…`?n`, in order.
 #[derive(Default)]
 pub struct Binds {
     values: Vec<Value>,
 }
 
-/// A value bound to a statement: what this crate's statements take.
+/// A value bound to a statement: what this crate's statements take. A NULL has a type: PostgreSQL takes a
+/// parameter's type as given, and refuses a text NULL for an integer column.
 #[derive(Debug, Clone)]
 pub enum Value {
-    Null,
+    NullInt,
+    NullText,
     Int(i64),
     Text(String),
 }
@@ -61,14 +73,26 @@ impl From<&str> for Value {
     }
 }
 
-impl<T: Into<Value>> From<Option<T>> for Value {
-    fn from(v: Option<T>) -> Self {
-        v.map_or(Self::Null, Into::into)
+impl From<Option<i64>> for Value {
+    fn from(v: Option<i64>) -> Self {
+        v.map_or(Self::NullInt, Into::into)
+    }
+}
+
+impl From<Option<String>> for Value {
+    fn from(v: Option<String>) -> Self {
+        v.map_or(Self::NullText, Into::into)
+    }
+}
+
+impl From<Option<&str>> for Value {
+    fn from(v: Option<&str>) -> Self {
+        v.map_or(Self::NullText, Into::into)
     }
 }
 
 impl Binds {
-    /// The next parameter's value (`?1`, then `?2`, …).
+    /// The next parameter's value (`$1`, then `$2`, …).
     pub fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
         self.values.push(value.into());
         self
@@ -80,67 +104,78 @@ impl Script {
         Self::default()
     }
 
-    /// Add one statement, written with its own `?1`…`?n`; `bind` gives the values of `?1`…`?n` in order.
+    /// Add one statement, written with its own `$1`…`$n`; `bind` gives the values of `$1`…`$n` in order.
     pub fn push(&mut self, sql: &str, bind: impl FnOnce(&mut Binds)) -> Step {
         let mut binds = Binds::default();
         bind(&mut binds);
-        let values = binds.values;
-        let mut rest = sql;
-        while let Some(at) = rest.find('?') {
-            self.sql.push_str(&rest[..=at]);
-            rest = &rest[at + 1..];
-            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-            if digits == 0 {
-                // A `?` in a string: this crate numbers every parameter.
-                continue;
-            }
-            // (Every parameter of this crate's statements is numbered, and none is past its values: a statement
-            // bound short is a bug that every test running it catches, as a NULL its constraints refuse.)
-            let value = rest[..digits].parse::<usize>().ok().and_then(|n| values.get(n.checked_sub(1)?));
-            debug_assert!(value.is_some(), "parameter ?{} of {sql} has no value", &rest[..digits]);
-            let added = match value.cloned().unwrap_or(Value::Null) {
-                Value::Null => self.args.add(None::<i64>),
-                Value::Int(v) => self.args.add(v),
-                Value::Text(v) => self.args.add(v),
-            };
-            // Adding an owned integer or string to SQLite's arguments does not fail.
-            debug_assert!(added.is_ok());
-            rest = &rest[digits..];
-        }
-        self.sql.push_str(rest);
-        self.sql.push_str(";\n");
-        self.statements += 1;
-        Step(self.statements - 1)
+        self.statements.push(Statement { sql: sql.to_string(), values: binds.values, control: false });
+        Step(self.statements.len() - 1)
+    }
+
+    /// Add a statement that begins or ends a savepoint of the transaction (it has no parameters).
+    pub fn push_control(&mut self, sql: &'static str) -> Step {
+        self.statements.push(Statement { sql: sql.to_string(), values: Vec::new(), control: true });
+        Step(self.statements.len() - 1)
     }
 
     /// How many statements it holds.
     pub fn len(&self) -> usize {
-        self.statements
+        self.statements.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.statements == 0
+        self.statements.is_empty()
     }
 
-    /// Run every statement in order, in one round trip; stops at the first that fails.
-    pub async fn run(self, conn: &mut SqliteConnection) -> Ran {
-        let mut ran = Ran { done: Vec::with_capacity(self.statements), rows: Vec::new(), failed: None };
-        if self.statements == 0 {
+    /// The list as one SQLite query: every `$N` a bare `?`, its value added in that place.
+    fn one_query(&self) -> (String, AnyArguments) {
+        let mut sql = String::new();
+        let mut args = AnyArguments::default();
+        for Statement { sql: statement, values, .. } in &self.statements {
+            let mut rest = statement.as_str();
+            while let Some(at) = rest.find('$') {
+                sql.push_str(&rest[..at]);
+                rest = &rest[at + 1..];
+                let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+                if digits == 0 {
+                    // A `$` in a string (a JSON path): this crate numbers every parameter.
+                    sql.push('$');
+                    continue;
+                }
+                sql.push('?');
+                // (Every parameter of this crate's statements is numbered, and none is past its values: a
+                // statement bound short is a bug that every test running it catches, as a NULL its constraints
+                // refuse.)
+                let value = rest[..digits].parse::<usize>().ok().and_then(|n| values.get(n.checked_sub(1)?));
+                debug_assert!(value.is_some(), "parameter ${} of {statement} has no value", &rest[..digits]);
+                add(&mut args, value.unwrap_or(&Value::NullText));
+                rest = &rest[digits..];
+            }
+            sql.push_str(rest);
+            sql.push_str(";\n");
+        }
+        (sql, args)
+    }
+
+    /// Run every statement in order; stops at the first that fails.
+    pub async fn run(self, conn: &mut AnyConnection) -> Ran {
+        let mut ran = Ran { done: Vec::with_capacity(self.statements.len()), rows: Vec::new(), failed: None };
+        if self.statements.is_empty() {
             return ran;
         }
-        // (Prepared once per distinct list and cached by sqlx, like any query.)
-        let query = sqlx::query_with(sqlx::AssertSqlSafe(self.sql), self.args);
-        let mut results = conn.fetch_many(query);
-        loop {
-            match results.try_next().await {
-                Ok(Some(Either::Right(row))) => ran.rows.push(row),
-                Ok(Some(Either::Left(result))) => {
-                    let rows = std::mem::take(&mut ran.rows);
-                    ran.done.push(Done { rows, affected: result.rows_affected() });
+        if Backend::of(conn) == Backend::Sqlite {
+            // (Prepared once per distinct list and cached by sqlx, like any query.)
+            let (sql, args) = self.one_query();
+            ran.fetch(conn, sqlx::query_with(sqlx::AssertSqlSafe(sql), args)).await;
+        } else {
+            for Statement { sql, values, control } in self.statements {
+                let mut args = AnyArguments::default();
+                for value in &values {
+                    add(&mut args, value);
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    ran.failed = Some(e);
+                let query = sqlx::query_with(sqlx::AssertSqlSafe(sql), args);
+                let done = if control { ran.fetch(conn, query).await } else { ran.fetch_alone(conn, query).await };
+                if !done {
                     break;
                 }
             }
@@ -149,19 +184,35 @@ impl Script {
     }
 }
 
+fn add(args: &mut AnyArguments, value: &Value) {
+    let added = match value {
+        Value::NullInt => args.add(None::<i64>),
+        Value::NullText => args.add(None::<String>),
+        Value::Int(v) => args.add(*v),
+        Value::Text(v) => args.add(v.clone()),
+    };
+    // Adding an owned integer or string to the arguments does not fail.
+    debug_assert!(added.is_ok());
+}
+
 /// What a [`Script`] did: each statement that ran to its end, then the error that stopped the list, if one did.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Ran {
     done: Vec<Done>,
     /// Rows of the statement running when the list stopped.
-    rows: Vec<SqliteRow>,
+    rows: Vec<AnyRow>,
     failed: Option<sqlx::Error>,
 }
 
-#[derive(Debug)]
 struct Done {
-    rows: Vec<SqliteRow>,
+    rows: Vec<AnyRow>,
     affected: u64,
+}
+
+impl std::fmt::Debug for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ran").field("done", &self.done.len()).field("failed", &self.failed).finish_non_exhaustive()
+    }
 }
 
 /// Why a statement has no result.
@@ -174,8 +225,54 @@ pub enum NotDone<'r> {
 }
 
 impl Ran {
+    /// Run `query` (one statement or several), adding what each statement did; false if one failed.
+    async fn fetch<'q>(
+        &mut self,
+        conn: &mut AnyConnection,
+        query: sqlx::query::Query<'q, sqlx::Any, AnyArguments>,
+    ) -> bool {
+        let mut results = conn.fetch_many(query);
+        loop {
+            match results.try_next().await {
+                Ok(Some(Either::Right(row))) => self.rows.push(row),
+                Ok(Some(Either::Left(result))) => {
+                    let rows = std::mem::take(&mut self.rows);
+                    self.done.push(Done { rows, affected: result.rows_affected() });
+                }
+                Ok(None) => return true,
+                Err(e) => {
+                    self.failed = Some(e);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// [`Ran::fetch`] in a savepoint of its own. PostgreSQL refuses every statement of a transaction after one
+    /// that failed, until a rollback; SQLite undoes only the failed statement, and the store relies on that (a
+    /// write goes on after an address it tried was taken, or names the holder of a name in use).
+    async fn fetch_alone<'q>(
+        &mut self,
+        conn: &mut AnyConnection,
+        query: sqlx::query::Query<'q, sqlx::Any, AnyArguments>,
+    ) -> bool {
+        if let Err(e) = conn.execute("SAVEPOINT statement").await {
+            self.failed = Some(e);
+            return false;
+        }
+        let done = self.fetch(conn, query).await;
+        let end = if done { "RELEASE statement" } else { "ROLLBACK TO statement; RELEASE statement" };
+        if let Err(e) = sqlx::raw_sql(end).execute(&mut *conn).await {
+            // The statement's own error, if it failed, is the one to report; the transaction is broken either way
+            // and the call's savepoint undoes it.
+            self.failed.get_or_insert(e);
+            return false;
+        }
+        done
+    }
+
     /// The rows a statement returned.
-    pub fn rows(&self, step: Step) -> Result<&[SqliteRow], NotDone<'_>> {
+    pub fn rows(&self, step: Step) -> Result<&[AnyRow], NotDone<'_>> {
         self.done(step).map(|d| d.rows.as_slice())
     }
 
@@ -206,33 +303,39 @@ mod tests {
 
     use super::*;
 
-    /// A statement's `?N`s become bare `?`s with their values in place, so no statement's numbers depend on
-    /// another's; a value used twice is bound twice.
+    /// On SQLite a statement's `$N`s become bare `?`s with their values in place, so no statement's numbers
+    /// depend on another's; a value used twice is bound twice; a `$` that is no parameter stays.
     #[test]
     fn parameters_become_places_in_order() {
         let mut s = Script::new();
-        s.push("SELECT ?1", |b| {
+        s.push("SELECT $1", |b| {
             b.bind(7);
         });
-        s.push("SELECT ?2, ?1, ?2 WHERE x = '?'", |b| {
+        s.push("SELECT $2, $1, $2 WHERE x = '$.a'", |b| {
             b.bind("a").bind(None::<i64>);
         });
-        assert_eq!(s.sql, "SELECT ?;\nSELECT ?, ?, ? WHERE x = '?';\n");
-        assert_eq!(s.args.len(), 4);
+        let (sql, args) = s.one_query();
+        assert_eq!(sql, "SELECT ?;\nSELECT ?, ?, ? WHERE x = '$.a';\n");
+        assert_eq!(args.len(), 4);
     }
 
-    /// Each statement binds its own `?1`…, results come back per statement, and the list stops at the first
+    async fn connect() -> AnyConnection {
+        sqlx::any::install_default_drivers();
+        AnyConnection::connect("sqlite::memory:").await.unwrap()
+    }
+
+    /// Each statement binds its own `$1`…, results come back per statement, and the list stops at the first
     /// failure with that statement undone and the ones before it done.
     #[tokio::test]
     async fn a_list_runs_in_order_and_stops_at_its_first_failure() {
-        let mut conn = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        let mut conn = connect().await;
         sqlx::raw_sql("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").execute(&mut conn).await.unwrap();
         let mut s = Script::new();
-        let insert = "INSERT INTO t (k, v) VALUES (?1, ?2)";
+        let insert = "INSERT INTO t (k, v) VALUES ($1, $2)";
         let a = s.push(insert, |b| {
             b.bind("a").bind(1);
         });
-        let read = s.push("SELECT k, v FROM t WHERE v >= ?1 ORDER BY k", |b| {
+        let read = s.push("SELECT k, v FROM t WHERE v >= $1 ORDER BY k", |b| {
             b.bind(1);
         });
         let dup = s.push(insert, |b| {
@@ -256,14 +359,14 @@ mod tests {
     /// the last statement's: see the module's note).
     #[tokio::test]
     async fn a_late_statement_gets_every_value() {
-        let mut conn = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        let mut conn = connect().await;
         let mut s = Script::new();
         for n in 0..5_i64 {
-            s.push("SELECT ?1 + ?2 + ?3 + ?4 + ?5", |b| {
+            s.push("SELECT $1 + $2 + $3 + $4 + $5", |b| {
                 b.bind(n).bind(1).bind(2).bind(3).bind(4);
             });
         }
-        let last = s.push("SELECT ?1, ?2, ?3, ?4, ?5, ?1", |b| {
+        let last = s.push("SELECT $1, $2, $3, $4, $5, $1", |b| {
             b.bind("a").bind("b").bind(3).bind("d").bind(None::<String>);
         });
         let ran = s.run(&mut conn).await;

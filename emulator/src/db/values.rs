@@ -18,6 +18,15 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", &hex[..17])
 }
 
+/// `n` parameters from `$first` on, for `IN (…)`: `$2, $3, $4`; `NULL` for none (an `IN` that matches nothing).
+/// (A list of parameters, not a JSON array unpacked in SQL: the two backends unpack JSON differently.)
+pub fn params(first: usize, n: usize) -> String {
+    if n == 0 {
+        return "NULL".into();
+    }
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
 pub fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -173,8 +173,8 @@ impl FaultEngine {
 
     async fn persist(&self, kind: &str, id: &str, position: i64, spec: &str) -> Result<()> {
         sqlx::query(
-            "INSERT INTO faults (kind, id, position, spec, created_at) VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT(kind, id) DO UPDATE SET position = ?3, spec = ?4",
+            "INSERT INTO faults (kind, id, position, spec, created_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT(kind, id) DO UPDATE SET position = $3, spec = $4",
         )
         .bind(kind)
         .bind(id)
@@ -193,8 +193,8 @@ impl FaultEngine {
     async fn new_id(&self, kind: &str, prefix: &str, in_use: impl Fn(&str) -> bool) -> Result<String> {
         loop {
             let n: i64 = sqlx::query_scalar(
-                "INSERT INTO counters (key, n) VALUES (?1, (SELECT COUNT(*) FROM faults WHERE kind = ?2) + 1) \
-                 ON CONFLICT(key) DO UPDATE SET n = n + 1 RETURNING n",
+                "INSERT INTO counters (key, n) VALUES ($1, (SELECT COUNT(*) FROM faults WHERE kind = $2) + 1) \
+                 ON CONFLICT(key) DO UPDATE SET n = counters.n + 1 RETURNING n",
             )
             .bind(format!("{kind}_ids"))
             .bind(kind)
@@ -229,7 +229,7 @@ impl FaultEngine {
     }
 
     async fn forget(&self, kind: &str, id: &str) -> Result<()> {
-        sqlx::query("DELETE FROM faults WHERE kind = ?1 AND id = ?2")
+        sqlx::query("DELETE FROM faults WHERE kind = $1 AND id = $2")
             .bind(kind)
             .bind(id)
             .execute(self.db.writer())

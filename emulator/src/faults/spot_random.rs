@@ -63,7 +63,7 @@ impl ActiveSpotRandom {
         let now = now_ms();
         let candidates: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM instances WHERE market = 'spot' AND interruption_at IS NULL \
-             AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) IN ('pending', 'running') ORDER BY seq",
+             AND (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) IN ('pending', 'running') ORDER BY seq",
         )
         .bind(now)
         .fetch_all(db.reader())

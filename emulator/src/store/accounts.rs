@@ -35,7 +35,7 @@ pub async fn list(db: &Db) -> Result<Vec<Row>> {
 pub async fn insert(db: &Db, id: &str, tokens: &Tokens) -> Result<i64> {
     let mut tx = db.write().await?;
     let now = now_ms();
-    sqlx::query("INSERT INTO accounts (id, user_token, admin_token, created_at) VALUES (?1, ?2, ?3, ?4)")
+    sqlx::query("INSERT INTO accounts (id, user_token, admin_token, created_at) VALUES ($1, $2, $3, $4)")
         .bind(id)
         .bind(&tokens.user)
         .bind(&tokens.admin)
@@ -50,7 +50,7 @@ pub async fn insert(db: &Db, id: &str, tokens: &Tokens) -> Result<i64> {
 /// Lease the account to `holder` until `expires_at`.
 pub async fn lease(db: &Db, id: &str, holder: &str, expires_at: i64) -> Result<()> {
     let mut tx = db.write().await?;
-    sqlx::query("UPDATE accounts SET lease_holder = ?2, lease_expires_at = ?3 WHERE id = ?1")
+    sqlx::query("UPDATE accounts SET lease_holder = $2, lease_expires_at = $3 WHERE id = $1")
         .bind(id)
         .bind(holder)
         .bind(expires_at)
@@ -63,8 +63,8 @@ pub async fn lease(db: &Db, id: &str, holder: &str, expires_at: i64) -> Result<(
 pub async fn wiped(db: &Db, id: &str, tokens: &Tokens) -> Result<()> {
     let mut tx = db.write().await?;
     sqlx::query(
-        "UPDATE accounts SET user_token = ?2, admin_token = ?3, lease_holder = NULL, lease_expires_at = NULL \
-         WHERE id = ?1",
+        "UPDATE accounts SET user_token = $2, admin_token = $3, lease_holder = NULL, lease_expires_at = NULL \
+         WHERE id = $1",
     )
     .bind(id)
     .bind(&tokens.user)
@@ -76,7 +76,7 @@ pub async fn wiped(db: &Db, id: &str, tokens: &Tokens) -> Result<()> {
 
 pub async fn delete(db: &Db, id: &str) -> Result<()> {
     let mut tx = db.write().await?;
-    sqlx::query("DELETE FROM accounts WHERE id = ?1").bind(id).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM accounts WHERE id = $1").bind(id).execute(&mut *tx).await?;
     call::commit(tx, id).await?;
     Ok(())
 }

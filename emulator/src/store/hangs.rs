@@ -12,11 +12,11 @@ use crate::config::Config;
 use crate::db::{Db, now_ms, rfc3339};
 use crate::error::{ApiError, Result};
 
-/// The hangs in force at `?1`: of running instances, recorded since they last turned running.
+/// The hangs in force at `$1`: of running instances, recorded since they last turned running.
 const IN_FORCE: &str = concat!(
     "SELECT h.instance_id, i.name, h.since FROM hangs h JOIN instances i ON i.id = h.instance_id WHERE ",
     state_at!(),
-    " = 'running' AND h.since >= (CASE WHEN i.next_state_at <= ?1 THEN i.next_state_at ELSE i.state_changed_at END)"
+    " = 'running' AND h.since >= (CASE WHEN i.next_state_at <= $1 THEN i.next_state_at ELSE i.state_changed_at END)"
 );
 
 fn hang((instance_id, name, since): (String, String, i64)) -> Hang {
@@ -50,8 +50,8 @@ pub async fn start(db: &Db, cfg: &Config, req: &StartHangRequest) -> Result<Vec<
         }
         // A stale hang (from before a restart) is replaced; one in force keeps its time.
         sqlx::query(
-            "INSERT INTO hangs (instance_id, since) VALUES (?1, ?2) ON CONFLICT (instance_id) DO UPDATE SET since = ?2 \
-             WHERE since < (SELECT state_changed_at FROM instances WHERE id = ?1)",
+            "INSERT INTO hangs (instance_id, since) VALUES ($1, $2) ON CONFLICT (instance_id) DO UPDATE SET since = $2 \
+             WHERE hangs.since < (SELECT state_changed_at FROM instances WHERE id = $1)",
         )
         .bind(&inst.id)
         .bind(now)
@@ -69,7 +69,7 @@ pub async fn list(db: &Db) -> Result<Vec<Hang>> {
     in_force(db.reader(), now_ms()).await
 }
 
-async fn in_force<'e>(exec: impl sqlx::SqliteExecutor<'e>, now: i64) -> Result<Vec<Hang>> {
+async fn in_force<'e>(exec: impl sqlx::any::AnyExecutor<'e>, now: i64) -> Result<Vec<Hang>> {
     let q = format!("{IN_FORCE} ORDER BY h.since, h.instance_id");
     let rows: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(q)).bind(now).fetch_all(exec).await?;
     Ok(rows.into_iter().map(hang).collect())
@@ -78,13 +78,13 @@ async fn in_force<'e>(exec: impl sqlx::SqliteExecutor<'e>, now: i64) -> Result<V
 /// End the hang of `instance_id`: its kubelet reports again.
 pub async fn stop(db: &Db, instance_id: &str) -> Result<Hang> {
     let (mut tx, now) = begin(db).await?;
-    let q = format!("{IN_FORCE} AND h.instance_id = ?2");
+    let q = format!("{IN_FORCE} AND h.instance_id = $2");
     let row: Option<(String, String, i64)> =
         sqlx::query_as(sqlx::AssertSqlSafe(q)).bind(now).bind(instance_id).fetch_optional(&mut *tx).await?;
     let Some(row) = row else {
         return Err(ApiError::not_found(codes::HANG_NOT_FOUND, format!("instance {instance_id} is not hung")));
     };
-    sqlx::query("DELETE FROM hangs WHERE instance_id = ?1").bind(instance_id).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM hangs WHERE instance_id = $1").bind(instance_id).execute(&mut *tx).await?;
     call::commit(tx, instance_id).await?;
     Ok(hang(row))
 }

@@ -3,7 +3,7 @@
 use fakecloud_api::codes;
 
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 use crate::db::{Script, Step, Tx};
 use crate::error::{ApiError, Result};
@@ -26,13 +26,13 @@ pub async fn check(tx: &mut Tx, operation: &str, key: Option<&str>, request: &st
 
 /// The key's look-up, pushed onto a create's list: see [`judge`].
 pub fn push_lookup(script: &mut Script, operation: &str, key: &str) -> Step {
-    script.push("SELECT request, resource_id FROM idempotency_keys WHERE operation = ?1 AND key = ?2", |b| {
+    script.push("SELECT request, resource_id FROM idempotency_keys WHERE operation = $1 AND key = $2", |b| {
         b.bind(operation.to_string()).bind(key.to_string());
     })
 }
 
 /// What the rows of [`push_lookup`] say about this request.
-pub fn judge(rows: &[SqliteRow], operation: &str, key: &str, request: &str) -> Result<Replay> {
+pub fn judge(rows: &[AnyRow], operation: &str, key: &str, request: &str) -> Result<Replay> {
     let Some(row) = rows.first() else { return Ok(Replay::Fresh) };
     let (old, id): (String, String) = (row.try_get(0)?, row.try_get(1)?);
     if old == request {
@@ -56,7 +56,7 @@ pub fn push_record(
 ) -> Option<Step> {
     let key = key?;
     Some(script.push(
-        "INSERT INTO idempotency_keys (operation, key, request, resource_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO idempotency_keys (operation, key, request, resource_id, created_at) VALUES ($1, $2, $3, $4, $5)",
         |b| {
             b.bind(operation.to_string())
                 .bind(key.to_string())

@@ -8,7 +8,7 @@ use fakecloud_api::{
     CreateInstanceRequest, Instance, InstanceList, InstanceState, ListInstancesQuery, Market, QuotaName,
     ReclaimRequest, SPOT_TERMINATION_REASON, codes,
 };
-use sqlx::SqliteExecutor;
+use sqlx::any::AnyExecutor;
 
 use super::create::{self, Address};
 use super::quotas::Check;
@@ -16,18 +16,18 @@ use super::write::begin;
 use super::{ipam, lifecycle};
 use crate::call;
 use crate::config::{Config, Pool, Timings};
-use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
+use crate::db::{Backend, Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, params, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateInstance";
 
-/// An instance's state as shown at `?1`: a due transition has happened, and a spot instance past its
+/// An instance's state as shown at `$1`: a due transition has happened, and a spot instance past its
 /// interruption time is `stopping` until it is terminated. (Only while the termination is still pending: once
 /// it is written down, the stored state is the truth.)
 macro_rules! state_at {
     () => {
-        "(CASE WHEN next_state_at <= ?1 THEN next_state WHEN interruption_at <= ?1 AND next_state_at IS NOT NULL THEN 'stopping' ELSE state END)"
+        "(CASE WHEN next_state_at <= $1 THEN next_state WHEN interruption_at <= $1 AND next_state_at IS NOT NULL THEN 'stopping' ELSE state END)"
     };
 }
 pub(crate) use state_at;
@@ -35,7 +35,7 @@ pub(crate) use state_at;
 const SELECT: &str = concat!(
     "SELECT seq, id, name, zone, instance_type, market, ",
     state_at!(),
-    " AS state, (CASE WHEN next_state_at <= ?1 THEN next_state_at WHEN interruption_at <= ?1 AND next_state_at IS NOT NULL \
+    " AS state, (CASE WHEN next_state_at <= $1 THEN next_state_at WHEN interruption_at <= $1 AND next_state_at IS NOT NULL \
      THEN interruption_at ELSE state_changed_at END) AS state_changed_at, private_ip, ipv6_address, tags, created_at, \
      state_reason, interruption_at FROM instances"
 );
@@ -88,8 +88,8 @@ fn not_found(id: &str) -> ApiError {
     ApiError::not_found(codes::INSTANCE_NOT_FOUND, format!("instance {id} does not exist"))
 }
 
-async fn fetch<'e>(exec: impl SqliteExecutor<'e>, cfg: &Config, id: &str, now: i64) -> Result<Instance> {
-    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = ?2")))
+async fn fetch<'e>(exec: impl AnyExecutor<'e>, cfg: &Config, id: &str, now: i64) -> Result<Instance> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = $2")))
         .bind(now)
         .bind(id)
         .fetch_optional(exec)
@@ -241,7 +241,7 @@ impl create::NewResource for NewInstance<'_> {
         let (state, next_state, next_at) = self.schedule(now);
         script.push(
             "INSERT INTO instances (id, name, zone, instance_type, market, state, next_state, next_state_at, private_ip, ipv6_address, tags, created_at, state_changed_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, COALESCE(?9, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?10, ?11, ?12, ?12)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9, (SELECT addr FROM ip_leases WHERE owner = $1)), $10, $11, $12, $12)",
             |b| {
                 b.bind(self.id.clone())
                     .bind(self.req.name.clone())
@@ -321,7 +321,7 @@ async fn inserted(tx: &mut Tx, name: &str, outcome: std::result::Result<u64, Not
         // The unique index on live names is the check; find the holder only to say who it is.
         Err(NotDone::Failed(e)) if is_unique_violation(e) => {
             let holder: Option<String> =
-                sqlx::query_scalar("SELECT id FROM instances WHERE name = ?1 AND state <> 'terminated'")
+                sqlx::query_scalar("SELECT id FROM instances WHERE name = $1 AND state <> 'terminated'")
                     .bind(name)
                     .fetch_optional(&mut **tx)
                     .await?;
@@ -340,13 +340,13 @@ async fn inserted(tx: &mut Tx, name: &str, outcome: std::result::Result<u64, Not
 pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<InstanceList> {
     let page_size = validate::page_size(q.page_size)?;
     let after = validate::page_token(q.page_token.as_deref())?;
-    // ?1 is now and ?2 the page position; filters take ?3 onwards (sqlx numbers bare `?` on its own, so every
+    // $1 is now and $2 the page position; filters take $3 onwards (sqlx numbers bare `?` on its own, so every
     // placeholder is numbered).
-    let mut sql = format!("{SELECT} WHERE seq > ?2");
+    let mut sql = format!("{SELECT} WHERE seq > $2");
     let mut binds: Vec<String> = Vec::new();
     let mut filter = |sql: &mut String, clause: &str, value: String| {
         binds.push(value);
-        sql.push_str(&clause.replace('#', &format!("?{}", binds.len() + 2)));
+        sql.push_str(&clause.replace('#', &format!("${}", binds.len() + 2)));
     };
     if let Some(name) = &q.name {
         filter(&mut sql, " AND name = #", name.clone());
@@ -368,17 +368,18 @@ pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<Insta
             None => (tag.as_str(), None),
         };
         validate::TAG_FILTER.check("tag", tag)?;
-        let path = format!("$.\"{k}\"");
+        let backend = db.backend();
+        let tag = format!(" AND {}", backend.tag_value("#"));
         match v {
             Some(v) => {
-                filter(&mut sql, " AND json_extract(tags, #)", path);
+                filter(&mut sql, &tag, backend.tag_key(k));
                 filter(&mut sql, " = #", v.to_string());
             }
-            None => filter(&mut sql, " AND json_extract(tags, #) IS NOT NULL", path),
+            None => filter(&mut sql, &format!("{tag} IS NOT NULL"), backend.tag_key(k)),
         }
     }
     let limit_param = binds.len() + 3;
-    sql.push_str(&format!(" ORDER BY seq LIMIT ?{limit_param}"));
+    sql.push_str(&format!(" ORDER BY seq LIMIT ${limit_param}"));
     let mut query = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql)).bind(now_ms()).bind(after);
     for b in binds {
         query = query.bind(b);
@@ -434,7 +435,7 @@ pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Resu
     };
     let (state, next_state, next_at) = lifecycle::schedule(now, through.as_str(), next.as_str(), delay);
     sqlx::query(
-        "UPDATE instances SET state = ?1, next_state = ?2, next_state_at = ?3, state_changed_at = ?4 WHERE id = ?5",
+        "UPDATE instances SET state = $1, next_state = $2, next_state_at = $3, state_changed_at = $4 WHERE id = $5",
     )
     .bind(state)
     .bind(next_state)
@@ -480,7 +481,7 @@ pub fn check_reclaim(req: &ReclaimRequest) -> Result<std::time::Duration> {
 }
 
 /// The instances `chosen` (checked: [`Selection::check`]) names, each once, in the order named. `tag_filter`
-/// (SQL over the instances table, `?1` is now) narrows what the tag selects; an ID or name that does not exist
+/// (SQL over the instances table, `$1` is now) narrows what the tag selects; an ID or name that does not exist
 /// is an error.
 pub async fn select(
     tx: &mut crate::db::Tx,
@@ -494,7 +495,7 @@ pub async fn select(
         targets.push(fetch(&mut **tx, cfg, id, now).await?);
     }
     for name in chosen.names {
-        let q = format!("{SELECT} WHERE name = ?2 AND state <> 'terminated'");
+        let q = format!("{SELECT} WHERE name = $2 AND state <> 'terminated'");
         let row: Option<Row> =
             sqlx::query_as(sqlx::AssertSqlSafe(q)).bind(now).bind(name).fetch_optional(&mut **tx).await?;
         let row = row.ok_or_else(|| {
@@ -504,10 +505,11 @@ pub async fn select(
     }
     if let Some(tag) = chosen.tag {
         let (k, v) = tag.split_once('=').unwrap_or((tag, ""));
-        let q = format!("{SELECT} WHERE {tag_filter} AND state <> 'terminated' AND json_extract(tags, ?2) = ?3");
+        let backend = Backend::of(tx);
+        let q = format!("{SELECT} WHERE {tag_filter} AND state <> 'terminated' AND {} = $3", backend.tag_value("$2"));
         let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(q))
             .bind(now)
-            .bind(format!("$.\"{k}\""))
+            .bind(backend.tag_key(k))
             .bind(v)
             .fetch_all(&mut **tx)
             .await?;
@@ -539,7 +541,7 @@ pub async fn reclaim(db: &Db, cfg: &Config, req: &ReclaimRequest) -> Result<Vec<
         if inst.interruption_at.is_none() && matches!(inst.state, InstanceState::Pending | InstanceState::Running) {
             let at = now.saturating_add(ms(notice));
             sqlx::query(
-                "UPDATE instances SET interruption_at = ?1, state_reason = ?2, next_state = 'terminated', next_state_at = ?3 WHERE id = ?4",
+                "UPDATE instances SET interruption_at = $1, state_reason = $2, next_state = 'terminated', next_state_at = $3 WHERE id = $4",
             )
             .bind(at)
             .bind(SPOT_TERMINATION_REASON)
@@ -560,16 +562,15 @@ pub async fn addresses(db: &Db, ids: &[&str]) -> Result<std::collections::HashMa
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let ids = serde_json::to_string(ids).map_err(|e| ApiError::internal(e.to_string()))?;
-    let rows: Vec<(String, String, String)> = sqlx::query_as(concat!(
-        "SELECT id, private_ip, ",
-        state_at!(),
-        " FROM instances WHERE id IN (SELECT value FROM json_each(?2))"
-    ))
-    .bind(now_ms())
-    .bind(ids)
-    .fetch_all(db.reader())
-    .await?;
+    let sql = format!(
+        concat!("SELECT id, private_ip, ", state_at!(), " FROM instances WHERE id IN ({})"),
+        params(2, ids.len())
+    );
+    let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(now_ms());
+    for id in ids {
+        query = query.bind(*id);
+    }
+    let rows: Vec<(String, String, String)> = query.fetch_all(db.reader()).await?;
     let mut out = std::collections::HashMap::new();
     for (id, ip, state) in rows {
         let corrupt = || ApiError::internal(format!("stored instance {id} has an invalid private_ip or state"));

@@ -14,15 +14,15 @@ use crate::error::{ApiError, Kind, Result, conflict_on_unique, is_unique_violati
 /// Pool key for fixed addresses outside the VPC (adopted machines).
 const EXTERNAL: &str = "external";
 
-/// Lease one past the pool's highest lease, if that is in the pool, to `?5` and return its offset: the usual
+/// Lease one past the pool's highest lease, if that is in the pool, to `$5` and return its offset: the usual
 /// allocation (addresses are mostly handed out in order) as one statement, where look-up and insert would be two
-/// round trips to SQLite. `?4` is the pool's network address as a number; `addr` is written as `Ipv4Addr` shows it.
+/// round trips to SQLite. `$4` is the pool's network address as a number; `addr` is written as `Ipv4Addr` shows it.
 /// (`MAX` stays alone in its own subquery: only so does SQLite read just the index's last entry, not the pool's
 /// every lease.)
 const LEASE_NEXT: &str = "INSERT INTO ip_leases (pool, ip, addr, owner) \
-     SELECT ?1, n, ((?4 + n) >> 24) || '.' || (((?4 + n) >> 16) & 255) || '.' || (((?4 + n) >> 8) & 255) || '.' || ((?4 + n) & 255), ?5 \
-     FROM (SELECT COALESCE((SELECT MAX(ip) FROM ip_leases WHERE pool = ?1 AND ip BETWEEN ?2 AND ?3) + 1, ?2) AS n) \
-     WHERE n <= ?3 RETURNING ip";
+     SELECT $1, n, (($4 + n) >> 24) || '.' || ((($4 + n) >> 16) & 255) || '.' || ((($4 + n) >> 8) & 255) || '.' || (($4 + n) & 255), $5 \
+     FROM (SELECT COALESCE((SELECT MAX(ip) FROM ip_leases WHERE pool = $1 AND ip BETWEEN $2 AND $3) + 1, $2) AS n) AS next \
+     WHERE n <= $3 RETURNING ip";
 
 /// Lease the lowest free address of `pool` to `owner`.
 pub async fn allocate(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4Addr> {
@@ -77,7 +77,7 @@ pub async fn allocate_free(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4
 async fn next_free(tx: &mut Tx, pool: &Pool) -> Result<Option<u32>> {
     let (first, last) = (i64::from(pool.first), i64::from(pool.last));
     // Fast path: addresses are mostly handed out in order, so one past the highest lease is usually free.
-    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(ip) FROM ip_leases WHERE pool = ?1 AND ip BETWEEN ?2 AND ?3")
+    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(ip) FROM ip_leases WHERE pool = $1 AND ip BETWEEN $2 AND $3")
         .bind(&pool.name)
         .bind(first)
         .bind(last)
@@ -94,8 +94,8 @@ async fn next_free(tx: &mut Tx, pool: &Pool) -> Result<Option<u32>> {
         return Ok(u32::try_from(first).ok());
     }
     let gap: Option<i64> = sqlx::query_scalar(
-        "SELECT l.ip + 1 FROM ip_leases l WHERE l.pool = ?1 AND l.ip >= ?2 AND l.ip < ?3 \
-         AND NOT EXISTS (SELECT 1 FROM ip_leases x WHERE x.pool = ?1 AND x.ip = l.ip + 1) ORDER BY l.ip LIMIT 1",
+        "SELECT l.ip + 1 FROM ip_leases l WHERE l.pool = $1 AND l.ip >= $2 AND l.ip < $3 \
+         AND NOT EXISTS (SELECT 1 FROM ip_leases x WHERE x.pool = $1 AND x.ip = l.ip + 1) ORDER BY l.ip LIMIT 1",
     )
     .bind(&pool.name)
     .bind(first)
@@ -106,7 +106,7 @@ async fn next_free(tx: &mut Tx, pool: &Pool) -> Result<Option<u32>> {
 }
 
 async fn is_taken(tx: &mut Tx, pool: &Pool, offset: i64) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ip_leases WHERE pool = ?1 AND ip = ?2")
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ip_leases WHERE pool = $1 AND ip = $2")
         .bind(&pool.name)
         .bind(offset)
         .fetch_one(&mut **tx)
@@ -140,7 +140,7 @@ pub async fn lease_fixed(tx: &mut Tx, pool: Option<&Pool>, addr: IpAddr, owner: 
 }
 
 async fn insert(tx: &mut Tx, pool: &str, offset: i64, addr: &IpAddr, owner: &str) -> Result<()> {
-    sqlx::query("INSERT INTO ip_leases (pool, ip, addr, owner) VALUES (?1, ?2, ?3, ?4)")
+    sqlx::query("INSERT INTO ip_leases (pool, ip, addr, owner) VALUES ($1, $2, $3, $4)")
         .bind(pool)
         .bind(offset)
         .bind(addr.to_string())
@@ -153,6 +153,6 @@ async fn insert(tx: &mut Tx, pool: &str, offset: i64, addr: &IpAddr, owner: &str
 
 /// Give back every address `owner` holds.
 pub async fn release(tx: &mut Tx, owner: &str) -> Result<()> {
-    sqlx::query("DELETE FROM ip_leases WHERE owner = ?1").bind(owner).execute(&mut **tx).await?;
+    sqlx::query("DELETE FROM ip_leases WHERE owner = $1").bind(owner).execute(&mut **tx).await?;
     Ok(())
 }

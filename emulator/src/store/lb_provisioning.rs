@@ -19,7 +19,7 @@ const EVERY: &str = "";
 pub async fn delay_for(db: &Db, cfg: &Config, name: &str) -> Result<Duration> {
     // Its own name sorts after the empty one: the last row is the most specific setting.
     let set: Option<i64> = sqlx::query_scalar(
-        "SELECT delay_ms FROM lb_provisioning WHERE load_balancer IN (?1, '') ORDER BY load_balancer DESC LIMIT 1",
+        "SELECT delay_ms FROM lb_provisioning WHERE load_balancer IN ($1, '') ORDER BY load_balancer DESC LIMIT 1",
     )
     .bind(name)
     .fetch_optional(db.reader())
@@ -58,8 +58,8 @@ pub fn check(req: &SetLbProvisioningRequest) -> Result<()> {
 pub async fn set(db: &Db, cfg: &Config, req: &SetLbProvisioningRequest) -> Result<LbProvisioning> {
     check(req)?;
     sqlx::query(
-        "INSERT INTO lb_provisioning (load_balancer, delay_ms) VALUES (?1, ?2) \
-         ON CONFLICT(load_balancer) DO UPDATE SET delay_ms = ?2",
+        "INSERT INTO lb_provisioning (load_balancer, delay_ms) VALUES ($1, $2) \
+         ON CONFLICT(load_balancer) DO UPDATE SET delay_ms = $2",
     )
     .bind(req.load_balancer.as_deref().unwrap_or(EVERY))
     .bind(ms(Duration::from_secs_f64(req.seconds)))
@@ -73,7 +73,7 @@ pub async fn reset(db: &Db, cfg: &Config, load_balancer: Option<&str>) -> Result
     match load_balancer {
         Some(name) => {
             validate::NAME.check("load_balancer", name)?;
-            sqlx::query("DELETE FROM lb_provisioning WHERE load_balancer = ?1").bind(name).execute(db.writer()).await?
+            sqlx::query("DELETE FROM lb_provisioning WHERE load_balancer = $1").bind(name).execute(db.writer()).await?
         }
         None => sqlx::query("DELETE FROM lb_provisioning").execute(db.writer()).await?,
     };

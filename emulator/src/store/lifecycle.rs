@@ -7,38 +7,38 @@ use std::time::Duration;
 use crate::db::{Db, Tx, ms, now_ms};
 use crate::error::Result;
 
-/// Whether any transition is due at `?1`. Usually nothing is: one indexed look-up instead of four writes.
-pub const ANY_DUE: &str = "SELECT EXISTS (SELECT 1 FROM instances WHERE next_state_at <= ?1) \
-     OR EXISTS (SELECT 1 FROM load_balancers WHERE next_state_at <= ?1)";
+/// Whether any transition is due at `$1`. Usually nothing is: one indexed look-up instead of four writes.
+pub const ANY_DUE: &str = "SELECT CAST(EXISTS (SELECT 1 FROM instances WHERE next_state_at <= $1) \
+     OR EXISTS (SELECT 1 FROM load_balancers WHERE next_state_at <= $1) AS INTEGER)";
 
 /// Write down every transition due at `now`.
 pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
-    let due: bool = sqlx::query_scalar(ANY_DUE).bind(now).fetch_one(&mut **tx).await?;
-    if !due {
+    let due: i64 = sqlx::query_scalar(ANY_DUE).bind(now).fetch_one(&mut **tx).await?;
+    if due == 0 {
         return Ok(());
     }
     // Terminated instances and deleted load balancers give their addresses back.
     sqlx::query(
-        "DELETE FROM ip_leases WHERE owner IN (SELECT id FROM instances WHERE next_state = 'terminated' AND next_state_at <= ?1) \
-         OR owner IN (SELECT id FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= ?1)",
+        "DELETE FROM ip_leases WHERE owner IN (SELECT id FROM instances WHERE next_state = 'terminated' AND next_state_at <= $1) \
+         OR owner IN (SELECT id FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= $1)",
     )
     .bind(now)
     .execute(&mut **tx)
     .await?;
     sqlx::query(
         "UPDATE instances SET state = next_state, state_changed_at = next_state_at, next_state = NULL, next_state_at = NULL \
-         WHERE next_state_at <= ?1",
+         WHERE next_state_at <= $1",
     )
     .bind(now)
     .execute(&mut **tx)
     .await?;
-    sqlx::query("DELETE FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= ?1")
+    sqlx::query("DELETE FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= $1")
         .bind(now)
         .execute(&mut **tx)
         .await?;
     sqlx::query(
         "UPDATE load_balancers SET state = next_state, updated_at = next_state_at, next_state = NULL, next_state_at = NULL \
-         WHERE next_state_at <= ?1",
+         WHERE next_state_at <= $1",
     )
     .bind(now)
     .execute(&mut **tx)
@@ -61,12 +61,12 @@ pub async fn tick(db: &Db, retention: Duration) -> Result<()> {
     let now = now_ms();
     let mut tx = db.write().await?;
     apply_due(&mut tx, now).await?;
-    sqlx::query("DELETE FROM instances WHERE state = 'terminated' AND state_changed_at < ?1")
+    sqlx::query("DELETE FROM instances WHERE state = 'terminated' AND state_changed_at < $1")
         .bind(now.saturating_sub(ms(retention)))
         .execute(&mut *tx)
         .await?;
     // Client tokens are kept a day, as cloud APIs keep theirs.
-    sqlx::query("DELETE FROM idempotency_keys WHERE created_at < ?1")
+    sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
         .bind(now - 24 * 3600 * 1000)
         .execute(&mut *tx)
         .await?;

@@ -11,8 +11,9 @@ use fakecloud_api::{
     LoadBalancer, LoadBalancerList, LoadBalancerState, QuotaName, Scheme, SessionAffinity, UpdateLoadBalancerRequest,
     codes,
 };
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row as _, SqliteExecutor};
+use sqlx::Row as _;
+use sqlx::any::AnyExecutor;
+use sqlx::any::AnyRow;
 
 use super::create::{self, Address};
 use super::quotas::Check;
@@ -20,15 +21,15 @@ use super::write::begin;
 use super::{instances, ipam, lb_provisioning, lifecycle, quotas};
 use crate::call;
 use crate::config::{Config, Pool};
-use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, rfc3339};
+use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, params, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
 
-const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) AS state, \
+const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) AS state, \
      listeners, backends, health_check, source_ranges, session_affinity, forwarding, requested_ip, address, dns_name, created_at, \
-     (CASE WHEN next_state_at <= ?1 THEN next_state_at ELSE updated_at END) AS updated_at FROM load_balancers";
+     (CASE WHEN next_state_at <= $1 THEN next_state_at ELSE updated_at END) AS updated_at FROM load_balancers";
 
 #[derive(sqlx::FromRow, Clone)]
 struct Row {
@@ -109,8 +110,8 @@ fn not_found(id: &str) -> ApiError {
     ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"))
 }
 
-async fn fetch<'e>(exec: impl SqliteExecutor<'e>, id: &str, now: i64) -> Result<LoadBalancer> {
-    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = ?2")))
+async fn fetch<'e>(exec: impl AnyExecutor<'e>, id: &str, now: i64) -> Result<LoadBalancer> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE id = $2")))
         .bind(now)
         .bind(id)
         .fetch_optional(exec)
@@ -191,18 +192,25 @@ async fn check_backends(tx: &mut Tx, now: i64, backends: &[String], registered: 
 /// Each backend and its instance's state at `now` (NULL: no such instance), pushed onto a write's list: see
 /// [`judge_backends`].
 fn push_backend_states(script: &mut Script, backends: &[String], now: i64) -> Step {
-    // (Serialising a list of strings cannot fail.)
-    let list = serde_json::to_string(backends).unwrap_or_default();
-    script.push(
+    if backends.is_empty() {
+        return script.push("SELECT NULL, NULL WHERE 1 = 0", |_| {});
+    }
+    // (`column1`: what both backends call a VALUES list's column.)
+    let values = params(2, backends.len()).replace(", ", "), (");
+    let sql = format!(
         concat!(
-            "SELECT j.value, (SELECT ",
+            "SELECT j.column1, (SELECT ",
             instances::state_at!(),
-            " FROM instances WHERE id = j.value) FROM json_each(?2) j"
+            " FROM instances WHERE id = j.column1) FROM (VALUES ({})) AS j"
         ),
-        |b| {
-            b.bind(now).bind(list);
-        },
-    )
+        values
+    );
+    script.push(&sql, |b| {
+        b.bind(now);
+        for id in backends {
+            b.bind(id.as_str());
+        }
+    })
 }
 
 fn invalid_target(i: usize, problem: String) -> ApiError {
@@ -211,7 +219,7 @@ fn invalid_target(i: usize, problem: String) -> ApiError {
 
 /// The first backend listed twice, missing, or newly registered while not running (the rows of
 /// [`push_backend_states`]), in the request's order.
-fn judge_backends(backends: &[String], states: &[SqliteRow], registered: &[String]) -> Result<()> {
+fn judge_backends(backends: &[String], states: &[AnyRow], registered: &[String]) -> Result<()> {
     let states: HashMap<String, Option<String>> =
         states.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?;
     let mut seen = HashSet::new();
@@ -370,7 +378,7 @@ impl create::NewResource for NewLoadBalancer<'_> {
         script.push(
             "INSERT INTO load_balancers (id, name, scheme, state, next_state, next_state_at, listeners, backends, health_check, \
              source_ranges, requested_ip, address, dns_name, created_at, updated_at, session_affinity, forwarding) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, COALESCE(?12, (SELECT addr FROM ip_leases WHERE owner = ?1)), ?13, ?14, ?14, ?15, ?16)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, COALESCE($12, (SELECT addr FROM ip_leases WHERE owner = $1)), $13, $14, $14, $15, $16)",
             |b| {
                 b.bind(lb.id.clone())
                     .bind(lb.name.clone())
@@ -471,8 +479,8 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     let forwarding = req.forwarding.unwrap_or(current.forwarding);
     quotas::check_all(&mut tx, &per_lb_checks(&current.name, listeners.len(), backends.len(), ranges.len())).await?;
     sqlx::query(
-        "UPDATE load_balancers SET listeners = ?1, backends = ?2, source_ranges = ?3, health_check = ?4, updated_at = ?5, \
-         session_affinity = ?7, forwarding = ?8 WHERE id = ?6",
+        "UPDATE load_balancers SET listeners = $1, backends = $2, source_ranges = $3, health_check = $4, updated_at = $5, \
+         session_affinity = $7, forwarding = $8 WHERE id = $6",
     )
     .bind(json(listeners)?)
     .bind(json(backends)?)
@@ -496,11 +504,11 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
         return Ok(current);
     }
     if cfg.timings.lb_delete_delay.is_zero() {
-        sqlx::query("DELETE FROM load_balancers WHERE id = ?1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM load_balancers WHERE id = $1").bind(id).execute(&mut *tx).await?;
         ipam::release(&mut tx, id).await?;
     } else {
         sqlx::query(
-            "UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = ?1, updated_at = ?2 WHERE id = ?3",
+            "UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = $1, updated_at = $2 WHERE id = $3",
         )
         .bind(now.saturating_add(ms(cfg.timings.lb_delete_delay)))
         .bind(now)
@@ -524,7 +532,7 @@ pub async fn list(db: &Db, q: &ListLoadBalancersQuery) -> Result<LoadBalancerLis
     let now = now_ms();
     let rows: Vec<Row> = match &q.name {
         Some(name) => {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE seq > ?2 AND name = ?3 ORDER BY seq LIMIT ?4")))
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE seq > $2 AND name = $3 ORDER BY seq LIMIT $4")))
                 .bind(now)
                 .bind(after)
                 .bind(name)
@@ -533,7 +541,7 @@ pub async fn list(db: &Db, q: &ListLoadBalancersQuery) -> Result<LoadBalancerLis
                 .await?
         }
         None => {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE seq > ?2 ORDER BY seq LIMIT ?3")))
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE seq > $2 ORDER BY seq LIMIT $3")))
                 .bind(now)
                 .bind(after)
                 .bind(page_size + 1)

@@ -30,12 +30,12 @@ pub struct Labels {
 /// The [`Labels`] of the instance or load balancer `id` (`None`: no such resource).
 pub async fn labels(db: &Db, id: &str) -> Result<Option<Labels>> {
     let row: Option<(String, Option<String>, Option<String>)> = if id.starts_with("i-") {
-        sqlx::query_as("SELECT name, zone, tags FROM instances WHERE id = ?1")
+        sqlx::query_as("SELECT name, zone, tags FROM instances WHERE id = $1")
             .bind(id)
             .fetch_optional(db.reader())
             .await?
     } else if id.starts_with("lb-") {
-        sqlx::query_as("SELECT name, NULL, NULL FROM load_balancers WHERE id = ?1")
+        sqlx::query_as("SELECT name, NULL, NULL FROM load_balancers WHERE id = $1")
             .bind(id)
             .fetch_optional(db.reader())
             .await?

@@ -1,15 +1,16 @@
 //! Quota limits (defaults unless set) and region-wide usage.
 
 use fakecloud_api::{Quota, QuotaName};
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteExecutor};
+use sqlx::Row;
+use sqlx::any::AnyExecutor;
+use sqlx::any::AnyRow;
 
-use crate::db::{Script, Step};
+use crate::db::{Script, Step, params};
 
 use crate::error::{ApiError, Result};
 
-pub async fn limit<'e>(exec: impl SqliteExecutor<'e>, name: QuotaName) -> Result<u32> {
-    let v: Option<i64> = sqlx::query_scalar("SELECT limit_value FROM quotas WHERE name = ?1")
+pub async fn limit<'e>(exec: impl AnyExecutor<'e>, name: QuotaName) -> Result<u32> {
+    let v: Option<i64> = sqlx::query_scalar("SELECT limit_value FROM quotas WHERE name = $1")
         .bind(name.as_str())
         .fetch_optional(exec)
         .await?;
@@ -31,15 +32,16 @@ pub struct Check {
 pub fn push_read(script: &mut Script, checks: &[Check]) -> Step {
     let names: Vec<&str> = checks.iter().map(|c| c.quota.as_str()).collect();
     let counters: Vec<&str> = checks.iter().filter_map(|c| c.counter).collect();
-    // (Serialising a list of strings cannot fail.)
-    let json = |v: Vec<&str>| serde_json::to_string(&v).unwrap_or_default();
-    script.push(
-        "SELECT 1, name, limit_value FROM quotas WHERE name IN (SELECT value FROM json_each(?1)) \
-         UNION ALL SELECT 0, key, n FROM counters WHERE key IN (SELECT value FROM json_each(?2))",
-        |b| {
-            b.bind(json(names)).bind(json(counters));
-        },
-    )
+    let sql = format!(
+        "SELECT 1, name, limit_value FROM quotas WHERE name IN ({}) UNION ALL SELECT 0, key, n FROM counters WHERE key IN ({})",
+        params(1, names.len()),
+        params(1 + names.len(), counters.len())
+    );
+    script.push(&sql, |b| {
+        for v in names.into_iter().chain(counters) {
+            b.bind(v);
+        }
+    })
 }
 
 /// Fail with the error of the first of `checks` whose quota would be exceeded.
@@ -50,15 +52,14 @@ pub async fn check_all(tx: &mut crate::db::Tx, checks: &[Check]) -> Result<()> {
 }
 
 /// Fail with the error of the first of `checks` whose quota would be exceeded, from the rows of [`push_read`].
-pub fn judge(checks: &[Check], rows: &[SqliteRow]) -> Result<()> {
-    let rows: Vec<(bool, String, i64)> =
+pub fn judge(checks: &[Check], rows: &[AnyRow]) -> Result<()> {
+    let rows: Vec<(i64, String, i64)> =
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect::<Result<_, sqlx::Error>>()?;
-    let value = |is_limit: bool, key: &str| rows.iter().find(|r| r.0 == is_limit && r.1 == key).map(|r| r.2);
+    let value = |is_limit: i64, key: &str| rows.iter().find(|r| r.0 == is_limit && r.1 == key).map(|r| r.2);
     for c in checks {
-        let limit = value(true, c.quota.as_str())
-            .and_then(|v| u32::try_from(v).ok())
-            .unwrap_or_else(|| c.quota.default_limit());
-        let current = c.counter.and_then(|k| value(false, k)).unwrap_or(0);
+        let limit =
+            value(1, c.quota.as_str()).and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| c.quota.default_limit());
+        let current = c.counter.and_then(|k| value(0, k)).unwrap_or(0);
         if current as usize + c.adding > limit as usize {
             return Err(ApiError::quota_exceeded(c.quota, limit, &c.what));
         }
@@ -69,7 +70,7 @@ pub fn judge(checks: &[Check], rows: &[SqliteRow]) -> Result<()> {
 pub async fn set(db: &crate::db::Db, name: QuotaName, limit: u32) -> Result<()> {
     let mut tx = db.write().await?;
     sqlx::query(
-        "INSERT INTO quotas (name, limit_value) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET limit_value = ?2",
+        "INSERT INTO quotas (name, limit_value) VALUES ($1, $2) ON CONFLICT(name) DO UPDATE SET limit_value = $2",
     )
     .bind(name.as_str())
     .bind(i64::from(limit))
@@ -78,17 +79,17 @@ pub async fn set(db: &crate::db::Db, name: QuotaName, limit: u32) -> Result<()> 
     Ok(crate::call::commit(tx, name.as_str()).await?)
 }
 
-/// Instances counted against the quota: all that are not (effectively) terminated at `?1`.
-const INSTANCES_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'terminated'";
+/// Instances counted against the quota: all that are not (effectively) terminated at `$1`.
+const INSTANCES_LIVE: &str = "SELECT COUNT(*) FROM instances WHERE (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) <> 'terminated'";
 
-/// Load balancers counted against the quota at `?1`: all not being deleted.
-const LOAD_BALANCERS_LIVE: &str = "SELECT COUNT(*) FROM load_balancers WHERE (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) NOT IN ('deleting', 'deleted')";
-/// Public addresses in use at `?1`.
+/// Load balancers counted against the quota at `$1`: all not being deleted.
+const LOAD_BALANCERS_LIVE: &str = "SELECT COUNT(*) FROM load_balancers WHERE (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) NOT IN ('deleting', 'deleted')";
+/// Public addresses in use at `$1`.
 const PUBLIC_IPS: &str = "SELECT COUNT(*) FROM load_balancers WHERE scheme = 'internet-facing' \
-     AND (CASE WHEN next_state_at <= ?1 THEN next_state ELSE state END) <> 'deleted'";
+     AND (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) <> 'deleted'";
 
 /// Current region-wide usage of `name`; `None` for per-resource quotas.
-pub async fn usage(pool: &sqlx::SqlitePool, name: QuotaName, now: i64) -> Result<Option<u32>> {
+pub async fn usage(pool: &sqlx::AnyPool, name: QuotaName, now: i64) -> Result<Option<u32>> {
     let sql = match name {
         QuotaName::Instances => INSTANCES_LIVE,
         QuotaName::LoadBalancers => LOAD_BALANCERS_LIVE,
@@ -99,6 +100,6 @@ pub async fn usage(pool: &sqlx::SqlitePool, name: QuotaName, now: i64) -> Result
     Ok(Some(u32::try_from(n).unwrap_or(u32::MAX)))
 }
 
-pub async fn get(pool: &sqlx::SqlitePool, name: QuotaName, now: i64) -> Result<Quota> {
+pub async fn get(pool: &sqlx::AnyPool, name: QuotaName, now: i64) -> Result<Quota> {
     Ok(Quota { name, limit: limit(pool, name).await?, usage: usage(pool, name, now).await? })
 }

@@ -4,7 +4,8 @@ use std::future::Future;
 use std::net::IpAddr;
 
 use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
-use sqlx::{Row, SqliteExecutor};
+use sqlx::Row;
+use sqlx::any::AnyExecutor;
 
 use super::create::{self, Address};
 use super::write::begin;
@@ -18,7 +19,7 @@ pub const OPERATION_CREATE: &str = "CreateRoute";
 pub const MAIN: &str = "main";
 
 pub async fn ensure_main_table(tx: &mut Tx) -> Result<()> {
-    sqlx::query("INSERT OR IGNORE INTO route_tables (id, name, main, created_at) VALUES ('rtb-main', 'main', 1, ?1)")
+    sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES ('rtb-main', 'main', 1, $1) ON CONFLICT DO NOTHING")
         .bind(now_ms())
         .execute(&mut **tx)
         .await?;
@@ -34,7 +35,7 @@ pub async fn canonicalize_destinations(tx: &mut Tx) -> Result<()> {
         else {
             continue;
         };
-        let updated = sqlx::query("UPDATE OR IGNORE routes SET destination = ?1 WHERE id = ?2")
+        let updated = sqlx::query("UPDATE OR IGNORE routes SET destination = $1 WHERE id = $2")
             .bind(&canonical)
             .bind(&id)
             .execute(&mut **tx)
@@ -51,9 +52,9 @@ fn table_not_found(id: &str) -> ApiError {
 }
 
 /// Resolve a table ID, or `main`, to the table's ID.
-async fn resolve<'e>(exec: impl SqliteExecutor<'e>, id: &str) -> Result<String> {
+async fn resolve<'e>(exec: impl AnyExecutor<'e>, id: &str) -> Result<String> {
     let found: Option<String> =
-        sqlx::query_scalar("SELECT id FROM route_tables WHERE id = ?1 OR (?1 = 'main' AND main = 1)")
+        sqlx::query_scalar("SELECT id FROM route_tables WHERE id = $1 OR ($1 = 'main' AND main = 1)")
             .bind(id)
             .fetch_optional(exec)
             .await?;
@@ -64,7 +65,8 @@ async fn resolve<'e>(exec: impl SqliteExecutor<'e>, id: &str) -> Result<String> 
 struct TableRow {
     id: String,
     name: String,
-    main: bool,
+    /// 0 or 1 (a flag is an integer on both backends).
+    main: i64,
     route_count: i64,
     created_at: i64,
 }
@@ -74,7 +76,7 @@ impl From<TableRow> for RouteTable {
         RouteTable {
             id: r.id,
             name: r.name,
-            main: r.main,
+            main: r.main != 0,
             route_count: u32::try_from(r.route_count).unwrap_or(u32::MAX),
             created_at: rfc3339(r.created_at),
         }
@@ -93,7 +95,7 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
     validate::NAME.check("name", &req.name)?;
     let (mut tx, now) = begin(db).await?;
     let id = new_id("rtb");
-    sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES (?1, ?2, 0, ?3)")
+    sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES ($1, $2, 0, $3)")
         .bind(&id)
         .bind(&req.name)
         .bind(now)
@@ -102,7 +104,7 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
         .map_err(conflict_on_unique(codes::ROUTE_TABLE_ALREADY_EXISTS, || {
             format!("a route table named {:?} exists", req.name)
         }))?;
-    let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = ?1")))
+    let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = $1")))
         .bind(&id)
         .fetch_one(&mut *tx)
         .await?;
@@ -113,11 +115,11 @@ pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<Rout
 pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
     let (mut tx, _) = begin(db).await?;
     let table_id = resolve(&mut *tx, id).await?;
-    let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = ?1")))
+    let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = $1")))
         .bind(&table_id)
         .fetch_one(&mut *tx)
         .await?;
-    if row.main {
+    if row.main != 0 {
         return Err(ApiError::conflict(codes::DEPENDENCY_VIOLATION, "the main route table cannot be deleted"));
     }
     if row.route_count > 0 {
@@ -126,7 +128,7 @@ pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
             format!("route table {table_id} still has {} routes; delete them first", row.route_count),
         ));
     }
-    sqlx::query("DELETE FROM route_tables WHERE id = ?1").bind(&table_id).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM route_tables WHERE id = $1").bind(&table_id).execute(&mut *tx).await?;
     call::commit(tx, &table_id).await?;
     Ok(row.into())
 }
@@ -138,7 +140,7 @@ struct RouteRow {
     name: String,
     destination: String,
     target_instance: String,
-    target_live: bool,
+    target_live: i64,
     created_at: i64,
 }
 
@@ -150,22 +152,22 @@ impl From<RouteRow> for Route {
             name: r.name,
             destination: r.destination,
             target_instance: r.target_instance,
-            state: if r.target_live { RouteState::Active } else { RouteState::Blackhole },
+            state: if r.target_live != 0 { RouteState::Active } else { RouteState::Blackhole },
             created_at: rfc3339(r.created_at),
         }
     }
 }
 
-/// `?1` is now: a route whose target is gone or terminated is a blackhole, as a cloud reports it.
+/// `$1` is now: a route whose target is gone or terminated is a blackhole, as a cloud reports it.
 const ROUTE_SELECT: &str = "SELECT r.id, r.route_table_id, r.name, r.destination, r.target_instance, \
-     EXISTS (SELECT 1 FROM instances i WHERE i.id = r.target_instance \
-             AND (CASE WHEN i.next_state_at <= ?1 THEN i.next_state ELSE i.state END) NOT IN ('shutting-down', 'terminated')) AS target_live, \
+     CAST(EXISTS (SELECT 1 FROM instances i WHERE i.id = r.target_instance \
+             AND (CASE WHEN i.next_state_at <= $1 THEN i.next_state ELSE i.state END) NOT IN ('shutting-down', 'terminated')) AS INTEGER) AS target_live, \
      r.created_at FROM routes r";
 
 pub async fn list(db: &Db, table: &str) -> Result<Vec<Route>> {
     let table_id = resolve(db.reader(), table).await?;
     let rows: Vec<RouteRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} WHERE r.route_table_id = ?2 ORDER BY r.seq")))
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} WHERE r.route_table_id = $2 ORDER BY r.seq")))
             .bind(now_ms())
             .bind(&table_id)
             .fetch_all(db.reader())
@@ -173,8 +175,8 @@ pub async fn list(db: &Db, table: &str) -> Result<Vec<Route>> {
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-async fn fetch<'e>(exec: impl SqliteExecutor<'e>, id: &str, now: i64) -> Result<Route> {
-    let row: Option<RouteRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} WHERE r.id = ?2")))
+async fn fetch<'e>(exec: impl AnyExecutor<'e>, id: &str, now: i64) -> Result<Route> {
+    let row: Option<RouteRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} WHERE r.id = $2")))
         .bind(now)
         .bind(id)
         .fetch_optional(exec)
@@ -231,10 +233,10 @@ impl create::NewResource for NewRoute<'_> {
     /// The table, the target's state, the table's route count and the quota, in one statement.
     fn push_checks(&self, script: &mut Script, _now: i64) -> Vec<Step> {
         vec![script.push(
-            "SELECT t.id, (SELECT state FROM instances WHERE id = ?2), t.route_count, \
-             (SELECT limit_value FROM quotas WHERE name = ?3) \
-             FROM (SELECT 1) LEFT JOIN (SELECT id, route_count FROM route_tables \
-             WHERE id = ?1 OR (?1 = 'main' AND main = 1) LIMIT 1) t",
+            "SELECT t.id, (SELECT state FROM instances WHERE id = $2), t.route_count, \
+             (SELECT limit_value FROM quotas WHERE name = $3) \
+             FROM (SELECT 1) AS one LEFT JOIN (SELECT id, route_count FROM route_tables \
+             WHERE id = $1 OR ($1 = 'main' AND main = 1) LIMIT 1) t ON 1 = 1",
             |b| {
                 b.bind(self.table.to_string())
                     .bind(self.req.target_instance.clone())
@@ -282,7 +284,7 @@ impl create::NewResource for NewRoute<'_> {
     fn push_insert(&self, script: &mut Script, now: i64, _: Option<IpAddr>) -> Step {
         script.push(
             "INSERT INTO routes (id, route_table_id, name, destination, target_instance, created_at) \
-             SELECT ?1, id, ?3, ?4, ?5, ?6 FROM route_tables WHERE id = ?2 OR (?2 = 'main' AND main = 1) LIMIT 1",
+             SELECT $1, id, $3, $4, $5, $6 FROM route_tables WHERE id = $2 OR ($2 = 'main' AND main = 1) LIMIT 1",
             |b| {
                 b.bind(self.id.clone())
                     .bind(self.table.to_string())
@@ -310,7 +312,7 @@ impl create::NewResource for NewRoute<'_> {
             name: self.req.name.clone(),
             destination: self.destination.clone(),
             target_instance: self.req.target_instance.clone(),
-            target_live: true,
+            target_live: 1,
             created_at: now,
         };
         Ok(route.into())
@@ -333,7 +335,7 @@ async fn inserted(
         // The unique index is the check; find the holder only to name it.
         Err(NotDone::Failed(e)) if is_unique_violation(e) => {
             let holder: Option<(String, String)> =
-                sqlx::query_as("SELECT id, name FROM routes WHERE route_table_id = ?1 AND destination = ?2")
+                sqlx::query_as("SELECT id, name FROM routes WHERE route_table_id = $1 AND destination = $2")
                     .bind(table_id)
                     .bind(destination)
                     .fetch_optional(&mut **tx)
@@ -360,7 +362,7 @@ pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
             format!("route {route_id} is not in route table {table_id}"),
         ));
     }
-    sqlx::query("DELETE FROM routes WHERE id = ?1").bind(route_id).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM routes WHERE id = $1").bind(route_id).execute(&mut *tx).await?;
     call::commit(tx, route_id).await?;
     Ok(route)
 }

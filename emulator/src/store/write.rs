@@ -55,7 +55,7 @@ mod tests {
 
         let (tx, _, ran, (insert, read)) = begin_with(&db, |_, s| {
             let insert = s.push("INSERT INTO quotas (name, limit_value) VALUES ('x', 1)", |_| {});
-            let read = s.push("SELECT state, next_state FROM instances WHERE id = ?1", |b| {
+            let read = s.push("SELECT state, next_state FROM instances WHERE id = $1", |b| {
                 b.bind("i-1");
             });
             (insert, read)

@@ -155,3 +155,37 @@ async fn a_database_is_reached_over_tls_when_the_url_asks() {
     let e = db::migrate(&DbLocation::parse(&format!("{url}?sslmode=require")).unwrap()).await.unwrap_err().to_string();
     assert!(e.contains("server does not support TLS") && e.contains("sslmode=prefer"), "{e}");
 }
+
+/// The API served from PostgreSQL: what it acknowledged is there after a restart (audit entries too), and what
+/// it cannot do there yet — snapshots (a SQLite file's copy) and accounts — is refused in words, not faked.
+#[tokio::test]
+async fn an_emulator_serves_from_postgres_and_keeps_what_it_acknowledged() {
+    use fakecloud_api::{Client, CreateInstanceRequest, InstanceState};
+    use fakecloud_emulator::config::Config;
+    use fakecloud_emulator::server::Server;
+
+    use crate::common::{ADMIN, USER, tokens};
+
+    let pg = Postgres::start();
+    let on_pg = DbLocation::parse(&pg.database("fc").await).unwrap();
+    let cfg = Config { timings: fakecloud_emulator::config::Timings::instant(), ..Config::default() };
+    let server = Server::start("127.0.0.1:0", &on_pg, cfg.clone(), tokens()).await.unwrap();
+    let user = Client::new(&server.url(), USER).unwrap();
+    let made =
+        user.create_instance(&CreateInstanceRequest { name: "pg-1".into(), ..Default::default() }, None).await.unwrap();
+    server.shutdown().await;
+
+    let server = Server::start("127.0.0.1:0", &on_pg, cfg, tokens()).await.unwrap();
+    let (user, admin) = (Client::new(&server.url(), USER).unwrap(), Client::new(&server.url(), ADMIN).unwrap());
+    let kept = user.get_instance(&made.id).await.unwrap();
+    assert_eq!((kept.name.as_str(), kept.private_ip), ("pg-1", made.private_ip));
+    assert_eq!(kept.state, InstanceState::Running);
+    let audit = admin.audit(&Default::default()).await.unwrap();
+    assert!(audit.items.iter().any(|e| e.resource_id.as_deref() == Some(made.id.as_str())), "{audit:?}");
+
+    let err = admin.snapshot("s.db").await.unwrap_err().to_string();
+    assert!(err.contains("pg_dump"), "{err}");
+    let err = admin.create_account("team-a").await.unwrap_err().to_string();
+    assert!(err.contains("PostgreSQL") && err.contains("SQLite file"), "{err}");
+    server.shutdown().await;
+}

@@ -1,8 +1,9 @@
 //! The audit log's table: its rows, written in order and read by `seq`.
 
 use fakecloud_api::AuditEntry;
-use sqlx::{SqliteConnection, SqlitePool};
+use sqlx::{AnyConnection, AnyPool};
 
+use crate::db::backend::Backend;
 use crate::db::values::rfc3339;
 
 /// One call, as the HTTP layer saw it.
@@ -22,7 +23,7 @@ pub struct Record {
 }
 
 /// Write `entries` in one statement (as their batch's commit does); returns their `seq`s, in order.
-pub async fn insert_many(conn: &mut SqliteConnection, entries: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
+pub async fn insert_many(conn: &mut AnyConnection, entries: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
     if entries.is_empty() {
         return Ok(Vec::new());
     }
@@ -45,14 +46,18 @@ pub async fn insert_many(conn: &mut SqliteConnection, entries: &[Record]) -> Res
         })
         .collect();
     // One JSON parameter for any number of entries: one prepared statement, inserted in order.
-    let mut seqs: Vec<i64> = sqlx::query_scalar(
+    // (The casts are PostgreSQL's: `->>` gives text. SQLite's `->>` gives the JSON value's own type, and its
+    // INTEGER columns would take the text anyway.)
+    let sql = format!(
         "INSERT INTO audit_log (time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7, \
-         value ->> 8, value ->> 9, value ->> 10 FROM json_each(?1) ORDER BY key RETURNING seq",
-    )
-    .bind(serde_json::Value::Array(rows).to_string())
-    .fetch_all(conn)
-    .await?;
+         SELECT CAST(value ->> 0 AS BIGINT), value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, \
+         CAST(value ->> 7 AS BIGINT), value ->> 8, CAST(value ->> 9 AS BIGINT), value ->> 10 FROM {} ORDER BY key RETURNING seq",
+        Backend::of(conn).json_rows()
+    );
+    let mut seqs: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(serde_json::Value::Array(rows).to_string())
+        .fetch_all(conn)
+        .await?;
     // RETURNING's order is not promised; the inserts' order is, and `seq` grows with it.
     seqs.sort_unstable();
     Ok(seqs)
@@ -88,15 +93,15 @@ pub struct Filter {
 }
 
 /// The entries `q` selects, oldest first.
-pub async fn query(db: &SqlitePool, q: &Filter) -> Result<Vec<AuditEntry>, sqlx::Error> {
+pub async fn query(db: &AnyPool, q: &Filter) -> Result<Vec<AuditEntry>, sqlx::Error> {
     let mut sql = String::from(
-        "SELECT seq, time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault FROM audit_log WHERE seq > ?1",
+        "SELECT seq, time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault FROM audit_log WHERE seq > $1",
     );
     // Every placeholder numbered: sqlx numbers bare `?` on its own.
     let mut args: Vec<Arg> = vec![Arg::I(q.after)];
     let mut filter = |sql: &mut String, clause: &str, arg: Arg| {
         args.push(arg);
-        sql.push_str(&format!("{clause}?{}", args.len()));
+        sql.push_str(&format!("{clause}${}", args.len()));
     };
     if let Some(op) = &q.operation {
         filter(&mut sql, " AND operation = ", Arg::S(op.clone()));
@@ -144,6 +149,6 @@ enum Arg {
 }
 
 /// The `seq` of the newest entry written (0 for an empty log).
-pub async fn newest_seq(db: &SqlitePool) -> Result<i64, sqlx::Error> {
+pub async fn newest_seq(db: &AnyPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM audit_log").fetch_one(db).await
 }

@@ -65,7 +65,7 @@ impl AuditSink {
     /// changed the answer after the change was made).
     pub async fn amend(&self, seq: i64, r: &Record) {
         let updated = sqlx::query(
-            "UPDATE audit_log SET status = ?1, error_code = ?2, fault = ?3, resource_id = ?4, latency_us = ?5 WHERE seq = ?6",
+            "UPDATE audit_log SET status = $1, error_code = $2, fault = $3, resource_id = $4, latency_us = $5 WHERE seq = $6",
         )
         .bind(i64::from(r.status))
         .bind(&r.error_code)
@@ -102,7 +102,7 @@ impl AuditSink {
             // earlier calls', then these.
             tx.write_queued_audit().await?;
             insert_many(&mut tx, &batch).await?;
-            sqlx::query("DELETE FROM audit_log WHERE seq <= (SELECT MAX(seq) FROM audit_log) - ?1")
+            sqlx::query("DELETE FROM audit_log WHERE seq <= (SELECT MAX(seq) FROM audit_log) - $1")
                 .bind(i64::try_from(self.0.max_entries).unwrap_or(i64::MAX))
                 .execute(&mut *tx)
                 .await?;

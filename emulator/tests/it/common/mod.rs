@@ -1,4 +1,5 @@
-//! Test harness: a real emulator on an ephemeral loopback port with a real SQLite file in a temp dir.
+//! Test harness: a real emulator on an ephemeral loopback port with a real SQLite file in a temp dir, or a
+//! database of its own on a real PostgreSQL server when `FAKECLOUD_TEST_STORE=postgres` (`make test-postgres`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod postgres;
@@ -29,6 +30,17 @@ pub struct Emu {
     pub user: Client,
     pub admin: Client,
     pub cfg: Config,
+    /// Its database.
+    pub db: DbLocation,
+}
+
+/// A new database for an emulator: a SQLite file in `dir`, or a database on the tests' PostgreSQL server.
+pub async fn new_store(dir: &std::path::Path) -> DbLocation {
+    if std::env::var("FAKECLOUD_TEST_STORE").as_deref() == Ok("postgres") {
+        DbLocation::Postgres(postgres::shared().new_database().await)
+    } else {
+        DbLocation::File(dir.join("fc.db"))
+    }
 }
 
 pub fn tokens() -> Tokens {
@@ -52,10 +64,14 @@ impl Emu {
     }
 
     pub async fn with_config(cfg: Config) -> Self {
+        // The emulator's log, shown with a failing test's output (`RUST_LOG` chooses; errors by default).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "error".into()))
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().unwrap();
-        let server = Server::start("127.0.0.1:0", &DbLocation::File(dir.path().join("fc.db")), cfg.clone(), tokens())
-            .await
-            .unwrap();
+        let db = new_store(dir.path()).await;
+        let server = Server::start("127.0.0.1:0", &db, cfg.clone(), tokens()).await.unwrap();
         let url = server.url();
         Self {
             server: Some(server),
@@ -63,6 +79,7 @@ impl Emu {
             user: Client::new(&url, USER).unwrap(),
             admin: Client::new(&url, ADMIN).unwrap(),
             cfg,
+            db,
         }
     }
 
@@ -74,13 +91,12 @@ impl Emu {
         self.user.endpoint().to_string()
     }
 
-    /// Stop the server and start a new one on the same database file (and a new port).
+    /// Stop the server and start a new one on the same database (and a new port).
     pub async fn restart(&mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown().await;
         }
-        let server =
-            Server::start("127.0.0.1:0", &DbLocation::File(self.db_path()), self.cfg.clone(), tokens()).await.unwrap();
+        let server = Server::start("127.0.0.1:0", &self.db, self.cfg.clone(), tokens()).await.unwrap();
         let url = server.url();
         self.user = Client::new(&url, USER).unwrap();
         self.admin = Client::new(&url, ADMIN).unwrap();

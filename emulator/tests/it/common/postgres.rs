@@ -66,6 +66,12 @@ impl Postgres {
         Self { ca, bin, uid, port, dir }
     }
 
+    /// A new database, named for the order of the call.
+    pub async fn new_database(&self) -> String {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        self.database(&format!("t{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))).await
+    }
+
     /// The URL of a database `name`, created now.
     pub async fn database(&self, name: &str) -> String {
         use sqlx::Connection;
@@ -87,6 +93,31 @@ impl Drop for Postgres {
         let mut cmd = as_server(Command::new(self.bin.join("pg_ctl")), self.uid, self.dir.path());
         let _ = cmd.args(["-m", "immediate", "-D"]).arg(self.dir.path().join("data")).arg("stop").output();
     }
+}
+
+static SHARED: std::sync::OnceLock<Postgres> = std::sync::OnceLock::new();
+
+/// One server for every test of this process that asks (a database each), started on first use. A static is
+/// never dropped: a watchdog stops the server and removes its files once this process has gone, however it ended.
+pub fn shared() -> &'static Postgres {
+    SHARED.get_or_init(|| {
+        let pg = Postgres::start();
+        let watch = format!(
+            "while [ -d /proc/{pid} ]; do sleep 0.5; done; \"$0\" -m immediate -D \"$1/data\" stop; rm -rf \"$1\"",
+            pid = std::process::id()
+        );
+        // Never waited for: it outlives this process on purpose (init reaps it).
+        #[allow(clippy::zombie_processes)]
+        as_server(Command::new("sh"), pg.uid, pg.dir.path())
+            .args(["-c", &watch])
+            .arg(pg.bin.join("pg_ctl"))
+            .arg(pg.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the PostgreSQL server's watchdog");
+        pg
+    })
 }
 
 /// `cmd` run as the server's user, in its directory: PostgreSQL's programs look for themselves from the working
