@@ -14,12 +14,11 @@ pub mod schema;
 pub mod script;
 pub mod values;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AnyConnection, Connection, Executor};
 
 pub use self::backend::Backend;
@@ -82,11 +81,11 @@ const SQLITE_PRAGMAS: &str =
     // OS page cache); only a power loss can take the last commits. See README "Durability".
     "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; PRAGMA cache_size = -16000;";
 
-/// The writer's: those, WAL, and its own: it never checkpoints (the checkpointer does, off its path, see `checkpoint`), and its
-/// savepoint journals (one per call in a batch) stay in memory: in temp files they were written, and the files
-/// created and deleted, every batch (BENCHMARKS.md, issue #15).
-const SQLITE_WRITER_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; \
-     PRAGMA foreign_keys = ON; PRAGMA cache_size = -16000; PRAGMA wal_autocheckpoint = 0; PRAGMA temp_store = memory;";
+/// The writer's own, after those. It never checkpoints: the checkpointer does, off its path (see `checkpoint`).
+/// Its savepoint journals (one per call in a batch) stay in memory: in temp files they were written, and the
+/// files created and deleted, every batch (BENCHMARKS.md, issue #15).
+const SQLITE_WRITER_PRAGMAS: &str =
+    "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; PRAGMA temp_store = memory;";
 
 /// The URL `Any` opens the SQLite file at `path` (or a database in memory) by, in `mode` (`rwc`, `ro`).
 /// (sqlx's own `to_url_lossy` cannot say a path with a `:` in it.) The path is made absolute, and every
@@ -109,15 +108,19 @@ fn sqlite_url(path: Option<&std::path::Path>, mode: &str) -> std::io::Result<Str
 /// How many connections read beside the writer.
 const READERS: u32 = 4;
 
-/// A pool of `max` connections to `url`, each set up with `setup` once connected.
-async fn any_pool(url: &str, max: u32, setup: &'static str) -> Result<AnyPool, sqlx::Error> {
+/// A pool of `max` connections to `url`, each set up with the statements of `setup` once connected.
+async fn any_pool(url: &str, max: u32, setup: &'static [&'static str]) -> Result<AnyPool, sqlx::Error> {
+    async fn set_up(conn: &mut AnyConnection, setup: &[&'static str]) -> Result<(), sqlx::Error> {
+        for statements in setup {
+            conn.execute(*statements).await?;
+        }
+        Ok(())
+    }
     sqlx::any::install_default_drivers();
     // One connection first, alone: a pool retries a failing connection until its timeout and then says only
     // that, where this says why (not a database, no such host, a wrong password).
     let mut first = AnyConnection::connect(url).await?;
-    if !setup.is_empty() {
-        first.execute(setup).await?;
-    }
+    set_up(&mut first, setup).await?;
     first.close().await?;
     AnyPoolOptions::new()
         .max_connections(max)
@@ -126,14 +129,7 @@ async fn any_pool(url: &str, max: u32, setup: &'static str) -> Result<AnyPool, s
         // Kept for good: an in-memory database lives only as long as its one connection.
         .idle_timeout(None)
         .max_lifetime(None)
-        .after_connect(move |conn, _| {
-            Box::pin(async move {
-                if !setup.is_empty() {
-                    conn.execute(setup).await?;
-                }
-                Ok(())
-            })
-        })
+        .after_connect(move |conn, _| Box::pin(set_up(conn, setup)))
         .connect(url)
         .await
 }
@@ -151,21 +147,13 @@ impl Db {
 
     /// SQLite: the file at `path`, or one in memory.
     async fn open_sqlite(path: Option<&std::path::Path>) -> Result<Self, OpenError> {
-        let (opts, label, readers) = match path {
-            // One connection for everything: each in-memory connection would be its own empty database.
-            None => (SqliteConnectOptions::from_str("sqlite::memory:").expect("static URL"), ":memory:".to_string(), 0),
-            Some(path) => {
-                create_private(path).map_err(|cause| OpenError::Create { path: path.display().to_string(), cause })?;
-                (
-                    SqliteConnectOptions::new().filename(path).create_if_missing(true),
-                    path.display().to_string(),
-                    READERS,
-                )
-            }
-        };
+        let label = path.map_or_else(|| ":memory:".to_string(), |p| p.display().to_string());
+        if let Some(path) = path {
+            create_private(path).map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
+        }
         let open_err = |cause| OpenError::Open { explained: explain(&cause), path: label.clone() };
         let url = sqlite_url(path, "rwc").map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
-        let writer = any_pool(&url, 1, SQLITE_WRITER_PRAGMAS).await.map_err(open_err)?;
+        let writer = any_pool(&url, 1, &[SQLITE_PRAGMAS, SQLITE_WRITER_PRAGMAS]).await.map_err(open_err)?;
         refuse_newer(&MIGRATOR, applied_version(&writer).await, &label)?;
         let mut conn = writer.acquire().await.map_err(open_err)?;
         // (`run_direct`: sqlx's own way round "implementation of `Acquire` is not general enough", which `run`
@@ -175,19 +163,23 @@ impl Db {
             .await
             .map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
         drop(conn);
-        let (reader, checkpoints) = if readers == 0 {
-            (writer.clone(), None)
-        } else {
-            let url = sqlite_url(path, "ro").map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
-            let reader = any_pool(&url, readers, SQLITE_PRAGMAS).await.map_err(open_err)?;
-            // Read-write: a checkpoint writes the database file (it never takes the writer's lock). Typed: it
-            // reads what SQLite's checkpoint says.
-            let checkpoints = SqlitePoolOptions::new()
-                .max_connections(1)
-                .connect_with(opts.busy_timeout(Duration::from_secs(10)))
-                .await
-                .map_err(open_err)?;
-            (reader, Some(checkpoints))
+        let (reader, checkpoints) = match path {
+            // One connection for everything: each in-memory connection would be its own empty database.
+            None => (writer.clone(), None),
+            Some(path) => {
+                let url =
+                    sqlite_url(Some(path), "ro").map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
+                let reader = any_pool(&url, READERS, &[SQLITE_PRAGMAS]).await.map_err(open_err)?;
+                // Read-write: a checkpoint writes the database file (it never takes the writer's lock). Typed: it
+                // reads what SQLite's checkpoint says.
+                let opts = SqliteConnectOptions::new()
+                    .filename(path)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10));
+                let checkpoints =
+                    SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.map_err(open_err)?;
+                (reader, Some(checkpoints))
+            }
         };
         let checkpointer = checkpoints.clone().map(Checkpointer::start);
         Ok(Self { backend: Backend::Sqlite, writer: Writer::start(writer, checkpointer, None), reader, checkpoints })
@@ -197,8 +189,8 @@ impl Db {
         postgres::migrate(url).await?;
         let label = crate::config::redact(url);
         let open_err = |cause| OpenError::Open { explained: postgres::explain(&cause), path: label.clone() };
-        let writer = any_pool(url, 1, "").await.map_err(open_err)?;
-        let reader = any_pool(url, READERS, "").await.map_err(open_err)?;
+        let writer = any_pool(url, 1, &[]).await.map_err(open_err)?;
+        let reader = any_pool(url, READERS, &[]).await.map_err(open_err)?;
         let writer = Writer::start(writer, None, Some(postgres::CLOUD_LOCK));
         Ok(Self { backend: Backend::Postgres, writer, reader, checkpoints: None })
     }
