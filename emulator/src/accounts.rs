@@ -1,6 +1,7 @@
 //! Accounts (issue #28): clouds of their own on one emulator, each reached with its own tokens, as several
 //! clusters or CI jobs each get an account of a real cloud. An account is a whole [`Cloud`] — a database of its
-//! own (`fakecloud.accounts/<id>.db` beside `fakecloud.db`), fault engine, rate limits, quotas and audit log —
+//! own (`fakecloud.accounts/<id>.db` beside `fakecloud.db`; on PostgreSQL a schema, `account_<id>`, in the
+//! emulator's database), fault engine, rate limits, quotas and audit log —
 //! so one account's calls cannot see or change another's, nor spend its budget: every token of an account draws
 //! from the account's buckets. The emulator's own database keeps which accounts there are, and their tokens; a
 //! call is routed to its account's cloud by its token ([`Accounts::route`]), and the emulator's own admin token
@@ -35,10 +36,8 @@ pub const DEFAULT: &str = "default";
 pub struct Accounts {
     /// The emulator's own database, where the accounts are listed.
     db: Db,
-    /// Where the accounts' databases are: a directory beside the emulator's own file, or none (in memory).
-    dir: Option<PathBuf>,
-    /// The emulator's store is PostgreSQL, where accounts are not built yet: it holds none.
-    on_postgres: bool,
+    /// Where the accounts' stores are.
+    stores: Stores,
     /// An account's cloud: the emulator's configuration without the data plane.
     cfg: Config,
     clouds: RwLock<BTreeMap<String, Arc<Cloud>>>,
@@ -46,12 +45,28 @@ pub struct Accounts {
     changes: tokio::sync::Mutex<()>,
 }
 
+/// Where the accounts' stores are, beside the emulator's own.
+#[derive(Debug)]
+enum Stores {
+    /// A SQLite file each, in this directory beside the emulator's file.
+    Files(PathBuf),
+    /// A database each in memory, as the emulator's own is.
+    Memory,
+    /// A schema each (`account_<id>`, `-` as `_`) in the emulator's PostgreSQL database, at this URL.
+    Schemas(String),
+}
+
+/// An account's schema on PostgreSQL: its ID, which has no `_`, with `-` as `_` (a plain identifier).
+fn schema(id: &str) -> String {
+    format!("account_{}", id.replace('-', "_"))
+}
+
 /// How often the janitor looks for lapsed leases.
 const JANITOR_PERIOD: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Accounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Accounts").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("Accounts").field("stores", &self.stores).finish_non_exhaustive()
     }
 }
 
@@ -66,14 +81,13 @@ pub enum OpenError {
 impl Accounts {
     /// The accounts listed in `db` (the emulator's own database, at `location`), each opened.
     pub async fn open(db: Db, location: &DbLocation, cfg: &Config) -> Result<Arc<Self>, OpenError> {
-        let dir = match location {
-            DbLocation::File(path) => Some(path.with_extension("accounts")),
-            DbLocation::Memory | DbLocation::Postgres(_) => None,
+        let stores = match location {
+            DbLocation::File(path) => Stores::Files(path.with_extension("accounts")),
+            DbLocation::Memory => Stores::Memory,
+            DbLocation::Postgres(url) => Stores::Schemas(url.clone()),
         };
         let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
-        let on_postgres = matches!(location, DbLocation::Postgres(_));
-        let accounts =
-            Self { db, dir, on_postgres, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };
+        let accounts = Self { db, stores, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };
         for row in rows::list(&accounts.db).await? {
             let tokens = row.tokens();
             let cloud = accounts
@@ -84,7 +98,7 @@ impl Accounts {
         }
         let opened = accounts.read_len();
         if opened > 0 {
-            tracing::info!(accounts = opened, dir = ?accounts.dir, "accounts opened");
+            tracing::info!(accounts = opened, stores = ?accounts.stores, "accounts opened");
         }
         Ok(Arc::new(accounts))
     }
@@ -117,15 +131,6 @@ impl Accounts {
                 "\"default\" is the emulator's own account (its tokens are the ones `fakecloud serve` printed)",
             ));
         }
-        if self.on_postgres {
-            // (Not a cloud in memory instead: its writes would be acknowledged and lost with the process.)
-            return Err(ApiError::new(
-                Kind::Exceeded,
-                codes::ACCOUNT_LIMIT_EXCEEDED,
-                "this emulator's store is PostgreSQL, where accounts are not built yet (issue #28): it holds no \
-                 accounts besides its own; serve from a SQLite file (--db fakecloud.db) to use accounts",
-            ));
-        }
         let _one_at_a_time = self.changes.lock().await;
         if self.read_len() >= ACCOUNTS_MAX {
             return Err(ApiError::new(
@@ -137,7 +142,7 @@ impl Accounts {
         let tokens = credentials::random_tokens();
         let created_at = rows::insert(&self.db, id, &tokens).await?;
         // A database left by an account of this name that was deleted while the emulator died is not this one's.
-        self.remove_files(id);
+        self.remove_store(id).await;
         let cloud = match self.open_cloud(id, tokens.clone()).await {
             Ok(cloud) => cloud,
             Err(e) => {
@@ -285,14 +290,15 @@ impl Accounts {
     }
 
     async fn open_cloud(&self, id: &str, tokens: Tokens) -> Result<Cloud, cloud::OpenError> {
-        let location = match &self.dir {
-            Some(dir) => {
+        let location = match &self.stores {
+            Stores::Files(dir) => {
                 crate::db::create_private_dir(dir).map_err(|cause| {
                     cloud::OpenError::Db(crate::db::OpenError::Create { path: dir.display().to_string(), cause })
                 })?;
                 DbLocation::File(dir.join(format!("{id}.db")))
             }
-            None => DbLocation::Memory,
+            Stores::Memory => DbLocation::Memory,
+            Stores::Schemas(url) => DbLocation::Postgres(crate::db::postgres::in_schema(url, &schema(id))),
         };
         Cloud::open(&location, self.cfg.clone(), tokens, None).await
     }
@@ -304,13 +310,25 @@ impl Accounts {
         if let Some(cloud) = cloud {
             cloud.close().await;
         }
-        self.remove_files(id);
+        self.remove_store(id).await;
     }
 
-    fn remove_files(&self, id: &str) {
-        let Some(dir) = &self.dir else { return };
-        for suffix in ["db", "db-wal", "db-shm"] {
-            let _ = std::fs::remove_file(dir.join(format!("{id}.{suffix}")));
+    /// Remove the account's store: its files, or its schema and everything in it.
+    async fn remove_store(&self, id: &str) {
+        match &self.stores {
+            Stores::Files(dir) => {
+                for suffix in ["db", "db-wal", "db-shm"] {
+                    let _ = std::fs::remove_file(dir.join(format!("{id}.{suffix}")));
+                }
+            }
+            Stores::Memory => {}
+            Stores::Schemas(_) => {
+                // (A plain identifier: see `schema`.)
+                let drop = sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {} CASCADE", schema(id)));
+                if let Err(e) = sqlx::query(drop).execute(self.db.writer()).await {
+                    tracing::warn!(account = id, error = %e, "cannot drop the account's schema");
+                }
+            }
         }
     }
 

@@ -122,13 +122,17 @@ async fn any_pool(url: &str, max: u32, setup: &'static [&'static str]) -> Result
     let mut first = AnyConnection::connect(url).await?;
     set_up(&mut first, setup).await?;
     first.close().await?;
-    AnyPoolOptions::new()
-        .max_connections(max)
-        .min_connections(max.min(1))
-        .acquire_timeout(Duration::from_secs(30))
+    let options = if url.starts_with("sqlite:") {
         // Kept for good: an in-memory database lives only as long as its one connection.
-        .idle_timeout(None)
-        .max_lifetime(None)
+        AnyPoolOptions::new().min_connections(1).idle_timeout(None).max_lifetime(None)
+    } else {
+        // Closed when idle: a server allows a hundred or so connections in all, and each account's cloud has
+        // pools of its own (most of them idle most of the time).
+        AnyPoolOptions::new().min_connections(0).idle_timeout(Duration::from_secs(60))
+    };
+    options
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(30))
         .after_connect(move |conn, _| Box::pin(set_up(conn, setup)))
         .connect(url)
         .await
@@ -191,7 +195,8 @@ impl Db {
         let open_err = |cause| OpenError::Open { explained: postgres::explain(&cause), path: label.clone() };
         let writer = any_pool(url, 1, &[]).await.map_err(open_err)?;
         let reader = any_pool(url, READERS, &[]).await.map_err(open_err)?;
-        let writer = Writer::start(writer, None, Some(postgres::CLOUD_LOCK));
+        let lock = sqlx::query_scalar(postgres::CLOUD_LOCK).fetch_one(&writer).await.map_err(open_err)?;
+        let writer = Writer::start(writer, None, Some(lock));
         Ok(Self { backend: Backend::Postgres, writer, reader, checkpoints: None })
     }
 

@@ -132,8 +132,8 @@ async fn lb_provisioning_set_show_and_clear() {
 }
 
 /// `serve --db` with a database URL it cannot use is refused before anything is made: the message says what to
-/// give instead, or why the database cannot be reached, and no file or directory named after the URL appears. A file that is not a database is
-/// refused too, and leaves no credentials file behind.
+/// give instead, or why the database cannot be reached, and no file or directory named after the URL appears. A
+/// file that is not a database is refused too, and leaves no credentials file behind.
 #[tokio::test]
 async fn serve_refuses_a_database_url_it_cannot_use() {
     let dir = tempfile::tempdir().unwrap();

@@ -139,8 +139,8 @@ impl Writer {
         self.begin_running(None, |_, _| ()).await.map(|started| started.tx)
     }
 
-    /// [`Writer::begin`], and run `probe` (a query for one flag, 0 or 1, its `$1` bound to the time the call took the
-    /// writer), then the statements `call` pushes (given that time), in the same round trip as the savepoint:
+    /// [`Writer::begin`], and run `probe` (a query for one flag, 0 or 1, its `$1` bound to the time the call took
+    /// the writer), then the statements `call` pushes (given that time), in the same round trip as the savepoint:
     /// each round trip is a hand-off to sqlx's SQLite thread while every other write waits (see `script`).
     pub async fn begin_with<R>(
         &self,

@@ -10,9 +10,10 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::schema::{self, OpenError};
 
-/// The advisory lock every writer of a cloud on this database holds for each of its batches (transaction-scoped),
-/// so several emulators' writes are serialised as one writer's are. ("fakecloud" in ASCII.)
-pub const CLOUD_LOCK: i64 = 0x66_616b_6563_6c6f;
+/// The advisory lock every writer of one cloud holds for each of its batches (transaction-scoped), so several
+/// emulators' writes to it are serialised as one writer's are: a number for the database and schema the
+/// connection is in, the same from every emulator, different for each account's schema.
+pub const CLOUD_LOCK: &str = "SELECT CAST(hashtext(current_database() || '.' || current_schema()) AS BIGINT)";
 
 /// How long connecting may take before the host is said not to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,6 +32,14 @@ pub async fn migrate(url: &str) -> Result<i64, OpenError> {
             )));
         }
     };
+    if let Some(name) = schema_of(&opts) {
+        // (A plain identifier: `schema_of` takes no other.)
+        let create = sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {name}"));
+        if let Err(e) = sqlx::query(create).execute(&mut conn).await {
+            let _ = conn.close().await;
+            return Err(open_err(explain(&e)));
+        }
+    }
     let applied = sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(&mut conn).await;
     if let Err(e) = schema::refuse_newer(&MIGRATOR, applied.unwrap_or(None), &label) {
         let _ = conn.close().await;
@@ -42,6 +51,21 @@ pub async fn migrate(url: &str) -> Result<i64, OpenError> {
     let _ = conn.close().await;
     ran.map_err(|cause| OpenError::Migrate { path: label.clone(), cause })?;
     Ok(schema::known_version(&MIGRATOR))
+}
+
+/// The URL of the same database with the store in `schema` (an account's cloud: one schema each, the tables the
+/// same), made if missing when the schema is applied. `schema`: lowercase letters, digits and `_`.
+pub fn in_schema(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options[search_path]={schema}")
+}
+
+/// The schema a URL puts the store in (`options[search_path]=NAME`, as [`in_schema`] writes), if it names one
+/// plain identifier.
+fn schema_of(opts: &PgConnectOptions) -> Option<String> {
+    let path = opts.get_options()?.split_whitespace().find_map(|o| o.strip_prefix("search_path="))?;
+    let plain = !path.is_empty() && path.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    plain.then(|| path.to_string())
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");

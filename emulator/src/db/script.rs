@@ -39,7 +39,7 @@ struct Statement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step(usize);
 
-/// The values of one statement's `$1`…`?n`, in order.
+/// The values of one statement's `$1`…`$n`, in order.
 #[derive(Default)]
 pub struct Binds {
     values: Vec<Value>,

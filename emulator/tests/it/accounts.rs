@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use fakecloud_api::{AuditQuery, Client, CreateInstanceRequest, LeaseRequest, RenewLeaseRequest, codes};
+use fakecloud_emulator::config::DbLocation;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -139,6 +140,11 @@ async fn a_token_of_one_account_never_reaches_another() {
     .collect();
     for (method, _, path, body) in &on_own {
         let (status, answer) = call(&emu, &b.admin, method.clone(), path, body.clone()).await;
+        if path == "/v1/admin/snapshot" && matches!(emu.db, DbLocation::Postgres(_)) {
+            // On PostgreSQL a snapshot (a SQLite file's copy) is refused as such: still its own account's answer.
+            assert!(status == 400 && answer.to_string().contains("pg_dump"), "{path}: {status} {answer}");
+            continue;
+        }
         assert!((200..300).contains(&status), "{method} {path} on its own account: {status} {answer}");
     }
     // The lists of `b`, and of the emulator's own cloud, show none of `a`'s resources.
@@ -314,11 +320,10 @@ async fn the_operator_manages_accounts_and_bad_input_is_refused() {
 
     let a_user = Client::new(&emu.url(), &a.user).unwrap();
     a_user.create_instance(&CreateInstanceRequest { name: "n".into(), ..Default::default() }, None).await.unwrap();
-    let db = emu.dir.path().join("fc.accounts").join("team-a.db");
-    assert!(db.exists(), "the account's database beside the emulator's: {}", db.display());
+    assert!(emu.account_store_exists("team-a").await, "the account's database beside the emulator's");
     assert_eq!(emu.admin.delete_account("team-a").await.unwrap().id, "team-a");
     assert_eq!(a_user.list_instances(&Default::default()).await.unwrap_err().status(), Some(401));
-    assert!(!db.exists(), "the account's database is removed");
+    assert!(!emu.account_store_exists("team-a").await, "the account's database is removed");
     let again = account(&emu, "team-a").await;
     assert_ne!(again.user, a.user, "new tokens");
     let (_, list) = call(&emu, &again.user, Method::GET, "/v1/instances", None).await;

@@ -156,8 +156,8 @@ async fn a_database_is_reached_over_tls_when_the_url_asks() {
     assert!(e.contains("server does not support TLS") && e.contains("sslmode=prefer"), "{e}");
 }
 
-/// The API served from PostgreSQL: what it acknowledged is there after a restart (audit entries too), and what
-/// it cannot do there yet — snapshots (a SQLite file's copy) and accounts — is refused in words, not faked.
+/// The API served from PostgreSQL: what it acknowledged is there after a restart (audit entries too), in its
+/// own account and in an account's schema beside it; snapshots (a SQLite file's copy) are refused in words.
 #[tokio::test]
 async fn an_emulator_serves_from_postgres_and_keeps_what_it_acknowledged() {
     use fakecloud_api::{Client, CreateInstanceRequest, InstanceState};
@@ -167,12 +167,16 @@ async fn an_emulator_serves_from_postgres_and_keeps_what_it_acknowledged() {
     use crate::common::{ADMIN, USER, tokens};
 
     let pg = Postgres::start();
-    let on_pg = DbLocation::parse(&pg.database("fc").await).unwrap();
+    let url = pg.database("fc").await;
+    let on_pg = DbLocation::parse(&url).unwrap();
     let cfg = Config { timings: fakecloud_emulator::config::Timings::instant(), ..Config::default() };
     let server = Server::start("127.0.0.1:0", &on_pg, cfg.clone(), tokens()).await.unwrap();
-    let user = Client::new(&server.url(), USER).unwrap();
-    let made =
-        user.create_instance(&CreateInstanceRequest { name: "pg-1".into(), ..Default::default() }, None).await.unwrap();
+    let (user, admin) = (Client::new(&server.url(), USER).unwrap(), Client::new(&server.url(), ADMIN).unwrap());
+    let instance = |name: &str| CreateInstanceRequest { name: name.into(), ..Default::default() };
+    let made = user.create_instance(&instance("pg-1"), None).await.unwrap();
+    let team = admin.create_account("team-a").await.unwrap();
+    let theirs =
+        Client::new(&server.url(), &team.user_token).unwrap().create_instance(&instance("a-1"), None).await.unwrap();
     server.shutdown().await;
 
     let server = Server::start("127.0.0.1:0", &on_pg, cfg, tokens()).await.unwrap();
@@ -182,10 +186,26 @@ async fn an_emulator_serves_from_postgres_and_keeps_what_it_acknowledged() {
     assert_eq!(kept.state, InstanceState::Running);
     let audit = admin.audit(&Default::default()).await.unwrap();
     assert!(audit.items.iter().any(|e| e.resource_id.as_deref() == Some(made.id.as_str())), "{audit:?}");
+    let team_user = Client::new(&server.url(), &team.user_token).unwrap();
+    let listed = team_user.list_instances(&Default::default()).await.unwrap().items;
+    assert_eq!(listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), [theirs.id.as_str()], "its own only");
+    // The account's tables are in a schema of its own, not among the emulator's.
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let (own, account): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM public.instances), (SELECT COUNT(*) FROM account_team_a.instances)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!((own, account), (1, 1));
 
     let err = admin.snapshot("s.db").await.unwrap_err().to_string();
     assert!(err.contains("pg_dump"), "{err}");
-    let err = admin.create_account("team-a").await.unwrap_err().to_string();
-    assert!(err.contains("PostgreSQL") && err.contains("SQLite file"), "{err}");
+    admin.delete_account("team-a").await.unwrap();
+    let gone: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = 'account_team_a'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(gone, 0, "a deleted account's schema is dropped");
     server.shutdown().await;
 }

@@ -83,6 +83,23 @@ impl Emu {
         }
     }
 
+    /// Whether account `id`'s store is there: its SQLite file beside the emulator's, or its PostgreSQL schema.
+    pub async fn account_store_exists(&self, id: &str) -> bool {
+        match &self.db {
+            DbLocation::Postgres(url) => {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                let schema = format!("account_{}", id.replace('-', "_"));
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                    .bind(schema)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap()
+            }
+            _ => self.dir.path().join("fc.accounts").join(format!("{id}.db")).exists(),
+        }
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.dir.path().join("fc.db")
     }

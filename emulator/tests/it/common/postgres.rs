@@ -45,7 +45,9 @@ impl Postgres {
             .arg(&data));
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port();
-        let mut options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", dir.path().display());
+        // (Connections: every emulator of a test process, and each of its accounts, has pools on the one server.)
+        let mut options =
+            format!("-c listen_addresses=127.0.0.1 -c max_connections=400 -p {port} -k {}", dir.path().display());
         let ca = tls.then(|| {
             let (ca, cert, key) = certificates();
             for (name, pem) in [("ca.crt", &ca), ("server.crt", &cert), ("server.key", &key)] {
@@ -109,6 +111,8 @@ pub fn shared() -> &'static Postgres {
         // Never waited for: it outlives this process on purpose (init reaps it).
         #[allow(clippy::zombie_processes)]
         as_server(Command::new("sh"), pg.uid, pg.dir.path())
+            // A group of its own: a signal to this process's group (Ctrl-C, `timeout`) must not take it too.
+            .process_group(0)
             .args(["-c", &watch])
             .arg(pg.bin.join("pg_ctl"))
             .arg(pg.dir.path())
