@@ -104,10 +104,11 @@ pub static FAULT_CODE: Text =
     Text::new(Some(r"^[A-Za-z0-9._-]+$"), 1, 100, "must be 1-100 letters, digits, '.', '_' or '-'");
 /// A tag to match: `key=value`, or `key` for "has the tag".
 pub static TAG_FILTER: Text = Text::new(
-    Some(r"^[A-Za-z0-9._/:-]{1,128}(=[\s\S]{0,256})?$"),
+    Some(r"^[A-Za-z0-9._/:-]{1,128}(=[^\x00]{0,256})?$"),
     1,
     385,
-    "is not key=value or key (keys: 1-128 letters, digits, '-', '_', '.', '/' or ':'; values: at most 256 characters)",
+    "is not key=value or key (keys: 1-128 letters, digits, '-', '_', '.', '/' or ':'; values: at most 256 \
+     characters, no NUL)",
 );
 /// A tag given as `key=value`.
 pub static TAG_PAIR: Text = Text::new(
