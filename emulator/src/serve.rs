@@ -232,7 +232,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let url = server.url();
     let limits = &server.state.cfg.connections;
     tracing::info!(
-        %url, db = %args.db, region = %args.region, max_connections = limits.max_connections,
+        %url, db = %db, region = %args.region, max_connections = limits.max_connections,
         header_read_timeout = ?limits.header_read_timeout, idle_timeout = ?limits.idle_timeout,
         serve_load_balancers = args.serve_load_balancers, "fakecloud listening"
     );
