@@ -57,7 +57,7 @@ enum Stores {
 }
 
 /// An account's schema on PostgreSQL: its ID, which has no `_`, with `-` as `_` (a plain identifier).
-fn schema(id: &str) -> String {
+pub fn schema(id: &str) -> String {
     format!("account_{}", id.replace('-', "_"))
 }
 

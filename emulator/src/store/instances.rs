@@ -340,8 +340,7 @@ async fn inserted(tx: &mut Tx, name: &str, outcome: std::result::Result<u64, Not
 pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<InstanceList> {
     let page_size = validate::page_size(q.page_size)?;
     let after = validate::page_token(q.page_token.as_deref())?;
-    // $1 is now and $2 the page position; filters take $3 onwards (sqlx numbers bare `?` on its own, so every
-    // placeholder is numbered).
+    // $1 is now and $2 the page position; filters take $3 onwards (numbered `$N`: what both backends take).
     let mut sql = format!("{SELECT} WHERE seq > $2");
     let mut binds: Vec<String> = Vec::new();
     let mut filter = |sql: &mut String, clause: &str, value: String| {

@@ -97,7 +97,7 @@ pub async fn query(db: &AnyPool, q: &Filter) -> Result<Vec<AuditEntry>, sqlx::Er
     let mut sql = String::from(
         "SELECT seq, time, request_id, role, operation, method, path, resource_id, status, error_code, latency_us, fault FROM audit_log WHERE seq > $1",
     );
-    // Every placeholder numbered: sqlx numbers bare `?` on its own.
+    // Every placeholder numbered `$N`: what both backends take.
     let mut args: Vec<Arg> = vec![Arg::I(q.after)];
     let mut filter = |sql: &mut String, clause: &str, arg: Arg| {
         args.push(arg);

@@ -89,7 +89,7 @@ impl Emu {
             DbLocation::Postgres(url) => {
                 use sqlx::Connection;
                 let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-                let schema = format!("account_{}", id.replace('-', "_"));
+                let schema = fakecloud_emulator::accounts::schema(id);
                 sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
                     .bind(schema)
                     .fetch_one(&mut conn)
