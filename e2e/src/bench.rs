@@ -21,11 +21,12 @@ use fakecloud_api::{CreateInstanceRequest, QuotaName};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::env::LOCAL_LEASE;
-use crate::local::{Ccm, Cluster, ClusterOptions, Rates};
+use crate::local::{Ccm, Cluster, ClusterOptions, RECORDED_EARLIER, Rates};
 use crate::{repo, until};
 
 /// A CCM the benchmarks run.
@@ -127,9 +128,10 @@ fn minus(now: &BTreeMap<String, usize>, then: &BTreeMap<String, usize>) -> BTree
 }
 
 impl Counters {
-    async fn read(cluster: &Cluster, ccm: &Ccm) -> Self {
+    /// Event writes for what was recorded before `recorded_from` are told apart (see [`Cluster::ccm_writes`]).
+    async fn read(cluster: &Cluster, ccm: &Ccm, recorded_from: Option<Timestamp>) -> Self {
         let audit = cluster.ccm_audit().await;
-        let (writes, reasons) = cluster.ccm_writes();
+        let (writes, reasons) = cluster.ccm_writes(recorded_from);
         let refused = audit.iter().filter(|e| e.status >= 400).map(|e| format!("{} {}", e.operation, e.status));
         Self {
             cpu: cpu_time(ccm),
@@ -207,7 +209,7 @@ impl<'a> Measured<'a> {
         })
         .await;
         tokio::time::sleep(SETTLE).await;
-        let before = Counters::read(cluster, &ccm).await;
+        let before = Counters::read(cluster, &ccm, None).await;
         Self { cluster, ccm, contender, before, window: steady_window() }
     }
 
@@ -219,11 +221,11 @@ impl<'a> Measured<'a> {
 
     /// The counters once the CCM has been [`QUIET`] (or after [`QUIET_WITHIN`]).
     async fn quiet(&self) -> Counters {
-        let mut now = Counters::read(self.cluster, &self.ccm).await;
+        let mut now = Counters::read(self.cluster, &self.ccm, None).await;
         let give_up = Instant::now() + QUIET_WITHIN;
         loop {
             tokio::time::sleep(QUIET).await;
-            let next = Counters::read(self.cluster, &self.ccm).await;
+            let next = Counters::read(self.cluster, &self.ccm, None).await;
             let quiet = next.activity() == now.activity();
             now = next;
             if quiet || Instant::now() > give_up {
@@ -238,14 +240,22 @@ impl<'a> Measured<'a> {
         let now = self.quiet().await;
         let load_before = load_average();
         let window = self.window;
+        let from = Timestamp::now();
+        let start = Counters::read(self.cluster, &self.ccm, Some(from)).await;
         tokio::time::sleep(window).await;
-        let steady = Counters::read(self.cluster, &self.ccm).await.since(&now);
+        let mut steady = Counters::read(self.cluster, &self.ccm, Some(from)).await.since(&start);
+        // Events the work recorded and a long queue wrote only in the window (a busy machine's API server) are
+        // the work's: in the steady state they would be writes with nothing to do.
+        let mut work = now.since(&self.before);
+        for (what, count) in steady.writes.extract_if(.., |what: &String, _| what.ends_with(RECORDED_EARLIER)) {
+            *work.writes.entry(what).or_insert(0) += count;
+        }
         let outcome = Outcome {
             bench: bench.into(),
             ccm: self.contender.name.clone(),
             n,
             converge,
-            work: now.since(&self.before),
+            work,
             steady,
             window,
             peak_rss_mib: self.ccm.peak_rss_mib(),

@@ -24,6 +24,7 @@ use fakecloud_controlplane::{Binaries, ControlPlane, kubeconfig};
 use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::server::Server;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::{HANG, Probe, SERVICE_ACCOUNT, repo, until};
 
@@ -121,6 +122,9 @@ const AUDIT_LOG: &str = "apiserver-audit.log";
 /// One line per write request of the CCM's ServiceAccount, once answered; nothing else (the log backend
 /// writes each event before the response goes out, so a count read after a request has it). Events it creates
 /// are logged with their body, so that their reasons can be told apart.
+/// What [`Cluster::ccm_writes`] adds to an Event write for something recorded before the time it is given.
+pub const RECORDED_EARLIER: &str = "(recorded earlier)";
+
 fn ccm_writes_audit_policy() -> String {
     let (namespace, name) = SERVICE_ACCOUNT;
     format!(
@@ -130,7 +134,7 @@ omitStages: ["RequestReceived"]
 rules:
   - level: Request
     users: ["system:serviceaccount:{namespace}:{name}"]
-    verbs: ["create"]
+    verbs: ["create", "patch"]
     resources: [{{group: "", resources: ["events"]}}, {{group: "events.k8s.io", resources: ["events"]}}]
   - level: Metadata
     users: ["system:serviceaccount:{namespace}:{name}"]
@@ -316,7 +320,11 @@ impl Cluster {
 
     /// Every API-server write of the CCM's ServiceAccount so far, oldest first, as `<verb> <resource>` (with
     /// `/<subresource>`), and the reason of every Event among them, from one read of the API server's audit log.
-    pub fn ccm_writes(&self) -> (Vec<String>, Vec<String>) {
+    /// An Event write for what the CCM recorded before `recorded_from` (its event queue was long) is `<verb>
+    /// events` [`RECORDED_EARLIER`]: work delivered late, not something that happened after.
+    pub fn ccm_writes(&self, recorded_from: Option<Timestamp>) -> (Vec<String>, Vec<String>) {
+        // Events carry whole seconds: one stamped in `recorded_from`'s own second counts as after it.
+        let from = recorded_from.map(|t| t.as_second());
         let log = std::fs::read_to_string(self.dir.path().join(AUDIT_LOG)).unwrap_or_default();
         let (mut writes, mut reasons) = (Vec::new(), Vec::new());
         for e in log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
@@ -325,8 +333,14 @@ impl Cluster {
             if verb == "create" && resource == "events" {
                 reasons.push(e["requestObject"]["reason"].as_str().unwrap_or("(none)").to_string());
             }
+            let recorded = e["requestObject"]["lastTimestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok());
+            let earlier = match (resource, recorded, from) {
+                ("events", Some(at), Some(from)) => at.as_second() < from,
+                _ => false,
+            };
             writes.push(match object["subresource"].as_str() {
                 Some(sub) => format!("{verb} {resource}/{sub}"),
+                None if earlier => format!("{verb} {resource} {RECORDED_EARLIER}"),
                 None => format!("{verb} {resource}"),
             });
         }

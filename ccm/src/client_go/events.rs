@@ -56,6 +56,9 @@ impl EventType {
 }
 
 struct Record {
+    /// When it was recorded: client-go's `makeEvent` stamps the event then, not when the writer gets to it, so
+    /// an event written late from a long queue still says when it happened.
+    at: Timestamp,
     regarding: ObjectReference,
     type_: EventType,
     reason: &'static str,
@@ -77,7 +80,7 @@ impl Recorder {
 
     /// Queue an event about `regarding`; never waits.
     pub fn publish(&self, regarding: ObjectReference, type_: EventType, reason: &'static str, message: String) {
-        if self.tx.try_send(Record { regarding, type_, reason, message }).is_err() {
+        if self.tx.try_send(Record { at: Timestamp::now(), regarding, type_, reason, message }).is_err() {
             tracing::warn!(reason, "event queue full; event dropped");
         }
     }
@@ -151,7 +154,7 @@ impl Correlator {
             }
             ((group, None), format!("{AGGREGATE_PREFIX}{}", r.message))
         };
-        let mut event = new_event(component, &r.regarding, r.type_, r.reason, &message);
+        let mut event = new_event(component, &r.regarding, r.type_, r.reason, &message, r.at);
         if self.observed.len() >= CACHE {
             self.observed.clear();
         }
@@ -187,10 +190,17 @@ impl Correlator {
     }
 }
 
-/// A new event as client-go's `makeEvent` builds it; events about cluster-scoped objects go to `default`.
-pub fn new_event(component: &str, regarding: &ObjectReference, type_: EventType, reason: &str, message: &str) -> Event {
-    let now = Timestamp::now();
-    let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(component), now.as_nanosecond());
+/// A new event as client-go's `makeEvent` builds it, recorded `at`; events about cluster-scoped objects go to
+/// `default`.
+pub fn new_event(
+    component: &str,
+    regarding: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    message: &str,
+    at: Timestamp,
+) -> Event {
+    let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(component), at.as_nanosecond());
     Event {
         metadata: ObjectMeta {
             name: Some(name),
@@ -201,8 +211,8 @@ pub fn new_event(component: &str, regarding: &ObjectReference, type_: EventType,
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
         type_: Some(type_.as_str().to_string()),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
+        first_timestamp: Some(Time(at)),
+        last_timestamp: Some(Time(at)),
         count: Some(1),
         source: Some(EventSource { component: Some(component.to_string()), host: None }),
         reporting_component: Some(component.to_string()),
@@ -269,6 +279,7 @@ mod tests {
             EventType::Normal,
             "Synced",
             "Node synced successfully",
+            Timestamp::now(),
         );
         assert_eq!(ev.metadata.namespace.as_deref(), Some("default"));
         assert!(ev.metadata.name.as_deref().unwrap().starts_with("n1."));
@@ -287,7 +298,7 @@ mod tests {
             uid: Some(format!("uid-{node}")),
             ..Default::default()
         };
-        Record { regarding, type_, reason: "FailedToCreateRoute", message: message.into() }
+        Record { at: Timestamp::now(), regarding, type_, reason: "FailedToCreateRoute", message: message.into() }
     }
 
     /// (created?, name, count, message) of a write.

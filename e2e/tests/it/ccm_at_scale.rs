@@ -68,5 +68,11 @@ async fn a_thousand_nodes_are_initialized_and_routed_with_a_lookup_and_a_route_e
     let periods = (outcome.window.as_secs() / 10) as usize;
     assert!(listings <= 2 * periods, "{listings} route listings in {:?}", outcome.window);
     let lease = count(&steady.writes, &["update leases"]);
-    assert_eq!(steady.total_writes(), lease, "steady, besides the Lease: {:?}", steady.writes);
+    assert_eq!(
+        steady.total_writes(),
+        lease,
+        "steady, besides the Lease: {:?}, events {:?}",
+        steady.writes,
+        steady.events
+    );
 }
