@@ -23,3 +23,4 @@ mod persistence;
 mod postgres;
 mod public_pool;
 mod rate_limit_shapes;
+mod replicas;

@@ -186,8 +186,8 @@ pub async fn wait_state(c: &Client, id: &str, state: InstanceState) -> Instance 
 }
 
 /// The emulator as a process of its own, for the cases that kill it, restart it or cap its open files: on
-/// `db`, returning it and its URL (read from its first line of output).
-pub async fn spawn_emulator(db: &std::path::Path) -> (Child, String, Arc<Mutex<String>>) {
+/// `db` (a file or a database URL), returning it and its URL (read from its first line of output).
+pub async fn spawn_emulator(db: impl AsRef<std::ffi::OsStr>) -> (Child, String, Arc<Mutex<String>>) {
     spawn_emulator_with(db, &[], None).await
 }
 
@@ -206,7 +206,7 @@ fn serve_as_a_process() {
 
 /// [`spawn_emulator`] with more flags, and with its open-file limit (soft and hard) set to `fd_limit`.
 pub async fn spawn_emulator_with(
-    db: &std::path::Path,
+    db: impl AsRef<std::ffi::OsStr>,
     flags: &[&str],
     fd_limit: Option<u32>,
 ) -> (Child, String, Arc<Mutex<String>>) {
@@ -221,7 +221,7 @@ pub async fn spawn_emulator_with(
     };
     let mut serve: Vec<String> = ["--listen", "127.0.0.1:0", "--boot-delay", "0s"].map(String::from).into();
     serve.extend(flags.iter().map(|f| f.to_string()));
-    serve.extend(["--db".to_string(), db.to_str().unwrap().to_string()]);
+    serve.extend(["--db".to_string(), db.as_ref().to_str().unwrap().to_string()]);
     let mut child = command
         .args(["--exact", "common::serve_as_a_process", "--ignored", "--nocapture", "--quiet"])
         .env(SERVE_FLAGS, serde_json::to_string(&serve).unwrap())

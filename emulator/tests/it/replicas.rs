@@ -1,0 +1,120 @@
+//! Several emulators on one PostgreSQL database serve one cloud (issue #28): three `fakecloud serve` processes,
+//! called in turn (round-robin, as a Service's load balancing would), hold a quota exactly between them — every
+//! write takes the cloud's advisory lock, so three writers are one — and one of them killed with `kill -9`
+//! mid-burst loses nothing it acknowledged: the others, and a replica started after, see every write and its
+//! audit entry.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fakecloud_api::{AuditQuery, Client, CreateInstanceRequest, ListInstancesQuery, QuotaName, codes};
+use futures::future::join_all;
+
+use crate::common::postgres::Postgres;
+use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
+    let pg = Postgres::start();
+    let url = pg.database("cloud").await;
+    // Started at once: the first migrates the database, the others wait on the migrator's lock and find it done.
+    let mut replicas = join_all((0..3).map(|_| spawn_emulator(&url))).await;
+    let users: Vec<Client> = replicas.iter().map(|(_, url, _)| Client::new(url, USER).unwrap()).collect();
+    let admins: Vec<Client> = replicas.iter().map(|(_, url, _)| Client::new(url, ADMIN).unwrap()).collect();
+
+    // A quota set on one replica holds on all: 200 creates at once, in turn, against 50.
+    admins[0].set_quota(QuotaName::Instances, 50).await.unwrap();
+    let creates = (0..200).map(|n| {
+        let (c, req) =
+            (users[n % 3].clone(), CreateInstanceRequest { name: format!("node-{n}"), ..Default::default() });
+        tokio::spawn(async move { c.create_instance(&req, None).await })
+    });
+    let (mut created, mut refused) = (HashSet::new(), 0);
+    for outcome in join_all(creates).await {
+        match outcome.unwrap() {
+            Ok(i) => _ = created.insert(i.id),
+            Err(e) => {
+                assert_eq!((e.status(), e.code()), (Some(422), Some(codes::INSTANCE_LIMIT_EXCEEDED)), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((created.len(), refused), (50, 150), "three replicas, one quota of 50");
+    for (n, user) in users.iter().enumerate() {
+        let listed: HashSet<String> =
+            user.list_all_instances(&ListInstancesQuery::default()).await.unwrap().into_iter().map(|i| i.id).collect();
+        assert_eq!(listed, created, "replica {n} lists what the three created");
+        assert_eq!(user.get_quota(QuotaName::Instances).await.unwrap().usage, Some(50), "replica {n}'s usage");
+    }
+
+    // Writers on every replica, each through its own; one replica killed mid-burst.
+    admins[0].set_quota(QuotaName::Instances, 100_000).await.unwrap();
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..6)
+        .map(|w| {
+            // A timeout must mean a hang, not a write queued behind the database's.
+            let (c, acked, stop) = (users[w % 3].clone().with_timeout(HANG).unwrap(), acked.clone(), stop.clone());
+            tokio::spawn(async move {
+                for n in 0..2_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let req = CreateInstanceRequest { name: format!("w{w}-{n}"), ..Default::default() };
+                    match c.create_instance(&req, None).await {
+                        Ok(i) => acked.lock().unwrap().push(i.id),
+                        // The killed replica's writers stop at their first failed call.
+                        Err(_) => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    eventually(HANG, "300 acknowledged writes", || async { (acked.lock().unwrap().len() >= 300).then_some(()) }).await;
+    let (killed, _, _) = &mut replicas[1];
+    killed.start_kill().unwrap();
+    killed.wait().await.unwrap();
+    let at_kill = acked.lock().unwrap().len();
+    eventually(HANG, "more writes through the two left", || async {
+        (acked.lock().unwrap().len() >= at_kill + 100).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked: HashSet<String> = acked.lock().unwrap().iter().cloned().collect();
+
+    // A replica started now sees every acknowledged write, and each has its audit entry (written in the
+    // create's own transaction).
+    let (_late, late_url, _) = spawn_emulator(&url).await;
+    let present: HashSet<String> = Client::new(&late_url, USER)
+        .unwrap()
+        .list_all_instances(&ListInstancesQuery { page_size: Some(1000), ..Default::default() })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    let lost: Vec<&String> = acked.difference(&present).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged creates lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+    let admin = Client::new(&late_url, ADMIN).unwrap();
+    let mut audited = HashSet::new();
+    let mut query = AuditQuery { operation: Some("CreateInstance".into()), limit: Some(10_000), ..Default::default() };
+    loop {
+        let page = admin.audit(&query).await.unwrap().items;
+        let Some(last) = page.last() else { break };
+        query.after = Some(last.seq);
+        audited.extend(page.into_iter().filter(|e| e.status == 201).filter_map(|e| e.resource_id));
+    }
+    let unaudited: Vec<&String> = acked.difference(&audited).collect();
+    assert!(unaudited.is_empty(), "{} acknowledged creates without their audit entry", unaudited.len());
+}
