@@ -20,6 +20,7 @@ mod trigger;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use fakecloud_api::{
@@ -36,6 +37,7 @@ use self::outages::ActiveOutage;
 use self::rate_limits::ActiveLimit;
 use self::rules::ActiveRule;
 use self::spot_random::ActiveSpotRandom;
+use crate::db::backend::Backend;
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, Result};
 
@@ -43,6 +45,9 @@ pub struct FaultEngine {
     db: Db,
     seed: u64,
     operations: Vec<String>,
+    /// Whether other emulators may share the database (PostgreSQL), and the faults' generation in force here.
+    shared: bool,
+    generation: AtomicI64,
     rules: RwLock<Vec<Arc<ActiveRule>>>,
     lb_rules: RwLock<Vec<Arc<ActiveLbRule>>>,
     /// Bumped when the data-plane rules change, so health checkers waiting for their interval look again.
@@ -65,41 +70,130 @@ impl std::fmt::Debug for FaultEngine {
 impl FaultEngine {
     /// Load the persisted faults. `operations` are the API's operation names (for validating rule matches).
     pub async fn load(db: Db, seed: u64, operations: Vec<String>) -> Result<Self> {
-        let rows: Vec<(String, String, String)> =
-            sqlx::query_as("SELECT kind, id, spec FROM faults ORDER BY position, created_at")
-                .fetch_all(db.reader())
-                .await?;
-        let (mut rules, mut lb_rules, mut limits, mut outages, mut spot) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), None);
+        let rows = stored(&db).await?;
+        let mut spot = None;
+        if let Some((_, id, spec)) = rows.iter().find(|(kind, _, _)| kind == "spot_random") {
+            let restored = serde_json::from_str::<(SpotRandomRequest, i64)>(spec)
+                .map_err(|e| ApiError::internal(e.to_string()))
+                .and_then(|(req, started)| ActiveSpotRandom::new(&req, seed, started));
+            match restored {
+                Ok(s) => spot = Some(s),
+                Err(e) => {
+                    tracing::warn!(kind = "spot_random", %id, error = %e, "skipping a stored fault that no longer parses")
+                }
+            }
+        }
+        let shared = db.backend() == Backend::Postgres;
+        let engine = Self {
+            db,
+            seed,
+            operations,
+            shared,
+            generation: AtomicI64::new(UNKNOWN),
+            rules: RwLock::default(),
+            lb_rules: RwLock::default(),
+            lb_rules_changed: watch::Sender::new(0),
+            limits: RwLock::default(),
+            outages: RwLock::default(),
+            edit: Mutex::default(),
+            hidden: std::sync::Mutex::default(),
+            spot_random: RwLock::new(spot),
+        };
+        engine.put_in_force(&rows).await;
+        Ok(engine)
+    }
+
+    /// Put the stored faults in force. One whose spec is unchanged is kept as it is, with its state (a rule's
+    /// counts, a rate limit's bucket). Random spot reclamation is left out: it draws on the emulator that
+    /// started it, not on every one sharing the database.
+    async fn put_in_force(&self, rows: &[(String, String, String)]) {
+        let seed = self.seed;
+        let (old_rules, old_lb_rules, old_limits) =
+            (self.rules.read().await.clone(), self.lb_rules.read().await.clone(), self.limits.read().await.clone());
+        let (mut rules, mut lb_rules, mut limits, mut outages) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (kind, id, spec) in rows {
             let restored = match kind.as_str() {
-                "rule" => ActiveRule::restore(&id, &spec, seed).map(|r| rules.push(Arc::new(r))),
-                "lb_rule" => ActiveLbRule::restore(&id, &spec, seed).map(|r| lb_rules.push(Arc::new(r))),
-                "rate_limit" => ActiveLimit::restore(&id, &spec).map(|l| limits.push(Arc::new(l))),
-                "outage" => ActiveOutage::restore(&id, &spec).map(|o| outages.push(o)),
-                "spot_random" => serde_json::from_str::<(SpotRandomRequest, i64)>(&spec)
-                    .map_err(|e| ApiError::internal(e.to_string()))
-                    .and_then(|(req, started)| ActiveSpotRandom::new(&req, seed, started))
-                    .map(|s| spot = Some(s)),
+                "rule" => {
+                    kept(&old_rules, |r| r.id == *id && r.stored() == *spec, || ActiveRule::restore(id, spec, seed))
+                        .map(|r| rules.push(r))
+                }
+                "lb_rule" => kept(
+                    &old_lb_rules,
+                    |r| r.id == *id && r.stored() == *spec,
+                    || ActiveLbRule::restore(id, spec, seed),
+                )
+                .map(|r| lb_rules.push(r)),
+                "rate_limit" => {
+                    kept(&old_limits, |l| l.id == *id && l.stored() == *spec, || ActiveLimit::restore(id, spec))
+                        .map(|l| limits.push(l))
+                }
+                "outage" => ActiveOutage::restore(id, spec).map(|o| outages.push(o)),
                 _ => Ok(()),
             };
             if let Err(e) = restored {
                 tracing::warn!(%kind, %id, error = %e, "skipping a stored fault that no longer parses");
             }
         }
-        Ok(Self {
-            db,
-            seed,
-            operations,
-            rules: RwLock::new(rules),
-            lb_rules: RwLock::new(lb_rules),
-            lb_rules_changed: watch::Sender::new(0),
-            limits: RwLock::new(limits),
-            outages: RwLock::new(outages),
-            edit: Mutex::default(),
-            hidden: std::sync::Mutex::default(),
-            spot_random: RwLock::new(spot),
-        })
+        let lb_changed = lb_rules.len() != old_lb_rules.len()
+            || lb_rules.iter().zip(&old_lb_rules).any(|(new, old)| !Arc::ptr_eq(new, old));
+        *self.rules.write().await = rules;
+        *self.lb_rules.write().await = lb_rules;
+        *self.limits.write().await = limits;
+        *self.outages.write().await = outages;
+        if lb_changed {
+            self.lb_rules_changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Several emulators on one PostgreSQL database are one cloud, so a fault set through one holds on all:
+    /// each change bumps a generation in the database (in [`Self::persist`] and [`Self::forget`]), and an
+    /// emulator that reads a newer one puts the stored faults in force again. One read per user call, and
+    /// none on SQLite, whose file has one emulator.
+    pub async fn sync(&self) {
+        if self.shared && self.read_generation().await.is_some_and(|g| g != self.generation.load(Ordering::Acquire)) {
+            let _edit = self.edit.lock().await;
+            self.sync_locked().await;
+        }
+    }
+
+    /// [`Self::sync`] with the edit lock held.
+    async fn sync_locked(&self) {
+        if !self.shared {
+            return;
+        }
+        let Some(generation) = self.read_generation().await else { return };
+        if generation == self.generation.load(Ordering::Acquire) {
+            return;
+        }
+        // Read after the generation, so what it counts is in the rows (a change is written before its bump).
+        match stored(&self.db).await {
+            Ok(rows) => {
+                self.put_in_force(&rows).await;
+                self.generation.store(generation, Ordering::Release);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the faults another emulator changed; trying again"),
+        }
+    }
+
+    async fn read_generation(&self) -> Option<i64> {
+        let read = sqlx::query_scalar("SELECT n FROM counters WHERE key = $1")
+            .bind(GENERATION)
+            .fetch_optional(self.db.reader())
+            .await;
+        match read {
+            Ok(n) => Some(n.unwrap_or(0)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the faults' generation; judging by the faults known");
+                None
+            }
+        }
+    }
+
+    /// The edit lock, taken with the faults up to date: an edit starts from what every emulator set.
+    async fn editing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        let edit = self.edit.lock().await;
+        self.sync_locked().await;
+        edit
     }
 
     /// Judge a call. Cheap when nothing is configured.
@@ -161,6 +255,7 @@ impl FaultEngine {
 
     /// Zones in an outage now: their instances are reported unreachable.
     pub async fn dark_zones(&self) -> Vec<String> {
+        self.sync().await;
         let now = now_ms();
         self.outages
             .read()
@@ -183,6 +278,15 @@ impl FaultEngine {
         .bind(now_ms())
         .execute(self.db.writer())
         .await?;
+        self.bump().await
+    }
+
+    /// Tell the other emulators on this database that the faults changed (see [`Self::sync`]).
+    async fn bump(&self) -> Result<()> {
+        sqlx::query("INSERT INTO counters (key, n) VALUES ($1, 1) ON CONFLICT(key) DO UPDATE SET n = counters.n + 1")
+            .bind(GENERATION)
+            .execute(self.db.writer())
+            .await?;
         Ok(())
     }
 
@@ -234,14 +338,14 @@ impl FaultEngine {
             .bind(id)
             .execute(self.db.writer())
             .await?;
-        Ok(())
+        self.bump().await
     }
 
     // ---------------------------------------------------------------------------------------------- rules
 
     pub async fn add_rule(&self, req: CreateFaultRuleRequest) -> Result<FaultRule> {
         check_position(req.position)?;
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut rules = self.rules.write().await;
         let id = self.rule_id("rule", "fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
         let rule = ActiveRule::new(id, req.matcher, req.action, req.trigger, &self.operations, self.seed, now_ms())?;
@@ -255,11 +359,12 @@ impl FaultEngine {
     }
 
     pub async fn list_rules(&self) -> Vec<FaultRule> {
+        self.sync().await;
         self.rules.read().await.iter().map(|r| r.to_api()).collect()
     }
 
     pub async fn delete_rule(&self, id: &str) -> Result<FaultRule> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut rules = self.rules.write().await;
         let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no fault rule named {id:?}"))
@@ -271,7 +376,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- data-plane rules
 
     pub async fn add_lb_rule(&self, req: CreateLbFaultRuleRequest) -> Result<LbFaultRule> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut rules = self.lb_rules.write().await;
         let id = self.rule_id("lb_rule", "lb-fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
         let rule = ActiveLbRule::new(id, req.matcher, req.action, req.trigger, self.seed, now_ms())?;
@@ -284,11 +389,12 @@ impl FaultEngine {
     }
 
     pub async fn list_lb_rules(&self) -> Vec<LbFaultRule> {
+        self.sync().await;
         self.lb_rules.read().await.iter().map(|r| r.to_api()).collect()
     }
 
     pub async fn delete_lb_rule(&self, id: &str) -> Result<LbFaultRule> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut rules = self.lb_rules.write().await;
         let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no data-plane fault rule named {id:?}"))
@@ -302,6 +408,7 @@ impl FaultEngine {
 
     /// The first data-plane rule that fires for `event` on `lb`. Cheap when there are none.
     pub async fn judge_lb(&self, lb: &LbSubject, event: LbEvent<'_>) -> Option<LbFired> {
+        self.sync().await;
         let rules = self.lb_rules.read().await;
         if rules.is_empty() {
             return None;
@@ -312,6 +419,7 @@ impl FaultEngine {
 
     /// Whether a black-hole rule may fire now: a load balancer without a health check must still look.
     pub async fn black_hole_active(&self) -> bool {
+        self.sync().await;
         let now = now_ms();
         self.lb_rules.read().await.iter().any(|r| r.black_hole_active(now))
     }
@@ -323,8 +431,9 @@ impl FaultEngine {
 
     /// Remove every rule, rate limit and outage.
     pub async fn clear(&self) -> Result<()> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         sqlx::query("DELETE FROM faults").execute(self.db.writer()).await?;
+        self.bump().await?;
         self.rules.write().await.clear();
         self.lb_rules.write().await.clear();
         self.lb_rules_changed.send_modify(|n| *n += 1);
@@ -338,7 +447,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- rate limits
 
     pub async fn set_limit(&self, id: &str, spec: SetRateLimitRequest) -> Result<RateLimit> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         crate::validate::NAME.check("id", id)?;
         let limit = ActiveLimit::new(id, spec, &self.operations)?;
         let mut limits = self.limits.write().await;
@@ -358,7 +467,7 @@ impl FaultEngine {
 
     /// Install a cloud's throttling: its limits replace every preset's (limits set by name stay).
     pub async fn install_preset(&self, preset: RateLimitPreset) -> Result<Vec<RateLimit>> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let built = presets::limits(preset)
             .into_iter()
             .map(|(id, spec)| ActiveLimit::new(&id, spec, &self.operations))
@@ -375,7 +484,7 @@ impl FaultEngine {
 
     /// Remove every preset's limits; what was removed.
     pub async fn clear_presets(&self) -> Result<Vec<RateLimit>> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut limits = self.limits.write().await;
         self.forget_presets(&mut limits).await
     }
@@ -412,15 +521,17 @@ impl FaultEngine {
 
     /// The preset whose limits are in force, if any.
     pub async fn installed_preset(&self) -> Option<RateLimitPreset> {
+        self.sync().await;
         presets::installed(self.limits.read().await.iter().map(|l| l.id.as_str()))
     }
 
     pub async fn list_limits(&self) -> Vec<RateLimit> {
+        self.sync().await;
         self.limits.read().await.iter().map(|l| l.to_api()).collect()
     }
 
     pub async fn delete_limit(&self, id: &str) -> Result<RateLimit> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut limits = self.limits.write().await;
         let at = limits.iter().position(|l| l.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no rate limit named {id:?}"))
@@ -432,7 +543,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- random spot
 
     pub async fn start_spot_random(&self, req: SpotRandomRequest) -> Result<SpotRandom> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let now = now_ms();
         let active = ActiveSpotRandom::new(&req, self.seed, now)?;
         let spec = serde_json::to_string(&(&req, now)).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -444,7 +555,7 @@ impl FaultEngine {
     }
 
     pub async fn stop_spot_random(&self) -> Result<()> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         self.forget("spot_random", "spot-random").await?;
         *self.spot_random.write().await = None;
         Ok(())
@@ -471,7 +582,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- outages
 
     pub async fn start_outage(&self, req: StartOutageRequest, zones: &[&str]) -> Result<Outage> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut outages = self.outages.write().await;
         let id = self.new_id("outage", "outage", |id| outages.iter().any(|o| o.id == id)).await?;
         let outage = ActiveOutage::new(id, req, zones, now_ms())?;
@@ -483,12 +594,13 @@ impl FaultEngine {
     }
 
     pub async fn list_outages(&self) -> Vec<Outage> {
+        self.sync().await;
         let now = now_ms();
         self.outages.read().await.iter().filter(|o| o.active(now)).map(ActiveOutage::to_api).collect()
     }
 
     pub async fn stop_outage(&self, id: &str) -> Result<Outage> {
-        let _edit = self.edit.lock().await;
+        let _edit = self.editing().await;
         let mut outages = self.outages.write().await;
         let at = outages.iter().position(|o| o.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no outage named {id:?}"))
@@ -496,6 +608,24 @@ impl FaultEngine {
         self.forget("outage", id).await?;
         tracing::info!(outage = %id, "outage stopped");
         Ok(outages.remove(at).to_api())
+    }
+}
+
+/// The counter (in `counters`) every change of the faults bumps.
+const GENERATION: &str = "faults_generation";
+/// No generation read yet: the first [`FaultEngine::sync`] reads the faults again.
+const UNKNOWN: i64 = -1;
+
+/// The stored faults as (kind, ID, spec), in their order.
+async fn stored(db: &Db) -> Result<Vec<(String, String, String)>> {
+    Ok(sqlx::query_as("SELECT kind, id, spec FROM faults ORDER BY position, created_at").fetch_all(db.reader()).await?)
+}
+
+/// The fault of `old` that is `same`, or a new one `restore`d.
+fn kept<T>(old: &[Arc<T>], same: impl Fn(&T) -> bool, restore: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+    match old.iter().find(|o| same(o)) {
+        Some(o) => Ok(o.clone()),
+        None => restore().map(Arc::new),
     }
 }
 

@@ -109,6 +109,9 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     }
                     let token = if role == Role::Admin { &st.tokens.admin } else { &st.tokens.user };
                     let admin_only = op.role == Role::Admin;
+                    if !admin_only {
+                        st.faults().sync().await;
+                    }
                     let (subject, req) = if !admin_only && st.faults().wants_subject().await {
                         match describe(&st, path_id.as_deref(), req).await {
                             Ok(described) => described,

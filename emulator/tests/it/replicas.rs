@@ -2,14 +2,17 @@
 //! called in turn (round-robin, as a Service's load balancing would), hold a quota exactly between them — every
 //! write takes the cloud's advisory lock, so three writers are one — and one of them killed with `kill -9`
 //! mid-burst loses nothing it acknowledged: the others, and a replica started after, see every write and its
-//! audit entry.
+//! audit entry. A fault set through one replica holds on every other.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fakecloud_api::{AuditQuery, Client, CreateInstanceRequest, ListInstancesQuery, QuotaName, codes};
+use fakecloud_api::{
+    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, ListInstancesQuery,
+    OutageScope, QuotaName, SetRateLimitRequest, StartOutageRequest, codes,
+};
 use futures::future::join_all;
 
 use crate::common::postgres::Postgres;
@@ -117,4 +120,50 @@ async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
     }
     let unaudited: Vec<&String> = acked.difference(&audited).collect();
     assert!(unaudited.is_empty(), "{} acknowledged creates without their audit entry", unaudited.len());
+}
+
+#[tokio::test]
+async fn a_fault_set_through_one_replica_holds_on_the_others() {
+    let pg = Postgres::start();
+    let url = pg.database("cloud").await;
+    let (_a, a_url, _) = spawn_emulator(&url).await;
+    let (_b, b_url, _) = spawn_emulator(&url).await;
+    let (a_user, a_admin) = (Client::new(&a_url, USER).unwrap(), Client::new(&a_url, ADMIN).unwrap());
+    let (b_user, b_admin) = (Client::new(&b_url, USER).unwrap(), Client::new(&b_url, ADMIN).unwrap());
+    let create = |name: &str| CreateInstanceRequest { name: name.into(), ..Default::default() };
+
+    // A rule added through A fails the very next create through B; deleted through B, A's creates pass again.
+    let rule = CreateFaultRuleRequest {
+        id: None,
+        matcher: FaultMatch { operations: vec!["CreateInstance".into()], ..Default::default() },
+        action: FaultAction::Error {
+            status: 503,
+            code: "ServiceUnavailable".into(),
+            message: None,
+            headers: Default::default(),
+        },
+        trigger: Default::default(),
+        position: None,
+    };
+    let rule = a_admin.add_fault(&rule).await.unwrap();
+    let refused = b_user.create_instance(&create("through-b"), None).await.unwrap_err();
+    assert_eq!((refused.status(), refused.code()), (Some(503), Some("ServiceUnavailable")), "{refused}");
+    let listed: Vec<String> = b_admin.list_faults().await.unwrap().items.into_iter().map(|r| r.id).collect();
+    assert_eq!(listed, std::slice::from_ref(&rule.id));
+    b_admin.delete_fault(&rule.id).await.unwrap();
+    a_user.create_instance(&create("through-a"), None).await.unwrap();
+
+    // An outage started through B takes A's API down; stopped through A, B answers.
+    let down = StartOutageRequest { scope: OutageScope::Api, service: None, zone: None, duration_seconds: Some(600.0) };
+    let outage = b_admin.start_outage(&down).await.unwrap();
+    let refused = a_user.region().await.unwrap_err();
+    assert_eq!((refused.status(), refused.code()), (Some(503), Some(codes::SERVICE_UNAVAILABLE)), "{refused}");
+    a_admin.stop_outage(&outage.id).await.unwrap();
+    b_user.region().await.unwrap();
+
+    // A rate limit set through A is B's too.
+    let limit = SetRateLimitRequest { capacity: 5, refill_per_second: Some(1.0), ..Default::default() };
+    a_admin.set_rate_limit("shared", &limit).await.unwrap();
+    let limits: Vec<String> = b_admin.list_rate_limits().await.unwrap().items.into_iter().map(|l| l.id).collect();
+    assert_eq!(limits, ["shared"]);
 }
