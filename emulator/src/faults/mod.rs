@@ -223,8 +223,9 @@ impl FaultEngine {
         }
         {
             let limits = self.limits.read().await;
+            let shared = self.shared.then_some(&self.db);
             for l in limits.iter() {
-                if let Some(v) = l.judge(call, &mut headers) {
+                if let Some(v) = l.judge(call, &mut headers, shared).await {
                     return (v, headers);
                 }
             }
@@ -338,7 +339,22 @@ impl FaultEngine {
             .bind(id)
             .execute(self.db.writer())
             .await?;
+        if kind == "rate_limit" {
+            self.empty_buckets(Some(id)).await?;
+        }
         self.bump().await
+    }
+
+    /// A limit set anew, or gone, starts again with full buckets: the shared ones are its rows (see
+    /// `rate_limits`), `None` for every limit's.
+    async fn empty_buckets(&self, limit: Option<&str>) -> Result<()> {
+        if self.shared {
+            sqlx::query("DELETE FROM rate_buckets WHERE $1 IS NULL OR limit_id = $1")
+                .bind(limit)
+                .execute(self.db.writer())
+                .await?;
+        }
+        Ok(())
     }
 
     // ---------------------------------------------------------------------------------------------- rules
@@ -433,6 +449,7 @@ impl FaultEngine {
     pub async fn clear(&self) -> Result<()> {
         let _edit = self.editing().await;
         sqlx::query("DELETE FROM faults").execute(self.db.writer()).await?;
+        self.empty_buckets(None).await?;
         self.bump().await?;
         self.rules.write().await.clear();
         self.lb_rules.write().await.clear();
@@ -459,8 +476,9 @@ impl FaultEngine {
     /// Store `limit` and put it in force, replacing the one of its name. Under the edit lock.
     async fn put_limit(&self, limits: &mut Vec<Arc<ActiveLimit>>, limit: ActiveLimit) -> Result<RateLimit> {
         self.persist("rate_limit", &limit.id, 0, &limit.stored()).await?;
+        self.empty_buckets(Some(&limit.id)).await?;
         limits.retain(|l| l.id != limit.id);
-        let api = limit.to_api();
+        let api = limit.to_api(None);
         limits.push(Arc::new(limit));
         Ok(api)
     }
@@ -494,7 +512,7 @@ impl FaultEngine {
         let mut removed = Vec::new();
         while let Some(at) = limits.iter().position(|l| presets::is_preset_limit(&l.id)) {
             self.forget("rate_limit", &limits[at].id).await?;
-            removed.push(limits.remove(at).to_api());
+            removed.push(limits.remove(at).to_api(None));
         }
         Ok(removed)
     }
@@ -527,7 +545,32 @@ impl FaultEngine {
 
     pub async fn list_limits(&self) -> Vec<RateLimit> {
         self.sync().await;
-        self.limits.read().await.iter().map(|l| l.to_api()).collect()
+        let limits = self.limits.read().await;
+        if !self.shared {
+            return limits.iter().map(|l| l.to_api(None)).collect();
+        }
+        let rows: Vec<(String, String, i64, i64)> =
+            match sqlx::query_as("SELECT limit_id, key, mark, calls FROM rate_buckets")
+                .fetch_all(self.db.reader())
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the shared rate-limit buckets; showing them full");
+                    Vec::new()
+                }
+            };
+        limits
+            .iter()
+            .map(|l| {
+                let own: Vec<(String, i64, i64)> = rows
+                    .iter()
+                    .filter(|r| r.0 == l.id)
+                    .map(|(_, key, mark, calls)| (key.clone(), *mark, *calls))
+                    .collect();
+                l.to_api(Some(&own))
+            })
+            .collect()
     }
 
     pub async fn delete_limit(&self, id: &str) -> Result<RateLimit> {
@@ -537,7 +580,7 @@ impl FaultEngine {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no rate limit named {id:?}"))
         })?;
         self.forget("rate_limit", id).await?;
-        Ok(limits.remove(at).to_api())
+        Ok(limits.remove(at).to_api(None))
     }
 
     // ---------------------------------------------------------------------------------------------- random spot

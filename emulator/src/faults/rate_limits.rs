@@ -21,7 +21,7 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
 use super::call::{Call, Verdict};
-use crate::db::now_ms;
+use crate::db::{Db, now_ms};
 use crate::error::{ApiError, Kind, Result, SERVER_HEADERS};
 use crate::validate;
 
@@ -159,13 +159,39 @@ impl ActiveLimit {
     }
 
     /// Count the call; `Some` (a refusal) when nothing is left. `headers` gets what every answer to the call
-    /// carries: the limit's remaining header, if it has one.
-    pub fn judge(&self, call: &Call<'_>, headers: &mut Vec<(String, String)>) -> Option<Verdict> {
+    /// carries: the limit's remaining header, if it has one. `shared`: the database the buckets are kept in
+    /// when several emulators serve one cloud from it (see [`Self::count_shared`]).
+    pub async fn judge(
+        &self,
+        call: &Call<'_>,
+        headers: &mut Vec<(String, String)>,
+        shared: Option<&Db>,
+    ) -> Option<Verdict> {
         if !self.applies(call) {
             return None;
         }
         let shown = if self.spec.per_token { call.role.as_str() } else { "all" };
-        let (left, wait) = match &self.meter {
+        let (left, wait) = match shared {
+            Some(db) => self.count_shared(db, shown).await,
+            None => self.count_here(call, shown),
+        };
+        if let Some(name) = &self.spec.remaining_header {
+            let value = match &self.spec.remaining_format {
+                Some(format) => format.replace(REMAINING, &left.to_string()),
+                None => left.to_string(),
+            };
+            headers.push((name.clone(), value));
+        }
+        let wait = wait?;
+        self.refused.fetch_add(1, Ordering::SeqCst);
+        // Retry-After is whole seconds: round up, so a client that honours it is never early.
+        let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        Some(Verdict::Refuse { error: self.refusal(retry), fault: self.id.clone() })
+    }
+
+    /// [`Self::judge`]'s count in this process's buckets.
+    fn count_here(&self, call: &Call<'_>, shown: &'static str) -> (u32, Option<Duration>) {
+        match &self.meter {
             Meter::Bucket { limiter, last_seen } => {
                 let key = if self.spec.per_token { call.token.to_string() } else { String::new() };
                 let checked = limiter.check_key(&key);
@@ -185,23 +211,62 @@ impl ActiveLimit {
                     *calls += 1;
                     (self.spec.capacity - *calls, None)
                 } else {
-                    let ends = (window + 1).saturating_mul(*millis);
-                    (0, Some(Duration::from_millis(u64::try_from(ends - now).unwrap_or(0))))
+                    (0, Some(window_left(*millis, window, now)))
                 }
             }
-        };
-        if let Some(name) = &self.spec.remaining_header {
-            let value = match &self.spec.remaining_format {
-                Some(format) => format.replace(REMAINING, &left.to_string()),
-                None => left.to_string(),
-            };
-            headers.push((name.clone(), value));
         }
-        let wait = wait?;
-        self.refused.fetch_add(1, Ordering::SeqCst);
-        // Retry-After is whole seconds: round up, so a client that honours it is never early.
-        let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        Some(Verdict::Refuse { error: self.refusal(retry), fault: self.id.clone() })
+    }
+
+    /// [`Self::judge`]'s count in the database's buckets (`rate_buckets`), one atomic statement a call, so
+    /// every emulator on the database draws from the same bucket. The token bucket is kept as GCRA's
+    /// theoretical arrival time, as governor keeps it in memory. A database that cannot be reached lets the
+    /// call through: the limit is the cloud's throttle, not a second outage.
+    async fn count_shared(&self, db: &Db, key: &str) -> (u32, Option<Duration>) {
+        let capacity = self.spec.capacity;
+        let counted = match &self.meter {
+            Meter::Bucket { .. } => {
+                let (now, every) = (jiff::Timestamp::now().as_microsecond(), self.emission_us());
+                let burst = every.saturating_mul(i64::from(capacity));
+                sqlx::query_as::<_, (i64, i64)>(TAKE_TOKEN)
+                    .bind(&self.id)
+                    .bind(key)
+                    .bind(now)
+                    .bind(every)
+                    .bind(burst)
+                    .fetch_one(db.writer())
+                    .await
+                    .map(|(tat, took)| {
+                        let left = ((burst - (tat - now)) / every).clamp(0, i64::from(capacity));
+                        let wait = (took == 0)
+                            .then(|| Duration::from_micros(u64::try_from(tat + every - burst - now).unwrap_or(0)));
+                        (u32::try_from(left).unwrap_or(0), wait)
+                    })
+            }
+            Meter::Window { millis, .. } => {
+                let now = now_ms();
+                let window = now.div_euclid(*millis);
+                sqlx::query_scalar::<_, i64>(COUNT_CALL)
+                    .bind(&self.id)
+                    .bind(key)
+                    .bind(window)
+                    .fetch_one(db.writer())
+                    .await
+                    .map(|calls| match u32::try_from(calls) {
+                        Ok(calls) if calls <= capacity => (capacity - calls, None),
+                        _ => (0, Some(window_left(*millis, window, now))),
+                    })
+            }
+        };
+        counted.unwrap_or_else(|e| {
+            tracing::warn!(limit = %self.id, error = %e, "cannot count the call in the shared bucket; letting it through");
+            (capacity, None)
+        })
+    }
+
+    /// A token bucket's time between two tokens, in microseconds (at least one).
+    fn emission_us(&self) -> i64 {
+        let rate = self.spec.refill_per_second.unwrap_or(REFILL_PER_SECOND_MIN);
+        ((1e6 / rate).round() as i64).max(1)
     }
 
     fn refusal(&self, retry: u64) -> ApiError {
@@ -227,10 +292,31 @@ impl ActiveLimit {
         error
     }
 
-    pub fn to_api(&self) -> RateLimit {
+    /// As the API shows it. `shared`: the limit's rows of `rate_buckets` (key, mark, calls), when the buckets
+    /// are kept there.
+    pub fn to_api(&self, shared: Option<&[(String, i64, i64)]>) -> RateLimit {
         let capacity = f64::from(self.spec.capacity);
-        let mut buckets: Vec<RateLimitBucket> = match &self.meter {
-            Meter::Bucket { last_seen, .. } => {
+        let mut buckets: Vec<RateLimitBucket> = match (&self.meter, shared) {
+            (Meter::Bucket { .. }, Some(rows)) => {
+                let (now, every) = (jiff::Timestamp::now().as_microsecond(), self.emission_us() as f64);
+                let burst = every * capacity;
+                rows.iter()
+                    .map(|(key, tat, _)| {
+                        let tokens = (burst - (*tat - now).max(0) as f64) / every;
+                        RateLimitBucket { key: key.clone(), tokens: tokens.clamp(0.0, capacity) }
+                    })
+                    .collect()
+            }
+            (Meter::Window { millis, .. }, Some(rows)) => {
+                let window = now_ms().div_euclid(*millis);
+                rows.iter()
+                    .map(|(key, counted_in, calls)| {
+                        let used = if *counted_in == window { *calls as f64 } else { 0.0 };
+                        RateLimitBucket { key: key.clone(), tokens: (capacity - used).max(0.0) }
+                    })
+                    .collect()
+            }
+            (Meter::Bucket { last_seen, .. }, None) => {
                 let seen = last_seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 seen.into_iter()
                     .map(|(key, (left, at))| {
@@ -240,7 +326,7 @@ impl ActiveLimit {
                     })
                     .collect()
             }
-            Meter::Window { millis, counts } => {
+            (Meter::Window { millis, counts }, None) => {
                 let window = now_ms().div_euclid(*millis);
                 let counts = counts.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 counts
@@ -262,6 +348,29 @@ impl ActiveLimit {
             buckets,
         }
     }
+}
+
+/// Take a token from a shared bucket ($1 limit, $2 key, $3 now and $4 the emission interval and $5 the burst,
+/// in microseconds): GCRA allows a call when the arrival time, no earlier than now, plus one interval is within
+/// the burst of now. Returns the arrival time and whether the call took a token.
+const TAKE_TOKEN: &str = "INSERT INTO rate_buckets (limit_id, key, mark, calls) VALUES ($1, $2, $3 + $4, 1) \
+     ON CONFLICT (limit_id, key) DO UPDATE SET \
+     calls = CASE WHEN (CASE WHEN rate_buckets.mark > $3 THEN rate_buckets.mark ELSE $3 END) + $4 - $3 <= $5 \
+     THEN 1 ELSE 0 END, \
+     mark = CASE WHEN (CASE WHEN rate_buckets.mark > $3 THEN rate_buckets.mark ELSE $3 END) + $4 - $3 <= $5 \
+     THEN (CASE WHEN rate_buckets.mark > $3 THEN rate_buckets.mark ELSE $3 END) + $4 ELSE rate_buckets.mark END \
+     RETURNING mark, calls";
+
+/// Count a call in a shared fixed window ($1 limit, $2 key, $3 the window's number): the calls counted in it.
+const COUNT_CALL: &str = "INSERT INTO rate_buckets (limit_id, key, mark, calls) VALUES ($1, $2, $3, 1) \
+     ON CONFLICT (limit_id, key) DO UPDATE SET \
+     calls = CASE WHEN rate_buckets.mark = $3 THEN rate_buckets.calls + 1 ELSE 1 END, mark = $3 \
+     RETURNING calls";
+
+/// How long until the fixed window `window` (of `millis`) ends, from `now`.
+fn window_left(millis: i64, window: i64, now: i64) -> Duration {
+    let ends = (window + 1).saturating_mul(millis);
+    Duration::from_millis(u64::try_from(ends - now).unwrap_or(0))
 }
 
 /// The remaining header must be one a response can carry, and not one the server frames the answer with.

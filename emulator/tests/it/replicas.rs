@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use fakecloud_api::{
     AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, ListInstancesQuery,
-    OutageScope, QuotaName, SetRateLimitRequest, StartOutageRequest, codes,
+    OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest, StartOutageRequest, codes,
 };
 use futures::future::join_all;
 
@@ -161,9 +161,39 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
     a_admin.stop_outage(&outage.id).await.unwrap();
     b_user.region().await.unwrap();
 
-    // A rate limit set through A is B's too.
-    let limit = SetRateLimitRequest { capacity: 5, refill_per_second: Some(1.0), ..Default::default() };
-    a_admin.set_rate_limit("shared", &limit).await.unwrap();
-    let limits: Vec<String> = b_admin.list_rate_limits().await.unwrap().items.into_iter().map(|l| l.id).collect();
-    assert_eq!(limits, ["shared"]);
+    // A rate limit set through A is B's too, and both draw from one bucket: of ten calls in turn, five pass
+    // (a bucket each would pass all ten). The same for a fixed window.
+    let per_call = |user: &Client| {
+        let user = user.clone();
+        async move { user.region().await.map_err(|e| (e.status(), e.code().map(str::to_string))) }
+    };
+    for (id, limit) in [
+        ("bucket", SetRateLimitRequest { capacity: 5, refill_per_second: Some(0.001), ..Default::default() }),
+        (
+            "window",
+            SetRateLimitRequest {
+                kind: RateLimitKind::FixedWindow,
+                capacity: 5,
+                window_seconds: Some(86_400),
+                refill_per_second: None,
+                ..Default::default()
+            },
+        ),
+    ] {
+        a_admin.set_rate_limit(id, &limit).await.unwrap();
+        let mut passed = 0;
+        for n in 0..10 {
+            match per_call(if n % 2 == 0 { &a_user } else { &b_user }).await {
+                Ok(_) => passed += 1,
+                Err(refused) => assert_eq!(refused, (Some(429), Some(codes::REQUEST_LIMIT_EXCEEDED.into()))),
+            }
+        }
+        assert_eq!(passed, 5, "{id}: one bucket of 5 for both replicas");
+        let limits = b_admin.list_rate_limits().await.unwrap().items;
+        assert_eq!(limits.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(), [id]);
+        let tokens = limits[0].buckets.iter().map(|b| (b.key.as_str(), b.tokens.floor())).collect::<Vec<_>>();
+        assert_eq!(tokens, [("all", 0.0)], "{id}: B shows the bucket both drew from");
+        a_admin.delete_rate_limit(id).await.unwrap();
+        b_user.region().await.unwrap();
+    }
 }
