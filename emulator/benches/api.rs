@@ -6,13 +6,18 @@
 //! Sequential: one client, one call at a time (p50/p99). Concurrent: 32 in-flight calls from one process
 //! (requests per second). Walk: 10,000 instances, 1,000 per page.
 //!
-//! `-- --creates` runs only the create rows (write throughput). `-- --dataplane` measures the load balancer data
+//! `-- --creates` runs only the create rows (write throughput). `-- --stores` measures writes on each store
+//! (issue #28): a SQLite file, PostgreSQL with one emulator, and three emulators on one PostgreSQL database. `-- --dataplane` measures the load balancer data
 //! plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` serves with another build instead of this one (a
 //! `fakecloud` binary, e.g. a saved copy of the previous commit's, to compare the two back to back).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "api/dataplane.rs"]
 mod dataplane;
+// The tests' PostgreSQL server (`initdb` into a temp dir, stopped when dropped); the bench needs no TLS.
+#[allow(dead_code)]
+#[path = "../tests/it/common/postgres.rs"]
+mod postgres;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -58,11 +63,11 @@ fn lb(n: usize) -> CreateLoadBalancerRequest {
     }
 }
 
-fn print_table(rows: &[(&str, Stats)]) {
+fn print_table(rows: &[(impl AsRef<str>, Stats)]) {
     println!("| operation | p50 ms | p99 ms | req/s |");
     println!("|---|---:|---:|---:|");
     for (name, s) in rows {
-        println!("| {name} | {:.3} | {:.3} | {:.0} |", s.p50_ms, s.p99_ms, s.rps);
+        println!("| {} | {:.3} | {:.3} | {:.0} |", name.as_ref(), s.p50_ms, s.p99_ms, s.rps);
     }
 }
 
@@ -91,12 +96,17 @@ where
 /// Start `serve` (this binary's, or `FAKECLOUD_BENCH_BIN`'s) on a fresh database in `dir`, with no
 /// provisioning delays and `extra` arguments; the process and an admin client of it.
 async fn start_emulator(dir: &Path, extra: &[&str]) -> (tokio::process::Child, Client) {
+    serve_on(dir.join("bench.db").as_os_str(), extra).await
+}
+
+/// [`start_emulator`] on the database `db`: a file, or a PostgreSQL URL.
+async fn serve_on(db: &std::ffi::OsStr, extra: &[&str]) -> (tokio::process::Child, Client) {
     let bin = std::env::var_os("FAKECLOUD_BENCH_BIN").map_or_else(|| std::env::current_exe().unwrap(), Into::into);
     let mut child = tokio::process::Command::new(&bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--boot-delay", "0s", "--lb-provision-delay", "0s"])
         .args(extra)
         .arg("--db")
-        .arg(dir.join("bench.db"))
+        .arg(db)
         .env("FAKECLOUD_USER_TOKEN", TOKEN)
         .env("FAKECLOUD_ADMIN_TOKEN", TOKEN)
         .env("RUST_LOG", "warn")
@@ -135,6 +145,10 @@ async fn bench() {
     let dir = tempfile::tempdir().unwrap();
     if std::env::args().any(|a| a == "--dataplane") {
         dataplane::run_bench(dir.path()).await;
+        return;
+    }
+    if std::env::args().any(|a| a == "--stores") {
+        stores(dir.path(), seq_n / 2, conc_n / 4).await;
         return;
     }
     let (mut child, c) = start_emulator(dir.path(), &[]).await;
@@ -290,4 +304,44 @@ async fn bench() {
     println!("\nwalk of {walked} instances: {:.1} ms total", walk_wall.as_secs_f64() * 1000.0);
     println!("fault engine with 100 rules: {loss:.1} % fewer requests per second than with none");
     let _ = child.start_kill();
+}
+
+/// Writes on each store: create-instance one at a time and 32 in flight, on a SQLite file, on PostgreSQL (a
+/// server of its own, `initdb` in a temp dir, on loopback) with one emulator, and with three emulators on one
+/// database called in turn (as a Service in front of replicas spreads calls). Each on a fresh database.
+async fn stores(dir: &Path, seq_n: usize, conc_n: usize) {
+    let pg = postgres::Postgres::start();
+    let (one, shared) = (pg.database("one").await, pg.database("shared").await);
+    let file = dir.join("stores.db");
+    let setups: [(&str, Vec<&std::ffi::OsStr>); 3] = [
+        ("SQLite file", vec![file.as_os_str()]),
+        ("PostgreSQL, 1 emulator", vec![one.as_ref()]),
+        ("PostgreSQL, 3 emulators", vec![shared.as_ref(); 3]),
+    ];
+    let mut rows = Vec::new();
+    for (store, dbs) in setups {
+        let mut children = Vec::new();
+        let mut clients = Vec::new();
+        for db in dbs {
+            let (child, c) = serve_on(db, &["--vpc-cidr", "10.0.0.0/12"]).await;
+            children.push(child);
+            clients.push(c);
+        }
+        clients[0].set_quota(QuotaName::Instances, 1_000_000).await.unwrap();
+        let create = |i: usize| {
+            let c = clients[i % clients.len()].clone();
+            async move {
+                c.create_instance(&instance(i), None).await.unwrap();
+            }
+        };
+        let (s, w) = run(0..seq_n, 1, create).await;
+        rows.push((format!("create-instance, {store}"), summarize(s, w)));
+        let (s, w) = run(seq_n..seq_n + conc_n, 32, create).await;
+        rows.push((format!("create-instance (32 in flight), {store}"), summarize(s, w)));
+        for mut child in children {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+    print_table(&rows);
 }
