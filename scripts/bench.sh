@@ -12,6 +12,9 @@ command -v wrk >/dev/null 2>&1 || bash scripts/install-deps.sh
 echo "==> emulator API benchmark (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- "$@"
 
+echo "==> writes on each store: a SQLite file, PostgreSQL with 1 emulator and with 3 sharing it (cargo bench, release)"
+cargo bench --locked -p fakecloud-emulator --bench api -- --stores
+
 echo "==> load balancer data plane: what it adds, and the API during a flood of it (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- --dataplane
 
