@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -41,8 +42,19 @@ pub struct Accounts {
     /// An account's cloud: the emulator's configuration without the data plane.
     cfg: Config,
     clouds: RwLock<BTreeMap<String, Arc<Cloud>>>,
-    /// Creates, deletes, leases and wipes one at a time (each opens or removes a database, or hands out tokens).
+    /// Creates, deletes, leases and wipes one at a time (each opens or removes a database, or hands out tokens);
+    /// see [`Accounts::changing`].
     changes: tokio::sync::Mutex<()>,
+    /// Whether other emulators may share the database (PostgreSQL), and the accounts' generation (see
+    /// `store::accounts::GENERATION`) whose clouds this one has open.
+    shared: bool,
+    generation: AtomicI64,
+}
+
+/// The right to change the accounts: this emulator's lock and, when others share the database, the database's.
+struct Changing<'a> {
+    _here: tokio::sync::MutexGuard<'a, ()>,
+    _everywhere: Option<sqlx::Transaction<'static, sqlx::Any>>,
 }
 
 /// Where the accounts' stores are, beside the emulator's own.
@@ -87,7 +99,17 @@ impl Accounts {
             DbLocation::Postgres(url) => Stores::Schemas(url.clone()),
         };
         let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
-        let accounts = Self { db, stores, cfg, clouds: RwLock::default(), changes: tokio::sync::Mutex::new(()) };
+        let shared = matches!(stores, Stores::Schemas(_));
+        let generation = AtomicI64::new(rows::generation(&db).await?);
+        let accounts = Self {
+            db,
+            stores,
+            cfg,
+            clouds: RwLock::default(),
+            changes: tokio::sync::Mutex::new(()),
+            shared,
+            generation,
+        };
         for row in rows::list(&accounts.db).await? {
             let tokens = row.tokens();
             let cloud = accounts
@@ -108,6 +130,77 @@ impl Accounts {
     pub fn route(&self, authorization: Option<&str>) -> Option<Router> {
         let clouds = self.clouds.read().unwrap_or_else(|e| e.into_inner());
         clouds.values().find(|c| c.state.tokens.role_of(authorization).is_some()).map(|c| c.router.clone())
+    }
+
+    /// Several emulators on one PostgreSQL database hold the same accounts: one that creates, deletes or wipes
+    /// an account bumps their generation in the database, and every other opens, closes or reopens its clouds
+    /// to match before it routes its next call — so a new account's tokens work through every replica at once,
+    /// and a deleted or wiped one's stop. One read per call, none on SQLite (one emulator per file).
+    pub async fn sync(&self) {
+        if !self.shared {
+            return;
+        }
+        match rows::generation(&self.db).await {
+            Ok(g) if g == self.generation.load(Ordering::Acquire) => {}
+            Ok(_) => {
+                if let Err(e) = self.changing().await {
+                    tracing::warn!(error = %e, "cannot open the accounts another emulator changed; trying again");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the accounts' generation; routing by the accounts known"),
+        }
+    }
+
+    /// Take the right to change the accounts, with them as every emulator left them: an emulator that changes
+    /// one holds the database's lock until it is done, so another never reopens a cloud whose schema is being
+    /// replaced, nor wipes a lapsed lease a second time.
+    async fn changing(&self) -> Result<Changing<'_>> {
+        let here = self.changes.lock().await;
+        let everywhere = match self.shared {
+            true => Some(crate::db::postgres::hold_lock(self.db.reader(), crate::db::postgres::ACCOUNTS_LOCK).await?),
+            false => None,
+        };
+        if self.shared {
+            self.open_as_stored().await?;
+        }
+        Ok(Changing { _here: here, _everywhere: everywhere })
+    }
+
+    /// Open, close or reopen this emulator's clouds as the accounts' rows now say, if another changed them.
+    async fn open_as_stored(&self) -> Result<()> {
+        let generation = rows::generation(&self.db).await?;
+        if generation == self.generation.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let rows = rows::list(&self.db).await?;
+        let (stale, missing): (Vec<String>, Vec<&Row>) = {
+            let clouds = self.clouds.read().unwrap_or_else(|e| e.into_inner());
+            let same = |row: &Row| {
+                clouds.get(&row.id).is_some_and(|c| {
+                    let t = &c.state.tokens;
+                    t.user == row.user_token && t.admin == row.admin_token
+                })
+            };
+            let stale = clouds.keys().filter(|id| !rows.iter().any(|r| &r.id == *id && same(r))).cloned().collect();
+            (stale, rows.iter().filter(|r| !same(r)).collect())
+        };
+        // Gone or wiped elsewhere: its old tokens stop here too (the emulator that changed it removed its store).
+        for id in stale {
+            let cloud = self.write().remove(&id);
+            if let Some(cloud) = cloud {
+                cloud.close().await;
+            }
+        }
+        for row in missing {
+            let cloud = self
+                .open_cloud(&row.id, row.tokens())
+                .await
+                .map_err(|e| ApiError::internal(format!("cannot open account {}'s database: {e}", row.id)))?;
+            self.write().insert(row.id.clone(), Arc::new(cloud));
+        }
+        self.generation.store(generation, Ordering::Release);
+        tracing::info!(generation, "accounts opened as another emulator changed them");
+        Ok(())
     }
 
     pub async fn list(&self) -> Result<Vec<Account>> {
@@ -131,7 +224,7 @@ impl Accounts {
                 "\"default\" is the emulator's own account (its tokens are the ones `fakecloud serve` printed)",
             ));
         }
-        let _one_at_a_time = self.changes.lock().await;
+        let _changing = self.changing().await?;
         if self.read_len() >= ACCOUNTS_MAX {
             return Err(ApiError::new(
                 Kind::Exceeded,
@@ -151,6 +244,7 @@ impl Accounts {
             }
         };
         self.write().insert(id.to_string(), Arc::new(cloud));
+        self.seen_own_change().await;
         tracing::info!(account = id, "account created");
         Ok(CreatedAccount {
             id: id.to_string(),
@@ -162,10 +256,11 @@ impl Accounts {
 
     /// Delete the account: its tokens stop working at once, then its cloud is closed and its database removed.
     pub async fn delete(&self, id: &str) -> Result<Account> {
-        let _one_at_a_time = self.changes.lock().await;
+        let _changing = self.changing().await?;
         let account = self.get(id).await?;
-        self.retire(id).await;
         rows::delete(&self.db, id).await?;
+        self.retire(id).await;
+        self.seen_own_change().await;
         tracing::info!(account = id, "account deleted");
         Ok(account)
     }
@@ -177,7 +272,7 @@ impl Accounts {
         if let Some(id) = &req.account {
             validate::ACCOUNT_ID.check("account", id)?;
         }
-        let _one_at_a_time = self.changes.lock().await;
+        let _changing = self.changing().await?;
         let now = now_ms();
         let rows = rows::list(&self.db).await?;
         let row = match &req.account {
@@ -212,7 +307,7 @@ impl Accounts {
     /// Renew `id`'s lease, by its holder, for `req.ttl_seconds` from now.
     pub async fn renew(&self, id: &str, req: &RenewLeaseRequest) -> Result<Account> {
         let ttl = check_lease(&req.holder, req.ttl_seconds)?;
-        let _one_at_a_time = self.changes.lock().await;
+        let _changing = self.changing().await?;
         let now = now_ms();
         let row = self.row(id).await?;
         match held(&row, now) {
@@ -231,7 +326,7 @@ impl Accounts {
 
     /// End `id`'s lease now: the account is wiped and free. Releasing a free account changes nothing.
     pub async fn release(&self, id: &str) -> Result<Account> {
-        let _one_at_a_time = self.changes.lock().await;
+        let _changing = self.changing().await?;
         let row = self.row(id).await?;
         if row.lease_holder.is_some() {
             self.wipe(id, "its lease was released").await?;
@@ -256,7 +351,12 @@ impl Accounts {
     }
 
     async fn wipe_lapsed(&self) -> Result<()> {
-        let _one_at_a_time = self.changes.lock().await;
+        // Looked at first without the lock: every emulator's janitor looks every second.
+        if !rows::list(&self.db).await?.iter().any(|row| lapsed(row, now_ms())) {
+            return Ok(());
+        }
+        let _changing = self.changing().await?;
+        // Again under it: another emulator's janitor may have wiped them meanwhile.
         let now = now_ms();
         for row in rows::list(&self.db).await? {
             if lapsed(&row, now) {
@@ -269,14 +369,15 @@ impl Accounts {
     /// Empty the account and give it new tokens: the old ones stop working at once, then its cloud is closed,
     /// its database removed and a new one opened. Called with `changes` held.
     async fn wipe(&self, id: &str, why: &str) -> Result<Tokens> {
-        self.retire(id).await;
         let tokens = credentials::random_tokens();
         rows::wiped(&self.db, id, &tokens).await?;
+        self.retire(id).await;
         let cloud = self
             .open_cloud(id, tokens.clone())
             .await
             .map_err(|e| ApiError::internal(format!("cannot open account {id}'s new database: {e}")))?;
         self.write().insert(id.to_string(), Arc::new(cloud));
+        self.seen_own_change().await;
         tracing::info!(account = id, why, "account wiped");
         Ok(tokens)
     }
@@ -328,6 +429,20 @@ impl Accounts {
                 if let Err(e) = sqlx::query(drop).execute(self.db.writer()).await {
                     tracing::warn!(account = id, error = %e, "cannot drop the account's schema");
                 }
+            }
+        }
+    }
+
+    /// This emulator's clouds match the rows after its own change, made under [`Self::changing`]: the
+    /// generation it bumped is not another's news.
+    async fn seen_own_change(&self) {
+        if !self.shared {
+            return;
+        }
+        match rows::generation(&self.db).await {
+            Ok(g) => self.generation.store(g, Ordering::Release),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the accounts' generation; reopening them on the next call")
             }
         }
     }

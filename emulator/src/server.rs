@@ -92,12 +92,17 @@ impl Server {
 
 /// Route each call, before anything else looks at it, to the cloud its token belongs to: an account's, whole
 /// (its gatekeeper, audit log, faults), or else the emulator's own (`own`), which also answers calls without a
-/// valid token.
+/// valid token. With other emulators on the database, the accounts are first brought up to date
+/// ([`Accounts::sync`]).
 fn dispatch(accounts: Arc<Accounts>, own: Router) -> Router {
     let service = tower::service_fn(move |req: Request| {
-        let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let cloud = accounts.route(authorization).unwrap_or_else(|| own.clone());
-        cloud.oneshot(req)
+        let (accounts, own) = (accounts.clone(), own.clone());
+        async move {
+            accounts.sync().await;
+            let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+            let cloud = accounts.route(authorization).unwrap_or(own);
+            cloud.oneshot(req).await
+        }
     });
     Router::new().fallback_service(service)
 }

@@ -15,6 +15,18 @@ use super::schema::{self, OpenError};
 /// connection is in, the same from every emulator, different for each account's schema.
 pub const CLOUD_LOCK: &str = "SELECT CAST(hashtext(current_database() || '.' || current_schema()) AS BIGINT)";
 
+/// The advisory lock on changing the accounts, which several emulators on one database share: "fakeacct",
+/// beyond the 32-bit range of [`CLOUD_LOCK`]'s numbers.
+pub const ACCOUNTS_LOCK: i64 = 0x6661_6b65_6163_6374;
+
+/// Hold the advisory lock `key` until the returned transaction is dropped (rolled back, which releases it) —
+/// or the process dies, which ends its session.
+pub async fn hold_lock(pool: &sqlx::AnyPool, key: i64) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(key).execute(&mut *tx).await?;
+    Ok(tx)
+}
+
 /// How long connecting may take before the host is said not to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -4,7 +4,7 @@ use fakecloud_api::codes;
 
 use crate::auth::Tokens;
 use crate::call;
-use crate::db::{Db, now_ms};
+use crate::db::{Db, Tx, now_ms};
 use crate::error::{Result, conflict_on_unique};
 
 #[derive(sqlx::FromRow)]
@@ -21,6 +21,26 @@ impl Row {
     pub fn tokens(&self) -> Tokens {
         Tokens { user: self.user_token.clone(), admin: self.admin_token.clone() }
     }
+}
+
+/// The counter (in `counters`) every change of who the accounts are and what their tokens are bumps, in the
+/// change's transaction: other emulators on the database open, close or reopen theirs when it moves.
+pub const GENERATION: &str = "accounts_generation";
+
+pub async fn generation(db: &Db) -> Result<i64> {
+    let n: Option<i64> = sqlx::query_scalar("SELECT n FROM counters WHERE key = $1")
+        .bind(GENERATION)
+        .fetch_optional(db.reader())
+        .await?;
+    Ok(n.unwrap_or(0))
+}
+
+async fn bump(tx: &mut Tx) -> Result<()> {
+    sqlx::query("INSERT INTO counters (key, n) VALUES ($1, 1) ON CONFLICT(key) DO UPDATE SET n = counters.n + 1")
+        .bind(GENERATION)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 pub async fn list(db: &Db) -> Result<Vec<Row>> {
@@ -43,6 +63,7 @@ pub async fn insert(db: &Db, id: &str, tokens: &Tokens) -> Result<i64> {
         .execute(&mut *tx)
         .await
         .map_err(conflict_on_unique(codes::ACCOUNT_ALREADY_EXISTS, || format!("account {id} exists")))?;
+    bump(&mut tx).await?;
     call::commit(tx, id).await?;
     Ok(now)
 }
@@ -71,12 +92,14 @@ pub async fn wiped(db: &Db, id: &str, tokens: &Tokens) -> Result<()> {
     .bind(&tokens.admin)
     .execute(&mut *tx)
     .await?;
+    bump(&mut tx).await?;
     Ok(call::commit(tx, id).await?)
 }
 
 pub async fn delete(db: &Db, id: &str) -> Result<()> {
     let mut tx = db.write().await?;
     sqlx::query("DELETE FROM accounts WHERE id = $1").bind(id).execute(&mut *tx).await?;
+    bump(&mut tx).await?;
     call::commit(tx, id).await?;
     Ok(())
 }

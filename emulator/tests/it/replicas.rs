@@ -2,7 +2,8 @@
 //! called in turn (round-robin, as a Service's load balancing would), hold a quota exactly between them — every
 //! write takes the cloud's advisory lock, so three writers are one — and one of them killed with `kill -9`
 //! mid-burst loses nothing it acknowledged: the others, and a replica started after, see every write and its
-//! audit entry. A fault set through one replica holds on every other.
+//! audit entry. A fault set through one replica holds on every other, and so does an account: created, leased,
+//! wiped or deleted through one, at once the same through the others.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
@@ -10,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fakecloud_api::{
-    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, ListInstancesQuery,
-    OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest, StartOutageRequest, codes,
+    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, LeaseRequest,
+    ListInstancesQuery, OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest, StartOutageRequest, codes,
 };
 use futures::future::join_all;
 
@@ -196,4 +197,48 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
         a_admin.delete_rate_limit(id).await.unwrap();
         b_user.region().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn an_account_changed_through_one_replica_is_the_same_through_the_others() {
+    let pg = Postgres::start();
+    let url = pg.database("cloud").await;
+    let (_a, a_url, a_log) = spawn_emulator(&url).await;
+    let (_b, b_url, b_log) = spawn_emulator(&url).await;
+    let (a_admin, b_admin) = (Client::new(&a_url, ADMIN).unwrap(), Client::new(&b_url, ADMIN).unwrap());
+    let create = |name: &str| CreateInstanceRequest { name: name.into(), ..Default::default() };
+    let names = |c: Client| async move {
+        let all = c.list_all_instances(&ListInstancesQuery::default()).await.unwrap();
+        all.into_iter().map(|i| i.name).collect::<Vec<_>>()
+    };
+
+    // Created through A: its tokens work through B at once, in its cloud.
+    let team = a_admin.create_account("team-a").await.unwrap();
+    let through_b = Client::new(&b_url, &team.user_token).unwrap();
+    through_b.create_instance(&create("made-through-b"), None).await.unwrap();
+    assert_eq!(names(Client::new(&a_url, &team.user_token).unwrap()).await, ["made-through-b"]);
+    assert!(names(Client::new(&a_url, USER).unwrap()).await.is_empty(), "not in the emulator's own cloud");
+
+    // Leased through B for a second: it lapses, is wiped once, and its old tokens stop on both.
+    let lease = LeaseRequest { holder: "job-1".into(), ttl_seconds: 1.0, account: Some("team-a".into()) };
+    let leased = b_admin.take_lease(&lease).await.unwrap();
+    for url in [&a_url, &b_url] {
+        let old = Client::new(url, &leased.user_token).unwrap();
+        eventually(HANG, "the lapsed lease's tokens refused", || async {
+            (old.region().await.err()?.status() == Some(401)).then_some(())
+        })
+        .await;
+    }
+    let again = LeaseRequest { holder: "job-2".into(), ttl_seconds: 600.0, account: Some("team-a".into()) };
+    let fresh = a_admin.take_lease(&again).await.unwrap();
+    assert!(names(Client::new(&b_url, &fresh.user_token).unwrap()).await.is_empty(), "wiped: an empty cloud");
+    // Both janitors saw the lease lapse; one wiped it.
+    let wipes = [&a_log, &b_log].map(|log| log.lock().unwrap().matches("account wiped").count());
+    assert_eq!(wipes.iter().sum::<usize>(), 1, "wipes by A and B: {wipes:?}");
+
+    // Deleted through B: gone through A.
+    b_admin.delete_account("team-a").await.unwrap();
+    let refused = Client::new(&a_url, &fresh.user_token).unwrap().region().await.unwrap_err();
+    assert_eq!(refused.status(), Some(401), "{refused}");
+    assert!(a_admin.list_accounts().await.unwrap().items.is_empty());
 }
