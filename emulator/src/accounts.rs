@@ -9,7 +9,8 @@
 //! renews it, and releases it; a released or lapsed lease has the account wiped — an empty cloud with new
 //! tokens, so the old holder's stop working — by the janitor ([`Accounts::spawn_janitor`]) at the latest a
 //! second after it lapses. An account's load balancers get addresses but no data plane: only the emulator's own
-//! are served (`--serve-load-balancers`).
+//! are served (`--serve-load-balancers`). Several emulators on one PostgreSQL database hold the same accounts
+//! ([`Accounts::sync`]): what one changes, the others follow before their next call.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
