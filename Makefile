@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check kwok test test-postgres test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down
+.PHONY: help up down check kwok test test-postgres test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -97,13 +97,20 @@ e2e-kind-upstream: deps control-plane kwok ## make e2e-kind against upstream's C
 test-kind: deps control-plane kwok ## The kind path's tests: make e2e-kind-both, upstream's LoadBalancers e2e specs on both clusters, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it beside make test)
 	@bash scripts/test-kind.sh
 
-lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, no circle among a crate's modules
+lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, the farm's manifests render, no circle among a crate's modules
 	$(CARGO) fmt --all --check
-	shellcheck -x scripts/*.sh scripts/kind/*.sh
+	shellcheck -x scripts/*.sh scripts/kind/*.sh docker/*.sh
+	kubectl kustomize deploy/farm/base >/dev/null && kubectl kustomize deploy/farm/kind >/dev/null
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	python3 scripts/import-graph.py emulator/src --only-from http=serve,server,cloud,accounts
 	for crate in api cli ccm controlplane e2e vpc-router testcontainers; do python3 scripts/import-graph.py $$crate/src || exit 1; done
+
+farm-kind: ## The shared fake cloud (deploy/farm: 3 emulator replicas on PostgreSQL) on make kind-up's cluster, checked replica by replica
+	@bash scripts/farm-kind.sh
+
+farm-kind-down: ## Remove what farm-kind put on the kind cluster (the cluster stays)
+	@bash scripts/farm-kind.sh down
 
 fmt: ## Format the code
 	$(CARGO) fmt --all
