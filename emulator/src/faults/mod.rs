@@ -147,8 +147,9 @@ impl FaultEngine {
 
     /// Several emulators on one PostgreSQL database are one cloud, so a fault set through one holds on all:
     /// each change bumps a generation in the database (in [`Self::persist`] and [`Self::forget`]), and an
-    /// emulator that reads a newer one puts the stored faults in force again. One read per user call, and
-    /// none on SQLite, whose file has one emulator.
+    /// emulator that reads a newer one puts the stored faults in force again. One read per user call (the
+    /// gatekeeper's, which what the call's handler asks of the engine relies on), per admin listing and per
+    /// data-plane judgement; none on SQLite, whose file has one emulator.
     pub async fn sync(&self) {
         if self.shared && self.read_generation().await.is_some_and(|g| g != self.generation.load(Ordering::Acquire)) {
             let _edit = self.edit.lock().await;
@@ -256,7 +257,6 @@ impl FaultEngine {
 
     /// Zones in an outage now: their instances are reported unreachable.
     pub async fn dark_zones(&self) -> Vec<String> {
-        self.sync().await;
         let now = now_ms();
         self.outages
             .read()
@@ -519,6 +519,7 @@ impl FaultEngine {
 
     /// Every preset, as `GET /v1/rate-limit-presets` shows it.
     pub async fn presets(&self) -> Vec<RateLimitPresetInfo> {
+        self.sync().await;
         let installed = self.installed_preset().await;
         RateLimitPreset::ALL
             .into_iter()
@@ -539,7 +540,6 @@ impl FaultEngine {
 
     /// The preset whose limits are in force, if any.
     pub async fn installed_preset(&self) -> Option<RateLimitPreset> {
-        self.sync().await;
         presets::installed(self.limits.read().await.iter().map(|l| l.id.as_str()))
     }
 
