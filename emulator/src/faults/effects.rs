@@ -49,7 +49,7 @@ pub async fn shape_quota_refusal(resp: Response, faults: &FaultEngine) -> Respon
 /// Eventual consistency: reads see resources as they were before a lagging write — not at all for a creation,
 /// the previous version for a change.
 pub async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, faults: &FaultEngine) -> Response {
-    let lagging = faults.lagging_now();
+    let lagging = faults.lagging_now().await;
     // Only JSON is rewritten: a stream (the audit tail) must not be read to its end here.
     let json =
         resp.headers().get(header::CONTENT_TYPE).is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
@@ -128,9 +128,9 @@ pub async fn apply(
                 && let Some(ResourceId(id)) = resp.extensions().get::<ResourceId>()
             {
                 match (path_id, previous) {
-                    (Some(_), Some(prev)) => engine.lag(id, Some(prev), for_),
+                    (Some(_), Some(prev)) => engine.lag(id, Some(prev), for_).await,
                     (Some(_), None) => {}
-                    (None, _) => engine.lag(id, None, for_),
+                    (None, _) => engine.lag(id, None, for_).await,
                 }
                 *fault = Some(f);
             }

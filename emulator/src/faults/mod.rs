@@ -6,7 +6,7 @@
 //! connection and each health check, and the first rule that fires wins.
 //!
 //! Everything is persisted (table `faults`), so it survives a restart; counters (`matched`, `injected`, skip
-//! and times) start again from zero after one.
+//! and times) start again from zero after one, unless emulators share the database (see [`shared`]).
 
 mod call;
 pub mod effects;
@@ -15,6 +15,7 @@ mod outages;
 mod presets;
 mod rate_limits;
 mod rules;
+mod shared;
 mod spot_random;
 mod trigger;
 
@@ -59,6 +60,9 @@ pub struct FaultEngine {
     spot_random: RwLock<Option<ActiveSpotRandom>>,
     /// Eventual consistency, by ID: until when reads lag, and the version they see (`None`: not there yet).
     hidden: std::sync::Mutex<HashMap<String, (i64, Option<serde_json::Value>)>>,
+    /// Shared: the latest end of a lag in the database (read with the generation), so that a read looks there
+    /// only while something may lag.
+    lag_until: AtomicI64,
 }
 
 impl std::fmt::Debug for FaultEngine {
@@ -97,6 +101,7 @@ impl FaultEngine {
             outages: RwLock::default(),
             edit: Mutex::default(),
             hidden: std::sync::Mutex::default(),
+            lag_until: AtomicI64::new(0),
             spot_random: RwLock::new(spot),
         };
         engine.put_in_force(&rows).await;
@@ -149,7 +154,8 @@ impl FaultEngine {
     /// each change bumps a generation in the database (in [`Self::persist`] and [`Self::forget`]), and an
     /// emulator that reads a newer one puts the stored faults in force again. One read per user call (the
     /// gatekeeper's, which what the call's handler asks of the engine relies on), per admin listing and per
-    /// data-plane judgement; none on SQLite, whose file has one emulator.
+    /// data-plane judgement; none on SQLite, whose file has one emulator. The same read brings the end of the
+    /// latest eventual-consistency lag (see [`Self::lagging_now`]).
     pub async fn sync(&self) {
         if self.shared && self.read_generation().await.is_some_and(|g| g != self.generation.load(Ordering::Acquire)) {
             let _edit = self.edit.lock().await;
@@ -176,13 +182,20 @@ impl FaultEngine {
         }
     }
 
+    /// The faults' generation; it notes the latest lag's end on the way.
     async fn read_generation(&self) -> Option<i64> {
-        let read = sqlx::query_scalar("SELECT n FROM counters WHERE key = $1")
-            .bind(GENERATION)
-            .fetch_optional(self.db.reader())
-            .await;
+        let read: std::result::Result<Vec<(String, i64)>, _> =
+            sqlx::query_as("SELECT key, n FROM counters WHERE key IN ($1, $2)")
+                .bind(GENERATION)
+                .bind(shared::LAG_UNTIL)
+                .fetch_all(self.db.reader())
+                .await;
         match read {
-            Ok(n) => Some(n.unwrap_or(0)),
+            Ok(rows) => {
+                let counter = |key: &str| rows.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n);
+                self.lag_until.fetch_max(counter(shared::LAG_UNTIL), Ordering::AcqRel);
+                Some(counter(GENERATION))
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the faults' generation; judging by the faults known");
                 None
@@ -232,8 +245,9 @@ impl FaultEngine {
             }
         }
         let rules = self.rules.read().await;
+        let shared = self.shared.then_some(&self.db);
         for r in rules.iter() {
-            if let Some(v) = r.judge(call, now) {
+            if let Some(v) = r.judge(call, now, shared).await {
                 return (v, headers);
             }
         }
@@ -242,14 +256,31 @@ impl FaultEngine {
 
     /// Eventual consistency: until `for_` has passed, reads of `id` see `previous` — its version from before the
     /// write — or, for a resource the write created (`None`), nothing at all.
-    pub fn lag(&self, id: &str, previous: Option<serde_json::Value>, for_: Duration) {
-        let until = now_ms().saturating_add(crate::db::ms(for_));
+    /// Shared, the lag is a row every emulator reads (see [`shared`]).
+    pub async fn lag(&self, id: &str, previous: Option<serde_json::Value>, for_: Duration) {
+        let now = now_ms();
+        let until = now.saturating_add(crate::db::ms(for_));
+        if self.shared {
+            match shared::lag(&self.db, id, previous.as_ref(), until, now).await {
+                Ok(()) => {
+                    self.lag_until.fetch_max(until, Ordering::AcqRel);
+                }
+                Err(e) => tracing::warn!(%id, error = %e, "cannot record the lag in the database; lagging here only"),
+            }
+        }
         self.hidden.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), (until, previous));
     }
 
-    /// What reads must see instead of the truth right now, by ID (expired entries are dropped).
-    pub fn lagging_now(&self) -> HashMap<String, Option<serde_json::Value>> {
+    /// What reads must see instead of the truth right now, by ID (expired entries are dropped). Shared, what
+    /// the database says while a lag it knows of lasts; this emulator's own when it cannot be read.
+    pub async fn lagging_now(&self) -> HashMap<String, Option<serde_json::Value>> {
         let now = now_ms();
+        if self.shared && now < self.lag_until.load(Ordering::Acquire) {
+            match shared::lagging(&self.db, now).await {
+                Ok(lagging) => return lagging,
+                Err(e) => tracing::warn!(error = %e, "cannot read the lags in the database; showing this emulator's"),
+            }
+        }
         let mut hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner());
         hidden.retain(|_, (until, _)| *until > now);
         hidden.iter().map(|(id, (_, prev))| (id.clone(), prev.clone())).collect()
@@ -342,19 +373,28 @@ impl FaultEngine {
         if kind == "rate_limit" {
             self.empty_buckets(Some(id)).await?;
         }
+        if self.shared && kind == shared::RULE {
+            shared::forget_counts(&self.db, kind, Some(id)).await?;
+        }
         self.bump().await
     }
 
-    /// A limit set anew, or gone, starts again with full buckets: the shared ones are its rows (see
-    /// `rate_limits`), `None` for every limit's.
+    /// A limit set anew, or gone, starts again with full buckets and no refusals: the shared ones are its
+    /// rows (see `rate_limits` and [`shared`]), `None` for every limit's.
     async fn empty_buckets(&self, limit: Option<&str>) -> Result<()> {
         if self.shared {
             sqlx::query("DELETE FROM rate_buckets WHERE $1 IS NULL OR limit_id = $1")
                 .bind(limit)
                 .execute(self.db.writer())
                 .await?;
+            shared::forget_counts(&self.db, shared::RATE_LIMIT, limit).await?;
         }
         Ok(())
+    }
+
+    /// The shared counts of the faults of `kind`, when they are kept in the database.
+    async fn shared_counts(&self, kind: &str) -> Option<HashMap<String, (u64, u64)>> {
+        if self.shared { Some(shared::counts(&self.db, kind).await) } else { None }
     }
 
     // ---------------------------------------------------------------------------------------------- rules
@@ -371,12 +411,14 @@ impl FaultEngine {
             self.persist("rule", &r.id, i as i64, &r.stored()).await?;
         }
         tracing::info!(rule = %rules[at].id, position = at, "fault rule added");
-        Ok(rules[at].to_api())
+        Ok(rules[at].to_api(None))
     }
 
     pub async fn list_rules(&self) -> Vec<FaultRule> {
         self.sync().await;
-        self.rules.read().await.iter().map(|r| r.to_api()).collect()
+        let counts = self.shared_counts(shared::RULE).await;
+        let counted = |id: &str| counts.as_ref().map(|c| c.get(id).copied().unwrap_or_default());
+        self.rules.read().await.iter().map(|r| r.to_api(counted(&r.id))).collect()
     }
 
     pub async fn delete_rule(&self, id: &str) -> Result<FaultRule> {
@@ -385,8 +427,9 @@ impl FaultEngine {
         let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no fault rule named {id:?}"))
         })?;
-        self.forget("rule", id).await?;
-        Ok(rules.remove(at).to_api())
+        let counts = self.shared_counts(shared::RULE).await.map(|c| c.get(id).copied().unwrap_or_default());
+        self.forget(shared::RULE, id).await?;
+        Ok(rules.remove(at).to_api(counts))
     }
 
     // ---------------------------------------------------------------------------------------------- data-plane rules
@@ -450,6 +493,9 @@ impl FaultEngine {
         let _edit = self.editing().await;
         sqlx::query("DELETE FROM faults").execute(self.db.writer()).await?;
         self.empty_buckets(None).await?;
+        if self.shared {
+            shared::forget_counts(&self.db, shared::RULE, None).await?;
+        }
         self.bump().await?;
         self.rules.write().await.clear();
         self.lb_rules.write().await.clear();
@@ -549,6 +595,7 @@ impl FaultEngine {
         if !self.shared {
             return limits.iter().map(|l| l.to_api(None)).collect();
         }
+        let refused = self.shared_counts(shared::RATE_LIMIT).await.unwrap_or_default();
         let rows: Vec<(String, String, i64, i64)> =
             match sqlx::query_as("SELECT limit_id, key, mark, calls FROM rate_buckets")
                 .fetch_all(self.db.reader())
@@ -568,7 +615,7 @@ impl FaultEngine {
                     .filter(|r| r.0 == l.id)
                     .map(|(_, key, mark, calls)| (key.clone(), *mark, *calls))
                     .collect();
-                l.to_api(Some(&own))
+                l.to_api(Some((&own, refused.get(&l.id).map_or(0, |(_, injected)| *injected))))
             })
             .collect()
     }

@@ -184,6 +184,11 @@ impl ActiveLimit {
         }
         let wait = wait?;
         self.refused.fetch_add(1, Ordering::SeqCst);
+        if let Some(db) = shared
+            && let Err(e) = super::shared::count_refusal(db, &self.id).await
+        {
+            tracing::warn!(limit = %self.id, error = %e, "cannot count the refusal in the database");
+        }
         // Retry-After is whole seconds: round up, so a client that honours it is never early.
         let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         Some(Verdict::Refuse { error: self.refusal(retry), fault: self.id.clone() })
@@ -292,11 +297,11 @@ impl ActiveLimit {
         error
     }
 
-    /// As the API shows it. `shared`: the limit's rows of `rate_buckets` (key, mark, calls), when the buckets
-    /// are kept there.
-    pub fn to_api(&self, shared: Option<&[(String, i64, i64)]>) -> RateLimit {
+    /// As the API shows it. `shared`: the limit's rows of `rate_buckets` (key, mark, calls) and its refusals
+    /// counted in `fault_counts`, when they are kept in the database.
+    pub fn to_api(&self, shared: Option<(&[BucketRow], u64)>) -> RateLimit {
         let capacity = f64::from(self.spec.capacity);
-        let mut buckets: Vec<RateLimitBucket> = match (&self.meter, shared) {
+        let mut buckets: Vec<RateLimitBucket> = match (&self.meter, shared.map(|(rows, _)| rows)) {
             (Meter::Bucket { .. }, Some(rows)) => {
                 let (now, every) = (jiff::Timestamp::now().as_microsecond(), self.emission_us() as f64);
                 let burst = every * capacity;
@@ -344,11 +349,14 @@ impl ActiveLimit {
         RateLimit {
             id: self.id.clone(),
             limit: self.spec.clone(),
-            refused: self.refused.load(Ordering::SeqCst),
+            refused: shared.map_or_else(|| self.refused.load(Ordering::SeqCst), |(_, refused)| refused),
             buckets,
         }
     }
 }
+
+/// A row of `rate_buckets` for one limit: key, mark, calls.
+pub type BucketRow = (String, i64, i64);
 
 /// Take a token from a shared bucket ($1 limit, $2 key, $3 now and $4 the emission interval and $5 the burst,
 /// in microseconds): GCRA allows a call when the arrival time, no earlier than now, plus one interval is within

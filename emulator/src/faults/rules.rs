@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::call::{Call, Verdict};
 use super::trigger::{self, Firing, seconds};
-use crate::db::rfc3339;
+use crate::db::{Db, rfc3339};
 use crate::error::{ApiError, Kind, Result};
 use crate::validate;
 
@@ -205,12 +205,16 @@ impl ActiveRule {
             && self.subject_matches(call)
     }
 
-    /// `Some` when this rule fires for the call.
-    pub fn judge(&self, call: &Call<'_>, now: i64) -> Option<Verdict> {
+    /// `Some` when this rule fires for the call. `shared`: the database several emulators count the rule's
+    /// matches in.
+    pub async fn judge(&self, call: &Call<'_>, now: i64, shared: Option<&Db>) -> Option<Verdict> {
         if !self.matches(call, now) {
             return None;
         }
-        let mut rng = self.firing.fire(&self.stored.trigger)?;
+        let mut rng = match shared {
+            Some(db) => self.firing.fire_shared(&self.stored.trigger, db, &self.id).await?,
+            None => self.firing.fire(&self.stored.trigger)?,
+        };
         let fault = self.id.clone();
         Some(match &self.stored.action {
             FaultAction::Error { status, code, message, headers } => {
@@ -245,15 +249,17 @@ impl ActiveRule {
         })
     }
 
-    pub fn to_api(&self) -> FaultRule {
+    /// As the API shows it. `shared`: its counts (matched, injected) from the database, when kept there.
+    pub fn to_api(&self, shared: Option<(u64, u64)>) -> FaultRule {
+        let (matched, injected) = shared.unwrap_or_else(|| self.firing.counts());
         FaultRule {
             id: self.id.clone(),
             matcher: self.stored.matcher.clone(),
             action: self.stored.action.clone(),
             trigger: self.stored.trigger.clone(),
             active_until: self.stored.until_ms.map(rfc3339),
-            matched: self.firing.counts().0,
-            injected: self.firing.counts().1,
+            matched,
+            injected,
         }
     }
 }

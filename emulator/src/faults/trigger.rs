@@ -10,7 +10,8 @@ use fakecloud_api::limits::{FAULT_COUNT_MAX, WINDOW_SECONDS_MAX};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::db::ms;
+use super::shared;
+use crate::db::{Db, ms};
 use crate::error::{ApiError, Result};
 use crate::validate;
 
@@ -84,7 +85,7 @@ impl Firing {
         if n <= t.skip {
             return None;
         }
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = self.rng();
         if let Some(p) = t.probability
             && rng.random::<f64>() >= p
         {
@@ -101,6 +102,25 @@ impl Firing {
             self.injected.fetch_add(1, Ordering::SeqCst);
         }
         Some(rng)
+    }
+
+    /// [`Self::fire`] for a rule of several emulators sharing `db`: the rule's counts are its row there, so
+    /// `skip` and `times` count every emulator's events. The probability is drawn here, on each match. A
+    /// database that cannot be reached leaves the counting to this emulator.
+    pub async fn fire_shared(&self, t: &FaultTrigger, db: &Db, id: &str) -> Option<MutexGuard<'_, StdRng>> {
+        use rand::Rng;
+        let drawn = t.probability.is_none_or(|p| self.rng().random::<f64>() < p);
+        match shared::count_match(db, id, t, drawn).await {
+            Ok(fired) => fired.then(|| self.rng()),
+            Err(e) => {
+                tracing::warn!(rule = %id, error = %e, "cannot count the match in the database; counting it here");
+                self.fire(t)
+            }
+        }
+    }
+
+    fn rng(&self) -> MutexGuard<'_, StdRng> {
+        self.rng.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `(matched, injected)`.

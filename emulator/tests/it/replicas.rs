@@ -2,7 +2,8 @@
 //! called in turn (round-robin, as a Service's load balancing would), hold a quota exactly between them — every
 //! write takes the cloud's advisory lock, so three writers are one — and one of them killed with `kill -9`
 //! mid-burst loses nothing it acknowledged: the others, and a replica started after, see every write and its
-//! audit entry. A fault set through one replica holds on every other, and so does an account: created, leased,
+//! audit entry. A fault set through one replica holds on every other — with one count for a rule's `skip` and
+//! `times` and a limit's refusals, and one eventual-consistency lag — and so does an account: created, leased,
 //! wiped or deleted through one, at once the same through the others.
 #![allow(clippy::unwrap_used)]
 
@@ -11,8 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fakecloud_api::{
-    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, LeaseRequest,
-    ListInstancesQuery, OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest, StartOutageRequest, codes,
+    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, FaultTrigger,
+    LeaseRequest, ListInstancesQuery, OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest, StartOutageRequest,
+    codes,
 };
 use futures::future::join_all;
 
@@ -133,20 +135,27 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
     let (b_user, b_admin) = (Client::new(&b_url, USER).unwrap(), Client::new(&b_url, ADMIN).unwrap());
     let create = |name: &str| CreateInstanceRequest { name: name.into(), ..Default::default() };
 
-    // A rule added through A fails the very next create through B; deleted through B, A's creates pass again.
-    let rule = CreateFaultRuleRequest {
+    let rule_on = |operation: &str, action: FaultAction, trigger: FaultTrigger| CreateFaultRuleRequest {
         id: None,
-        matcher: FaultMatch { operations: vec!["CreateInstance".into()], ..Default::default() },
-        action: FaultAction::Error {
-            status: 503,
-            code: "ServiceUnavailable".into(),
-            message: None,
-            headers: Default::default(),
-        },
-        trigger: Default::default(),
+        matcher: FaultMatch { operations: vec![operation.into()], ..Default::default() },
+        action,
+        trigger,
         position: None,
     };
-    let rule = a_admin.add_fault(&rule).await.unwrap();
+    let unavailable = FaultAction::Error {
+        status: 503,
+        code: "ServiceUnavailable".into(),
+        message: None,
+        headers: Default::default(),
+    };
+    let per_call = |user: &Client| {
+        let user = user.clone();
+        async move { user.region().await.map_err(|e| (e.status(), e.code().map(str::to_string))) }
+    };
+
+    // A rule added through A fails the very next create through B; deleted through B, A's creates pass again.
+    let rule =
+        a_admin.add_fault(&rule_on("CreateInstance", unavailable.clone(), FaultTrigger::default())).await.unwrap();
     let refused = b_user.create_instance(&create("through-b"), None).await.unwrap_err();
     assert_eq!((refused.status(), refused.code()), (Some(503), Some("ServiceUnavailable")), "{refused}");
     let listed: Vec<String> = b_admin.list_faults().await.unwrap().items.into_iter().map(|r| r.id).collect();
@@ -162,12 +171,26 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
     a_admin.stop_outage(&outage.id).await.unwrap();
     b_user.region().await.unwrap();
 
+    // A rule's skip and times count every replica's calls: of ten calls in turn, the 2nd and 3rd fail (counted
+    // per replica, four would), and either replica shows the one count.
+    let twice = FaultTrigger { skip: 1, times: Some(2), ..Default::default() };
+    let twice = a_admin.add_fault(&rule_on("GetRegion", unavailable, twice)).await.unwrap();
+    let mut failed = Vec::new();
+    for n in 0..10 {
+        if per_call(if n % 2 == 0 { &a_user } else { &b_user }).await.is_err() {
+            failed.push(n);
+        }
+    }
+    assert_eq!(failed, [1, 2], "the calls that failed");
+    for admin in [&a_admin, &b_admin] {
+        let listed = admin.list_faults().await.unwrap().items;
+        assert_eq!((listed[0].matched, listed[0].injected), (10, 2), "{listed:?}");
+    }
+    let deleted = b_admin.delete_fault(&twice.id).await.unwrap();
+    assert_eq!((deleted.matched, deleted.injected), (10, 2), "{deleted:?}");
+
     // A rate limit set through A is B's too, and both draw from one bucket: of ten calls in turn, five pass
-    // (a bucket each would pass all ten). The same for a fixed window.
-    let per_call = |user: &Client| {
-        let user = user.clone();
-        async move { user.region().await.map_err(|e| (e.status(), e.code().map(str::to_string))) }
-    };
+    // (a bucket each would pass all ten), and the five refusals are counted once. The same for a fixed window.
     for (id, limit) in [
         ("bucket", SetRateLimitRequest { capacity: 5, refill_per_second: Some(0.001), ..Default::default() }),
         (
@@ -194,9 +217,23 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
         assert_eq!(limits.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(), [id]);
         let tokens = limits[0].buckets.iter().map(|b| (b.key.as_str(), b.tokens.floor())).collect::<Vec<_>>();
         assert_eq!(tokens, [("all", 0.0)], "{id}: B shows the bucket both drew from");
+        assert_eq!(limits[0].refused, 5, "{id}: B counts A's refusals too");
         a_admin.delete_rate_limit(id).await.unwrap();
         b_user.region().await.unwrap();
     }
+
+    // Eventual consistency lags on every replica: an instance created through A is not there yet through
+    // either (as a real cloud's other front ends would not have it), though the cloud's own view has it.
+    let lagging = FaultAction::EventualConsistency { seconds: 600.0 };
+    a_admin.add_fault(&rule_on("CreateInstance", lagging, FaultTrigger::default())).await.unwrap();
+    let made = a_user.create_instance(&create("lagging"), None).await.unwrap();
+    for user in [&a_user, &b_user] {
+        let unseen = user.get_instance(&made.id).await.unwrap_err();
+        assert_eq!((unseen.status(), unseen.code()), (Some(404), Some("InstanceNotFound")), "{unseen}");
+        let listed = user.list_all_instances(&ListInstancesQuery::default()).await.unwrap();
+        assert!(listed.iter().all(|i| i.id != made.id), "listed while it lags");
+    }
+    b_admin.get_instance(&made.id).await.unwrap();
 }
 
 #[tokio::test]
