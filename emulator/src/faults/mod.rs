@@ -57,7 +57,7 @@ pub struct FaultEngine {
     outages: RwLock<Vec<ActiveOutage>>,
     /// Serialises changes, so the database and memory change together.
     edit: Mutex<()>,
-    spot_random: RwLock<Option<ActiveSpotRandom>>,
+    spot_random: RwLock<Option<Arc<ActiveSpotRandom>>>,
     /// Eventual consistency, by ID: until when reads lag, and the version they see (`None`: not there yet).
     hidden: std::sync::Mutex<HashMap<String, (i64, Option<serde_json::Value>)>>,
     /// Shared: the latest end of a lag in the database (read with the generation), so that a read looks there
@@ -75,18 +75,6 @@ impl FaultEngine {
     /// Load the persisted faults. `operations` are the API's operation names (for validating rule matches).
     pub async fn load(db: Db, seed: u64, operations: Vec<String>) -> Result<Self> {
         let rows = stored(&db).await?;
-        let mut spot = None;
-        if let Some((_, id, spec)) = rows.iter().find(|(kind, _, _)| kind == "spot_random") {
-            let restored = serde_json::from_str::<(SpotRandomRequest, i64)>(spec)
-                .map_err(|e| ApiError::internal(e.to_string()))
-                .and_then(|(req, started)| ActiveSpotRandom::new(&req, seed, started));
-            match restored {
-                Ok(s) => spot = Some(s),
-                Err(e) => {
-                    tracing::warn!(kind = "spot_random", %id, error = %e, "skipping a stored fault that no longer parses")
-                }
-            }
-        }
         let shared = db.backend() == Backend::Postgres;
         let engine = Self {
             db,
@@ -102,20 +90,21 @@ impl FaultEngine {
             edit: Mutex::default(),
             hidden: std::sync::Mutex::default(),
             lag_until: AtomicI64::new(0),
-            spot_random: RwLock::new(spot),
+            spot_random: RwLock::default(),
         };
         engine.put_in_force(&rows).await;
         Ok(engine)
     }
 
     /// Put the stored faults in force. One whose spec is unchanged is kept as it is, with its state (a rule's
-    /// counts, a rate limit's bucket). Random spot reclamation is left out: it draws on the emulator that
-    /// started it, not on every one sharing the database.
+    /// counts, a rate limit's bucket, random spot reclamation's generator).
     async fn put_in_force(&self, rows: &[(String, String, String)]) {
         let seed = self.seed;
         let (old_rules, old_lb_rules, old_limits) =
             (self.rules.read().await.clone(), self.lb_rules.read().await.clone(), self.limits.read().await.clone());
+        let old_spot: Vec<_> = self.spot_random.read().await.iter().cloned().collect();
         let (mut rules, mut lb_rules, mut limits, mut outages) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut spot = None;
         for (kind, id, spec) in rows {
             let restored = match kind.as_str() {
                 "rule" => {
@@ -133,6 +122,8 @@ impl FaultEngine {
                         .map(|l| limits.push(l))
                 }
                 "outage" => ActiveOutage::restore(id, spec).map(|o| outages.push(o)),
+                "spot_random" => kept(&old_spot, |s| s.stored() == spec, || ActiveSpotRandom::restore(spec, seed))
+                    .map(|s| spot = Some(s)),
                 _ => Ok(()),
             };
             if let Err(e) = restored {
@@ -145,6 +136,7 @@ impl FaultEngine {
         *self.lb_rules.write().await = lb_rules;
         *self.limits.write().await = limits;
         *self.outages.write().await = outages;
+        *self.spot_random.write().await = spot;
         if lb_changed {
             self.lb_rules_changed.send_modify(|n| *n += 1);
         }
@@ -636,10 +628,9 @@ impl FaultEngine {
         let _edit = self.editing().await;
         let now = now_ms();
         let active = ActiveSpotRandom::new(&req, self.seed, now)?;
-        let spec = serde_json::to_string(&(&req, now)).map_err(|e| ApiError::internal(e.to_string()))?;
-        self.persist("spot_random", "spot-random", 0, &spec).await?;
+        self.persist("spot_random", "spot-random", 0, active.stored()).await?;
         let api = active.to_api();
-        *self.spot_random.write().await = Some(active);
+        *self.spot_random.write().await = Some(Arc::new(active));
         tracing::warn!(rate_per_minute = req.rate_per_minute, "random spot reclamation started");
         Ok(api)
     }
@@ -651,21 +642,35 @@ impl FaultEngine {
         Ok(())
     }
 
-    /// Run the random spot draws once a second until the process ends.
+    /// Run the random spot draws once a second until the process ends. Emulators sharing the database follow
+    /// the faults every second and draw in turn: a second is drawn by the one that claims it.
     pub fn spawn_spot_ticker(self: &Arc<Self>, cfg: crate::config::Config) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let guard = engine.spot_random.read().await;
-                let Some(active) = guard.as_ref().filter(|a| a.active(now_ms())) else { continue };
+                engine.sync().await;
+                let now = now_ms();
+                let Some(active) = engine.spot_random.read().await.clone().filter(|a| a.active(now)) else { continue };
+                if engine.shared && !engine.claimed(now.div_euclid(1000)).await {
+                    continue;
+                }
                 match active.tick(&engine.db, &cfg).await {
                     Ok(Some(name)) => tracing::warn!(instance = %name, "random spot reclamation"),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "random spot reclamation failed; trying again next second"),
                 }
             }
+        })
+    }
+
+    /// Whether this emulator claimed second `second` of random spot reclamation (a database that cannot be
+    /// reached: no, so two emulators never draw the same second).
+    async fn claimed(&self, second: i64) -> bool {
+        shared::claim_second(&self.db, second).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot claim a second of random spot reclamation; trying again next second");
+            false
         })
     }
 

@@ -1,7 +1,8 @@
 //! What emulators sharing one PostgreSQL database keep in it so that they fault as one cloud, beside the faults
 //! themselves (table `faults`, followed through a generation) and the rate limits' buckets (`rate_buckets`):
-//! a rule's counts, so that `skip` and `times` count every replica's calls; a rate limit's refusals; and
-//! eventual consistency's lag, so that a read through any replica lags behind a write through another.
+//! a rule's counts, so that `skip` and `times` count every replica's calls; a rate limit's refusals;
+//! eventual consistency's lag, so that a read through any replica lags behind a write through another; and
+//! which replica draws each second of random spot reclamation, so that the fleet's rate is the one asked for.
 //! One emulator alone keeps all of this in memory.
 
 use std::collections::HashMap;
@@ -17,6 +18,8 @@ pub const RULE: &str = "rule";
 pub const RATE_LIMIT: &str = "rate_limit";
 /// The counter holding the latest end of a lag in `lagging`.
 pub const LAG_UNTIL: &str = "lag_until";
+/// The counter holding the last second of random spot reclamation an emulator claimed.
+const SPOT_SECOND: &str = "spot_second";
 
 /// Whether this match fires (`$3` skip, `$4` whether the rule's probability was drawn, `$5` times or NULL), for
 /// a row counted `matched` and `injected` before it.
@@ -134,4 +137,18 @@ pub async fn lagging(db: &Db, now: i64) -> Result<HashMap<String, Option<serde_j
     let rows: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT id, previous FROM lagging WHERE until_ms > $1").bind(now).fetch_all(db.reader()).await?;
     Ok(rows.into_iter().map(|(id, previous)| (id, previous.and_then(|p| serde_json::from_str(&p).ok()))).collect())
+}
+
+/// Claim second `second` (Unix) of random spot reclamation: true for the first emulator to ask, so one draw a
+/// second is made however many emulators tick.
+pub async fn claim_second(db: &Db, second: i64) -> Result<bool> {
+    let claimed: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO counters (key, n) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET n = $2 WHERE counters.n < $2 \
+         RETURNING n",
+    )
+    .bind(SPOT_SECOND)
+    .bind(second)
+    .fetch_optional(db.writer())
+    .await?;
+    Ok(claimed.is_some())
 }

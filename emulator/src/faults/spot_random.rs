@@ -1,5 +1,6 @@
 //! Random spot reclamation: once a second, with probability rate/60, one live spot instance (drawn from the
-//! seeded generator) gets an interruption notice.
+//! seeded generator) gets an interruption notice. Emulators sharing a database draw in turn: each second is
+//! drawn by the one that claims it (see `super::shared::claim_second`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,11 +13,13 @@ use rand::{Rng, SeedableRng};
 
 use crate::config::Config;
 use crate::db::{Db, now_ms, rfc3339};
-use crate::error::Result;
+use crate::error::{ApiError, Result};
 use crate::store::instances;
 use crate::validate;
 
 pub struct ActiveSpotRandom {
+    /// As stored: the request and when it started.
+    spec: String,
     rate_per_minute: f64,
     notice: Duration,
     until_ms: Option<i64>,
@@ -26,11 +29,13 @@ pub struct ActiveSpotRandom {
 
 impl ActiveSpotRandom {
     pub fn new(req: &SpotRandomRequest, seed: u64, now: i64) -> Result<Self> {
+        let spec = serde_json::to_string(&(req, now)).map_err(|e| ApiError::internal(e.to_string()))?;
         validate::in_range("rate_per_minute", req.rate_per_minute, 0.0, SPOT_RATE_PER_MINUTE_MAX)?;
         let notice =
             validate::in_range("notice_seconds", req.notice_seconds.unwrap_or(120.0), 0.0, NOTICE_SECONDS_MAX)?;
         let until_ms = validate::window_end("duration_seconds", req.duration_seconds, now)?;
         Ok(Self {
+            spec,
             rate_per_minute: req.rate_per_minute,
             notice: Duration::from_secs_f64(notice),
             until_ms,
@@ -38,6 +43,16 @@ impl ActiveSpotRandom {
             rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0x5eed_5907)),
             reclaimed: AtomicU64::new(0),
         })
+    }
+
+    pub fn restore(spec: &str, seed: u64) -> Result<Self> {
+        let (req, started): (SpotRandomRequest, i64) =
+            serde_json::from_str(spec).map_err(|e| ApiError::internal(e.to_string()))?;
+        Self::new(&req, seed, started)
+    }
+
+    pub fn stored(&self) -> &str {
+        &self.spec
     }
 
     pub fn active(&self, now: i64) -> bool {

@@ -3,8 +3,8 @@
 //! write takes the cloud's advisory lock, so three writers are one — and one of them killed with `kill -9`
 //! mid-burst loses nothing it acknowledged: the others, and a replica started after, see every write and its
 //! audit entry. A fault set through one replica holds on every other — with one count for a rule's `skip` and
-//! `times` and a limit's refusals, and one eventual-consistency lag — and so does an account: created, leased,
-//! wiped or deleted through one, at once the same through the others.
+//! `times` and a limit's refusals, one eventual-consistency lag and one random spot reclamation — and so does
+//! an account: created, leased, wiped or deleted through one, at once the same through the others.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use fakecloud_api::{
     AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, FaultTrigger,
-    LeaseRequest, ListInstancesQuery, OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest, StartOutageRequest,
-    codes,
+    LeaseRequest, ListInstancesQuery, Market, OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest,
+    SpotRandomRequest, StartOutageRequest, codes,
 };
 use futures::future::join_all;
 
@@ -278,4 +278,45 @@ async fn an_account_changed_through_one_replica_is_the_same_through_the_others()
     let refused = Client::new(&a_url, &fresh.user_token).unwrap().region().await.unwrap_err();
     assert_eq!(refused.status(), Some(401), "{refused}");
     assert!(a_admin.list_accounts().await.unwrap().items.is_empty());
+}
+
+#[tokio::test]
+async fn random_spot_reclamation_draws_once_a_second_between_replicas_and_outlives_its_starter() {
+    let pg = Postgres::start();
+    let url = pg.database("cloud").await;
+    let (mut a, a_url, _) = spawn_emulator(&url).await;
+    let (_b, b_url, _) = spawn_emulator(&url).await;
+    let (a_admin, b_admin) = (Client::new(&a_url, ADMIN).unwrap(), Client::new(&b_url, ADMIN).unwrap());
+    let b_user = Client::new(&b_url, USER).unwrap();
+    for n in 0..40 {
+        let spot = CreateInstanceRequest { name: format!("spot-{n}"), market: Market::Spot, ..Default::default() };
+        b_user.create_instance(&spot, None).await.unwrap();
+    }
+    // Counted in the database itself: a call to B would bring B up to date, and B must follow on its own.
+    let db = sqlx::PgPool::connect(&url).await.unwrap();
+    let reclaimed = || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE interruption_at IS NOT NULL")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        n as u64
+    };
+
+    // 60 a minute: every second's draw reclaims one. Each second is drawn by one replica, so in the seconds it
+    // ran there are at most as many reclamations as seconds it spanned (each replica drawing would make two).
+    let started = std::time::Instant::now();
+    let every_second =
+        SpotRandomRequest { rate_per_minute: 60.0, notice_seconds: Some(3_600.0), duration_seconds: None };
+    a_admin.start_spot_random(&every_second).await.unwrap();
+    eventually(HANG, "eight reclaimed", || async { (reclaimed().await >= 8).then_some(()) }).await;
+    let (n, spanned) = (reclaimed().await, started.elapsed().as_secs() + 2);
+    assert!(n <= spanned, "{n} reclaimed in at most {spanned} whole seconds: more than one draw a second");
+
+    // The replica that started it killed: the other, called by no one, goes on drawing.
+    a.start_kill().unwrap();
+    a.wait().await.unwrap();
+    let at_kill = reclaimed().await;
+    eventually(HANG, "reclaimed after the starter died", || async { (reclaimed().await >= at_kill + 3).then_some(()) })
+        .await;
+    b_admin.stop_spot_random().await.unwrap();
 }
