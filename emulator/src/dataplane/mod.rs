@@ -8,6 +8,9 @@
 //! ranges) and their load balancer's healthy backends swapped in place through watch channels — their sockets
 //! and established connections are untouched. Health checks run per load balancer (see [`health`]).
 //!
+//! On a PostgreSQL database other emulators share, what it shows is published there for them (see
+//! [`published`]).
+//!
 //! UDP listeners are served too, by sessions per client address (see [`udp`]). A passthrough load balancer
 //! has no sockets: the kernel routes its packets to a healthy backend unchanged (see [`passthrough`]).
 //!
@@ -22,6 +25,7 @@ mod health;
 mod listener;
 pub mod passthrough;
 pub mod pool;
+pub mod published;
 mod status;
 mod tcp;
 mod udp;
@@ -39,10 +43,12 @@ use self::budget::{Budget, Caps};
 use self::context::{AbortOnDrop, Route, Shared};
 pub use self::faults::Faults;
 use self::health::Healthy;
+use self::published::Publisher;
 pub use self::status::Status;
 use crate::addresses::{self, HostAddresses};
 use crate::config::Config;
 use crate::db::Db;
+use crate::db::backend::Backend;
 use crate::error::Result;
 use crate::faults::LbSubject;
 use crate::metrics::{BackendLabels, DataPlaneMetrics};
@@ -69,6 +75,7 @@ impl DataPlane {
         let wake = Arc::new(Notify::new());
         let status = Status::default();
         let budget = Budget::new(cfg.data_plane.clone());
+        let shared = db.backend() == Backend::Postgres;
         let supervisor = Supervisor {
             db,
             cfg,
@@ -79,6 +86,7 @@ impl DataPlane {
             served: HashMap::new(),
             kernel: None,
             kernel_error: None,
+            publisher: shared.then(Publisher::default),
         };
         let task = tokio::spawn(supervisor.run(wake.clone()));
         (Self { wake, status }, task)
@@ -109,6 +117,8 @@ struct Supervisor {
     kernel: Option<passthrough::Kernel>,
     /// Why it could not start, the last time it was tried (logged once per reason).
     kernel_error: Option<String>,
+    /// With other emulators on the database: what it shows, written for them (see [`published`]).
+    publisher: Option<Publisher>,
 }
 
 /// One active load balancer in the data plane.
@@ -152,7 +162,7 @@ impl Supervisor {
         let host = if lbs.is_empty() { HostAddresses::default() } else { HostAddresses::read() };
         let mut seen = HashSet::new();
         let mut routed = HashSet::new();
-        for lb in lbs {
+        for lb in &lbs {
             let Some(address) = lb.address else { continue };
             seen.insert(lb.id.clone());
             let spec = health::Spec {
@@ -191,7 +201,7 @@ impl Supervisor {
                 }
                 changed
             });
-            let source_ranges = source_ranges(&lb);
+            let source_ranges = source_ranges(lb);
             let route = match lb.forwarding {
                 Forwarding::Proxy => None,
                 Forwarding::Passthrough => {
@@ -220,7 +230,7 @@ impl Supervisor {
                 caps: served.caps.clone(),
                 status: self.status.clone(),
             };
-            sync_listeners(&lb, served, shared, source_ranges, route).await;
+            sync_listeners(lb, served, shared, source_ranges, route).await;
         }
         if let Some(kernel) = &mut self.kernel {
             kernel.retain(&routed).await;
@@ -230,6 +240,9 @@ impl Supervisor {
             if let Some(old) = self.served.remove(&id) {
                 self.stop(&id, old);
             }
+        }
+        if let Some(publisher) = &mut self.publisher {
+            publisher.publish(&self.db, &lbs, &self.status).await;
         }
         Ok(())
     }

@@ -12,6 +12,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::extract::{ApiJson, ApiPath, ApiQuery, idempotency_key};
 use super::reply::{created, reply};
 use super::state::AppState;
+use crate::dataplane::published;
+use crate::db::backend::Backend;
 use crate::error::Result;
 use crate::store::{lb_provisioning, load_balancers};
 
@@ -68,7 +70,7 @@ async fn create_load_balancer(
 ) -> Result<Response> {
     let key = idempotency_key(&headers)?;
     let (lb, replayed) = load_balancers::create(&st.db, &st.cfg, &req, key.as_deref()).await?;
-    Ok(created(&lb.id.clone(), shown(&st, lb), replayed))
+    Ok(created(&lb.id.clone(), shown(&st, lb).await, replayed))
 }
 
 #[utoipa::path(get, path = "/v1/load-balancers", operation_id = "ListLoadBalancers", tag = "load-balancers",
@@ -79,7 +81,7 @@ async fn list_load_balancers(
     ApiQuery(q): ApiQuery<ListLoadBalancersQuery>,
 ) -> Result<Response> {
     let mut list = load_balancers::list(&st.db, &q).await?;
-    list.items = list.items.into_iter().map(|lb| shown(&st, lb)).collect();
+    show(&st, &mut list.items).await;
     Ok(reply(StatusCode::OK, "", list))
 }
 
@@ -88,7 +90,7 @@ async fn list_load_balancers(
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
 async fn get_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::get(&st.db, &id).await?)))
+    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::get(&st.db, &id).await?).await))
 }
 
 /// Change listeners, backends, source ranges or the health check; fields left out stay as they are.
@@ -101,7 +103,7 @@ async fn update_load_balancer(
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<UpdateLoadBalancerRequest>,
 ) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::update(&st.db, &id, &req).await?)))
+    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::update(&st.db, &id, &req).await?).await))
 }
 
 /// Delete: the load balancer is `deleting`, then gone.
@@ -109,15 +111,30 @@ async fn update_load_balancer(
     params(("id" = String, Path)), responses((status = 200, body = LoadBalancer), (status = 404, body = ErrorBody)),
     security(("user" = [])))]
 async fn delete_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::delete(&st.db, &st.cfg, &id).await?)))
+    Ok(reply(StatusCode::OK, &id, shown(&st, load_balancers::delete(&st.db, &st.cfg, &id).await?).await))
 }
 
-/// A load balancer as every call answers it: with the data plane on, its `ip_mode` (from its forwarding),
+/// Load balancers as every call answers them: with the data plane on, their `ip_mode` (from their forwarding),
 /// listeners' states and backends' health — the same from a create, an update or a delete as from a get, since
-/// a CCM builds a Service's status from whichever answer it has last.
-fn shown(st: &AppState, mut lb: LoadBalancer) -> LoadBalancer {
+/// a CCM builds a Service's status from whichever answer it has last. Through a replica without the data
+/// plane, on a database another replica serves it from, what that one published.
+async fn show(st: &AppState, lbs: &mut [LoadBalancer]) {
     if let Some(dataplane) = &st.dataplane {
-        dataplane.annotate(&mut lb);
+        lbs.iter_mut().for_each(|lb| dataplane.annotate(lb));
+    } else if st.db.backend() == Backend::Postgres {
+        let one = if let [lb] = &*lbs { Some(lb.id.clone()) } else { None };
+        match published::read(&st.db, one.as_deref()).await {
+            Ok(mut views) => lbs.iter_mut().for_each(|lb| {
+                if let Some(view) = views.remove(&lb.id) {
+                    view.apply(lb);
+                }
+            }),
+            Err(e) => tracing::warn!(error = %e, "cannot read the data plane's view another replica published"),
+        }
     }
+}
+
+async fn shown(st: &AppState, mut lb: LoadBalancer) -> LoadBalancer {
+    show(st, std::slice::from_mut(&mut lb)).await;
     lb
 }

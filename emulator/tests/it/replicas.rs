@@ -4,7 +4,8 @@
 //! mid-burst loses nothing it acknowledged: the others, and a replica started after, see every write and its
 //! audit entry. A fault set through one replica holds on every other — with one count for a rule's `skip` and
 //! `times` and a limit's refusals, one eventual-consistency lag and one random spot reclamation — and so does
-//! an account: created, leased, wiped or deleted through one, at once the same through the others.
+//! an account: created, leased, wiped or deleted through one, at once the same through the others. The load
+//! balancers' data plane, served by one replica, shows the same through every other.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
@@ -12,14 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fakecloud_api::{
-    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, FaultTrigger,
-    LeaseRequest, ListInstancesQuery, Market, OutageScope, QuotaName, RateLimitKind, SetRateLimitRequest,
-    SpotRandomRequest, StartOutageRequest, codes,
+    AuditQuery, Client, CreateFaultRuleRequest, CreateInstanceRequest, CreateLoadBalancerRequest, FaultAction,
+    FaultMatch, FaultTrigger, LeaseRequest, ListInstancesQuery, Listener, ListenerState, Market, OutageScope, Protocol,
+    QuotaName, RateLimitKind, SetRateLimitRequest, SpotRandomRequest, StartOutageRequest, codes,
 };
 use futures::future::join_all;
 
 use crate::common::postgres::Postgres;
-use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator};
+use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator, spawn_emulator_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
@@ -319,4 +320,51 @@ async fn random_spot_reclamation_draws_once_a_second_between_replicas_and_outliv
     eventually(HANG, "reclaimed after the starter died", || async { (reclaimed().await >= at_kill + 3).then_some(()) })
         .await;
     b_admin.stop_spot_random().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_data_plane_one_replica_serves_shows_the_same_through_the_others() {
+    let pg = Postgres::start();
+    let url = pg.database("cloud").await;
+    let cloud = ["--loopback-instances", "--public-pool", "127.77.40.0/24", "--lb-provision-delay", "0s"];
+    let serving = [&["--serve-load-balancers"][..], &cloud].concat();
+    let (mut a, a_url, _) = spawn_emulator_with(&url, &serving, None).await;
+    let (_b, b_url, _) = spawn_emulator_with(&url, &cloud, None).await;
+    let (a_user, b_user) = (Client::new(&a_url, USER).unwrap(), Client::new(&b_url, USER).unwrap());
+    let backend = CreateInstanceRequest {
+        name: "web-1".into(),
+        private_ip: Some("127.78.40.1".parse().unwrap()),
+        ..Default::default()
+    };
+    let backend = b_user.create_instance(&backend, None).await.unwrap();
+    let lb = CreateLoadBalancerRequest {
+        name: "web".into(),
+        listeners: vec![Listener { protocol: Protocol::Tcp, port: 18040, backend_port: 8080 }],
+        backends: vec![backend.id],
+        ..Default::default()
+    };
+    let lb = b_user.create_load_balancer(&lb, None).await.unwrap();
+
+    // Served by A, created through B: B shows what A shows, its listener listening.
+    let through_b = eventually(HANG, "B to show A's data plane", || async {
+        let through_a = a_user.get_load_balancer(&lb.id).await.unwrap();
+        let through_b = b_user.get_load_balancer(&lb.id).await.unwrap();
+        let same = (&through_a.listener_status, &through_a.backend_health, &through_a.data_plane)
+            == (&through_b.listener_status, &through_b.backend_health, &through_b.data_plane);
+        (same && through_b.data_plane.is_some()).then_some(through_b)
+    })
+    .await;
+    assert_eq!(through_b.listener_status.len(), 1);
+    assert_eq!(through_b.listener_status[0].state, ListenerState::Listening, "{through_b:?}");
+    let listed = b_user.list_load_balancers(&Default::default()).await.unwrap().items;
+    assert_eq!(listed[0].listener_status, through_b.listener_status, "listed as got");
+
+    // The serving replica gone: B soon shows no data plane rather than what it last said.
+    a.start_kill().unwrap();
+    a.wait().await.unwrap();
+    eventually(HANG, "B to stop showing a dead data plane", || async {
+        let through_b = b_user.get_load_balancer(&lb.id).await.unwrap();
+        (through_b.data_plane.is_none() && through_b.listener_status.is_empty()).then_some(())
+    })
+    .await;
 }

@@ -1,5 +1,5 @@
 -- What several emulators sharing a database (PostgreSQL) must count and see as one cloud (issue #28); one
--- emulator alone keeps these in memory and leaves both tables empty.
+-- emulator alone keeps these in memory and leaves these tables empty.
 
 -- A fault rule's counts (kind 'rule': the calls it matched, the faults it injected, whether the last match
 -- fired), so `skip` and `times` count every replica's calls; a rate limit's refusals (kind 'rate_limit':
@@ -20,4 +20,11 @@ CREATE TABLE lagging (
     id        TEXT PRIMARY KEY,
     until_ms  INTEGER NOT NULL,
     previous  TEXT
+);
+
+-- The load balancers' data plane as the one replica serving it shows it (listeners' states, backends' health,
+-- as JSON), for a GET through any other; the counter 'lb_views_at' says when it last published.
+CREATE TABLE lb_views (
+    lb_id  TEXT PRIMARY KEY,
+    view   TEXT NOT NULL
 );

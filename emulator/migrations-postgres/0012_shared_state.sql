@@ -1,4 +1,4 @@
--- ../migrations/0012_shared_fault_state.sql on PostgreSQL.
+-- ../migrations/0012_shared_state.sql on PostgreSQL.
 CREATE TABLE fault_counts (
     kind      TEXT NOT NULL,
     id        TEXT NOT NULL,
@@ -12,4 +12,9 @@ CREATE TABLE lagging (
     id        TEXT PRIMARY KEY,
     until_ms  BIGINT NOT NULL,
     previous  TEXT
+);
+
+CREATE TABLE lb_views (
+    lb_id  TEXT PRIMARY KEY,
+    view   TEXT NOT NULL
 );
