@@ -18,18 +18,42 @@ use fakecloud_api::{
     QuotaName, RateLimitKind, SetRateLimitRequest, SpotRandomRequest, StartOutageRequest, codes,
 };
 use futures::future::join_all;
+use tokio::process::Child;
 
 use crate::common::postgres::Postgres;
-use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator, spawn_emulator_with};
+use crate::common::{ADMIN, HANG, USER, eventually, spawn_emulator_with};
+
+/// One `fakecloud serve` on the test's database, with a client for each of its tokens.
+struct Replica {
+    process: Child,
+    url: String,
+    log: Arc<Mutex<String>>,
+    user: Client,
+    admin: Client,
+}
+
+impl Replica {
+    async fn start(db: &str, flags: &[&str]) -> Self {
+        let (process, url, log) = spawn_emulator_with(db, flags, None).await;
+        let (user, admin) = (Client::new(&url, USER).unwrap(), Client::new(&url, ADMIN).unwrap());
+        Self { process, url, log, user, admin }
+    }
+
+    /// `kill -9`, and wait for it to be gone.
+    async fn kill(&mut self) {
+        self.process.start_kill().unwrap();
+        self.process.wait().await.unwrap();
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
     let pg = Postgres::start();
     let url = pg.database("cloud").await;
     // Started at once: the first migrates the database, the others wait on the migrator's lock and find it done.
-    let mut replicas = join_all((0..3).map(|_| spawn_emulator(&url))).await;
-    let users: Vec<Client> = replicas.iter().map(|(_, url, _)| Client::new(url, USER).unwrap()).collect();
-    let admins: Vec<Client> = replicas.iter().map(|(_, url, _)| Client::new(url, ADMIN).unwrap()).collect();
+    let mut replicas = join_all((0..3).map(|_| Replica::start(&url, &[]))).await;
+    let users: Vec<Client> = replicas.iter().map(|r| r.user.clone()).collect();
+    let admins: Vec<Client> = replicas.iter().map(|r| r.admin.clone()).collect();
 
     // A quota set on one replica holds on all: 200 creates at once, in turn, against 50.
     admins[0].set_quota(QuotaName::Instances, 50).await.unwrap();
@@ -80,9 +104,7 @@ async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
         })
         .collect();
     eventually(HANG, "300 acknowledged writes", || async { (acked.lock().unwrap().len() >= 300).then_some(()) }).await;
-    let (killed, _, _) = &mut replicas[1];
-    killed.start_kill().unwrap();
-    killed.wait().await.unwrap();
+    replicas[1].kill().await;
     let at_kill = acked.lock().unwrap().len();
     eventually(HANG, "more writes through the two left", || async {
         (acked.lock().unwrap().len() >= at_kill + 100).then_some(())
@@ -96,9 +118,9 @@ async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
 
     // A replica started now sees every acknowledged write, and each has its audit entry (written in the
     // create's own transaction).
-    let (_late, late_url, _) = spawn_emulator(&url).await;
-    let present: HashSet<String> = Client::new(&late_url, USER)
-        .unwrap()
+    let late = Replica::start(&url, &[]).await;
+    let present: HashSet<String> = late
+        .user
         .list_all_instances(&ListInstancesQuery { page_size: Some(1000), ..Default::default() })
         .await
         .unwrap()
@@ -113,7 +135,7 @@ async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
         acked.len(),
         &lost[..lost.len().min(5)]
     );
-    let admin = Client::new(&late_url, ADMIN).unwrap();
+    let admin = late.admin;
     let mut audited = HashSet::new();
     let mut query = AuditQuery { operation: Some("CreateInstance".into()), limit: Some(10_000), ..Default::default() };
     loop {
@@ -130,10 +152,8 @@ async fn three_replicas_hold_a_quota_exactly_and_a_killed_one_loses_nothing() {
 async fn a_fault_set_through_one_replica_holds_on_the_others() {
     let pg = Postgres::start();
     let url = pg.database("cloud").await;
-    let (_a, a_url, _) = spawn_emulator(&url).await;
-    let (_b, b_url, _) = spawn_emulator(&url).await;
-    let (a_user, a_admin) = (Client::new(&a_url, USER).unwrap(), Client::new(&a_url, ADMIN).unwrap());
-    let (b_user, b_admin) = (Client::new(&b_url, USER).unwrap(), Client::new(&b_url, ADMIN).unwrap());
+    let (a, b) = (Replica::start(&url, &[]).await, Replica::start(&url, &[]).await);
+    let (a_user, a_admin, b_user, b_admin) = (&a.user, &a.admin, &b.user, &b.admin);
     let create = |name: &str| CreateInstanceRequest { name: name.into(), ..Default::default() };
 
     let rule_on = |operation: &str, action: FaultAction, trigger: FaultTrigger| CreateFaultRuleRequest {
@@ -178,12 +198,12 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
     let twice = a_admin.add_fault(&rule_on("GetRegion", unavailable, twice)).await.unwrap();
     let mut failed = Vec::new();
     for n in 0..10 {
-        if per_call(if n % 2 == 0 { &a_user } else { &b_user }).await.is_err() {
+        if per_call(if n % 2 == 0 { a_user } else { b_user }).await.is_err() {
             failed.push(n);
         }
     }
     assert_eq!(failed, [1, 2], "the calls that failed");
-    for admin in [&a_admin, &b_admin] {
+    for admin in [a_admin, b_admin] {
         let listed = admin.list_faults().await.unwrap().items;
         assert_eq!((listed[0].matched, listed[0].injected), (10, 2), "{listed:?}");
     }
@@ -208,7 +228,7 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
         a_admin.set_rate_limit(id, &limit).await.unwrap();
         let mut passed = 0;
         for n in 0..10 {
-            match per_call(if n % 2 == 0 { &a_user } else { &b_user }).await {
+            match per_call(if n % 2 == 0 { a_user } else { b_user }).await {
                 Ok(_) => passed += 1,
                 Err(refused) => assert_eq!(refused, (Some(429), Some(codes::REQUEST_LIMIT_EXCEEDED.into()))),
             }
@@ -228,7 +248,7 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
     let lagging = FaultAction::EventualConsistency { seconds: 600.0 };
     a_admin.add_fault(&rule_on("CreateInstance", lagging, FaultTrigger::default())).await.unwrap();
     let made = a_user.create_instance(&create("lagging"), None).await.unwrap();
-    for user in [&a_user, &b_user] {
+    for user in [a_user, b_user] {
         let unseen = user.get_instance(&made.id).await.unwrap_err();
         assert_eq!((unseen.status(), unseen.code()), (Some(404), Some("InstanceNotFound")), "{unseen}");
         let listed = user.list_all_instances(&ListInstancesQuery::default()).await.unwrap();
@@ -241,9 +261,8 @@ async fn a_fault_set_through_one_replica_holds_on_the_others() {
 async fn an_account_changed_through_one_replica_is_the_same_through_the_others() {
     let pg = Postgres::start();
     let url = pg.database("cloud").await;
-    let (_a, a_url, a_log) = spawn_emulator(&url).await;
-    let (_b, b_url, b_log) = spawn_emulator(&url).await;
-    let (a_admin, b_admin) = (Client::new(&a_url, ADMIN).unwrap(), Client::new(&b_url, ADMIN).unwrap());
+    let (a, b) = (Replica::start(&url, &[]).await, Replica::start(&url, &[]).await);
+    let (a_url, a_admin, b_url, b_admin) = (&a.url, &a.admin, &b.url, &b.admin);
     let create = |name: &str| CreateInstanceRequest { name: name.into(), ..Default::default() };
     let names = |c: Client| async move {
         let all = c.list_all_instances(&ListInstancesQuery::default()).await.unwrap();
@@ -252,15 +271,15 @@ async fn an_account_changed_through_one_replica_is_the_same_through_the_others()
 
     // Created through A: its tokens work through B at once, in its cloud.
     let team = a_admin.create_account("team-a").await.unwrap();
-    let through_b = Client::new(&b_url, &team.user_token).unwrap();
+    let through_b = Client::new(b_url, &team.user_token).unwrap();
     through_b.create_instance(&create("made-through-b"), None).await.unwrap();
-    assert_eq!(names(Client::new(&a_url, &team.user_token).unwrap()).await, ["made-through-b"]);
-    assert!(names(Client::new(&a_url, USER).unwrap()).await.is_empty(), "not in the emulator's own cloud");
+    assert_eq!(names(Client::new(a_url, &team.user_token).unwrap()).await, ["made-through-b"]);
+    assert!(names(Client::new(a_url, USER).unwrap()).await.is_empty(), "not in the emulator's own cloud");
 
     // Leased through B for a second: it lapses, is wiped once, and its old tokens stop on both.
     let lease = LeaseRequest { holder: "job-1".into(), ttl_seconds: 1.0, account: Some("team-a".into()) };
     let leased = b_admin.take_lease(&lease).await.unwrap();
-    for url in [&a_url, &b_url] {
+    for url in [a_url, b_url] {
         let old = Client::new(url, &leased.user_token).unwrap();
         eventually(HANG, "the lapsed lease's tokens refused", || async {
             (old.region().await.err()?.status() == Some(401)).then_some(())
@@ -269,14 +288,14 @@ async fn an_account_changed_through_one_replica_is_the_same_through_the_others()
     }
     let again = LeaseRequest { holder: "job-2".into(), ttl_seconds: 600.0, account: Some("team-a".into()) };
     let fresh = a_admin.take_lease(&again).await.unwrap();
-    assert!(names(Client::new(&b_url, &fresh.user_token).unwrap()).await.is_empty(), "wiped: an empty cloud");
+    assert!(names(Client::new(b_url, &fresh.user_token).unwrap()).await.is_empty(), "wiped: an empty cloud");
     // Both janitors saw the lease lapse; one wiped it.
-    let wipes = [&a_log, &b_log].map(|log| log.lock().unwrap().matches("account wiped").count());
+    let wipes = [&a.log, &b.log].map(|log| log.lock().unwrap().matches("account wiped").count());
     assert_eq!(wipes.iter().sum::<usize>(), 1, "wipes by A and B: {wipes:?}");
 
     // Deleted through B: gone through A.
     b_admin.delete_account("team-a").await.unwrap();
-    let refused = Client::new(&a_url, &fresh.user_token).unwrap().region().await.unwrap_err();
+    let refused = Client::new(a_url, &fresh.user_token).unwrap().region().await.unwrap_err();
     assert_eq!(refused.status(), Some(401), "{refused}");
     assert!(a_admin.list_accounts().await.unwrap().items.is_empty());
 }
@@ -285,13 +304,10 @@ async fn an_account_changed_through_one_replica_is_the_same_through_the_others()
 async fn random_spot_reclamation_draws_once_a_second_between_replicas_and_outlives_its_starter() {
     let pg = Postgres::start();
     let url = pg.database("cloud").await;
-    let (mut a, a_url, _) = spawn_emulator(&url).await;
-    let (_b, b_url, _) = spawn_emulator(&url).await;
-    let (a_admin, b_admin) = (Client::new(&a_url, ADMIN).unwrap(), Client::new(&b_url, ADMIN).unwrap());
-    let b_user = Client::new(&b_url, USER).unwrap();
+    let (mut a, b) = (Replica::start(&url, &[]).await, Replica::start(&url, &[]).await);
     for n in 0..40 {
         let spot = CreateInstanceRequest { name: format!("spot-{n}"), market: Market::Spot, ..Default::default() };
-        b_user.create_instance(&spot, None).await.unwrap();
+        b.user.create_instance(&spot, None).await.unwrap();
     }
     // Counted in the database itself: a call to B would bring B up to date, and B must follow on its own.
     let db = sqlx::PgPool::connect(&url).await.unwrap();
@@ -308,18 +324,17 @@ async fn random_spot_reclamation_draws_once_a_second_between_replicas_and_outliv
     let started = std::time::Instant::now();
     let every_second =
         SpotRandomRequest { rate_per_minute: 60.0, notice_seconds: Some(3_600.0), duration_seconds: None };
-    a_admin.start_spot_random(&every_second).await.unwrap();
+    a.admin.start_spot_random(&every_second).await.unwrap();
     eventually(HANG, "eight reclaimed", || async { (reclaimed().await >= 8).then_some(()) }).await;
     let (n, spanned) = (reclaimed().await, started.elapsed().as_secs() + 2);
     assert!(n <= spanned, "{n} reclaimed in at most {spanned} whole seconds: more than one draw a second");
 
     // The replica that started it killed: the other, called by no one, goes on drawing.
-    a.start_kill().unwrap();
-    a.wait().await.unwrap();
+    a.kill().await;
     let at_kill = reclaimed().await;
     eventually(HANG, "reclaimed after the starter died", || async { (reclaimed().await >= at_kill + 3).then_some(()) })
         .await;
-    b_admin.stop_spot_random().await.unwrap();
+    b.admin.stop_spot_random().await.unwrap();
 }
 
 #[tokio::test]
@@ -328,9 +343,8 @@ async fn the_data_plane_one_replica_serves_shows_the_same_through_the_others() {
     let url = pg.database("cloud").await;
     let cloud = ["--loopback-instances", "--public-pool", "127.77.40.0/24", "--lb-provision-delay", "0s"];
     let serving = [&["--serve-load-balancers"][..], &cloud].concat();
-    let (mut a, a_url, _) = spawn_emulator_with(&url, &serving, None).await;
-    let (_b, b_url, _) = spawn_emulator_with(&url, &cloud, None).await;
-    let (a_user, b_user) = (Client::new(&a_url, USER).unwrap(), Client::new(&b_url, USER).unwrap());
+    let (mut a, b) = (Replica::start(&url, &serving).await, Replica::start(&url, &cloud).await);
+    let (a_user, b_user) = (a.user.clone(), b.user.clone());
     let backend = CreateInstanceRequest {
         name: "web-1".into(),
         private_ip: Some("127.78.40.1".parse().unwrap()),
@@ -360,8 +374,7 @@ async fn the_data_plane_one_replica_serves_shows_the_same_through_the_others() {
     assert_eq!(listed[0].listener_status, through_b.listener_status, "listed as got");
 
     // The serving replica gone: B soon shows no data plane rather than what it last said.
-    a.start_kill().unwrap();
-    a.wait().await.unwrap();
+    a.kill().await;
     eventually(HANG, "B to stop showing a dead data plane", || async {
         let through_b = b_user.get_load_balancer(&lb.id).await.unwrap();
         (through_b.data_plane.is_none() && through_b.listener_status.is_empty()).then_some(())
