@@ -98,11 +98,9 @@ impl Publisher {
             .await?;
         }
         // Every view not written now is gone, this replica's old ones and any a previous data plane left.
-        let gone: Vec<&String> = self.written.keys().filter(|id| !views.contains_key(*id)).collect();
-        if self.written.is_empty() || !gone.is_empty() {
-            let keep: Vec<&String> = views.keys().collect();
+        if self.written.is_empty() || self.written.keys().any(|id| !views.contains_key(id)) {
             let stored: Vec<String> = sqlx::query_scalar("SELECT lb_id FROM lb_views").fetch_all(&mut *tx).await?;
-            for id in stored.iter().filter(|id| !keep.contains(id)) {
+            for id in stored.iter().filter(|id| !views.contains_key(*id)) {
                 sqlx::query("DELETE FROM lb_views WHERE lb_id = $1").bind(id).execute(&mut *tx).await?;
             }
         }
