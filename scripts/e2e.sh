@@ -49,9 +49,20 @@ if ((${#wanted[@]})); then
 fi
 
 if ! "$cargo" nextest --version >/dev/null 2>&1; then
-	echo "==> installing cargo-nextest (once; a few minutes on 2 cores)"
-	# Without self-update, which is what pulls in a TLS stack (aws-lc) and most of the build time.
-	"$cargo" install --locked cargo-nextest --no-default-features --features default-no-update
+	# Two suites started at once (make e2e-kind-both, CI's two clusters) must not both install it: two `cargo
+	# install`s into one target directory and one bin directory race, and one fails. The first takes the lock and
+	# installs; the others wait for it and find it installed.
+	lock="${CARGO_HOME:-$HOME/.cargo}/fakecloud-nextest-install.lock"
+	mkdir -p "$(dirname "$lock")"
+	exec {install_lock}>"$lock"
+	echo "==> cargo-nextest is missing: installing it once (or waiting for a suite installing it already)"
+	flock "$install_lock"
+	if ! "$cargo" nextest --version >/dev/null 2>&1; then
+		echo "==> installing cargo-nextest (a few minutes on 2 cores)"
+		# Without self-update, which is what pulls in a TLS stack (aws-lc) and most of the build time.
+		"$cargo" install --locked cargo-nextest --no-default-features --features default-no-update
+	fi
+	exec {install_lock}>&-
 fi
 
 # nextest keeps its reports under the workspace (its store dir), wherever CARGO_TARGET_DIR puts the build.
