@@ -58,9 +58,12 @@ if ! "$cargo" nextest --version >/dev/null 2>&1; then
 	echo "==> cargo-nextest is missing: installing it once (or waiting for a suite installing it already)"
 	flock "$install_lock"
 	if ! "$cargo" nextest --version >/dev/null 2>&1; then
-		echo "==> installing cargo-nextest (a few minutes on 2 cores)"
-		# Without self-update, which is what pulls in a TLS stack (aws-lc) and most of the build time.
-		"$cargo" install --locked cargo-nextest --no-default-features --features default-no-update
+		echo "==> installing cargo-nextest (about 2 minutes on 2 cores)"
+		# Without self-update, which is what pulls in a TLS stack (aws-lc) and most of the build time; and an
+		# unoptimised build without debug info: a runner's time goes to the cases it starts, not to its own code,
+		# and the build takes 120 s here instead of 341 s (2 idle cores, BENCHMARKS.md).
+		CARGO_PROFILE_DEV_DEBUG=0 "$cargo" install --locked --debug cargo-nextest \
+			--no-default-features --features default-no-update
 	fi
 	exec {install_lock}>&-
 fi
