@@ -190,8 +190,9 @@ async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balance
         env.cloud.reclaim_spot(&reclaim).await.unwrap();
         until(env.timing.node_loss(), "spot-0's Node deleted", async || env.node_gone(&spot.name).await.then_some(()))
             .await;
-        let events = env.events_for(&spot.name).await;
-        assert!(events.iter().any(|e| e.reason.as_deref() == Some("DeletingNode")), "{events:#?}");
+        // Waited for, not read once: the event is written by the CCM's event writer, which may land it after
+        // the delete it announces (as client-go's broadcaster may).
+        env.event("default", &spot.name, "DeletingNode", HANG).await;
         until(env.timing.routes(), "its route and its backend gone", async || {
             let b = backends().await?;
             (routed(&on_demand.id).await
