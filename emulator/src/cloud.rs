@@ -28,7 +28,7 @@ pub enum OpenError {
 }
 
 impl Cloud {
-    /// Open the database at `db` and the API on it. `accounts`: the registry its operator manages (the
+    /// Open an account's database at `db` and the API on it. `accounts`: the registry its operator manages (the
     /// emulator's own cloud only).
     pub async fn open(
         db: &DbLocation,
@@ -36,7 +36,7 @@ impl Cloud {
         tokens: Tokens,
         accounts: Option<Arc<dyn Registry>>,
     ) -> Result<Self, OpenError> {
-        Self::on(Db::open(db).await?, cfg, tokens, accounts).await
+        Self::on(Db::open_account(db).await?, cfg, tokens, accounts).await
     }
 
     /// The same on a database already open.

@@ -108,6 +108,13 @@ fn sqlite_url(path: Option<&std::path::Path>, mode: &str) -> std::io::Result<Str
 /// How many connections read beside the writer.
 const READERS: u32 = 4;
 
+/// An account's readers on PostgreSQL: its calls are one job's, and its connections count against the server's
+/// `max_connections` on every replica.
+pub const ACCOUNT_READERS: u32 = 2;
+
+/// How long a call may wait for one of a SQLite pool's connections (the writer's is the file's one writer).
+const ACQUIRE_SQLITE: Duration = Duration::from_secs(30);
+
 /// A pool of `max` connections to `url`, each set up with the statements of `setup` once connected.
 async fn any_pool(url: &str, max: u32, setup: &'static [&'static str]) -> Result<AnyPool, sqlx::Error> {
     async fn set_up(conn: &mut AnyConnection, setup: &[&'static str]) -> Result<(), sqlx::Error> {
@@ -124,18 +131,17 @@ async fn any_pool(url: &str, max: u32, setup: &'static [&'static str]) -> Result
     first.close().await?;
     let options = if url.starts_with("sqlite:") {
         // Kept for good: an in-memory database lives only as long as its one connection.
-        AnyPoolOptions::new().min_connections(1).idle_timeout(None).max_lifetime(None)
+        AnyPoolOptions::new().min_connections(1).idle_timeout(None).max_lifetime(None).acquire_timeout(ACQUIRE_SQLITE)
     } else {
         // Closed when idle: a server allows a hundred or so connections in all, and each account's cloud has
-        // pools of its own (most of them idle most of the time).
-        AnyPoolOptions::new().min_connections(0).idle_timeout(Duration::from_secs(60))
+        // pools of its own (most of them idle most of the time). A server that cannot be reached is said within
+        // a bound (issue #47: a call answers 503 rather than wait for the database to come back).
+        AnyPoolOptions::new()
+            .min_connections(0)
+            .idle_timeout(Duration::from_secs(30))
+            .acquire_timeout(postgres::ACQUIRE_TIMEOUT)
     };
-    options
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(30))
-        .after_connect(move |conn, _| Box::pin(set_up(conn, setup)))
-        .connect(url)
-        .await
+    options.max_connections(max).after_connect(move |conn, _| Box::pin(set_up(conn, setup))).connect(url).await
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -143,9 +149,18 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 impl Db {
     pub async fn open(location: &DbLocation) -> Result<Self, OpenError> {
         match location {
-            DbLocation::Postgres(url) => Self::open_postgres(url).await,
+            DbLocation::Postgres(url) => Self::open_postgres(url, READERS).await,
             DbLocation::File(path) => Self::open_sqlite(Some(path)).await,
             DbLocation::Memory => Self::open_sqlite(None).await,
+        }
+    }
+
+    /// An account's database (see `crate::accounts`): on PostgreSQL with [`ACCOUNT_READERS`] readers, as each
+    /// replica holds connections for every account (README, "Connections on PostgreSQL").
+    pub async fn open_account(location: &DbLocation) -> Result<Self, OpenError> {
+        match location {
+            DbLocation::Postgres(url) => Self::open_postgres(url, ACCOUNT_READERS).await,
+            other => Self::open(other).await,
         }
     }
 
@@ -189,12 +204,12 @@ impl Db {
         Ok(Self { backend: Backend::Sqlite, writer: Writer::start(writer, checkpointer, None), reader, checkpoints })
     }
 
-    async fn open_postgres(url: &str) -> Result<Self, OpenError> {
+    async fn open_postgres(url: &str, readers: u32) -> Result<Self, OpenError> {
         postgres::migrate(url).await?;
         let label = crate::config::redact(url);
-        let open_err = |cause| OpenError::Open { explained: postgres::explain(&cause), path: label.clone() };
-        let writer = any_pool(url, 1, &[]).await.map_err(open_err)?;
-        let reader = any_pool(url, READERS, &[]).await.map_err(open_err)?;
+        let open_err = |cause| OpenError::of(&label, &cause, postgres::explain);
+        let writer = any_pool(url, 1, postgres::SESSION_BOUNDS).await.map_err(open_err)?;
+        let reader = any_pool(url, readers, postgres::SESSION_BOUNDS).await.map_err(open_err)?;
         let lock = sqlx::query_scalar(postgres::CLOUD_LOCK).fetch_one(&writer).await.map_err(open_err)?;
         let writer = Writer::start(writer, None, Some(lock));
         Ok(Self { backend: Backend::Postgres, writer, reader, checkpoints: None })
@@ -214,6 +229,11 @@ impl Db {
         call: impl FnOnce(i64, &mut Script) -> R,
     ) -> Result<Started<R>, WriteError> {
         self.writer.begin_with(probe, call).await
+    }
+
+    /// Whether the store answers a statement (`/readyz`).
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&self.reader).await.map(drop)
     }
 
     pub fn backend(&self) -> Backend {

@@ -98,6 +98,12 @@ impl ApiError {
         Self { quota: Some(quota), ..e }
     }
 
+    /// The same with `Retry-After: 1`: the cloud cannot answer now, and a second later it may.
+    pub fn with_retry_after(mut self) -> Self {
+        self.headers.push(("Retry-After".into(), "1".into()));
+        self
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(Kind::Internal, codes::INTERNAL_ERROR, message)
     }
@@ -131,17 +137,67 @@ impl From<crate::db::NotDone<'_>> for ApiError {
 
 impl From<&sqlx::Error> for ApiError {
     fn from(e: &sqlx::Error) -> Self {
-        // Busy/locked means the database is momentarily contended: a retryable condition, not a bug.
-        if let sqlx::Error::Database(db) = e
-            && matches!(db.code().as_deref(), Some("5") | Some("6") | Some("261") | Some("517"))
-        {
-            tracing::warn!(error = %e, "database busy");
-            let mut err = Self::new(Kind::Unavailable, codes::SERVICE_UNAVAILABLE, "database busy, retry");
-            err.headers = vec![("Retry-After".into(), "1".into())];
-            return err;
+        match store_failure(e) {
+            Some(StoreFailure::Unavailable(why)) => {
+                tracing::warn!(error = %e, "{why}");
+                Self::new(Kind::Unavailable, codes::SERVICE_UNAVAILABLE, format!("{why}; retry")).with_retry_after()
+            }
+            Some(StoreFailure::Gone) => {
+                tracing::info!(error = %e, "a call of an account removed while it ran");
+                Self::new(
+                    Kind::Status(401),
+                    codes::UNAUTHORIZED,
+                    "the account this token belongs to was deleted or wiped while the call ran: its tokens no longer \
+                     work",
+                )
+            }
+            None => {
+                tracing::error!(error = %e, "database error");
+                Self::internal("internal database error; see the emulator log")
+            }
         }
-        tracing::error!(error = %e, "database error");
-        Self::internal("internal database error; see the emulator log")
+    }
+}
+
+/// Whether `e` says the database cannot answer now (busy, unreachable, out of connections, a lock held too
+/// long), as opposed to a bug.
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    matches!(store_failure(e), Some(StoreFailure::Unavailable(_)))
+}
+
+/// A database error that is not a bug: the caller is told what happened instead of a 500.
+enum StoreFailure {
+    /// The database cannot answer now (busy, a lock held too long, unreachable, full): 503, retry.
+    Unavailable(&'static str),
+    /// An account's store removed under the call (deleted or wiped through another replica): as its token.
+    Gone,
+}
+
+fn store_failure(e: &sqlx::Error) -> Option<StoreFailure> {
+    use StoreFailure::{Gone, Unavailable};
+    match e {
+        sqlx::Error::Database(db) => match db.code().as_deref()? {
+            // SQLite: SQLITE_BUSY, SQLITE_LOCKED and their extended codes.
+            "5" | "6" | "261" | "517" => Some(Unavailable("database busy")),
+            // PostgreSQL (issue #47): lock_timeout, a statement cancelled (statement_timeout), a deadlock or
+            // serialization failure, a session ended (idle too long in a transaction, the server shutting down).
+            "55P03" => Some(Unavailable("the database lock this call needs is held by another replica")),
+            "57014" | "40001" | "40P01" => Some(Unavailable("the database gave up on this call's statement")),
+            "25P03" | "57P01" | "57P02" | "57P03" => Some(Unavailable("the database ended this replica's session")),
+            // Too many connections, or out of some other resource.
+            c if c.starts_with("53") => Some(Unavailable("the database is out of connections or resources")),
+            // A connection failure.
+            c if c.starts_with("08") => Some(Unavailable("the database cannot be reached")),
+            // undefined_table, invalid_schema_name: an account's schema dropped under the call.
+            "42P01" | "3F000" => Some(Gone),
+            _ => None,
+        },
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
+            Some(Unavailable("the database cannot be reached"))
+        }
+        // A cloud closed under the call: its account was deleted or wiped.
+        sqlx::Error::PoolClosed => Some(Gone),
+        _ => None,
     }
 }
 

@@ -27,6 +27,53 @@ pub async fn hold_lock(pool: &sqlx::AnyPool, key: i64) -> Result<sqlx::Transacti
     Ok(tx)
 }
 
+/// Every connection's bounds on waiting (issue #47): a replica frozen while it holds a lock (a paused container,
+/// a partition that keeps its session) must not stall the others. A lock wait — a row, the cloud's writer lock,
+/// the accounts' lock — ends after `lock_timeout`, and the call is answered 503 with `Retry-After`; a session
+/// idle inside a transaction for `idle_in_transaction_session_timeout` is ended by the server, which releases
+/// its locks (the frozen replica finds its session gone when it wakes: its batch fails, nothing of it was
+/// acknowledged); no statement runs longer than `statement_timeout`. A write batch or an accounts change is
+/// never idle that long while its replica runs: each of its calls takes milliseconds.
+pub const SESSION_BOUNDS: &[&str] =
+    &["SET lock_timeout = '5s'; SET idle_in_transaction_session_timeout = '10s'; SET statement_timeout = '30s'"];
+
+/// How long a call waits for a connection of a pool (the server down, or every connection busy) before it is
+/// answered 503: the pool retries connecting until then.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether the schema `name` exists.
+pub async fn schema_exists(db: &super::Db, name: &str) -> Result<bool, crate::error::ApiError> {
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(name)
+        .fetch_one(db.reader())
+        .await?;
+    Ok(n > 0)
+}
+
+/// Rename the schema `from` to `to`, both plain identifiers (an account's: see `crate::accounts::schema`).
+pub async fn rename_schema(db: &super::Db, from: &str, to: &str) -> Result<(), crate::error::ApiError> {
+    let rename = sqlx::AssertSqlSafe(format!("ALTER SCHEMA \"{from}\" RENAME TO \"{to}\""));
+    sqlx::query(rename).execute(db.writer()).await?;
+    Ok(())
+}
+
+/// Drop the schema `name` (a plain identifier) and everything in it, if it exists.
+pub async fn drop_schema(db: &super::Db, name: &str) -> Result<(), crate::error::ApiError> {
+    let drop = sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"));
+    sqlx::query(drop).execute(db.writer()).await?;
+    Ok(())
+}
+
+/// Hold the advisory lock on changing the faults of the cloud whose schema `pool`'s connections are in, as
+/// [`hold_lock`] holds its.
+pub async fn hold_faults_lock(pool: &sqlx::AnyPool) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext(current_database() || '.' || current_schema() || '.faults'))")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 /// How long connecting may take before the host is said not to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -37,7 +84,7 @@ pub async fn migrate(url: &str) -> Result<i64, OpenError> {
     let opts = PgConnectOptions::from_str(url).map_err(|e| open_err(explain(&e)))?;
     // One connection, not a pool: a pool retries a refused connection until its timeout and then says only that.
     let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&opts)).await {
-        Ok(conn) => conn.map_err(|e| open_err(explain(&e)))?,
+        Ok(conn) => conn.map_err(|e| OpenError::of(&label, &e, explain))?,
         Err(_) => {
             return Err(open_err(format!(
                 "no answer within {CONNECT_TIMEOUT:?}: is the host right, and is a firewall in the way?"

@@ -6,6 +6,9 @@
 pub enum OpenError {
     #[error("cannot open database {path}: {explained}")]
     Open { path: String, explained: String },
+    /// The server cannot take the connection now (unreachable, out of connections): a retry may succeed.
+    #[error("cannot open database {path} now: {explained}")]
+    Unavailable { path: String, explained: String },
     #[error("cannot create database {path}: {cause}")]
     Create { path: String, cause: std::io::Error },
     #[error("cannot apply the schema to {path}: {cause}")]
@@ -15,6 +18,17 @@ pub enum OpenError {
          Run the fakecloud that wrote it, or give --db a new file or database"
     )]
     Newer { path: String, found: i64, known: i64 },
+}
+
+impl OpenError {
+    /// Why opening the database at `path` failed with `e`, explained by `explain`.
+    pub fn of(path: &str, e: &sqlx::Error, explain: impl Fn(&sqlx::Error) -> String) -> Self {
+        let (path, explained) = (path.to_string(), explain(e));
+        match crate::error::is_unavailable(e) {
+            true => Self::Unavailable { path, explained },
+            false => Self::Open { path, explained },
+        }
+    }
 }
 
 /// The newest schema version applied to a database (NULL before any; an error before sqlx's table exists).
