@@ -65,6 +65,13 @@ pub struct FaultEngine {
     lag_until: AtomicI64,
 }
 
+/// The right to change the faults: this emulator's lock and, shared, the database's (see
+/// [`FaultEngine::editing`]).
+struct Editing<'a> {
+    _here: tokio::sync::MutexGuard<'a, ()>,
+    _everywhere: Option<sqlx::Transaction<'static, sqlx::Any>>,
+}
+
 impl std::fmt::Debug for FaultEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaultEngine").field("seed", &self.seed).finish_non_exhaustive()
@@ -195,11 +202,17 @@ impl FaultEngine {
         }
     }
 
-    /// The edit lock, taken with the faults up to date: an edit starts from what every emulator set.
-    async fn editing(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        let edit = self.edit.lock().await;
+    /// The edit lock, taken with the faults up to date: an edit starts from what every emulator set. Shared,
+    /// it is the database's too (issue #47): two edits through two replicas at once are one after the other, so
+    /// a rule's name is taken once and one preset's limits replace the other's.
+    async fn editing(&self) -> Result<Editing<'_>> {
+        let here = self.edit.lock().await;
+        let everywhere = match self.shared {
+            true => Some(crate::db::postgres::hold_faults_lock(self.db.reader()).await?),
+            false => None,
+        };
         self.sync_locked().await;
-        edit
+        Ok(Editing { _here: here, _everywhere: everywhere })
     }
 
     /// Judge a call. Cheap when nothing is configured.
@@ -393,7 +406,7 @@ impl FaultEngine {
 
     pub async fn add_rule(&self, req: CreateFaultRuleRequest) -> Result<FaultRule> {
         check_position(req.position)?;
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut rules = self.rules.write().await;
         let id = self.rule_id("rule", "fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
         let rule = ActiveRule::new(id, req.matcher, req.action, req.trigger, &self.operations, self.seed, now_ms())?;
@@ -414,7 +427,7 @@ impl FaultEngine {
     }
 
     pub async fn delete_rule(&self, id: &str) -> Result<FaultRule> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut rules = self.rules.write().await;
         let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no fault rule named {id:?}"))
@@ -427,7 +440,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- data-plane rules
 
     pub async fn add_lb_rule(&self, req: CreateLbFaultRuleRequest) -> Result<LbFaultRule> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut rules = self.lb_rules.write().await;
         let id = self.rule_id("lb_rule", "lb-fault", req.id.as_deref(), |id| rules.iter().any(|r| r.id == id)).await?;
         let rule = ActiveLbRule::new(id, req.matcher, req.action, req.trigger, self.seed, now_ms())?;
@@ -445,7 +458,7 @@ impl FaultEngine {
     }
 
     pub async fn delete_lb_rule(&self, id: &str) -> Result<LbFaultRule> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut rules = self.lb_rules.write().await;
         let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no data-plane fault rule named {id:?}"))
@@ -482,7 +495,7 @@ impl FaultEngine {
 
     /// Remove every rule, rate limit and outage.
     pub async fn clear(&self) -> Result<()> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         sqlx::query("DELETE FROM faults").execute(self.db.writer()).await?;
         self.empty_buckets(None).await?;
         if self.shared {
@@ -502,7 +515,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- rate limits
 
     pub async fn set_limit(&self, id: &str, spec: SetRateLimitRequest) -> Result<RateLimit> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         crate::validate::NAME.check("id", id)?;
         let limit = ActiveLimit::new(id, spec, &self.operations)?;
         let mut limits = self.limits.write().await;
@@ -523,7 +536,7 @@ impl FaultEngine {
 
     /// Install a cloud's throttling: its limits replace every preset's (limits set by name stay).
     pub async fn install_preset(&self, preset: RateLimitPreset) -> Result<Vec<RateLimit>> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let built = presets::limits(preset)
             .into_iter()
             .map(|(id, spec)| ActiveLimit::new(&id, spec, &self.operations))
@@ -540,7 +553,7 @@ impl FaultEngine {
 
     /// Remove every preset's limits; what was removed.
     pub async fn clear_presets(&self) -> Result<Vec<RateLimit>> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut limits = self.limits.write().await;
         self.forget_presets(&mut limits).await
     }
@@ -613,7 +626,7 @@ impl FaultEngine {
     }
 
     pub async fn delete_limit(&self, id: &str) -> Result<RateLimit> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut limits = self.limits.write().await;
         let at = limits.iter().position(|l| l.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no rate limit named {id:?}"))
@@ -625,7 +638,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- random spot
 
     pub async fn start_spot_random(&self, req: SpotRandomRequest) -> Result<SpotRandom> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let now = now_ms();
         let active = ActiveSpotRandom::new(&req, self.seed, now)?;
         self.persist("spot_random", "spot-random", 0, active.stored()).await?;
@@ -636,7 +649,7 @@ impl FaultEngine {
     }
 
     pub async fn stop_spot_random(&self) -> Result<()> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         self.forget("spot_random", "spot-random").await?;
         *self.spot_random.write().await = None;
         Ok(())
@@ -677,7 +690,7 @@ impl FaultEngine {
     // ---------------------------------------------------------------------------------------------- outages
 
     pub async fn start_outage(&self, req: StartOutageRequest, zones: &[&str]) -> Result<Outage> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut outages = self.outages.write().await;
         let id = self.new_id("outage", "outage", |id| outages.iter().any(|o| o.id == id)).await?;
         let outage = ActiveOutage::new(id, req, zones, now_ms())?;
@@ -695,7 +708,7 @@ impl FaultEngine {
     }
 
     pub async fn stop_outage(&self, id: &str) -> Result<Outage> {
-        let _edit = self.editing().await;
+        let _edit = self.editing().await?;
         let mut outages = self.outages.write().await;
         let at = outages.iter().position(|o| o.id == id).ok_or_else(|| {
             ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no outage named {id:?}"))
