@@ -1,7 +1,7 @@
 //! Accounts (issue #28): clouds of their own on one emulator, each reached with its own tokens, as several
 //! clusters or CI jobs each get an account of a real cloud. An account is a whole [`Cloud`] — a database of its
-//! own (`fakecloud.accounts/<id>.db` beside `fakecloud.db`; on PostgreSQL a schema, `account_<id>`, in the
-//! emulator's database), fault engine, rate limits, quotas and audit log —
+//! own (`fakecloud.accounts/<id>.db` beside `fakecloud.db`; on PostgreSQL a schema in the emulator's database,
+//! see [`schema`]), fault engine, rate limits, quotas and audit log —
 //! so one account's calls cannot see or change another's, nor spend its budget: every token of an account draws
 //! from the account's buckets. The emulator's own database keeps which accounts there are, and their tokens; a
 //! call is routed to its account's cloud by its token ([`Accounts::route`]), and the emulator's own admin token
@@ -52,10 +52,43 @@ pub struct Accounts {
     generation: AtomicI64,
 }
 
+/// What [`Accounts::sync`] found.
+pub enum Synced {
+    /// The accounts known here are the database's.
+    Current,
+    /// They may be out of date (another emulator changed them and they could not be opened here): a token
+    /// none of them has may still be an account's.
+    Stale(ApiError),
+    /// The database cannot be reached: no call can be answered but with this.
+    Unreachable(ApiError),
+}
+
 /// The right to change the accounts: this emulator's lock and, when others share the database, the database's.
 struct Changing<'a> {
     _here: tokio::sync::MutexGuard<'a, ()>,
-    _everywhere: Option<sqlx::Transaction<'static, sqlx::Any>>,
+    everywhere: Option<sqlx::Transaction<'static, sqlx::Any>>,
+}
+
+impl Changing<'_> {
+    /// Whether the database's lock is still this emulator's, asked right before a change is committed: a
+    /// replica frozen while it held it (a paused container) finds its session ended by the server when it
+    /// wakes (see `db::postgres::SESSION_BOUNDS`), and another may be changing the accounts by then.
+    async fn still_held(&mut self) -> Result<()> {
+        let Some(tx) = self.everywhere.as_mut() else { return Ok(()) };
+        match sqlx::query("SELECT 1").execute(&mut **tx).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the database session that held the accounts' lock; changing nothing");
+                Err(ApiError::new(
+                    Kind::Unavailable,
+                    codes::SERVICE_UNAVAILABLE,
+                    "this replica lost its database session while it held the accounts' lock (was it paused?); \
+                     nothing was changed: retry",
+                )
+                .with_retry_after())
+            }
+        }
+    }
 }
 
 /// Where the accounts' stores are, beside the emulator's own.
@@ -65,14 +98,38 @@ enum Stores {
     Files(PathBuf),
     /// A database each in memory, as the emulator's own is.
     Memory,
-    /// A schema each (`account_<id>`, `-` as `_`) in the emulator's PostgreSQL database, at this URL.
+    /// A schema each (see [`schema`]) in the emulator's PostgreSQL database, at this URL.
     Schemas(String),
 }
 
-/// An account's schema on PostgreSQL: its ID, which has no `_`, with `-` as `_` (a plain identifier).
+/// The longest name PostgreSQL keeps: it cuts a longer one to this many bytes, in `CREATE SCHEMA`, `DROP SCHEMA`
+/// and `search_path` alike (NAMEDATALEN - 1).
+const PG_NAME_MAX: usize = 63;
+
+/// An account's schema on PostgreSQL, a plain identifier of at most [`PG_NAME_MAX`] bytes, one per ID:
+/// `account_<id>` with `-` as `_` (an ID has no `_`) while that fits, which is for IDs of up to 55 characters;
+/// a longer ID's is `account__<its first 29 characters>_<24 hex digits of its SHA-256>` — the `__` is never in
+/// a shorter ID's name, as an ID starts with a letter or digit. (Before issue #47 a long ID's name was cut by
+/// PostgreSQL, and two IDs that began alike shared a schema; see [`legacy_schema`].)
 pub fn schema(id: &str) -> String {
-    format!("account_{}", id.replace('-', "_"))
+    let plain = id.replace('-', "_");
+    if "account_".len() + plain.len() <= PG_NAME_MAX {
+        return format!("account_{plain}");
+    }
+    use sha2::Digest;
+    let digest: String = sha2::Sha256::digest(id.as_bytes()).iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("account__{}_{digest}", &plain[..29])
 }
+
+/// The schema an account had before issue #47: `account_<id>` as PostgreSQL cut it.
+fn legacy_schema(id: &str) -> String {
+    let mut name = format!("account_{}", id.replace('-', "_"));
+    name.truncate(PG_NAME_MAX);
+    name
+}
+
+/// A generation no database has (theirs start at 0): the accounts are opened again on the next call.
+const UNOPENED: i64 = -1;
 
 /// How often the janitor looks for lapsed leases.
 const JANITOR_PERIOD: Duration = Duration::from_secs(1);
@@ -89,6 +146,12 @@ pub enum OpenError {
     List(#[from] ApiError),
     #[error("cannot open account {id}: {cause}")]
     Cloud { id: String, cause: cloud::OpenError },
+    #[error(
+        "accounts {ids} were kept in one PostgreSQL schema, {schema}, by an earlier fakecloud (PostgreSQL cuts a \
+         name to 63 bytes), so their data is mixed and cannot be told apart: drop it (DROP SCHEMA \"{schema}\" \
+         CASCADE; each of those accounts then starts empty) and start the emulator again"
+    )]
+    SharedSchema { schema: String, ids: String },
 }
 
 impl Accounts {
@@ -111,19 +174,51 @@ impl Accounts {
             shared,
             generation,
         };
+        if let Stores::Schemas(_) = accounts.stores {
+            let _changing = accounts.changing().await?;
+            accounts.adopt_legacy_schemas().await?;
+        }
         for row in rows::list(&accounts.db).await? {
-            let tokens = row.tokens();
-            let cloud = accounts
-                .open_cloud(&row.id, tokens)
-                .await
-                .map_err(|cause| OpenError::Cloud { id: row.id.clone(), cause })?;
-            accounts.write().insert(row.id, Arc::new(cloud));
+            match accounts.open_cloud(&row.id, row.tokens()).await {
+                Ok(cloud) => _ = accounts.write().insert(row.id, Arc::new(cloud)),
+                // The database full (other replicas hold its connections): this replica serves what it could
+                // open, and opens the rest as calls come (its generation is none the database has).
+                Err(e @ cloud::OpenError::Db(crate::db::OpenError::Unavailable { .. })) if accounts.shared => {
+                    tracing::warn!(account = %row.id, error = %e, "cannot open the account now; trying again on a call");
+                    accounts.generation.store(UNOPENED, Ordering::Release);
+                }
+                Err(cause) => return Err(OpenError::Cloud { id: row.id.clone(), cause }),
+            }
         }
         let opened = accounts.read_len();
         if opened > 0 {
             tracing::info!(accounts = opened, stores = ?accounts.stores, "accounts opened");
         }
         Ok(Arc::new(accounts))
+    }
+
+    /// Rename the schemas of accounts whose IDs are longer than 55 characters from the name an earlier fakecloud
+    /// gave them (cut by PostgreSQL: [`legacy_schema`]) to theirs ([`schema`]); refuse to start where two accounts
+    /// shared one. Under the accounts' lock.
+    async fn adopt_legacy_schemas(&self) -> Result<(), OpenError> {
+        let rows = rows::list(&self.db).await?;
+        for row in &rows {
+            let (old, new) = (legacy_schema(&row.id), schema(&row.id));
+            if old == new
+                || crate::db::postgres::schema_exists(&self.db, &new).await?
+                || !crate::db::postgres::schema_exists(&self.db, &old).await?
+            {
+                continue;
+            }
+            let sharing: Vec<&str> =
+                rows.iter().filter(|r| legacy_schema(&r.id) == old).map(|r| r.id.as_str()).collect();
+            if sharing.len() > 1 {
+                return Err(OpenError::SharedSchema { schema: old, ids: sharing.join(", ") });
+            }
+            crate::db::postgres::rename_schema(&self.db, &old, &new).await?;
+            tracing::info!(account = %row.id, from = %old, to = %new, "account's schema renamed (issue #47)");
+        }
+        Ok(())
     }
 
     /// The router of the account whose token `authorization` (an `Authorization` header's value) carries, if
@@ -137,18 +232,24 @@ impl Accounts {
     /// an account bumps their generation in the database, and every other opens, closes or reopens its clouds
     /// to match before it routes its next call — so a new account's tokens work through every replica at once,
     /// and a deleted or wiped one's stop. One read per call, none on SQLite (one emulator per file).
-    pub async fn sync(&self) {
+    pub async fn sync(&self) -> Synced {
         if !self.shared {
-            return;
+            return Synced::Current;
         }
         match rows::generation(&self.db).await {
-            Ok(g) if g == self.generation.load(Ordering::Acquire) => {}
-            Ok(_) => {
-                if let Err(e) = self.changing().await {
+            Ok(g) if g == self.generation.load(Ordering::Acquire) => Synced::Current,
+            Ok(_) => match self.changing().await {
+                Ok(_) => Synced::Current,
+                Err(e) => {
                     tracing::warn!(error = %e, "cannot open the accounts another emulator changed; trying again");
+                    Synced::Stale(e)
                 }
+            },
+            Err(e) if e.kind == Kind::Unavailable => Synced::Unreachable(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the accounts' generation; routing by the accounts known");
+                Synced::Stale(e)
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the accounts' generation; routing by the accounts known"),
         }
     }
 
@@ -164,7 +265,7 @@ impl Accounts {
         if self.shared {
             self.open_as_stored().await?;
         }
-        Ok(Changing { _here: here, _everywhere: everywhere })
+        Ok(Changing { _here: here, everywhere })
     }
 
     /// Open, close or reopen this emulator's clouds as the accounts' rows now say, if another changed them.
@@ -193,10 +294,7 @@ impl Accounts {
             }
         }
         for row in missing {
-            let cloud = self
-                .open_cloud(&row.id, row.tokens())
-                .await
-                .map_err(|e| ApiError::internal(format!("cannot open account {}'s database: {e}", row.id)))?;
+            let cloud = self.open_cloud(&row.id, row.tokens()).await.map_err(|e| open_failed(&row.id, e))?;
             self.write().insert(row.id.clone(), Arc::new(cloud));
         }
         self.generation.store(generation, Ordering::Release);
@@ -225,7 +323,7 @@ impl Accounts {
                 "\"default\" is the emulator's own account (its tokens are the ones `fakecloud serve` printed)",
             ));
         }
-        let _changing = self.changing().await?;
+        let mut changing = self.changing().await?;
         if self.read_len() >= ACCOUNTS_MAX {
             return Err(ApiError::new(
                 Kind::Exceeded,
@@ -233,15 +331,19 @@ impl Accounts {
                 format!("an emulator holds at most {ACCOUNTS_MAX} accounts besides its own; delete one first"),
             ));
         }
-        let tokens = credentials::random_tokens();
-        let created_at = rows::insert(&self.db, id, &tokens).await?;
+        if self.row(id).await.is_ok() {
+            return Err(ApiError::conflict(codes::ACCOUNT_ALREADY_EXISTS, format!("account {id} exists")));
+        }
         // A database left by an account of this name that was deleted while the emulator died is not this one's.
-        self.remove_store(id).await;
+        self.remove_store(id).await?;
+        let tokens = credentials::random_tokens();
+        changing.still_held().await?;
+        let created_at = rows::insert(&self.db, id, &tokens).await?;
         let cloud = match self.open_cloud(id, tokens.clone()).await {
             Ok(cloud) => cloud,
             Err(e) => {
                 let _ = rows::delete(&self.db, id).await;
-                return Err(ApiError::internal(format!("cannot open account {id}'s database: {e}")));
+                return Err(open_failed(id, e));
             }
         };
         self.write().insert(id.to_string(), Arc::new(cloud));
@@ -255,12 +357,14 @@ impl Accounts {
         })
     }
 
-    /// Delete the account: its tokens stop working at once, then its cloud is closed and its database removed.
+    /// Delete the account: its tokens stop working here at once, its cloud is closed and its database removed,
+    /// then its row: an emulator killed part way leaves the account listed, empty, never a database without it.
     pub async fn delete(&self, id: &str) -> Result<Account> {
-        let _changing = self.changing().await?;
+        let mut changing = self.changing().await?;
         let account = self.get(id).await?;
+        changing.still_held().await?;
+        self.retire(id).await?;
         rows::delete(&self.db, id).await?;
-        self.retire(id).await;
         self.seen_own_change().await;
         tracing::info!(account = id, "account deleted");
         Ok(account)
@@ -273,7 +377,7 @@ impl Accounts {
         if let Some(id) = &req.account {
             validate::ACCOUNT_ID.check("account", id)?;
         }
-        let _changing = self.changing().await?;
+        let mut changing = self.changing().await?;
         let now = now_ms();
         let rows = rows::list(&self.db).await?;
         let row = match &req.account {
@@ -297,8 +401,12 @@ impl Accounts {
                 })?
             }
         };
-        let tokens = if lapsed(&row, now) { self.wipe(&row.id, "its lease lapsed").await? } else { row.tokens() };
+        let tokens = match lapsed(&row, now) {
+            true => self.wipe(&mut changing, &row.id, "its lease lapsed").await?,
+            false => row.tokens(),
+        };
         let expires_at = now + ttl;
+        changing.still_held().await?;
         rows::lease(&self.db, &row.id, &req.holder, expires_at).await?;
         tracing::info!(account = %row.id, holder = %req.holder, expires_at = %rfc3339(expires_at), "account leased");
         let row = Row { lease_holder: Some(req.holder.clone()), lease_expires_at: Some(expires_at), ..row };
@@ -308,7 +416,7 @@ impl Accounts {
     /// Renew `id`'s lease, by its holder, for `req.ttl_seconds` from now.
     pub async fn renew(&self, id: &str, req: &RenewLeaseRequest) -> Result<Account> {
         let ttl = check_lease(&req.holder, req.ttl_seconds)?;
-        let _changing = self.changing().await?;
+        let mut changing = self.changing().await?;
         let now = now_ms();
         let row = self.row(id).await?;
         match held(&row, now) {
@@ -321,16 +429,17 @@ impl Accounts {
                 ));
             }
         }
+        changing.still_held().await?;
         rows::lease(&self.db, id, &req.holder, now + ttl).await?;
         Ok(account(&Row { lease_expires_at: Some(now + ttl), ..row }))
     }
 
     /// End `id`'s lease now: the account is wiped and free. Releasing a free account changes nothing.
     pub async fn release(&self, id: &str) -> Result<Account> {
-        let _changing = self.changing().await?;
+        let mut changing = self.changing().await?;
         let row = self.row(id).await?;
         if row.lease_holder.is_some() {
-            self.wipe(id, "its lease was released").await?;
+            self.wipe(&mut changing, id, "its lease was released").await?;
         }
         Ok(account(&self.row(id).await?))
     }
@@ -356,27 +465,27 @@ impl Accounts {
         if !rows::list(&self.db).await?.iter().any(|row| lapsed(row, now_ms())) {
             return Ok(());
         }
-        let _changing = self.changing().await?;
+        let mut changing = self.changing().await?;
         // Again under it: another emulator's janitor may have wiped them meanwhile.
         let now = now_ms();
         for row in rows::list(&self.db).await? {
             if lapsed(&row, now) {
-                self.wipe(&row.id, "its lease lapsed").await?;
+                self.wipe(&mut changing, &row.id, "its lease lapsed").await?;
             }
         }
         Ok(())
     }
 
-    /// Empty the account and give it new tokens: the old ones stop working at once, then its cloud is closed,
-    /// its database removed and a new one opened. Called with `changes` held.
-    async fn wipe(&self, id: &str, why: &str) -> Result<Tokens> {
+    /// Empty the account and give it new tokens: the old ones stop working here at once, its cloud is closed
+    /// and its database removed, and only then are the new tokens stored (issue #47): an emulator killed part way
+    /// leaves the account with its old tokens and lease (wiped again when the janitor or the next release comes),
+    /// never new tokens on the old holder's data. Then a new database is opened.
+    async fn wipe(&self, changing: &mut Changing<'_>, id: &str, why: &str) -> Result<Tokens> {
         let tokens = credentials::random_tokens();
+        changing.still_held().await?;
+        self.retire(id).await?;
         rows::wiped(&self.db, id, &tokens).await?;
-        self.retire(id).await;
-        let cloud = self
-            .open_cloud(id, tokens.clone())
-            .await
-            .map_err(|e| ApiError::internal(format!("cannot open account {id}'s new database: {e}")))?;
+        let cloud = self.open_cloud(id, tokens.clone()).await.map_err(|e| open_failed(id, e))?;
         self.write().insert(id.to_string(), Arc::new(cloud));
         self.seen_own_change().await;
         tracing::info!(account = id, why, "account wiped");
@@ -406,31 +515,40 @@ impl Accounts {
     }
 
     /// Take the account's cloud out of the routing (its tokens stop working at once), close it and remove its
-    /// database.
-    async fn retire(&self, id: &str) {
+    /// database. Its database not removed (a lock held too long elsewhere), its cloud is opened again as it was.
+    async fn retire(&self, id: &str) -> Result<()> {
         let cloud = self.write().remove(id);
-        if let Some(cloud) = cloud {
+        if let Some(cloud) = &cloud {
             cloud.close().await;
         }
-        self.remove_store(id).await;
+        let removed = self.remove_store(id).await;
+        if let (Err(_), Some(cloud)) = (&removed, cloud) {
+            match self.open_cloud(id, cloud.state.tokens.clone()).await {
+                Ok(cloud) => _ = self.write().insert(id.to_string(), Arc::new(cloud)),
+                Err(e) => tracing::warn!(account = id, error = %e, "cannot open the account again"),
+            }
+        }
+        removed
     }
 
     /// Remove the account's store: its files, or its schema and everything in it.
-    async fn remove_store(&self, id: &str) {
+    async fn remove_store(&self, id: &str) -> Result<()> {
         match &self.stores {
             Stores::Files(dir) => {
                 for suffix in ["db", "db-wal", "db-shm"] {
-                    let _ = std::fs::remove_file(dir.join(format!("{id}.{suffix}")));
+                    match std::fs::remove_file(dir.join(format!("{id}.{suffix}"))) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(ApiError::internal(format!("cannot remove account {id}'s database: {e}")));
+                        }
+                        _ => {}
+                    }
                 }
+                Ok(())
             }
-            Stores::Memory => {}
-            Stores::Schemas(_) => {
-                // (A plain identifier: see `schema`.)
-                let drop = sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {} CASCADE", schema(id)));
-                if let Err(e) = sqlx::query(drop).execute(self.db.writer()).await {
-                    tracing::warn!(account = id, error = %e, "cannot drop the account's schema");
-                }
-            }
+            Stores::Memory => Ok(()),
+            Stores::Schemas(_) => crate::db::postgres::drop_schema(&self.db, &schema(id)).await.inspect_err(|e| {
+                tracing::warn!(account = id, error = %e, "cannot drop the account's schema");
+            }),
         }
     }
 
@@ -511,6 +629,19 @@ fn account(row: &Row) -> Account {
         .zip(row.lease_expires_at)
         .map(|(holder, expires_at)| Lease { holder, expires_at: rfc3339(expires_at) });
     Account { id: row.id.clone(), created_at: rfc3339(row.created_at), lease }
+}
+
+/// Account `id`'s database could not be opened: 503 when the database cannot take it now (out of connections,
+/// unreachable: README, "Connections on PostgreSQL"), else a 500.
+fn open_failed(id: &str, e: cloud::OpenError) -> ApiError {
+    match e {
+        cloud::OpenError::Db(crate::db::OpenError::Unavailable { .. }) => {
+            ApiError::new(Kind::Unavailable, codes::SERVICE_UNAVAILABLE, format!("cannot open account {id} now: {e}"))
+                .with_retry_after()
+        }
+        cloud::OpenError::Prepare(e) if e.kind == Kind::Unavailable => e,
+        e => ApiError::internal(format!("cannot open account {id}'s database: {e}")),
+    }
 }
 
 fn not_found(id: &str) -> ApiError {

@@ -7,14 +7,17 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::header;
+use axum::response::IntoResponse;
+use fakecloud_api::codes;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::accounts::{self, Accounts};
+use crate::accounts::{self, Accounts, Synced};
 use crate::auth::Tokens;
 use crate::cloud::{self, Cloud};
 use crate::config::{Config, DbLocation};
 use crate::db::Db;
+use crate::error::{ApiError, Kind};
 use crate::http::AppState;
 
 /// A running emulator. Dropping it does not stop it; call [`Server::shutdown`] or let the process end.
@@ -57,9 +60,10 @@ impl Server {
         let accounts = Accounts::open(db.clone(), location, &cfg).await?;
         let janitor = accounts.spawn_janitor();
         let limits = cfg.connections.clone();
+        let own = tokens.clone();
         let cloud = Cloud::on(db, cfg, tokens, Some(accounts.clone() as Arc<dyn crate::http::Registry>)).await?;
         let state = cloud.state.clone();
-        let router = dispatch(accounts.clone(), cloud.router.clone());
+        let router = dispatch(accounts.clone(), own, cloud.router.clone());
         // The app's own signal, so that calls still streaming (the audit tail) end with the server.
         let shutdown = state.stopping.clone();
         let rx = shutdown.subscribe();
@@ -91,16 +95,40 @@ impl Server {
 }
 
 /// Route each call, before anything else looks at it, to the cloud its token belongs to: an account's, whole
-/// (its gatekeeper, audit log, faults), or else the emulator's own (`own`), which also answers calls without a
-/// valid token. With other emulators on the database, the accounts are first brought up to date
-/// ([`Accounts::sync`]).
-fn dispatch(accounts: Arc<Accounts>, own: Router) -> Router {
+/// (its gatekeeper, audit log, faults), or else the emulator's own (`own`, whose tokens are `own_tokens`), which
+/// also answers calls without a valid token. With other emulators on the database, the accounts are first
+/// brought up to date ([`Accounts::sync`]; a database that cannot be reached there answers the call 503) — but
+/// not for a call without a token (`/healthz`, `/readyz` and the other open paths answer whatever the database
+/// does), and a token that none of the accounts known here has is not refused while they may be out of date:
+/// the caller is told to retry (503), never that a valid token is not (401).
+fn dispatch(accounts: Arc<Accounts>, own_tokens: Tokens, own: Router) -> Router {
     let service = tower::service_fn(move |req: Request| {
-        let (accounts, own) = (accounts.clone(), own.clone());
+        let (accounts, own, own_tokens) = (accounts.clone(), own.clone(), own_tokens.clone());
         async move {
-            accounts.sync().await;
             let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-            let cloud = accounts.route(authorization).unwrap_or(own);
+            let open_path = matches!(req.uri().path(), "/healthz" | "/readyz");
+            if authorization.is_none() || open_path {
+                return own.oneshot(req).await;
+            }
+            let synced = match accounts.sync().await {
+                // Answered at once: each of the call's statements would wait as long to fail.
+                Synced::Unreachable(e) => return Ok(e.into_response()),
+                Synced::Stale(e) => Err(e),
+                Synced::Current => Ok(()),
+            };
+            let cloud = match (accounts.route(authorization), synced) {
+                (Some(cloud), _) => cloud,
+                (None, Err(e)) if own_tokens.role_of(authorization).is_none() => {
+                    return Ok(ApiError::new(
+                        Kind::Unavailable,
+                        codes::SERVICE_UNAVAILABLE,
+                        format!("cannot tell whose token this is: {}", e.message),
+                    )
+                    .with_retry_after()
+                    .into_response());
+                }
+                (None, _) => own,
+            };
             cloud.oneshot(req).await
         }
     });

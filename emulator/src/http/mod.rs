@@ -41,7 +41,7 @@ use crate::config::Config;
 use crate::dataplane::DataPlane;
 use crate::db::Db;
 use crate::db::audit::writer::AuditSink;
-use crate::error::ApiError;
+use crate::error::{ApiError, Kind};
 use crate::faults::FaultEngine;
 use crate::metrics::Metrics;
 
@@ -115,6 +115,7 @@ async fn assemble(
     }));
     let router = router
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
         .route("/metrics", get(serve_metrics))
         .route("/openapi.json", get(serve_openapi))
         .merge(console::router())
@@ -126,6 +127,28 @@ async fn assemble(
         .with_state(state.clone());
     Ok((router, state))
 }
+
+/// Readiness, apart from `/healthz`'s liveness (as Kubernetes' probes expect): 200 while the store answers
+/// within [`READY_WITHIN`], else 503 saying why — a replica whose database is away is not sent calls, and not
+/// restarted for it either.
+async fn ready(State(st): State<AppState>) -> Response {
+    match tokio::time::timeout(READY_WITHIN, st.db.ping()).await {
+        Ok(Ok(())) => "ready".into_response(),
+        Ok(Err(e)) => {
+            ApiError::new(Kind::Unavailable, codes::SERVICE_UNAVAILABLE, format!("the store is unreachable: {e}"))
+                .into_response()
+        }
+        Err(_) => ApiError::new(
+            Kind::Unavailable,
+            codes::SERVICE_UNAVAILABLE,
+            format!("the store is unreachable: no answer within {READY_WITHIN:?}"),
+        )
+        .into_response(),
+    }
+}
+
+/// How long `/readyz` waits for the store.
+const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A handler panicked: the caller gets the envelope like any other error, the log gets the panic.
 fn on_panic(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
