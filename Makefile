@@ -66,9 +66,9 @@ test: deps control-plane kwok ## Run the whole test suite, then schemathesis aga
 # the tests); there the rate limits' buckets are rows shared by replicas, so their shapes are tested on both.
 # Skipped: what only a SQLite file has (persistence::: a file's mode, snapshots, a file that is not a database;
 # and a file edited by hand), and what starts a PostgreSQL of its own whatever the store (postgres::,
-# replicas::), which the run before has run already.
+# replicas::, fail_safe::), which the run before has run already.
 TEST_POSTGRES = FAKECLOUD_TEST_STORE=postgres $(CARGO) test $(CARGO_FLAGS) -p fakecloud-emulator --test it -- \
-	--skip persistence:: --skip network::destinations_stored_as_written --skip postgres:: --skip replicas::
+	--skip persistence:: --skip network::destinations_stored_as_written --skip postgres:: --skip replicas:: --skip fail_safe::
 
 test-postgres: deps ## The emulator's API tests on PostgreSQL instead of SQLite files (part of make test)
 	$(TEST_POSTGRES)

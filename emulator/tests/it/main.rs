@@ -9,6 +9,7 @@ mod connections;
 mod console;
 mod dataplane;
 mod errors_and_auth;
+mod fail_safe;
 mod faults;
 mod group_commit;
 mod hangs;

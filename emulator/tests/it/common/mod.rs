@@ -43,6 +43,14 @@ pub async fn new_store(dir: &std::path::Path) -> DbLocation {
     }
 }
 
+/// The in-process emulator's log, shown with a failing test's output (`RUST_LOG` chooses; errors by default).
+pub fn log_to_test() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "error".into()))
+        .with_test_writer()
+        .try_init();
+}
+
 pub fn tokens() -> Tokens {
     Tokens { user: USER.into(), admin: ADMIN.into() }
 }
@@ -64,11 +72,7 @@ impl Emu {
     }
 
     pub async fn with_config(cfg: Config) -> Self {
-        // The emulator's log, shown with a failing test's output (`RUST_LOG` chooses; errors by default).
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "error".into()))
-            .with_test_writer()
-            .try_init();
+        log_to_test();
         let dir = tempfile::tempdir().unwrap();
         let db = new_store(dir.path()).await;
         let server = Server::start("127.0.0.1:0", &db, cfg.clone(), tokens()).await.unwrap();
@@ -236,8 +240,12 @@ pub async fn spawn_emulator_with(
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let log = Arc::new(Mutex::new(String::new()));
     let url = loop {
-        let line = tokio::time::timeout(HANG, lines.next_line()).await.unwrap().unwrap().expect("emulator exited");
-        log.lock().unwrap().push_str(&line);
+        let line = tokio::time::timeout(HANG, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_or_else(|| panic!("the emulator exited; its log:\n{}", log.lock().unwrap()));
+        log.lock().unwrap().push_str(&format!("{line}\n"));
         if let Some(rest) = line.strip_prefix("fakecloud: serving ") {
             break rest.split_whitespace().next().unwrap().to_string();
         }
@@ -245,7 +253,7 @@ pub async fn spawn_emulator_with(
     let sink = log.clone();
     tokio::spawn(async move {
         while let Ok(Some(line)) = lines.next_line().await {
-            sink.lock().unwrap().push_str(&line);
+            sink.lock().unwrap().push_str(&format!("{line}\n"));
         }
     });
     (child, url, log)

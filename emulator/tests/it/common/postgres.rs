@@ -13,6 +13,8 @@ pub struct Postgres {
     /// As whom the server runs: PostgreSQL refuses to run as root.
     uid: Option<u32>,
     port: u16,
+    /// The server's options (`pg_ctl -o`), to start it again as it was.
+    options: String,
     dir: tempfile::TempDir,
 }
 
@@ -21,16 +23,21 @@ const NOBODY: u32 = 65534;
 
 impl Postgres {
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, 400)
     }
 
     /// A server that also speaks TLS, with a certificate for 127.0.0.1 from a CA of its own (as a managed
     /// database has one from its provider's).
     pub fn start_with_tls() -> Self {
-        Self::start_with(true)
+        Self::start_with(true, 400)
     }
 
-    fn start_with(tls: bool) -> Self {
+    /// A server that allows `max` connections in all (three of them for superusers only, PostgreSQL's default).
+    pub fn start_with_max_connections(max: u32) -> Self {
+        Self::start_with(false, max)
+    }
+
+    fn start_with(tls: bool, max_connections: u32) -> Self {
         let bin = bin_dir();
         let dir = tempfile::tempdir().expect("temp dir");
         let uid = nix::unistd::Uid::current().is_root().then_some(NOBODY);
@@ -38,16 +45,17 @@ impl Postgres {
             nix::unistd::chown(dir.path(), Some(uid.into()), Some(uid.into())).expect("chown the temp dir");
         }
         let data = dir.path().join("data");
-        let pg = |program: &str| as_server(Command::new(bin.join(program)), uid, dir.path());
-        run(pg("initdb")
+        run(as_server(Command::new(bin.join("initdb")), uid, dir.path())
             .args(["--no-sync", "--auth=trust", "--username=fakecloud", "--encoding=UTF8", "--locale=C"])
             .arg("-D")
             .arg(&data));
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port();
         // (Connections: every emulator of a test process, and each of its accounts, has pools on the one server.)
-        let mut options =
-            format!("-c listen_addresses=127.0.0.1 -c max_connections=400 -p {port} -k {}", dir.path().display());
+        let mut options = format!(
+            "-c listen_addresses=127.0.0.1 -c max_connections={max_connections} -p {port} -k {}",
+            dir.path().display()
+        );
         let ca = tls.then(|| {
             let (ca, cert, key) = certificates();
             for (name, pem) in [("ca.crt", &ca), ("server.crt", &cert), ("server.key", &key)] {
@@ -59,13 +67,30 @@ impl Postgres {
             ));
             dir.path().join("ca.crt")
         });
-        run(pg("pg_ctl")
-            .args(["-w", "-t", "60", "-o", &options, "-l"])
-            .arg(dir.path().join("log"))
+        let pg = Self { ca, bin, uid, port, options, dir };
+        pg.pg_ctl(&["-w", "-t", "60"], "start");
+        pg
+    }
+
+    /// Stop the server (its clients' connections end), as a database that goes away does.
+    pub fn stop(&self) {
+        self.pg_ctl(&["-m", "fast", "-w", "-t", "60"], "stop");
+    }
+
+    /// Start it again, as it was, after [`Postgres::stop`].
+    pub fn start_again(&self) {
+        self.pg_ctl(&["-w", "-t", "60"], "start");
+    }
+
+    fn pg_ctl(&self, flags: &[&str], action: &str) {
+        let mut cmd = as_server(Command::new(self.bin.join("pg_ctl")), self.uid, self.dir.path());
+        run(cmd
+            .args(flags)
+            .args(["-o", &self.options, "-l"])
+            .arg(self.dir.path().join("log"))
             .arg("-D")
-            .arg(&data)
-            .arg("start"));
-        Self { ca, bin, uid, port, dir }
+            .arg(self.dir.path().join("data"))
+            .arg(action));
     }
 
     /// A new database, named for the order of the call.
