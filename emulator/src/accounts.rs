@@ -40,7 +40,8 @@ pub struct Accounts {
     db: Db,
     /// Where the accounts' stores are.
     stores: Stores,
-    /// An account's cloud: the emulator's configuration without the data plane.
+    /// An account's cloud: the emulator's configuration without the data plane, and without a snapshot
+    /// directory (snapshots are files on the operator's machine: the operator's alone).
     cfg: Config,
     clouds: RwLock<BTreeMap<String, Arc<Cloud>>>,
     /// Creates, deletes, leases and wipes one at a time (each opens or removes a database, or hands out tokens);
@@ -99,7 +100,7 @@ impl Accounts {
             DbLocation::Memory => Stores::Memory,
             DbLocation::Postgres(url) => Stores::Schemas(url.clone()),
         };
-        let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
+        let cfg = Config { serve_load_balancers: false, holds_public_pool: false, snapshot_dir: None, ..cfg.clone() };
         let shared = matches!(stores, Stores::Schemas(_));
         let generation = AtomicI64::new(rows::generation(&db).await?);
         let accounts = Self {

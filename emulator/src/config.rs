@@ -17,7 +17,8 @@ pub struct Config {
     pub audit_max_entries: u64,
     /// Seed for fault injection's random draws; `None` picks one (and logs it).
     pub seed: Option<u64>,
-    /// Where snapshots are written; `None` is the database's directory.
+    /// Where snapshots are written; `None` is the database's directory when the server starts, and none at all in
+    /// an account's cloud (snapshots are the operator's: `POST /v1/admin/snapshot` refuses an account's admin).
     pub snapshot_dir: Option<PathBuf>,
     /// Timeouts and the cap of client connections.
     pub connections: crate::listener::Limits,
