@@ -329,6 +329,38 @@ async fn the_operator_manages_accounts_and_bad_input_is_refused() {
     assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "an empty cloud: {list}");
 }
 
+/// Who may call comes before what is sent (issue #47): a bad body from a token that is not the operator's — an
+/// account's admin, which the gatekeeper lets through as an admin, or a user token — is refused 403, never 400.
+#[tokio::test]
+async fn a_non_operator_is_refused_whatever_its_body() {
+    let emu = Emu::start().await;
+    let a = account(&emu, "team-a").await;
+    let bodies = [
+        (JSON, "{"),
+        (JSON, r#"{"id": 7}"#),
+        (JSON, "[]"),
+        (JSON, r#"{"holder": "", "ttl_seconds": -1}"#),
+        ("text/plain", "x"),
+    ];
+    for token in [a.admin.as_str(), a.user.as_str(), USER] {
+        for (method, path) in
+            [(Method::POST, "/v1/accounts"), (Method::POST, "/v1/leases"), (Method::PUT, "/v1/leases/team-a")]
+        {
+            for body in bodies {
+                let (status, answer) = emu.raw(method.clone(), path, Some(token), Some(body)).await;
+                assert_eq!(
+                    (status, answer["error"]["code"].as_str()),
+                    (403, Some(codes::FORBIDDEN)),
+                    "{method} {path} {body:?}: {answer}"
+                );
+            }
+        }
+    }
+    // The operator's bad body is still a 400.
+    let (status, answer) = emu.raw(Method::POST, "/v1/accounts", Some(ADMIN), Some((JSON, "{"))).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (400, Some(codes::INVALID_JSON)), "{answer}");
+}
+
 /// Snapshots are files on the operator's machine (issue #47): an account's tokens are refused whatever they send,
 /// before the body is read — nothing is written into the snapshot directory, and the answer tells neither the
 /// directory's path nor which names are taken (an existing name is a 409 for the operator). The operator's own
