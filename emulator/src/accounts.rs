@@ -59,8 +59,7 @@ struct Changing<'a> {
     _everywhere: Option<sqlx::Transaction<'static, sqlx::Any>>,
 }
 
-/// Where the accounts' stores are, beside the emulator's own.
-#[derive(Debug)]
+/// Where the accounts' stores are, beside the emulator's own. Logged when the accounts open: see its `Debug`.
 enum Stores {
     /// A SQLite file each, in this directory beside the emulator's file.
     Files(PathBuf),
@@ -68,6 +67,17 @@ enum Stores {
     Memory,
     /// A schema each (`account_<id>`, `-` as `_`) in the emulator's PostgreSQL database, at this URL.
     Schemas(String),
+}
+
+/// As the log shows it: the URL without its password.
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Files(dir) => f.debug_tuple("Files").field(dir).finish(),
+            Self::Memory => f.write_str("Memory"),
+            Self::Schemas(url) => f.debug_tuple("Schemas").field(&crate::config::redact(url)).finish(),
+        }
+    }
 }
 
 /// An account's schema on PostgreSQL: its ID, which has no `_`, with `-` as `_` (a plain identifier).
