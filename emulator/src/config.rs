@@ -257,8 +257,8 @@ impl Default for Config {
 pub enum DbLocation {
     File(PathBuf),
     Memory,
-    /// A PostgreSQL database, by its `postgres://` URL (issue #28: so far `fakecloud migrate` prepares one; the
-    /// API is not served on it yet).
+    /// A PostgreSQL database, by its `postgres://` URL (issue #28): one emulator's, or several replicas' serving
+    /// one cloud.
     Postgres(String),
 }
 
