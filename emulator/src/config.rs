@@ -118,14 +118,26 @@ pub struct Pool {
 impl Pool {
     /// A subnet: the network address, the gateway (.1) and the broadcast address are reserved.
     pub fn subnet(name: impl Into<String>, net: Ipv4Net) -> Self {
-        let size = 1u32 << (32 - net.prefix_len());
-        Self { name: name.into(), net, first: 2.min(size - 1), last: size.saturating_sub(2) }
+        let hosts = Self::hosts(name, net);
+        // The gateway, if there is a host after it.
+        Self { first: (hosts.first + 1).min(hosts.last), ..hosts }
     }
 
     /// A public pool: only the network and broadcast addresses are reserved.
     pub fn public(net: Ipv4Net) -> Self {
-        let size = 1u32 << (32 - net.prefix_len());
-        Self { name: format!("public:{net}"), net, first: 1.min(size - 1), last: size.saturating_sub(2) }
+        Self::hosts(format!("public:{net}"), net)
+    }
+
+    /// Every host address of `net`: all but its network address and its broadcast address — which a /31 or a
+    /// /32 has not, all its addresses being hosts' (RFC 3021). Also what a machine of an adopted network may
+    /// have (see `crate::addresses`).
+    pub fn hosts(name: impl Into<String>, net: Ipv4Net) -> Self {
+        // As u64: a /0 has 2^32 addresses.
+        let size = 1u64 << (32 - u32::from(net.prefix_len()));
+        let (first, last) = if net.prefix_len() >= 31 { (0, size - 1) } else { (1, size - 2) };
+        // Both below 2^32.
+        let (first, last) = (u32::try_from(first).unwrap_or(u32::MAX), u32::try_from(last).unwrap_or(u32::MAX));
+        Self { name: name.into(), net, first, last }
     }
 
     pub fn addr(&self, offset: u32) -> Ipv4Addr {
