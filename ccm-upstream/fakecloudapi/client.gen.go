@@ -2535,7 +2535,8 @@ type ClientInterface interface {
 	Reset(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SnapshotWithBody Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-	// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+	// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+	// an account's is refused (403).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2543,7 +2544,8 @@ type ClientInterface interface {
 	SnapshotWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Snapshot Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-	// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+	// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+	// an account's is refused (403).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3028,7 +3030,8 @@ func (c *Client) Reset(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 }
 
 // SnapshotWithBody Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+// an account's is refused (403).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3046,7 +3049,8 @@ func (c *Client) SnapshotWithBody(ctx context.Context, contentType string, body 
 }
 
 // Snapshot Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+// an account's is refused (403).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6486,7 +6490,8 @@ type ClientWithResponsesInterface interface {
 	ResetWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ResetResponse, error)
 
 	// SnapshotWithBodyWithResponse Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-	// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+	// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+	// an account's is refused (403).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6494,7 +6499,8 @@ type ClientWithResponsesInterface interface {
 	SnapshotWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SnapshotResponse2, error)
 
 	// SnapshotWithResponse Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-	// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+	// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+	// an account's is refused (403).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14599,7 +14605,8 @@ func (c *ClientWithResponses) ResetWithResponse(ctx context.Context, reqEditors 
 }
 
 // SnapshotWithBodyWithResponse Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+// an account's is refused (403).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14613,7 +14620,8 @@ func (c *ClientWithResponses) SnapshotWithBodyWithResponse(ctx context.Context, 
 }
 
 // SnapshotWithResponse Write a consistent copy of the database (`VACUUM INTO`, safe while serving) to a new file in the snapshot
-// directory; start an emulator from it with `fakecloud serve --db <copy>`.
+// directory; start an emulator from it with `fakecloud serve --db <copy>`. The emulator's own admin token only:
+// an account's is refused (403).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

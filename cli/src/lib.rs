@@ -122,7 +122,8 @@ pub enum Command {
     /// admin token).
     #[command(subcommand)]
     Lease(LeaseCmd),
-    /// Write a consistent copy of the database to the file NAME in the emulator's snapshot directory (admin).
+    /// Write a consistent copy of the database to the file NAME in the emulator's snapshot directory (the
+    /// emulator's own admin token, not an account's).
     Snapshot {
         /// A new file name (letters, digits, '.', '_', '-'; no path): the file is written to the directory of
         /// `fakecloud serve --snapshot-dir` (default: beside its database). Start from it with

@@ -40,7 +40,8 @@ pub struct Accounts {
     db: Db,
     /// Where the accounts' stores are.
     stores: Stores,
-    /// An account's cloud: the emulator's configuration without the data plane.
+    /// An account's cloud: the emulator's configuration without the data plane, and without a snapshot
+    /// directory (snapshots are files on the operator's machine: the operator's alone).
     cfg: Config,
     clouds: RwLock<BTreeMap<String, Arc<Cloud>>>,
     /// Creates, deletes, leases and wipes one at a time (each opens or removes a database, or hands out tokens);
@@ -91,8 +92,7 @@ impl Changing<'_> {
     }
 }
 
-/// Where the accounts' stores are, beside the emulator's own.
-#[derive(Debug)]
+/// Where the accounts' stores are, beside the emulator's own. Logged when the accounts open: see its `Debug`.
 enum Stores {
     /// A SQLite file each, in this directory beside the emulator's file.
     Files(PathBuf),
@@ -100,6 +100,17 @@ enum Stores {
     Memory,
     /// A schema each (see [`schema`]) in the emulator's PostgreSQL database, at this URL.
     Schemas(String),
+}
+
+/// As the log shows it: the URL without its password.
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Files(dir) => f.debug_tuple("Files").field(dir).finish(),
+            Self::Memory => f.write_str("Memory"),
+            Self::Schemas(url) => f.debug_tuple("Schemas").field(&crate::config::redact(url)).finish(),
+        }
+    }
 }
 
 /// The longest name PostgreSQL keeps: it cuts a longer one to this many bytes, in `CREATE SCHEMA`, `DROP SCHEMA`
@@ -162,7 +173,7 @@ impl Accounts {
             DbLocation::Memory => Stores::Memory,
             DbLocation::Postgres(url) => Stores::Schemas(url.clone()),
         };
-        let cfg = Config { serve_load_balancers: false, holds_public_pool: false, ..cfg.clone() };
+        let cfg = Config { serve_load_balancers: false, holds_public_pool: false, snapshot_dir: None, ..cfg.clone() };
         let shared = matches!(stores, Stores::Schemas(_));
         let generation = AtomicI64::new(rows::generation(&db).await?);
         let accounts = Self {

@@ -5,7 +5,8 @@
 //! A machine's address is one a machine can be reached at (not unspecified, multicast, broadcast or
 //! link-local), never a load balancer's (the public pool, the internal load balancers' subnet: a backend there
 //! would make the data plane connect to itself, again and again), and inside the VPC, like a real cloud's — or
-//! inside a network the emulator is told it adopts machines from (`serve --adopt-networks`, a kind network), or
+//! inside a network the emulator is told it adopts machines from (`serve --adopt-networks`, a kind network; not
+//! its network or broadcast address, as in the VPC's subnets), or
 //! on loopback when `serve --loopback-instances` says that machines are processes on this host. When the
 //! emulator serves load balancers, never this host's own address either (but loopback, as that flag allows): the
 //! data plane would forward a client's bytes to its host's services and report, through health checks, which
@@ -14,7 +15,9 @@
 
 use std::net::IpAddr;
 
-use crate::config::Config;
+use ipnet::IpNet;
+
+use crate::config::{Config, Pool};
 
 /// The addresses of this host's interfaces, as the kernel lists them now.
 #[derive(Debug, Default)]
@@ -83,8 +86,12 @@ pub fn refusal(ip: IpAddr, cfg: &Config, host: &HostAddresses) -> Option<String>
         ));
     }
     let in_vpc = matches!(ip, IpAddr::V4(v4) if topo.vpc.contains(&v4));
-    if in_vpc || cfg.adopt_networks.iter().any(|n| n.contains(&ip)) {
+    if in_vpc {
+        // Its subnet's reserved addresses are refused when it is leased there (`Pool::offset_of`).
         return None;
+    }
+    if cfg.adopt_networks.iter().any(|n| n.contains(&ip)) {
+        return not_a_host(ip, &cfg.adopt_networks);
     }
     let adopted = match cfg.adopt_networks.as_slice() {
         [] => "none".to_string(),
@@ -95,6 +102,26 @@ pub fn refusal(ip: IpAddr, cfg: &Config, host: &HostAddresses) -> Option<String>
          started with (`fakecloud serve --adopt-networks`, e.g. the kind network; now: {adopted})",
         topo.vpc
     ))
+}
+
+/// Why `ip` cannot be a machine of the adopted networks it is in: it is one's network or broadcast address —
+/// no machine's, as in the VPC's subnets (the same rule: [`Pool::hosts`]).
+fn not_a_host(ip: IpAddr, adopted: &[IpNet]) -> Option<String> {
+    let IpAddr::V4(v4) = ip else { return None };
+    adopted.iter().find_map(|net| {
+        let IpNet::V4(net) = *net else { return None };
+        let hosts = Pool::hosts("adopted", net);
+        if !net.contains(&v4) || hosts.offset_of(v4).is_some() {
+            return None;
+        }
+        let which = if v4 == net.network() { "network" } else { "broadcast" };
+        Some(format!(
+            "{ip} is the {which} address of the adopted network {net} (`fakecloud serve --adopt-networks`), no \
+             machine's: its machines' addresses are {} to {}",
+            hosts.addr(hosts.first),
+            hosts.addr(hosts.last)
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -128,9 +155,22 @@ mod tests {
         }
         cfg.adopt_networks = vec!["172.18.0.0/16".parse().unwrap(), "fc00:f853:ccd:e793::/64".parse().unwrap()];
         cfg.loopback_instances = true;
-        for good in ["172.18.0.3", "fc00:f853:ccd:e793::3", "127.78.0.1", "::1"] {
+        for good in ["172.18.0.3", "172.18.0.255", "172.18.255.254", "fc00:f853:ccd:e793::3", "127.78.0.1", "::1"] {
             assert_eq!(refusal(ip(good), &cfg, &host), None, "{good}");
         }
+        // An adopted network's own addresses are no machine's; a /31 or a /32 has none (RFC 3021).
+        for (bad, says) in [("172.18.0.0", "network address"), ("172.18.255.255", "broadcast address")] {
+            let why = refusal(ip(bad), &cfg, &host).unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(why.contains(says) && why.contains("172.18.0.0/16"), "{bad}: {why}");
+            assert!(why.contains("172.18.0.1 to 172.18.255.254"), "{bad}: {why}");
+        }
+        let nets = ["192.0.2.10/31", "192.0.2.20/32", "0.0.0.0/0"];
+        cfg.adopt_networks.extend(nets.map(|n| n.parse::<IpNet>().unwrap()));
+        for good in ["192.0.2.10", "192.0.2.11", "192.0.2.20"] {
+            assert_eq!(refusal(ip(good), &cfg, &host), None, "{good}");
+        }
+        assert!(refusal(ip("0.0.0.0"), &cfg, &host).unwrap().contains("unspecified"));
+        cfg.adopt_networks.truncate(2);
         // Without the data plane nothing is forwarded: the host's own address may be a machine's, if adopted.
         cfg.adopt_networks.push("192.168.9.0/24".parse().unwrap());
         assert!(refusal(ip("192.168.9.4"), &cfg, &host).is_some());

@@ -17,7 +17,8 @@ pub struct Config {
     pub audit_max_entries: u64,
     /// Seed for fault injection's random draws; `None` picks one (and logs it).
     pub seed: Option<u64>,
-    /// Where snapshots are written; `None` is the database's directory.
+    /// Where snapshots are written; `None` is the database's directory when the server starts, and none at all in
+    /// an account's cloud (snapshots are the operator's: `POST /v1/admin/snapshot` refuses an account's admin).
     pub snapshot_dir: Option<PathBuf>,
     /// Timeouts and the cap of client connections.
     pub connections: crate::listener::Limits,
@@ -117,14 +118,26 @@ pub struct Pool {
 impl Pool {
     /// A subnet: the network address, the gateway (.1) and the broadcast address are reserved.
     pub fn subnet(name: impl Into<String>, net: Ipv4Net) -> Self {
-        let size = 1u32 << (32 - net.prefix_len());
-        Self { name: name.into(), net, first: 2.min(size - 1), last: size.saturating_sub(2) }
+        let hosts = Self::hosts(name, net);
+        // The gateway, if there is a host after it.
+        Self { first: (hosts.first + 1).min(hosts.last), ..hosts }
     }
 
     /// A public pool: only the network and broadcast addresses are reserved.
     pub fn public(net: Ipv4Net) -> Self {
-        let size = 1u32 << (32 - net.prefix_len());
-        Self { name: format!("public:{net}"), net, first: 1.min(size - 1), last: size.saturating_sub(2) }
+        Self::hosts(format!("public:{net}"), net)
+    }
+
+    /// Every host address of `net`: all but its network address and its broadcast address — which a /31 or a
+    /// /32 has not, all its addresses being hosts' (RFC 3021). Also what a machine of an adopted network may
+    /// have (see `crate::addresses`).
+    pub fn hosts(name: impl Into<String>, net: Ipv4Net) -> Self {
+        // As u64: a /0 has 2^32 addresses.
+        let size = 1u64 << (32 - u32::from(net.prefix_len()));
+        let (first, last) = if net.prefix_len() >= 31 { (0, size - 1) } else { (1, size - 2) };
+        // Both below 2^32.
+        let (first, last) = (u32::try_from(first).unwrap_or(u32::MAX), u32::try_from(last).unwrap_or(u32::MAX));
+        Self { name: name.into(), net, first, last }
     }
 
     pub fn addr(&self, offset: u32) -> Ipv4Addr {
@@ -251,13 +264,13 @@ impl Default for Config {
     }
 }
 
-/// Where the database lives.
-#[derive(Debug, Clone, PartialEq)]
+/// Where the database lives. Its `Debug`, as its `Display`, hides a URL's password.
+#[derive(Clone, PartialEq)]
 pub enum DbLocation {
     File(PathBuf),
     Memory,
-    /// A PostgreSQL database, by its `postgres://` URL (issue #28: so far `fakecloud migrate` prepares one; the
-    /// API is not served on it yet).
+    /// A PostgreSQL database, by its `postgres://` URL (issue #28): one emulator's, or several replicas' serving
+    /// one cloud.
     Postgres(String),
 }
 
@@ -275,8 +288,9 @@ impl DbLocation {
             && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
         {
             return Err(format!(
-                "--db {s:?} is a {scheme}:// URL, and the emulator keeps its state in SQLite or PostgreSQL: give a \
-                 file path (created if missing), sqlite://PATH, :memory: or postgres://USER@HOST/DATABASE"
+                "--db {:?} is a {scheme}:// URL, and the emulator keeps its state in SQLite or PostgreSQL: give a \
+                 file path (created if missing), sqlite://PATH, :memory: or postgres://USER@HOST/DATABASE",
+                redact(s)
             ));
         }
         match path {
@@ -306,6 +320,16 @@ impl std::fmt::Display for DbLocation {
     }
 }
 
+impl std::fmt::Debug for DbLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(p) => f.debug_tuple("File").field(p).finish(),
+            Self::Memory => f.write_str("Memory"),
+            Self::Postgres(url) => f.debug_tuple("Postgres").field(&redact(url)).finish(),
+        }
+    }
+}
+
 /// A `--db` URL that PostgreSQL's client would refuse, refused up front, in the flag's words.
 fn check_postgres_url(url: &str) -> Result<(), String> {
     sqlx::postgres::PgConnectOptions::from_str(url).map(drop).map_err(|e| {
@@ -316,18 +340,67 @@ fn check_postgres_url(url: &str) -> Result<(), String> {
     })
 }
 
-/// The URL as logs and errors may show it: without its password.
+/// The URL as logs and errors may show it: without its password, given as `USER:PASSWORD@` or as a `password`
+/// query parameter (`postgres://u@h/db?password=...`, which PostgreSQL's clients and sqlx take too); the rest as
+/// given.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
+    // The user information ends at the last '@' before the path: a password may hold an unencoded '?' or '#'
+    // that a URL parser would refuse, and the refusal shows the URL. At worst more than the password is hidden.
+    let head_end = rest.find('/').unwrap_or(rest.len());
+    let (userinfo, after) = match rest[..head_end].rfind('@') {
+        Some(at) => {
+            let (userinfo, after) = rest.split_at(at);
+            let userinfo = match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:***"),
+                None => userinfo.to_string(),
+            };
+            (userinfo, after)
+        }
+        None => (String::new(), rest),
+    };
+    let after = match after.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = query.split_at(query.find('#').unwrap_or(query.len()));
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _value)) if names_password(key) => format!("{key}=***"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}{fragment}", pairs.join("&"))
+        }
+        None => after.to_string(),
+    };
+    format!("{scheme}://{userinfo}{after}")
+}
+
+/// Whether a query parameter's name is `password` as a URL's reader takes it: percent-decoded, `+` a space.
+/// Any case: sqlx and libpq take only `password`, but a `Password` is surely meant as one.
+fn names_password(key: &str) -> bool {
+    let mut decoded = Vec::with_capacity(key.len());
+    let mut bytes = key.bytes();
+    while let Some(b) = bytes.next() {
+        let hex = |b: Option<u8>| b.and_then(|b| char::from(b).to_digit(16));
+        decoded.push(match b {
+            b'+' => b' ',
+            b'%' => {
+                let mut ahead = bytes.clone();
+                match (hex(ahead.next()), hex(ahead.next())) {
+                    (Some(hi), Some(lo)) => {
+                        bytes = ahead;
+                        // Two hex digits: at most 255.
+                        (hi * 16 + lo) as u8
+                    }
+                    // Not an escape: the '%' as it is.
+                    _ => b'%',
+                }
+            }
+            b => b,
+        });
     }
+    decoded.eq_ignore_ascii_case(b"password")
 }
 
 #[cfg(test)]
@@ -351,6 +424,49 @@ mod tests {
         let e = DbLocation::parse("postgres://u@h:port/db").unwrap_err();
         assert!(e.contains("postgres://u@h:port/db") && e.contains("postgres://USER"), "{e}");
         assert!(DbLocation::parse("").is_err());
+    }
+
+    #[test]
+    fn a_password_is_never_shown_in_either_form() {
+        for (url, shown) in [
+            // In the user information.
+            ("postgres://fc:s3cret@db:5432/fc", "postgres://fc:***@db:5432/fc"),
+            ("postgresql://:s3cret@db/fc?sslmode=disable", "postgresql://:***@db/fc?sslmode=disable"),
+            // A query parameter, alone, among others, without a path, before a fragment, percent-encoded.
+            ("postgres://fc@db/fc?password=s3cret", "postgres://fc@db/fc?password=***"),
+            (
+                "postgres://db/fc?sslmode=require&password=s3cret&application_name=x",
+                "postgres://db/fc?sslmode=require&password=***&application_name=x",
+            ),
+            ("postgres://db?user=fc&password=s3cret", "postgres://db?user=fc&password=***"),
+            ("postgres://db/fc?password=s3cret#f", "postgres://db/fc?password=***#f"),
+            ("postgres://db/fc?pass%77ord=s3cret&Password=s3cret", "postgres://db/fc?pass%77ord=***&Password=***"),
+            // Both forms at once.
+            ("postgres://fc:s3cret@db/fc?password=s3cret", "postgres://fc:***@db/fc?password=***"),
+            // A password with an unencoded '?' (a URL the client refuses, and the refusal shows): hidden whole.
+            ("postgres://fc:s3?cret@db/fc", "postgres://fc:***@db/fc"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+        // What holds no password is left as it is.
+        for url in [
+            "postgres://fc@db:5432/fc?sslmode=disable&options[search_path]=account_a",
+            "postgres://db/fc?passwords=x&password_file=y&password",
+            "fc.db",
+            ":memory:",
+        ] {
+            assert_eq!(redact(url), url);
+        }
+        // Every way a location is shown.
+        let url = "postgres://fc:s3cret@db/fc?password=s3cret";
+        let location = DbLocation::parse(url).unwrap();
+        for shown in [location.to_string(), format!("{location:?}")] {
+            assert!(!shown.contains("s3cret") && shown.contains("db/fc"), "{shown}");
+        }
+        for bad in ["mysql://fc:s3cret@db/fc", "postgres://fc:s3cret@db:port/fc?password=s3cret"] {
+            let e = DbLocation::parse(bad).unwrap_err();
+            assert!(!e.contains("s3cret") && e.contains("@db"), "{e}");
+        }
     }
 
     #[test]

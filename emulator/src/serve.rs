@@ -19,9 +19,9 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, env = "FAKECLOUD_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
-    /// SQLite database file (created if missing; sqlite://PATH too), or :memory: for a throwaway run. A
-    /// postgres:// URL is refused for now (`fakecloud migrate` prepares one; serving on it is issue #28's next
-    /// step); other database URLs are refused.
+    /// SQLite database file (created if missing; sqlite://PATH too), :memory: for a throwaway run, or a
+    /// PostgreSQL database, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (its schema applied at start), which
+    /// one emulator or several replicas serve as one cloud. Other database URLs are refused.
     #[arg(long, env = "FAKECLOUD_DB", default_value = "fakecloud.db")]
     pub db: String,
     /// Region name.
@@ -310,5 +310,19 @@ mod tests {
         let err = share_open_files(1000, Some(600), Some(600), true).unwrap_err().to_string();
         assert!(err.contains("--max-connections 600 and --lb-max-files 600"), "{err}");
         assert!(share_open_files(1000, Some(990), None, true).is_err(), "10 files are too few for the data plane");
+    }
+
+    /// `--help` says what `--db` takes now: PostgreSQL is served (it once said it was refused).
+    #[test]
+    fn the_help_offers_postgresql_for_db() {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let help = <Serve as clap::CommandFactory>::command().render_long_help().to_string();
+        let db = help.split("--db").nth(1).unwrap_or_default();
+        assert!(db.contains("postgres://USER") && db.contains("replicas"), "{help}");
+        assert!(!help.contains("refused for now"), "{help}");
     }
 }

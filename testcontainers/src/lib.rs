@@ -1,5 +1,5 @@
 //! fakecloud in a test, started the way a test starts Postgres or LocalStack: a [testcontainers] module for
-//! the emulator's image (`fakecloud/emulator`, which `make kind-up` builds), ready once `/healthz` answers,
+//! the emulator's image (`fakecloud/emulator`, which `make kind-up` builds), ready once it says it is serving,
 //! with clients of the API crate for both tokens.
 //!
 //! ```no_run
@@ -14,20 +14,34 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`FakeCloud::run`] publishes the emulator's port on the engine host's loopback address only (`127.0.0.1`):
+//! `/console` and `/metrics` answer without a token, and nothing else on the network should reach them. A test
+//! that is not on the engine's host — the engine on another machine (`DOCKER_HOST=tcp://...`), or the test in a
+//! container beside the engine rather than in its host's network — publishes it on another address with
+//! [`FakeCloud::with_published_address`] (e.g. `0.0.0.0`, every interface). Starting the image with
+//! testcontainers' own runner (`AsyncRunner::start`) instead publishes it as testcontainers does, on every
+//! interface.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
 
 use fakecloud_api::{Client, ClientError};
-use testcontainers::core::wait::HttpWaitStrategy;
+use testcontainers::bollard::models::PortBinding;
 use testcontainers::core::{ContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, Image, TestcontainersError};
+use testcontainers::{ContainerAsync, Image, ImageExt, TestcontainersError};
 
 /// The emulator's image as `make kind-up` (scripts/kind/images.sh) tags it.
 pub const IMAGE: &str = "fakecloud/emulator";
 pub const TAG: &str = "dev";
 /// The port the image's emulator listens on.
 pub const PORT: ContainerPort = ContainerPort::Tcp(8787);
+/// What `fakecloud serve` writes to stderr once it is listening.
+const READY: &str = "fakecloud: serving ";
+/// The host address [`PORT`] is published on unless [`FakeCloud::with_published_address`] says otherwise.
+pub const PUBLISHED_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -46,6 +60,7 @@ pub struct FakeCloud {
     user_token: String,
     admin_token: String,
     serve_args: Vec<String>,
+    published_address: IpAddr,
 }
 
 impl Default for FakeCloud {
@@ -57,6 +72,7 @@ impl Default for FakeCloud {
             user_token: token("user"),
             admin_token: token("admin"),
             serve_args: Vec::new(),
+            published_address: PUBLISHED_ADDRESS,
         }
     }
 }
@@ -80,11 +96,41 @@ impl FakeCloud {
         self
     }
 
+    /// Publish the emulator's port on `address` of the engine's host instead of loopback ([`PUBLISHED_ADDRESS`]):
+    /// `0.0.0.0` for every interface, when the test is not on the engine's host (`DOCKER_HOST=tcp://...`) or
+    /// other machines must reach the emulator. Its `/console` and `/metrics` then answer anyone who can reach that
+    /// address, without a token.
+    pub fn with_published_address(mut self, address: IpAddr) -> Self {
+        self.published_address = address;
+        self
+    }
+
     /// Start the container and wait until it answers; clients for both tokens come with it.
     pub async fn run(self) -> Result<Running, Error> {
         let (user_token, admin_token) = (self.user_token.clone(), self.admin_token.clone());
-        let container = self.start().await?;
-        let endpoint = format!("http://{}:{}", container.get_host().await?, container.get_host_port_ipv4(PORT).await?);
+        let address = self.published_address;
+        // testcontainers publishes every exposed port on every interface (its own mappings have no host address):
+        // the port's binding is set here instead, on `address` and a free port of the engine's choosing.
+        let binding = PortBinding { host_ip: Some(address.to_string()), host_port: Some(String::new()) };
+        let container = self
+            .with_host_config_modifier(move |host| {
+                host.publish_all_ports = Some(false);
+                host.port_bindings = Some(HashMap::from([(PORT.to_string(), Some(vec![binding.clone()]))]));
+            })
+            .start()
+            .await?;
+        let port = match address {
+            IpAddr::V4(_) => container.get_host_port_ipv4(PORT).await?,
+            IpAddr::V6(_) => container.get_host_port_ipv6(PORT).await?,
+        };
+        // Published on one address, it is reached there; on every interface, wherever testcontainers reaches the
+        // engine's host.
+        let host = match address {
+            _ if address.is_unspecified() => container.get_host().await?.to_string(),
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        };
+        let endpoint = format!("http://{host}:{port}");
         let user = Client::new(&endpoint, &user_token)?;
         let admin = Client::new(&endpoint, &admin_token)?;
         Ok(Running { container, endpoint, user_token, user, admin })
@@ -101,7 +147,10 @@ impl Image for FakeCloud {
     }
 
     fn ready_conditions(&self) -> Vec<WaitFor> {
-        vec![WaitFor::http(HttpWaitStrategy::new("/healthz").with_port(PORT).with_expected_status_code(200u16))]
+        // Its log, not an HTTP probe: testcontainers probes the host it reaches the engine at, where a test in a
+        // container reaches the engine's host at its bridge gateway, and a port published on loopback is not.
+        // `fakecloud serve` says this once it is listening.
+        vec![WaitFor::message_on_stderr(READY)]
     }
 
     fn env_vars(&self) -> impl IntoIterator<Item = (impl Into<Cow<'_, str>>, impl Into<Cow<'_, str>>)> {

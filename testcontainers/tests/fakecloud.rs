@@ -33,6 +33,14 @@ async fn the_emulator_starts_answers_both_tokens_and_is_removed_on_drop() {
 
     let id = cloud.container().id().to_string();
     assert!(docker(&["inspect", &id]));
+    // Published on loopback only: its console and metrics need no token.
+    assert!(cloud.endpoint().starts_with("http://127.0.0.1:"), "{}", cloud.endpoint());
+    let published = Command::new("docker").args(["port", &id, "8787/tcp"]).output().unwrap();
+    let published = String::from_utf8_lossy(&published.stdout);
+    assert!(
+        !published.trim().is_empty() && published.lines().all(|l| l.starts_with("127.0.0.1:")),
+        "published as {published:?}"
+    );
     drop(cloud);
     let start = Instant::now();
     while docker(&["inspect", &id]) {

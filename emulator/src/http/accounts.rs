@@ -3,8 +3,10 @@
 //! accounts themselves are clouds, which live above this layer (`crate::accounts`): the handlers see them
 //! through `state::Registry`.
 
-use axum::extract::State;
-use axum::http::StatusCode;
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::{StatusCode, request::Parts};
 use axum::response::Response;
 use fakecloud_api::{
     Account, AccountList, CreateAccountRequest, CreatedAccount, ErrorBody, LeaseRequest, LeasedAccount,
@@ -25,22 +27,30 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(renew_lease, release_lease))
 }
 
-/// The registry, which only the emulator's own cloud has.
-fn registry(st: &AppState) -> Result<&dyn Registry> {
-    st.accounts.as_deref().ok_or_else(|| {
-        ApiError::new(
-            Kind::Status(StatusCode::FORBIDDEN.as_u16()),
-            codes::FORBIDDEN,
-            "accounts are managed with the emulator's own admin token (the one `fakecloud serve` printed), not an \
-             account's",
-        )
-    })
+/// The registry, which only the emulator's own cloud has: the operator's. An extractor, taken before the body, so
+/// that an account's admin (the admin role, in its own cloud) is refused whatever it sends: 403, never a 400 for
+/// a bad body first (issue #47).
+struct Operator(Arc<dyn Registry>);
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, st: &AppState) -> Result<Self> {
+        st.accounts.clone().map(Self).ok_or_else(|| {
+            ApiError::new(
+                Kind::Status(StatusCode::FORBIDDEN.as_u16()),
+                codes::FORBIDDEN,
+                "accounts are managed with the emulator's own admin token (the one `fakecloud serve` printed), not \
+                 an account's",
+            )
+        })
+    }
 }
 
 #[utoipa::path(get, path = "/v1/accounts", operation_id = "ListAccounts", tag = "accounts",
     responses((status = 200, body = AccountList), (status = 403, body = ErrorBody)), security(("admin" = [])))]
-async fn list_accounts(State(st): State<AppState>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, "", AccountList { items: registry(&st)?.list().await? }))
+async fn list_accounts(Operator(accounts): Operator) -> Result<Response> {
+    Ok(reply(StatusCode::OK, "", AccountList { items: accounts.list().await? }))
 }
 
 /// A new account: a cloud of its own, empty, reached with the tokens in the answer (shown this once).
@@ -49,8 +59,8 @@ async fn list_accounts(State(st): State<AppState>) -> Result<Response> {
     responses((status = 201, body = CreatedAccount), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("admin" = [])))]
-async fn create_account(State(st): State<AppState>, ApiJson(req): ApiJson<CreateAccountRequest>) -> Result<Response> {
-    let created = registry(&st)?.create(&req.id).await?;
+async fn create_account(Operator(accounts): Operator, ApiJson(req): ApiJson<CreateAccountRequest>) -> Result<Response> {
+    let created = accounts.create(&req.id).await?;
     Ok(reply(StatusCode::CREATED, &req.id, created))
 }
 
@@ -58,8 +68,8 @@ async fn create_account(State(st): State<AppState>, ApiJson(req): ApiJson<Create
     params(("id" = String, Path)),
     responses((status = 200, body = Account), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("admin" = [])))]
-async fn get_account(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, registry(&st)?.get(&id).await?))
+async fn get_account(Operator(accounts): Operator, ApiPath(id): ApiPath<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, accounts.get(&id).await?))
 }
 
 /// Delete the account and everything in it: its tokens stop working at once, its database is removed.
@@ -67,8 +77,8 @@ async fn get_account(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -
     params(("id" = String, Path)),
     responses((status = 200, body = Account), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("admin" = [])))]
-async fn delete_account(State(st): State<AppState>, ApiPath(id): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &id, registry(&st)?.delete(&id).await?))
+async fn delete_account(Operator(accounts): Operator, ApiPath(id): ApiPath<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &id, accounts.delete(&id).await?))
 }
 
 /// Take an account for a while: the one named, or the first free one. One whose lease lapsed is wiped first. The
@@ -79,8 +89,8 @@ async fn delete_account(State(st): State<AppState>, ApiPath(id): ApiPath<String>
     responses((status = 201, body = LeasedAccount), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("admin" = [])))]
-async fn take_lease(State(st): State<AppState>, ApiJson(req): ApiJson<LeaseRequest>) -> Result<Response> {
-    let leased = registry(&st)?.take(&req).await?;
+async fn take_lease(Operator(accounts): Operator, ApiJson(req): ApiJson<LeaseRequest>) -> Result<Response> {
+    let leased = accounts.take(&req).await?;
     Ok(reply(StatusCode::CREATED, &leased.account.id.clone(), leased))
 }
 
@@ -91,11 +101,11 @@ async fn take_lease(State(st): State<AppState>, ApiJson(req): ApiJson<LeaseReque
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("admin" = [])))]
 async fn renew_lease(
-    State(st): State<AppState>,
+    Operator(accounts): Operator,
     ApiPath(account): ApiPath<String>,
     ApiJson(req): ApiJson<RenewLeaseRequest>,
 ) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &account, registry(&st)?.renew(&account, &req).await?))
+    Ok(reply(StatusCode::OK, &account, accounts.renew(&account, &req).await?))
 }
 
 /// End a lease now: the account is wiped (emptied, new tokens) and free. A free account is left as it is.
@@ -103,6 +113,6 @@ async fn renew_lease(
     params(("account" = String, Path)),
     responses((status = 200, body = Account), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("admin" = [])))]
-async fn release_lease(State(st): State<AppState>, ApiPath(account): ApiPath<String>) -> Result<Response> {
-    Ok(reply(StatusCode::OK, &account, registry(&st)?.release(&account).await?))
+async fn release_lease(Operator(accounts): Operator, ApiPath(account): ApiPath<String>) -> Result<Response> {
+    Ok(reply(StatusCode::OK, &account, accounts.release(&account).await?))
 }

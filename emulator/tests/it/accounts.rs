@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use fakecloud_api::{AuditQuery, Client, CreateInstanceRequest, LeaseRequest, RenewLeaseRequest, codes};
-use fakecloud_emulator::config::DbLocation;
+use fakecloud_emulator::config::{Config, DbLocation, Timings};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -115,7 +115,7 @@ async fn a_token_of_one_account_never_reaches_another() {
     }
     // What names no resource of `a` acts on the caller's account: `b` changes, then deletes, its own rule, limit,
     // data-plane rule and outage of the same names; clears its faults and presets; stops its spot reclamation; sets its
-    // quotas; snapshots and resets itself.
+    // quotas; resets itself. Its snapshot is refused: snapshots are the operator's (see `snapshots_are_the_operators`).
     let path = |p: &'static str| (p, p.to_string());
     let on_own: Vec<Call> = [
         (Method::PUT, ("/v1/rate-limits/{id}", "/v1/rate-limits/limit".into()), Some(LIMIT.clone())),
@@ -140,9 +140,8 @@ async fn a_token_of_one_account_never_reaches_another() {
     .collect();
     for (method, _, path, body) in &on_own {
         let (status, answer) = call(&emu, &b.admin, method.clone(), path, body.clone()).await;
-        if path == "/v1/admin/snapshot" && matches!(emu.db, DbLocation::Postgres(_)) {
-            // On PostgreSQL a snapshot (a SQLite file's copy) is refused as such: still its own account's answer.
-            assert!(status == 400 && answer.to_string().contains("pg_dump"), "{path}: {status} {answer}");
+        if path == "/v1/admin/snapshot" {
+            assert_eq!((status, answer["error"]["code"].as_str()), (403, Some(codes::FORBIDDEN)), "{answer}");
             continue;
         }
         assert!((200..300).contains(&status), "{method} {path} on its own account: {status} {answer}");
@@ -328,6 +327,87 @@ async fn the_operator_manages_accounts_and_bad_input_is_refused() {
     assert_ne!(again.user, a.user, "new tokens");
     let (_, list) = call(&emu, &again.user, Method::GET, "/v1/instances", None).await;
     assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "an empty cloud: {list}");
+}
+
+/// Who may call comes before what is sent (issue #47): a bad body from a token that is not the operator's — an
+/// account's admin, which the gatekeeper lets through as an admin, or a user token — is refused 403, never 400.
+#[tokio::test]
+async fn a_non_operator_is_refused_whatever_its_body() {
+    let emu = Emu::start().await;
+    let a = account(&emu, "team-a").await;
+    let bodies = [
+        (JSON, "{"),
+        (JSON, r#"{"id": 7}"#),
+        (JSON, "[]"),
+        (JSON, r#"{"holder": "", "ttl_seconds": -1}"#),
+        ("text/plain", "x"),
+    ];
+    for token in [a.admin.as_str(), a.user.as_str(), USER] {
+        for (method, path) in
+            [(Method::POST, "/v1/accounts"), (Method::POST, "/v1/leases"), (Method::PUT, "/v1/leases/team-a")]
+        {
+            for body in bodies {
+                let (status, answer) = emu.raw(method.clone(), path, Some(token), Some(body)).await;
+                assert_eq!(
+                    (status, answer["error"]["code"].as_str()),
+                    (403, Some(codes::FORBIDDEN)),
+                    "{method} {path} {body:?}: {answer}"
+                );
+            }
+        }
+    }
+    // The operator's bad body is still a 400.
+    let (status, answer) = emu.raw(Method::POST, "/v1/accounts", Some(ADMIN), Some((JSON, "{"))).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (400, Some(codes::INVALID_JSON)), "{answer}");
+}
+
+/// Snapshots are files on the operator's machine (issue #47): an account's tokens are refused whatever they send,
+/// before the body is read — nothing is written into the snapshot directory, and the answer tells neither the
+/// directory's path nor which names are taken (an existing name is a 409 for the operator). The operator's own
+/// snapshots still work.
+#[tokio::test]
+async fn snapshots_are_the_operators() {
+    let snapshots = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(snapshots.path()).unwrap();
+    let cfg = Config { timings: Timings::instant(), snapshot_dir: Some(dir.clone()), ..Config::default() };
+    let emu = Emu::with_config(cfg).await;
+    let a = account(&emu, "team-a").await;
+    let files = || -> BTreeSet<String> {
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+    };
+    let snapshot = |token: &str, body: &str| {
+        let (token, body) = (token.to_string(), body.to_string());
+        let emu = &emu;
+        async move { emu.raw(Method::POST, "/v1/admin/snapshot", Some(&token), Some((JSON, &body))).await }
+    };
+
+    // The operator's snapshot: a name now taken (on PostgreSQL a snapshot is refused as such: back it up with
+    // pg_dump, so no name is taken).
+    let (status, made) = snapshot(ADMIN, r#"{"name": "taken.db"}"#).await;
+    if matches!(emu.db, DbLocation::Postgres(_)) {
+        assert!(status == 400 && made.to_string().contains("pg_dump"), "{status} {made}");
+    } else {
+        assert_eq!(status, 200, "{made}");
+        assert_eq!(made["path"], dir.join("taken.db").display().to_string());
+        let (status, again) = snapshot(ADMIN, r#"{"name": "taken.db"}"#).await;
+        assert_eq!((status, again["error"]["code"].as_str()), (409, Some(codes::SNAPSHOT_EXISTS)), "{again}");
+    }
+    let before = files();
+
+    // A new name, the taken one, a path, a wrong field, not JSON: the same refusal to each of the account's tokens.
+    let bodies =
+        [r#"{"name": "team-a.db"}"#, r#"{"name": "taken.db"}"#, r#"{"name": "../x.db"}"#, r#"{"nope": 1}"#, "{"];
+    for token in [a.admin.as_str(), a.user.as_str()] {
+        for body in bodies {
+            let (status, answer) = snapshot(token, body).await;
+            assert_eq!((status, answer["error"]["code"].as_str()), (403, Some(codes::FORBIDDEN)), "{body}: {answer}");
+            assert!(!answer.to_string().contains(&dir.display().to_string()), "the directory told: {answer}");
+        }
+    }
+    let (_, answer) = snapshot(&a.admin, bodies[0]).await;
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("operator's") && message.contains("the emulator's own admin token"), "{message}");
+    assert_eq!(files(), before, "an account's snapshot wrote into the snapshot directory");
 }
 
 /// Accounts, their tokens and what is in them outlive the emulator's process.

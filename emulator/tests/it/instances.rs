@@ -121,6 +121,35 @@ async fn fixed_private_ips_adopt_machines() {
     assert_eq!(emu.user.create_instance(&right, None).await.unwrap().private_ip.to_string(), "10.0.64.9");
 }
 
+/// An adopted network's network and broadcast addresses are no machine's, as in the VPC's subnets (issue #47); a
+/// /31 or a /32 has no such addresses (RFC 3021), so all of its addresses are machines'.
+#[tokio::test]
+async fn an_adopted_networks_own_addresses_are_no_machines() {
+    let mut cfg = kind_config();
+    cfg.adopt_networks.extend(["192.0.2.10/31", "192.0.2.20/32"].map(|n| n.parse::<ipnet::IpNet>().unwrap()));
+    let emu = Emu::with_config(cfg).await;
+    let adopt = |name: &str, ip: &str| CreateInstanceRequest { private_ip: Some(ip.parse().unwrap()), ..req(name) };
+    for (ip, says) in [
+        ("172.18.0.0", "the network address of the adopted network 172.18.0.0/16"),
+        ("::ffff:172.18.0.0", "the network address of the adopted network 172.18.0.0/16"),
+        ("172.18.255.255", "the broadcast address of the adopted network 172.18.0.0/16"),
+        // The VPC's subnets refuse theirs as they did.
+        ("10.0.0.0", "not a usable address of 10.0.0.0/18"),
+        ("10.0.63.255", "not a usable address of 10.0.0.0/18"),
+    ] {
+        let err = emu.user.create_instance(&adopt("n", ip), None).await.unwrap_err();
+        assert_eq!((err.status(), err.code()), (Some(400), Some(codes::INVALID_ADDRESS)), "{ip}: {err}");
+        assert!(err.to_string().contains(says), "{ip}: {err}");
+        if !ip.starts_with("10.") {
+            assert!(err.to_string().contains("private_ip: "), "names the field: {err}");
+        }
+    }
+    for (n, ip) in ["172.18.0.1", "172.18.255.254", "192.0.2.10", "192.0.2.11", "192.0.2.20"].into_iter().enumerate() {
+        let made = emu.user.create_instance(&adopt(&format!("m{n}"), ip), None).await.unwrap();
+        assert_eq!(made.private_ip.to_string(), ip);
+    }
+}
+
 #[tokio::test]
 async fn dual_stack_machines_are_adopted_with_both_addresses() {
     let emu = Emu::adopting().await;
