@@ -7,8 +7,10 @@
 //! (requests per second). Walk: 10,000 instances, 1,000 per page.
 //!
 //! `-- --creates` runs only the create rows (write throughput). `-- --stores` measures writes on each store
-//! (issue #28): a SQLite file, PostgreSQL with one emulator, and three emulators on one PostgreSQL database. `-- --dataplane` measures the load balancer data
-//! plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` serves with another build instead of this one (a
+//! (issue #28): a SQLite file, PostgreSQL with one emulator, and three emulators on one PostgreSQL database.
+//! `-- --farm` measures what a farm on PostgreSQL holds and how it fails (issue #47): the connections a replica
+//! holds per account, the accounts that fit a server's `max_connections`, and how soon a call is answered with
+//! the database away. `-- --dataplane` measures the load balancer data plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` serves with another build instead of this one (a
 //! `fakecloud` binary, e.g. a saved copy of the previous commit's, to compare the two back to back).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -145,6 +147,10 @@ async fn bench() {
     let dir = tempfile::tempdir().unwrap();
     if std::env::args().any(|a| a == "--dataplane") {
         dataplane::run_bench(dir.path()).await;
+        return;
+    }
+    if std::env::args().any(|a| a == "--farm") {
+        farm().await;
         return;
     }
     if std::env::args().any(|a| a == "--stores") {
@@ -344,4 +350,121 @@ async fn stores(dir: &Path, seq_n: usize, conc_n: usize) {
         }
     }
     print_table(&rows);
+}
+
+/// What a farm on PostgreSQL holds and how it fails (issue #47), on a server with PostgreSQL's default
+/// `max_connections` (100, 3 of them for superusers):
+/// - the connections one replica holds, idle, with 0 accounts and after each new account (an account's pools
+///   are opened when it is created, or by the first call through another replica);
+/// - with three replicas, accounts created through the first until the server is full, each called once through
+///   every replica: how many every replica serves, and how the rest are answered (503, never 401);
+/// - the database stopped under one replica: how long `/healthz`, `/readyz` and a create take to answer, and
+///   how long after the database is back the first create succeeds.
+async fn farm() {
+    let pg = postgres::Postgres::start_with_max_connections(100);
+    let held = |db: String| {
+        let admin = pg.url("postgres");
+        async move {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = $1")
+                .bind(db)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    // Long enough for an idle pool's connections to close (30 s) and the tickers to hold what they hold.
+    let settle = || tokio::time::sleep(Duration::from_secs(35));
+
+    let url = pg.database("one").await;
+    let (mut one, c) = serve_on(url.as_ref(), &[]).await;
+    settle().await;
+    let base = held("one".into()).await;
+    for n in 1..=8 {
+        c.create_account(&format!("job-{n}")).await.unwrap();
+    }
+    settle().await;
+    let eight = held("one".into()).await;
+    println!("one replica, idle: {base} connections with no account, {eight} with 8 accounts");
+    println!("  per account: {:.1}", (eight - base) as f64 / 8.0);
+    let _ = one.start_kill();
+    let _ = one.wait().await;
+
+    let url = pg.database("three").await;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(serve_on(url.as_ref(), &[]).await);
+    }
+    let (mut served_by_all, mut refused, mut other) = (0, 0, Vec::new());
+    for n in 0..fakecloud_api::limits::ACCOUNTS_MAX {
+        let made = match replicas[0].1.create_account(&format!("job-{n}")).await {
+            Ok(made) => made,
+            Err(e) if e.status() == Some(503) => {
+                refused += 1;
+                break;
+            }
+            Err(e) => panic!("creating account {n}: {e}"),
+        };
+        let mut all = true;
+        for (_, c) in &replicas {
+            let user = Client::new(c.endpoint(), &made.user_token).unwrap();
+            match user.list_instances(&ListInstancesQuery::default()).await {
+                Ok(_) => {}
+                Err(e) if e.status() == Some(503) => all = false,
+                Err(e) => other.push(e.to_string()),
+            }
+        }
+        if !all {
+            refused += 1;
+            break;
+        }
+        served_by_all += 1;
+    }
+    println!(
+        "three replicas, max_connections=100: {served_by_all} accounts served by all three; the next answered 503 \
+         ({refused}); other answers: {other:?}; {} connections held",
+        held("three".into()).await
+    );
+    for (mut child, _) in replicas {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+
+    let url = pg.database("away").await;
+    let (mut child, c) = serve_on(url.as_ref(), &[]).await;
+    c.create_instance(&instance(0), None).await.unwrap();
+    let http = reqwest::Client::new();
+    let timed = |path: &'static str| {
+        let (http, base) = (http.clone(), c.endpoint().to_string());
+        async move {
+            let t = Instant::now();
+            let status = http.get(format!("{base}{path}")).send().await.unwrap().status().as_u16();
+            (status, t.elapsed())
+        }
+    };
+    pg.stop();
+    let (health, health_took) = timed("/healthz").await;
+    let (ready, ready_took) = timed("/readyz").await;
+    let mut creates = Vec::new();
+    for n in 1..=5 {
+        let t = Instant::now();
+        let status = c.create_instance(&instance(n), None).await.map_or_else(|e| e.status().unwrap_or(0), |_| 200);
+        creates.push((status, t.elapsed()));
+    }
+    let back = Instant::now();
+    pg.start_again();
+    let started = back.elapsed();
+    let mut n = 100;
+    while c.create_instance(&instance(n), None).await.is_err() {
+        n += 1;
+    }
+    println!("PostgreSQL stopped: /healthz {health} in {health_took:.1?}, /readyz {ready} in {ready_took:.1?}");
+    println!("  creates: {creates:.1?}");
+    println!(
+        "PostgreSQL started again ({started:.1?}): the first create succeeded {:.1?} after the start, {} tries",
+        back.elapsed() - started,
+        n - 99
+    );
+    let _ = child.start_kill();
 }

@@ -57,6 +57,8 @@ pub struct Accounts {
 pub enum Synced {
     /// The accounts known here are the database's.
     Current,
+    /// Another call is bringing them up to date: a token they do not have may be a new account's.
+    CatchingUp,
     /// They may be out of date (another emulator changed them and they could not be opened here): a token
     /// none of them has may still be an account's.
     Stale(ApiError),
@@ -142,6 +144,9 @@ fn legacy_schema(id: &str) -> String {
 /// A generation no database has (theirs start at 0): the accounts are opened again on the next call.
 const UNOPENED: i64 = -1;
 
+/// How long a replica's start waits for the accounts' lock.
+const START_WAIT: Duration = Duration::from_secs(60);
+
 /// How often the janitor looks for lapsed leases.
 const JANITOR_PERIOD: Duration = Duration::from_secs(1);
 
@@ -185,11 +190,18 @@ impl Accounts {
             shared,
             generation,
         };
-        if let Stores::Schemas(_) = accounts.stores {
-            let _changing = accounts.changing().await?;
+        // Under the accounts' lock: another replica's wipe drops and makes schemas, which an open beside it would
+        // find half there.
+        let changing = accounts.changing_at_start().await?;
+        accounts.generation.store(rows::generation(&accounts.db).await?, Ordering::Release);
+        if shared {
             accounts.adopt_legacy_schemas().await?;
         }
         for row in rows::list(&accounts.db).await? {
+            // (Opened already by the lock's catching up, if another replica changed the accounts meanwhile.)
+            if accounts.clouds.read().unwrap_or_else(|e| e.into_inner()).contains_key(&row.id) {
+                continue;
+            }
             match accounts.open_cloud(&row.id, row.tokens()).await {
                 Ok(cloud) => _ = accounts.write().insert(row.id, Arc::new(cloud)),
                 // The database full (other replicas hold its connections): this replica serves what it could
@@ -201,11 +213,26 @@ impl Accounts {
                 Err(cause) => return Err(OpenError::Cloud { id: row.id.clone(), cause }),
             }
         }
+        drop(changing);
         let opened = accounts.read_len();
         if opened > 0 {
             tracing::info!(accounts = opened, stores = ?accounts.stores, "accounts opened");
         }
         Ok(Arc::new(accounts))
+    }
+
+    /// [`Self::changing`] for a replica starting beside others: their changes (a wipe opens a new schema) may hold
+    /// the lock longer than a call waits for it, and a start can wait longer.
+    async fn changing_at_start(&self) -> Result<Changing<'_>> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.changing().await {
+                Err(e) if e.kind == Kind::Unavailable && started.elapsed() < START_WAIT => {
+                    tracing::info!(error = %e, "waiting for the accounts' lock, which another replica holds");
+                }
+                taken => return taken,
+            }
+        }
     }
 
     /// Rename the schemas of accounts whose IDs are longer than 55 characters from the name an earlier fakecloud
@@ -242,13 +269,17 @@ impl Accounts {
     /// Several emulators on one PostgreSQL database hold the same accounts: one that creates, deletes or wipes
     /// an account bumps their generation in the database, and every other opens, closes or reopens its clouds
     /// to match before it routes its next call — so a new account's tokens work through every replica at once,
-    /// and a deleted or wiped one's stop. One read per call, none on SQLite (one emulator per file).
-    pub async fn sync(&self) -> Synced {
+    /// and a deleted or wiped one's stop. One read per call, none on SQLite (one emulator per file). One call at
+    /// a time catches up; without `wait`, a call that finds another doing it goes on with the accounts known
+    /// ([`Synced::CatchingUp`]): the catching up may wait seconds for the accounts' lock, and a queue of calls
+    /// each waiting its turn for it would wait that many times over.
+    pub async fn sync(&self, wait: bool) -> Synced {
         if !self.shared {
             return Synced::Current;
         }
         match rows::generation(&self.db).await {
             Ok(g) if g == self.generation.load(Ordering::Acquire) => Synced::Current,
+            Ok(_) if !wait && self.changes.try_lock().is_err() => Synced::CatchingUp,
             Ok(_) => match self.changing().await {
                 Ok(_) => Synced::Current,
                 Err(e) => {

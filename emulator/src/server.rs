@@ -110,11 +110,15 @@ fn dispatch(accounts: Arc<Accounts>, own_tokens: Tokens, own: Router) -> Router 
             if authorization.is_none() || open_path {
                 return own.oneshot(req).await;
             }
-            let synced = match accounts.sync().await {
+            let mut synced = accounts.sync(false).await;
+            if matches!(synced, Synced::CatchingUp) && accounts.route(authorization).is_none() {
+                synced = accounts.sync(true).await;
+            }
+            let synced = match synced {
                 // Answered at once: each of the call's statements would wait as long to fail.
                 Synced::Unreachable(e) => return Ok(e.into_response()),
                 Synced::Stale(e) => Err(e),
-                Synced::Current => Ok(()),
+                Synced::Current | Synced::CatchingUp => Ok(()),
             };
             let cloud = match (accounts.route(authorization), synced) {
                 (Some(cloud), _) => cloud,

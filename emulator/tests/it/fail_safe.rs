@@ -182,6 +182,31 @@ async fn a_quiet_session_holding_the_locks_stalls_no_call_past_its_bound() {
     server.shutdown().await;
 }
 
+/// Pause the replica `pid` (SIGSTOP) at a moment it holds a transaction open on the database at `url` (as a
+/// replica paused mid-write does), trying again a bounded number of times: paused, a session of the database
+/// stays idle in its transaction. The others' transactions last milliseconds.
+async fn pause_holding(pid: nix::unistd::Pid, url: &str) {
+    use nix::sys::signal::{Signal, kill};
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    for _ in 0..200 {
+        kill(pid, Signal::SIGSTOP).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let idle: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in \
+             transaction' AND state_change < now() - interval '250 milliseconds'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if idle > 0 {
+            return;
+        }
+        kill(pid, Signal::SIGCONT).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the replica never held a transaction open when paused: is the load running?");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_stalls_the_others_no_longer_than_the_bounds() {
     use nix::sys::signal::{Signal, kill};
@@ -205,7 +230,7 @@ async fn a_paused_replica_stalls_the_others_no_longer_than_the_bounds() {
         .collect();
     eventually(HANG, "A writing", || async { (names(&ub).await.len() >= 20).then_some(()) }).await;
     let pid = Pid::from_raw(a.id().unwrap() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
+    pause_holding(pid, &url).await;
     // Every call through B is answered (the client's timeout is BOUND), and B writes again within the bounds.
     let paused = Instant::now();
     let mut answered = 0;
@@ -436,4 +461,294 @@ async fn an_account_deleted_through_one_replica_gives_the_others_calls_401_not_5
         let e = through_b.list_instances(&ListInstancesQuery::default()).await.unwrap_err();
         assert_eq!(e.status(), Some(401), "{e}");
     }
+}
+
+/// One replica of the chaos test: its address while it runs, and an epoch that moves whenever it is frozen,
+/// thawed, killed or started, so a call that spanned a change is not held to the healthy replicas' promise.
+struct Slot {
+    url: String,
+    healthy: bool,
+    epoch: u64,
+}
+
+/// What the chaos test's load saw.
+#[derive(Default)]
+struct Seen {
+    /// Creates answered 2xx: (account, instance ID).
+    created: Vec<(usize, String)>,
+    /// Terminates answered 2xx.
+    terminated: std::collections::HashSet<String>,
+    /// Calls to a replica healthy from start to end that got no answer within [`BOUND`].
+    unanswered: Vec<String>,
+    /// A leased account that showed what its holder did not make.
+    leaked: Vec<String>,
+    calls: usize,
+}
+
+/// The farm under a bounded mixed load (creates, terminates and fault edits in two accounts and the emulator's
+/// own cloud, and an account leased, used and released over and over) while one replica is frozen and thawed,
+/// one killed and started again, and PostgreSQL itself restarted: no acknowledged write lost, no leased account
+/// showing another holder's data, every call to a healthy replica answered within its bound, and the farm
+/// serving again within [`BOUND`] of each fault's end. `FAKECLOUD_CHAOS_ROUNDS` repeats the faults (`make chaos`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let rounds: usize = std::env::var("FAKECLOUD_CHAOS_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1);
+    let pg = Postgres::start();
+    let url = pg.database("farm").await;
+    let mut processes = Vec::new();
+    let mut slots = Vec::new();
+    for _ in 0..3 {
+        let (process, replica, _) = spawn_emulator(&url).await;
+        processes.push(process);
+        slots.push(Slot { url: replica, healthy: true, epoch: 0 });
+    }
+    let slots = Arc::new(Mutex::new(slots));
+    let operator = client(&slots.lock().unwrap()[0].url, ADMIN);
+    // Tokens by account: the emulator's own cloud, then two accounts.
+    let mut tokens = vec![(USER.to_string(), ADMIN.to_string())];
+    for id in ["team-a", "team-b"] {
+        let made = operator.create_account(id).await.unwrap();
+        tokens.push((made.user_token, made.admin_token));
+    }
+    operator.create_account("pool-1").await.unwrap();
+    let tokens = Arc::new(tokens);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    // A call through replica `n % 3`: its outcome, and whether the replica was healthy throughout.
+    async fn through<T>(
+        slots: &Mutex<Vec<Slot>>,
+        n: usize,
+        token: &str,
+        call: impl AsyncFnOnce(Client) -> Result<T, fakecloud_api::ClientError>,
+    ) -> (Result<T, fakecloud_api::ClientError>, bool) {
+        let (url, epoch, healthy) = {
+            let s = &slots.lock().unwrap()[n % 3];
+            (s.url.clone(), s.epoch, s.healthy)
+        };
+        let started = Instant::now();
+        let outcome = call(client(&url, token)).await;
+        let s = &slots.lock().unwrap()[n % 3];
+        let outcome = outcome.map_err(|e| match e.status() {
+            Some(_) => e,
+            // (How long it took says whether it was a hang.)
+            None => fakecloud_api::ClientError::InvalidEndpoint(format!("{url} after {:?}: {e}", started.elapsed())),
+        });
+        (outcome, healthy && s.healthy && s.epoch == epoch)
+    }
+    fn note<T>(seen: &Mutex<Seen>, what: &str, outcome: &Result<T, fakecloud_api::ClientError>, held_to_it: bool) {
+        let mut seen = seen.lock().unwrap();
+        seen.calls += 1;
+        if let Err(e) = outcome
+            && held_to_it
+            && e.status().is_none()
+        {
+            seen.unanswered.push(format!("{what}: {e}"));
+        }
+    }
+
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (slots, tokens, seen, stop) = (slots.clone(), tokens.clone(), seen.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut mine: Vec<(usize, String)> = Vec::new();
+                for n in 0..5_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let account = (w + n) % tokens.len();
+                    let (user, admin) = &tokens[account];
+                    match n % 10 {
+                        // A fault edit: a rule added and deleted, on an operation the load does not call.
+                        9 => {
+                            let rule = CreateFaultRuleRequest {
+                                id: Some(format!("chaos-{w}-{n}")),
+                                matcher: FaultMatch {
+                                    operations: vec!["DeleteRouteTable".into()],
+                                    ..Default::default()
+                                },
+                                action: FaultAction::Error {
+                                    status: 503,
+                                    code: "ServiceUnavailable".into(),
+                                    message: None,
+                                    headers: Default::default(),
+                                },
+                                trigger: FaultTrigger::default(),
+                                position: None,
+                            };
+                            let (added, held) = through(&slots, n, admin, async |c| c.add_fault(&rule).await).await;
+                            note(&seen, "add a fault rule", &added, held);
+                            if let Ok(rule) = added {
+                                let (gone, held) =
+                                    through(&slots, n + 1, admin, async |c| c.delete_fault(&rule.id).await).await;
+                                note(&seen, "delete a fault rule", &gone, held);
+                            }
+                        }
+                        // A terminate of one this worker made.
+                        4 if !mine.is_empty() => {
+                            let (of, id) = mine.swap_remove(n % mine.len());
+                            let (done, held) =
+                                through(&slots, n, &tokens[of].0, async |c| c.terminate_instance(&id).await).await;
+                            note(&seen, "terminate", &done, held);
+                            if done.is_ok() {
+                                seen.lock().unwrap().terminated.insert(id);
+                            }
+                        }
+                        _ => {
+                            let name = format!("w{w}-{n}");
+                            let (made, held) =
+                                through(&slots, n, user, async |c| c.create_instance(&node(&name), None).await).await;
+                            note(&seen, "create", &made, held);
+                            if let Ok(i) = made {
+                                mine.push((account, i.id.clone()));
+                                seen.lock().unwrap().created.push((account, i.id));
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // Leases: take pool-1, make an instance with its tokens, see only that, release; over and over.
+    let leaser = {
+        let (slots, seen, stop) = (slots.clone(), seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            for n in 0..2_000 {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let req =
+                    LeaseRequest { holder: format!("job-{n}"), ttl_seconds: 60.0, account: Some("pool-1".into()) };
+                let (lease, held) = through(&slots, n, ADMIN, async |c| c.take_lease(&req).await).await;
+                note(&seen, "take a lease", &lease, held);
+                let Ok(lease) = lease else { continue };
+                let name = format!("job-{n}");
+                let (made, held) =
+                    through(&slots, n + 1, &lease.user_token, async |c| c.create_instance(&node(&name), None).await)
+                        .await;
+                note(&seen, "create in a lease", &made, held);
+                let (listed, held) = through(&slots, n + 2, &lease.user_token, async |c| {
+                    c.list_all_instances(&ListInstancesQuery::default()).await
+                })
+                .await;
+                note(&seen, "list in a lease", &listed, held);
+                if let Ok(listed) = listed {
+                    let foreign: Vec<String> = listed.into_iter().map(|i| i.name).filter(|m| *m != name).collect();
+                    if !foreign.is_empty() {
+                        seen.lock().unwrap().leaked.push(format!("job-{n} saw {foreign:?}"));
+                    }
+                }
+                // Until released: a lease left held would keep the next job out for its TTL.
+                loop {
+                    let (released, held) = through(&slots, n, ADMIN, async |c| c.release_lease("pool-1").await).await;
+                    note(&seen, "release a lease", &released, held);
+                    if released.is_ok() || stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+            }
+        })
+    };
+
+    let acked = || seen.lock().unwrap().created.len();
+    let set = |n: usize, healthy: bool, url: Option<String>| {
+        let mut slots = slots.lock().unwrap();
+        let slot = &mut slots[n];
+        slot.healthy = healthy;
+        slot.epoch += 1;
+        if let Some(url) = url {
+            slot.url = url;
+        }
+    };
+    // The farm serves again: a create through every replica, each within BOUND of the fault's end.
+    let serving = async || {
+        let urls: Vec<String> = slots.lock().unwrap().iter().map(|s| s.url.clone()).collect();
+        for url in urls {
+            let started = Instant::now();
+            loop {
+                let name = format!("probe-{}", seen.lock().unwrap().calls);
+                match client(&url, USER).create_instance(&node(&name), None).await {
+                    Ok(i) => {
+                        let mut seen = seen.lock().unwrap();
+                        seen.calls += 1;
+                        seen.created.push((0, i.id));
+                        break;
+                    }
+                    Err(e) => assert!(started.elapsed() < BOUND, "{url} not serving {:?} after a fault: {e}", BOUND),
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    for round in 0..rounds {
+        let before = acked();
+        eventually(HANG, "the load under way", || async { (acked() >= before + 100).then_some(()) }).await;
+
+        let frozen = Pid::from_raw(processes[0].id().unwrap() as i32);
+        set(0, false, None);
+        pause_holding(frozen, &url).await;
+        // Longer than a call's bound: without the database's bounds, the calls it holds locks for would wait it out.
+        tokio::time::sleep(BOUND + Duration::from_secs(5)).await;
+        kill(frozen, Signal::SIGCONT).unwrap();
+        set(0, true, None);
+        serving().await;
+
+        set(1, false, None);
+        processes[1].kill().await.unwrap();
+        let (process, replica, _) = spawn_emulator(&url).await;
+        processes[1] = process;
+        set(1, true, Some(replica));
+        serving().await;
+
+        pg.stop();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        pg.start_again();
+        serving().await;
+        eprintln!("chaos round {round}: {} creates acknowledged", acked());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    leaser.await.unwrap();
+
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.unanswered.is_empty(),
+        "{} of {} calls to healthy replicas unanswered: {:?}",
+        seen.unanswered.len(),
+        seen.calls,
+        seen.unanswered
+    );
+    assert!(seen.leaked.is_empty(), "a leased account showed another holder's data: {:?}", seen.leaked);
+    let urls: Vec<String> = slots.lock().unwrap().iter().map(|s| s.url.clone()).collect();
+    for (account, (user, _)) in tokens.iter().enumerate() {
+        for url in &urls {
+            let listed: std::collections::HashMap<String, fakecloud_api::InstanceState> = client(url, user)
+                .list_all_instances(&ListInstancesQuery::default())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| (i.id, i.state))
+                .collect();
+            for (of, id) in &seen.created {
+                if *of != account {
+                    assert!(!listed.contains_key(id), "account {account} through {url} lists account {of}'s {id}");
+                    continue;
+                }
+                let state = listed.get(id);
+                assert!(state.is_some() || seen.terminated.contains(id), "{id} acknowledged, then lost ({url})");
+                if !seen.terminated.contains(id) {
+                    assert_ne!(state, Some(&fakecloud_api::InstanceState::Terminated), "{id} terminated by no one");
+                }
+            }
+        }
+    }
+    eprintln!("chaos: {} calls, {} creates acknowledged", seen.calls, seen.created.len());
 }
