@@ -1,12 +1,12 @@
 //! The one typed client for the emulator API.
 //!
 //! Errors keep what a caller needs to react: the HTTP status, the API error code, and the `Retry-After` delay a
-//! throttled or unavailable API asked for. With [`Client::with_retry_policy`] the client itself waits out
-//! `Retry-After` on 429/503 and retries, up to a bound.
+//! throttled or unavailable API asked for. With [`Client::with_retry_policy`] the client itself retries a
+//! failed call in place, as cloud SDKs do (see [`RetryPolicy`]); without one every call is tried once.
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode, header};
+use reqwest::{Method, header};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::faults::*;
@@ -21,19 +21,77 @@ pub struct Client {
     retry: Option<RetryPolicy>,
 }
 
-/// How the client treats 429 and 503 responses that carry `Retry-After`.
+/// How the client retries a call in place, as the AWS SDK's standard retryer does (3 attempts, jittered
+/// exponential backoff, on throttling and 5xx; Google's and Azure's clients likewise):
+/// - a throttle (429, a [`codes::THROTTLES`] code, a 503 with `Retry-After`) was refused before it ran, so any
+///   call is tried again;
+/// - a 5xx or a connection that could not be made, only an idempotent call: GET, PUT, PATCH and DELETE, which
+///   set state, and a create sent with an `Idempotency-Key`, which the cloud answers once per key. A POST
+///   without a key (start, stop, a create without a key) may have run; its caller decides.
+///
+/// The wait is the `Retry-After` the cloud gave, or else a random one up to `base_backoff·2ⁿ` (full jitter,
+/// capped at `max_backoff`), so that callers failed by one blip do not come back together. A `Retry-After`
+/// longer than `max_wait` is returned to the caller at once: a controller's queue waits that long better
+/// than a worker held in a call.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
     /// A `Retry-After` longer than this is returned to the caller instead of waited out.
     pub max_wait: Duration,
+    /// The first retry's wait at most, without `Retry-After`; doubled for each one after.
+    pub base_backoff: Duration,
+    /// A retry's wait at most, without `Retry-After`.
+    pub max_backoff: Duration,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 5, max_wait: Duration::from_secs(60) }
+        Self {
+            max_attempts: 3,
+            max_wait: Duration::from_secs(1),
+            base_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(2),
+        }
     }
+}
+
+impl RetryPolicy {
+    /// How long to wait before trying again a call that failed with `err` on its `attempt`-th try, or `None`
+    /// when it is not to be tried again. `idempotent`: the call may run twice with one effect.
+    fn wait(&self, attempt: u32, idempotent: bool, err: &ClientError) -> Option<Duration> {
+        if attempt >= self.max_attempts {
+            return None;
+        }
+        let retryable = match err {
+            ClientError::Api(e) => {
+                let throttled = e.status == 429
+                    || codes::THROTTLES.contains(&e.code.as_str())
+                    || (e.status == 503 && e.retry_after.is_some());
+                throttled || (idempotent && e.status >= 500)
+            }
+            ClientError::Transport { source, .. } => idempotent && source.is_connect(),
+            ClientError::Decode { .. } | ClientError::InvalidEndpoint(_) => false,
+        };
+        if !retryable {
+            return None;
+        }
+        match err.retry_after() {
+            Some(after) => (after <= self.max_wait).then_some(after),
+            None => {
+                let ceiling = self.base_backoff.saturating_mul(1 << (attempt - 1).min(16)).min(self.max_backoff);
+                Some(ceiling.mul_f64(unit_random()))
+            }
+        }
+    }
+}
+
+/// A number in [0, 1), from the standard library's per-process random hash keys (no generator needed for a
+/// jitter).
+fn unit_random() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new().build_hasher().finish() >> 11;
+    bits as f64 / (1u64 << 53) as f64
 }
 
 /// An error the API returned in its envelope.
@@ -109,7 +167,7 @@ impl Client {
         Ok(Self { http, base, token: token.into(), retry: None })
     }
 
-    /// Wait out `Retry-After` on 429/503 and try again, as the policy allows.
+    /// Retry failed calls in place, as the policy allows.
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.retry = Some(policy);
         self
@@ -145,45 +203,58 @@ impl Client {
         T: DeserializeOwned,
     {
         let url = format!("{}{}", self.base, path);
+        let idempotent = key.is_some() || matches!(method, Method::GET | Method::PUT | Method::PATCH | Method::DELETE);
         let mut attempt = 1;
         loop {
-            let mut req = self.http.request(method.clone(), &url).bearer_auth(&self.token);
-            if let Some(q) = query {
-                req = req.query(q);
-            }
-            if let Some(b) = body {
-                req = req.json(b);
-            }
-            if let Some(k) = key {
-                req = req.header(IDEMPOTENCY_KEY_HEADER, k);
-            }
-            let resp =
-                req.send().await.map_err(|source| ClientError::Transport { endpoint: self.base.clone(), source })?;
-            let status = resp.status();
-            if status.is_success() {
-                let bytes = resp
-                    .bytes()
-                    .await
-                    .map_err(|source| ClientError::Transport { endpoint: self.base.clone(), source })?;
-                return serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
-                    endpoint: self.base.clone(),
-                    status: status.as_u16(),
-                    detail: e.to_string(),
-                });
-            }
-            let err = self.api_error(resp).await?;
-            if let (Some(policy), Some(wait)) = (self.retry, err.retry_after)
-                && matches!(status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE)
-                && attempt < policy.max_attempts
-                && wait <= policy.max_wait
-            {
-                tracing::debug!(%url, ?wait, attempt, "throttled; waiting out Retry-After");
-                tokio::time::sleep(wait).await;
-                attempt += 1;
-                continue;
-            }
-            return Err(err.into());
+            let err = match self.once(&method, &url, query, body, key).await {
+                Ok(answer) => return Ok(answer),
+                Err(err) => err,
+            };
+            let Some(wait) = self.retry.and_then(|policy| policy.wait(attempt, idempotent, &err)) else {
+                return Err(err);
+            };
+            tracing::debug!(%url, ?wait, attempt, error = %err, "retrying in place");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
         }
+    }
+
+    /// One try of a call.
+    async fn once<B, Q, T>(
+        &self,
+        method: &Method,
+        url: &str,
+        query: Option<&Q>,
+        body: Option<&B>,
+        key: Option<&str>,
+    ) -> Result<T>
+    where
+        B: Serialize + ?Sized,
+        Q: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
+        let mut req = self.http.request(method.clone(), url).bearer_auth(&self.token);
+        if let Some(q) = query {
+            req = req.query(q);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        if let Some(k) = key {
+            req = req.header(IDEMPOTENCY_KEY_HEADER, k);
+        }
+        let resp = req.send().await.map_err(|source| ClientError::Transport { endpoint: self.base.clone(), source })?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(self.api_error(resp).await?.into());
+        }
+        let bytes =
+            resp.bytes().await.map_err(|source| ClientError::Transport { endpoint: self.base.clone(), source })?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            endpoint: self.base.clone(),
+            status: status.as_u16(),
+            detail: e.to_string(),
+        })
     }
 
     async fn api_error(&self, resp: reqwest::Response) -> Result<ApiError> {
@@ -563,5 +634,191 @@ impl Client {
 
     pub async fn stop_spot_random(&self) -> Result<serde_json::Value> {
         self.send::<(), _>(Method::DELETE, "/v1/spot/random", None, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// An answer the test server gives: status, extra headers, body.
+    type Answer = (u16, &'static str, &'static str);
+
+    const OK: Answer = (200, "", r#"{"name":"local-1"}"#);
+    const UNAVAILABLE: Answer = (503, "", r#"{"error":{"code":"ServiceUnavailable","message":"m","request_id":"r"}}"#);
+    const THROTTLED: Answer = (429, "", r#"{"error":{"code":"TooManyRequests","message":"m","request_id":"r"}}"#);
+    const THROTTLED_SOON: Answer =
+        (429, "Retry-After: 0.2\r\n", r#"{"error":{"code":"TooManyRequests","message":"m","request_id":"r"}}"#);
+    const THROTTLED_LONG: Answer =
+        (429, "Retry-After: 30\r\n", r#"{"error":{"code":"TooManyRequests","message":"m","request_id":"r"}}"#);
+    const ELB_THROTTLE: Answer = (400, "", r#"{"error":{"code":"Throttling","message":"m","request_id":"r"}}"#);
+    const BAD: Answer = (400, "", r#"{"error":{"code":"InvalidParameter","message":"m","request_id":"r"}}"#);
+
+    /// A server on 127.0.0.1 that gives `answers` in order (the last one again when they run out), one per
+    /// connection, and counts the requests. A thread of its own: the test needs no async I/O.
+    fn server(answers: Vec<Answer>) -> (String, Arc<Mutex<usize>>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(Mutex::new(0));
+        let count = served.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let n = {
+                    let mut c = count.lock().unwrap();
+                    *c += 1;
+                    *c
+                };
+                let (status, headers, body) = answers[(n - 1).min(answers.len() - 1)];
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes());
+            }
+        });
+        (format!("http://{addr}"), served)
+    }
+
+    /// Table: what the server answers, which call, with or without a policy → the tries made and the outcome.
+    #[tokio::test]
+    async fn calls_are_retried_in_place_within_the_policy() {
+        let quick = RetryPolicy { base_backoff: Duration::from_millis(20), ..RetryPolicy::default() };
+        struct Case {
+            name: &'static str,
+            answers: Vec<Answer>,
+            call: Call,
+            policy: Option<RetryPolicy>,
+            tries: usize,
+            /// The final status: 200 on success.
+            status: u16,
+            /// The least time the retries took (a Retry-After waited out).
+            at_least: Duration,
+        }
+        #[derive(Clone, Copy)]
+        enum Call {
+            Get,
+            Post,
+            PostWithKey,
+        }
+        let cases = [
+            Case {
+                name: "without a policy, every call is tried once (the CLI, the e2e suite)",
+                answers: vec![UNAVAILABLE, OK],
+                call: Call::Get,
+                policy: None,
+                tries: 1,
+                status: 503,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a 5xx on an idempotent call: tried again",
+                answers: vec![UNAVAILABLE, OK],
+                call: Call::Get,
+                policy: Some(quick),
+                tries: 2,
+                status: 200,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "three tries in all, then the error",
+                answers: vec![UNAVAILABLE],
+                call: Call::Get,
+                policy: Some(quick),
+                tries: 3,
+                status: 503,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a 5xx on a POST without a key may have run: not tried again",
+                answers: vec![UNAVAILABLE, OK],
+                call: Call::Post,
+                policy: Some(quick),
+                tries: 1,
+                status: 503,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a create sent with an Idempotency-Key runs once per key: tried again on a 5xx",
+                answers: vec![UNAVAILABLE, OK],
+                call: Call::PostWithKey,
+                policy: Some(quick),
+                tries: 2,
+                status: 200,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a 429 without Retry-After was refused before it ran: any call is tried again",
+                answers: vec![THROTTLED, THROTTLED, OK],
+                call: Call::Post,
+                policy: Some(quick),
+                tries: 3,
+                status: 200,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "ELB's 400 Throttling is a throttle",
+                answers: vec![ELB_THROTTLE, OK],
+                call: Call::Get,
+                policy: Some(quick),
+                tries: 2,
+                status: 200,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a short Retry-After is waited out",
+                answers: vec![THROTTLED_SOON, OK],
+                call: Call::Get,
+                policy: Some(quick),
+                tries: 2,
+                status: 200,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a Retry-After past max_wait goes back to the caller at once",
+                answers: vec![THROTTLED_LONG, OK],
+                call: Call::Get,
+                policy: Some(quick),
+                tries: 1,
+                status: 429,
+                at_least: Duration::ZERO,
+            },
+            Case {
+                name: "a bad request is not retried",
+                answers: vec![BAD, OK],
+                call: Call::Get,
+                policy: Some(quick),
+                tries: 1,
+                status: 400,
+                at_least: Duration::ZERO,
+            },
+        ];
+        for c in cases {
+            let (endpoint, served) = server(c.answers);
+            let mut client = Client::new(&endpoint, "t").unwrap();
+            if let Some(p) = c.policy {
+                client = client.with_retry_policy(p);
+            }
+            let started = std::time::Instant::now();
+            let result: Result<Region> = match c.call {
+                Call::Get => client.region().await,
+                Call::Post => client.send::<(), _>(Method::POST, "/v1/region", None, None).await,
+                Call::PostWithKey => client.send::<(), _>(Method::POST, "/v1/region", None, Some("k")).await,
+            };
+            let name = c.name;
+            assert_eq!(result.as_ref().err().and_then(ClientError::status).unwrap_or(200), c.status, "{name}");
+            assert_eq!(*served.lock().unwrap(), c.tries, "{name}: tries");
+            assert!(started.elapsed() >= c.at_least, "{name}: took {:?}", started.elapsed());
+        }
     }
 }

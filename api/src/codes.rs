@@ -60,3 +60,8 @@ pub const INSUFFICIENT_ADDRESS_CAPACITY: &str = "InsufficientAddressCapacity";
 pub const INTERNAL_ERROR: &str = "InternalError";
 pub const SERVICE_UNAVAILABLE: &str = "ServiceUnavailable";
 pub const REQUEST_LIMIT_EXCEEDED: &str = "RequestLimitExceeded";
+
+/// Throttling codes clouds answer with a status that otherwise means a bad request (ELB's 400 `Throttling`,
+/// `ThrottlingException` in the SDKs; GCP's 403 `rateLimitExceeded`, `userRateLimitExceeded` per user): the
+/// call was refused before it ran, as a 429's was.
+pub const THROTTLES: [&str; 4] = ["Throttling", "ThrottlingException", "rateLimitExceeded", "userRateLimitExceeded"];

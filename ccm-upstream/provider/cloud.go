@@ -57,8 +57,11 @@ var (
 // New makes the provider's client and checks the cloud-config's region against the emulator's.
 func New(cfg *Config) (*Cloud, error) {
 	c := &Cloud{cfg: cfg}
+	// Failed calls retried in place, as cloud SDKs retry them and fakecloud-ccm does: a sync of a few calls then
+	// fails only when one call fails three times.
+	doer := &retrying{next: &http.Client{Timeout: requestTimeout}, policy: DefaultRetryPolicy}
 	api, err := fakecloudapi.NewClient(cfg.Endpoint,
-		fakecloudapi.WithHTTPClient(&http.Client{Timeout: requestTimeout}),
+		fakecloudapi.WithHTTPClient(doer),
 		fakecloudapi.WithBearerToken(cfg.Token))
 	if err != nil {
 		return nil, fmt.Errorf("cloud-config: endpoint %q: %w", cfg.Endpoint, err)

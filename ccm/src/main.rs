@@ -76,6 +76,10 @@ async fn run(args: Args) -> Result<()> {
     }
     let clients = KubeClients::new(args.kubeconfig.as_deref(), args.kube_api_qps, args.kube_api_burst).await?;
     let metrics = Arc::new(Metrics::default());
+    // Failed calls retried in place as cloud SDKs retry them (3 tries, jittered backoff, a short Retry-After
+    // waited out): a sync that makes a few calls then fails only when one call fails three times, and a long
+    // Retry-After still goes back to the controller's queue.
+    let client = client.with_retry_policy(fakecloud_api::RetryPolicy::default());
     let cloud = Arc::new(FakeCloud::new(client).with_metrics(metrics.clone()));
     let health = Health::default();
 

@@ -286,10 +286,6 @@ fn changes(
 /// `fakecloud://<zone>/<id>` → `<id>` (the api crate's, which the VPC router shares).
 pub use fakecloud_api::parse_provider_id;
 
-/// Throttling codes that clouds answer with a status that otherwise means a bad request: ELB's 400 `Throttling`
-/// (`ThrottlingException` in the SDKs) and GCP's 403 `rateLimitExceeded` (`userRateLimitExceeded` per user).
-const THROTTLE_CODES: [&str; 4] = ["Throttling", "ThrottlingException", "rateLimitExceeded", "userRateLimitExceeded"];
-
 /// Quota refusals as clouds word them, with a status that otherwise means a bad request or a conflict: EC2's and
 /// ELB's 400s, Azure's 409 and 400, GCP's 403 (the emulator's failure-shape presets answer so).
 const QUOTA_CODES: [&str; 11] = [
@@ -320,7 +316,7 @@ pub fn classify(e: ClientError) -> CloudError {
             CloudError::QuotaExceeded { code: api.code.clone(), message: api.message.clone() }
         }
         // A throttle, not a bad request: retried with backoff.
-        (_, Some(400 | 403), _) if e.code().is_some_and(|c| THROTTLE_CODES.contains(&c)) => {
+        (_, Some(400 | 403), _) if e.code().is_some_and(|c| codes::THROTTLES.contains(&c)) => {
             CloudError::Transient(e.to_string())
         }
         (_, Some(s), _) if (400..500).contains(&s) && s != 429 => CloudError::Invalid(e.to_string()),
@@ -622,5 +618,123 @@ mod tests {
         let with = load_balancer::desired(&svc(serde_json::json!([{"port": 80, "nodePort": 30080}]))).unwrap();
         let req = changes(&lb, &with, &backends).unwrap().unwrap();
         assert_eq!((req.forwarding, req.listeners.as_deref()), (Some(Forwarding::Proxy), Some(&with.listeners[..])));
+    }
+
+    /// A cloud on 127.0.0.1 with `running` running instances and at most one load balancer, that records each
+    /// request as "METHOD path" and, when `flaky`, answers every other request 503 (the first try of each call).
+    struct FakeApi {
+        running: usize,
+        flaky: bool,
+        lb: Option<serde_json::Value>,
+        requests: Vec<String>,
+    }
+
+    async fn serve(api: FakeApi) -> (Client, Arc<std::sync::Mutex<FakeApi>>) {
+        use axum::http::{Method, StatusCode, Uri};
+        use serde_json::{Value, json};
+        let state = Arc::new(std::sync::Mutex::new(api));
+        let shared = state.clone();
+        let handle = move |method: Method, uri: Uri, body: axum::body::Bytes| {
+            let state = shared.clone();
+            async move {
+                let mut s = state.lock().unwrap();
+                s.requests.push(format!("{method} {}", uri.path()));
+                if s.flaky && s.requests.len() % 2 == 1 {
+                    let e = json!({"error": {"code": "ServiceUnavailable", "message": "blip", "request_id": "r"}});
+                    return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(e));
+                }
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let answer = match (method.as_str(), uri.path()) {
+                    ("GET", "/v1/load-balancers") => json!({"items": s.lb.iter().collect::<Vec<_>>()}),
+                    ("GET", "/v1/instances") => {
+                        let items: Vec<Value> = (0..s.running)
+                            .map(|i| {
+                                json!({"id": format!("i-{i}"), "name": format!("n{i}"), "zone": "z",
+                                "region": "r", "instance_type": "fc.small", "market": "on-demand",
+                                "state": "running", "private_ip": "10.0.0.1",
+                                "provider_id": format!("fakecloud://z/i-{i}"), "tags": {}, "created_at": "",
+                                "state_changed_at": ""})
+                            })
+                            .collect();
+                        json!({"items": items})
+                    }
+                    ("POST", "/v1/load-balancers") => {
+                        let mut lb = body;
+                        lb["id"] = json!("lb-1");
+                        lb["state"] = json!("active");
+                        lb["address"] = json!("203.0.113.9");
+                        lb["created_at"] = json!("");
+                        lb["updated_at"] = json!("");
+                        s.lb = Some(lb.clone());
+                        lb
+                    }
+                    ("PATCH", "/v1/load-balancers/lb-1") => {
+                        let lb = s.lb.as_mut().unwrap();
+                        for (k, v) in body.as_object().unwrap() {
+                            lb[k] = v.clone();
+                        }
+                        lb.clone()
+                    }
+                    (m, p) => panic!("unexpected {m} {p}"),
+                };
+                (StatusCode::OK, axum::Json(answer))
+            }
+        };
+        let app = axum::Router::new().fallback(handle);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let policy = fakecloud_api::RetryPolicy { base_backoff: Duration::from_millis(5), ..Default::default() };
+        (Client::new(&endpoint, "t").unwrap().with_retry_policy(policy), state)
+    }
+
+    /// An ensure's cloud calls do not grow with the nodes: the load balancer's lookup, one listing of the running
+    /// instances when the backends gain one (filtered on running, one page up to 1,000 instances), and the
+    /// write; never a call per node. Under a flaky cloud each call is retried in place, so the ensure succeeds.
+    #[tokio::test]
+    async fn an_ensure_costs_the_same_calls_whatever_the_node_count() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}}))
+        .unwrap();
+        let nodes = |n: usize| -> Vec<Arc<Node>> {
+            (0..n).map(|i| node(&format!("n{i}"), Some(&format!("fakecloud://z/i-{i}")))).collect()
+        };
+        const CREATE: [&str; 3] = ["GET /v1/load-balancers", "GET /v1/instances", "POST /v1/load-balancers"];
+        const ADD: [&str; 3] = ["GET /v1/load-balancers", "GET /v1/instances", "PATCH /v1/load-balancers/lb-1"];
+        /// (case, nodes at the first ensure, nodes at the second (none: no second), flaky, the last's requests)
+        type Case = (&'static str, usize, Option<usize>, bool, Vec<&'static str>);
+        let cases: [Case; 7] = [
+            ("a new load balancer, 1 node", 1, None, false, CREATE.to_vec()),
+            ("a new load balancer, 50 nodes", 50, None, false, CREATE.to_vec()),
+            ("a new load balancer, 500 nodes", 500, None, false, CREATE.to_vec()),
+            ("up to date, 500 nodes: the lookup alone", 500, Some(500), false, vec!["GET /v1/load-balancers"]),
+            (
+                "a node removed from 500: no listing",
+                500,
+                Some(499),
+                false,
+                vec!["GET /v1/load-balancers", "PATCH /v1/load-balancers/lb-1"],
+            ),
+            ("a node added to 499", 499, Some(500), false, ADD.to_vec()),
+            (
+                "a new load balancer, 500 nodes, every first try failed: each call tried twice",
+                500,
+                None,
+                true,
+                CREATE.iter().flat_map(|r| [*r, *r]).collect(),
+            ),
+        ];
+        for (name, first, second, flaky, want) in cases {
+            let (client, state) = serve(FakeApi { running: 500, flaky, lb: None, requests: Vec::new() }).await;
+            let cloud = FakeCloud::new(client);
+            let status = cloud.ensure_load_balancer("c", &svc, &nodes(first)).await.unwrap();
+            assert!(status.ingress.is_some(), "{name}");
+            if let Some(n) = second {
+                state.lock().unwrap().requests.clear();
+                cloud.ensure_load_balancer("c", &svc, &nodes(n)).await.unwrap();
+            }
+            assert_eq!(state.lock().unwrap().requests, want, "{name}");
+        }
     }
 }

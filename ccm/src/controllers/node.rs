@@ -88,23 +88,38 @@ pub async fn run<C: Cloud>(
     changes: impl Stream<Item = String> + Send + 'static,
 ) {
     let api = Api::<Node>::all(client.clone());
-    let queue = metrics.queue(QUEUE);
     let ctx = Arc::new(Context {
-        api: api.clone(),
+        api,
         nodes: nodes.clone(),
         cloud,
         recorder: Recorder::new(client, COMPONENT),
+        queue: metrics.queue(QUEUE),
         metrics,
-        queue: queue.clone(),
         limiter: ControllerRateLimiter::default(),
         written: Mutex::default(),
     });
+    tokio::join!(
+        syncs(ctx.clone(), nodes.clone(), changes, settings.workers),
+        refresh_addresses(nodes, synced, ctx, settings)
+    );
+}
+
+/// The syncs: each name in `changes` is synced at once, whatever retry it waits for, as upstream's queue `Add`s
+/// a Node on every add and update (`controllers/node/node_controller.go:L148-151`); a failed sync comes back
+/// after the rate limiter's delay unless a change brings it sooner.
+async fn syncs<C: Cloud>(
+    ctx: Arc<Context<C>>,
+    nodes: Store<Node>,
+    changes: impl Stream<Item = String> + Send + 'static,
+    workers: u16,
+) {
+    let queue = ctx.queue.clone();
     let requests = changes.map(move |name| {
         queue.add(&name);
         Ok::<_, Infallible>(ObjectRef::<Node>::new(&name))
     });
-    let config = controller::Config::default().concurrency(settings.workers);
-    let syncs = applier(
+    let config = controller::Config::default().concurrency(workers);
+    applier(
         |node: Arc<Node>, ctx: Arc<Context<C>>| {
             let work = ctx.queue.start(&node.name_any());
             async move {
@@ -115,8 +130,8 @@ pub async fn run<C: Cloud>(
             .boxed()
         },
         error_policy,
-        ctx.clone(),
-        nodes.clone(),
+        ctx,
+        nodes,
         requests,
         config,
     )
@@ -124,8 +139,8 @@ pub async fn run<C: Cloud>(
         if let Err(e) = res {
             tracing::debug!(error = %e, "node sync");
         }
-    });
-    tokio::join!(syncs, refresh_addresses(nodes, synced, ctx, settings));
+    })
+    .await;
 }
 
 async fn reconcile<C: Cloud>(node: Arc<Node>, ctx: Arc<Context<C>>) -> Result<Action, Error> {
@@ -567,5 +582,56 @@ mod tests {
         for c in cases {
             check(c).await;
         }
+    }
+
+    /// Eventual consistency on create (issue #47): a Node registered before the cloud shows its instance fails
+    /// its init again and again, and its retry backs off far (here to the limiter's 1,000 s). Once the cloud
+    /// shows the instance, the Node's next change (a status update, the kubelet registering it again) syncs it
+    /// at once, as upstream's queue `Add`s a Node on every add and update (`node_controller.go:L148-151`), not
+    /// when the backoff ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_change_retries_an_init_that_backed_off_at_once() {
+        use kube::runtime::watcher::Event;
+        let cloud = InMemoryCloud::default();
+        let api = FakeApi::default().with(registered(json!({})));
+        let client = api.client();
+        let (nodes, mut writer) = kube::runtime::reflector::store::<Node>();
+        let copy = |rv: &str| -> Node {
+            serde_json::from_value(registered(json!({"metadata": {"resourceVersion": rv}}))).unwrap()
+        };
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(copy("7")));
+        writer.apply_watcher_event(&Event::InitDone);
+        let metrics = Arc::new(Metrics::default());
+        let ctx = Arc::new(Context {
+            api: Api::all(client.clone()),
+            nodes: nodes.clone(),
+            cloud: Arc::new(cloud.clone()),
+            recorder: Recorder::new(client, COMPONENT),
+            queue: metrics.queue(QUEUE),
+            metrics,
+            limiter: ControllerRateLimiter::default(),
+            written: Mutex::default(),
+        });
+        // The failures of the lag so far: the next retry is 1,000 s away.
+        for _ in 0..20 {
+            ctx.limiter.when("n1");
+        }
+        let (changes, rx) = futures::channel::mpsc::unbounded();
+        tokio::spawn(syncs(ctx, nodes, rx, 1));
+        changes.unbounded_send("n1".to_string()).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(cloud.calls(), [Call::InstanceMetadata("n1".into())], "tried: not found yet");
+
+        let _ = cloud.clone().with_instance(Instance::running("i-1", "n1", "10.0.0.5"));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(cloud.calls().len(), 1, "the instance showing wakes nothing (nor does it upstream)");
+        writer.apply_watcher_event(&Event::Apply(copy("8")));
+        changes.unbounded_send("n1".to_string()).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        settle().await;
+        assert_eq!(cloud.calls().len(), 2, "the change synced it at once");
+        let calls: Vec<String> = api.requests().into_iter().map(|r| r.call).collect();
+        assert!(calls.iter().any(|c| c == "PUT /api/v1/nodes/n1"), "initialized: {calls:?}");
     }
 }

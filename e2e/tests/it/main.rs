@@ -16,6 +16,7 @@ mod conformance_bug_os_2066;
 mod conformance_bug_os_3114;
 mod conformance_crashes;
 mod conformance_faults;
+mod conformance_flaky_cloud;
 mod conformance_lb_traffic;
 mod conformance_network;
 mod conformance_node_races;

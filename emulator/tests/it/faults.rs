@@ -649,10 +649,11 @@ async fn the_client_can_wait_out_retry_after_itself() {
     // ...with one, the client waits as told and the call goes through.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     emu.instance("second").await;
-    let patient = emu
-        .user
-        .clone()
-        .with_retry_policy(fakecloud_api::RetryPolicy { max_attempts: 3, max_wait: Duration::from_secs(5) });
+    let patient = emu.user.clone().with_retry_policy(fakecloud_api::RetryPolicy {
+        max_attempts: 3,
+        max_wait: Duration::from_secs(5),
+        ..Default::default()
+    });
     let t = Instant::now();
     patient.create_instance(&inst("third"), None).await.unwrap();
     assert!(t.elapsed() >= Duration::from_millis(900), "it waited for the bucket: {:?}", t.elapsed());
