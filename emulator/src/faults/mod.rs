@@ -156,7 +156,13 @@ impl FaultEngine {
     /// data-plane judgement; none on SQLite, whose file has one emulator. The same read brings the end of the
     /// latest eventual-consistency lag (see [`Self::lagging_now`]).
     pub async fn sync(&self) {
-        if self.shared && self.read_generation().await.is_some_and(|g| g != self.generation.load(Ordering::Acquire)) {
+        self.sync_on(self.db.reader()).await
+    }
+
+    /// [`Self::sync`], its generation read on `pool`'s connections.
+    async fn sync_on(&self, pool: &sqlx::AnyPool) {
+        if self.shared && self.read_generation(pool).await.is_some_and(|g| g != self.generation.load(Ordering::Acquire))
+        {
             let _edit = self.edit.lock().await;
             self.sync_locked().await;
         }
@@ -167,7 +173,7 @@ impl FaultEngine {
         if !self.shared {
             return;
         }
-        let Some(generation) = self.read_generation().await else { return };
+        let Some(generation) = self.read_generation(self.db.reader()).await else { return };
         if generation == self.generation.load(Ordering::Acquire) {
             return;
         }
@@ -181,13 +187,13 @@ impl FaultEngine {
         }
     }
 
-    /// The faults' generation; it notes the latest lag's end on the way.
-    async fn read_generation(&self) -> Option<i64> {
+    /// The faults' generation, read on `pool`; it notes the latest lag's end on the way.
+    async fn read_generation(&self, pool: &sqlx::AnyPool) -> Option<i64> {
         let read: std::result::Result<Vec<(String, i64)>, _> =
             sqlx::query_as("SELECT key, n FROM counters WHERE key IN ($1, $2)")
                 .bind(GENERATION)
                 .bind(shared::LAG_UNTIL)
-                .fetch_all(self.db.reader())
+                .fetch_all(pool)
                 .await;
         match read {
             Ok(rows) => {
@@ -663,7 +669,10 @@ impl FaultEngine {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                engine.sync().await;
+                // On the writer's connection, which the lifecycle ticker keeps open anyway: a reader used every
+                // second would never be closed as idle, and an account nobody calls would hold readers on every
+                // replica (README, "Connections on PostgreSQL").
+                engine.sync_on(engine.db.writer()).await;
                 let now = now_ms();
                 let Some(active) = engine.spot_random.read().await.clone().filter(|a| a.active(now)) else { continue };
                 if engine.shared && !engine.claimed(now.div_euclid(1000)).await {
