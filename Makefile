@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check kwok test test-postgres test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
+.PHONY: help up down check kwok test test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ TEST_POSTGRES = FAKECLOUD_TEST_STORE=postgres $(CARGO) test $(CARGO_FLAGS) -p fa
 
 test-postgres: deps ## The emulator's API tests on PostgreSQL instead of SQLite files (part of make test)
 	$(TEST_POSTGRES)
+
+chaos: deps ## The farm's chaos test with five rounds of faults (a replica paused, one killed, PostgreSQL restarted); make test runs one
+	FAKECLOUD_CHAOS_ROUNDS=5 $(CARGO) test $(CARGO_FLAGS) -p fakecloud-emulator --test it -- fail_safe::the_farm --nocapture
 
 test-console: deps ## The web console in headless Chromium against a real emulator; screenshots in target/console-screenshots/
 	@bash scripts/console-tests.sh

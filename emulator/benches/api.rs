@@ -361,31 +361,32 @@ async fn stores(dir: &Path, seq_n: usize, conc_n: usize) {
 /// - the database stopped under one replica: how long `/healthz`, `/readyz` and a create take to answer, and
 ///   how long after the database is back the first create succeeds.
 async fn farm() {
+    use sqlx::Connection;
     let pg = postgres::Postgres::start_with_max_connections(100);
-    let held = |db: String| {
-        let admin = pg.url("postgres");
+    // Connected first: once the emulators have filled the server, no other connection is let in.
+    let counter = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&pg.url("postgres")).await.unwrap());
+    let held = |db: &'static str| {
+        let counter = &counter;
         async move {
-            use sqlx::Connection;
-            let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
             sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = $1")
                 .bind(db)
-                .fetch_one(&mut conn)
+                .fetch_one(&mut *counter.lock().await)
                 .await
                 .unwrap()
         }
     };
-    // Long enough for an idle pool's connections to close (30 s) and the tickers to hold what they hold.
-    let settle = || tokio::time::sleep(Duration::from_secs(35));
+    // Long enough for an idle pool's connections to be closed (idle 30 s, looked for every 30 s).
+    let settle = || tokio::time::sleep(Duration::from_secs(65));
 
     let url = pg.database("one").await;
     let (mut one, c) = serve_on(url.as_ref(), &[]).await;
     settle().await;
-    let base = held("one".into()).await;
+    let base = held("one").await;
     for n in 1..=8 {
         c.create_account(&format!("job-{n}")).await.unwrap();
     }
     settle().await;
-    let eight = held("one".into()).await;
+    let eight = held("one").await;
     println!("one replica, idle: {base} connections with no account, {eight} with 8 accounts");
     println!("  per account: {:.1}", (eight - base) as f64 / 8.0);
     let _ = one.start_kill();
@@ -421,10 +422,12 @@ async fn farm() {
         }
         served_by_all += 1;
     }
+    let busy = held("three").await;
+    settle().await;
     println!(
         "three replicas, max_connections=100: {served_by_all} accounts served by all three; the next answered 503 \
-         ({refused}); other answers: {other:?}; {} connections held",
-        held("three".into()).await
+         ({refused}); other answers: {other:?}; {busy} connections held, {} once idle",
+        held("three").await
     );
     for (mut child, _) in replicas {
         let _ = child.start_kill();

@@ -229,6 +229,7 @@ impl Accounts {
             match self.changing().await {
                 Err(e) if e.kind == Kind::Unavailable && started.elapsed() < START_WAIT => {
                     tracing::info!(error = %e, "waiting for the accounts' lock, which another replica holds");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
                 taken => return taken,
             }

@@ -47,6 +47,22 @@ async fn names(c: &Client) -> Vec<String> {
     names
 }
 
+/// A fault rule named `id` on an operation no test here calls: an edit of the faults that changes no answer.
+fn idle_rule(id: String) -> CreateFaultRuleRequest {
+    CreateFaultRuleRequest {
+        id: Some(id),
+        matcher: FaultMatch { operations: vec!["DeleteRouteTable".into()], ..Default::default() },
+        action: FaultAction::Error {
+            status: 503,
+            code: "ServiceUnavailable".into(),
+            message: None,
+            headers: Default::default(),
+        },
+        trigger: FaultTrigger::default(),
+        position: None,
+    }
+}
+
 /// The schema an account had before issue #47: `account_<id>`, cut by PostgreSQL to 63 bytes.
 fn cut_schema(id: &str) -> String {
     let mut name = format!("account_{}", id.replace('-', "_"));
@@ -384,19 +400,7 @@ async fn fault_edits_through_two_replicas_at_once_are_one_after_the_other() {
     let (_b, b_url, _) = spawn_emulator(&url).await;
     let admins = [client(&a_url, ADMIN), client(&b_url, ADMIN)];
     for round in 0..10 {
-        // On an operation nothing here calls.
-        let rule = CreateFaultRuleRequest {
-            id: Some(format!("rule-{round}")),
-            matcher: FaultMatch { operations: vec!["DeleteRouteTable".into()], ..Default::default() },
-            action: FaultAction::Error {
-                status: 503,
-                code: "ServiceUnavailable".into(),
-                message: None,
-                headers: Default::default(),
-            },
-            trigger: FaultTrigger::default(),
-            position: None,
-        };
+        let rule = idle_rule(format!("rule-{round}"));
         let added = join_all(admins.iter().map(|admin| admin.add_fault(&rule))).await;
         let mut outcomes: Vec<Option<u16>> = added.iter().map(|r| r.as_ref().err().and_then(|e| e.status())).collect();
         outcomes.sort();
@@ -567,21 +571,7 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
                     match n % 10 {
                         // A fault edit: a rule added and deleted, on an operation the load does not call.
                         9 => {
-                            let rule = CreateFaultRuleRequest {
-                                id: Some(format!("chaos-{w}-{n}")),
-                                matcher: FaultMatch {
-                                    operations: vec!["DeleteRouteTable".into()],
-                                    ..Default::default()
-                                },
-                                action: FaultAction::Error {
-                                    status: 503,
-                                    code: "ServiceUnavailable".into(),
-                                    message: None,
-                                    headers: Default::default(),
-                                },
-                                trigger: FaultTrigger::default(),
-                                position: None,
-                            };
+                            let rule = idle_rule(format!("chaos-{w}-{n}"));
                             let (added, held) = through(&slots, n, admin, async |c| c.add_fault(&rule).await).await;
                             note(&seen, "add a fault rule", &added, held);
                             if let Ok(rule) = added {
