@@ -15,6 +15,9 @@ cargo bench --locked -p fakecloud-emulator --bench api -- "$@"
 echo "==> writes on each store: a SQLite file, PostgreSQL with 1 emulator and with 3 sharing it (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- --stores
 
+echo "==> a farm on PostgreSQL: connections per account, accounts per max_connections, answers with the database away (cargo bench, release)"
+cargo bench --locked -p fakecloud-emulator --bench api -- --farm
+
 echo "==> load balancer data plane: what it adds, and the API during a flood of it (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- --dataplane
 

@@ -244,8 +244,8 @@ impl Accounts {
         for row in &rows {
             let (old, new) = (legacy_schema(&row.id), schema(&row.id));
             if old == new
-                || crate::db::postgres::schema_exists(&self.db, &new).await?
-                || !crate::db::postgres::schema_exists(&self.db, &old).await?
+                || crate::db::postgres::schema_exists(self.db.reader(), &new).await.map_err(ApiError::from)?
+                || !crate::db::postgres::schema_exists(self.db.reader(), &old).await.map_err(ApiError::from)?
             {
                 continue;
             }
@@ -254,7 +254,7 @@ impl Accounts {
             if sharing.len() > 1 {
                 return Err(OpenError::SharedSchema { schema: old, ids: sharing.join(", ") });
             }
-            crate::db::postgres::rename_schema(&self.db, &old, &new).await?;
+            crate::db::postgres::rename_schema(self.db.writer(), &old, &new).await.map_err(ApiError::from)?;
             tracing::info!(account = %row.id, from = %old, to = %new, "account's schema renamed (issue #47)");
         }
         Ok(())
@@ -589,8 +589,9 @@ impl Accounts {
                 Ok(())
             }
             Stores::Memory => Ok(()),
-            Stores::Schemas(_) => crate::db::postgres::drop_schema(&self.db, &schema(id)).await.inspect_err(|e| {
+            Stores::Schemas(_) => crate::db::postgres::drop_schema(self.db.writer(), &schema(id)).await.map_err(|e| {
                 tracing::warn!(account = id, error = %e, "cannot drop the account's schema");
+                ApiError::from(e)
             }),
         }
     }

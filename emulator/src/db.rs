@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod backend;
 pub mod checkpoint;
+pub mod failure;
 pub mod group_commit;
 pub mod postgres;
 pub mod schema;

@@ -6,6 +6,8 @@ use std::borrow::Cow;
 
 use fakecloud_api::{QuotaName, codes};
 
+use crate::db::failure::{self, Failure};
+
 /// Headers an error's extra headers may not set: the answer's framing and the connection's fate are the
 /// server's (a `Content-Length` that disagrees with the body, or a `Transfer-Encoding`, would break the
 /// exchange: the client would read a truncated or garbled answer while the audit says it got an error).
@@ -137,12 +139,12 @@ impl From<crate::db::NotDone<'_>> for ApiError {
 
 impl From<&sqlx::Error> for ApiError {
     fn from(e: &sqlx::Error) -> Self {
-        match store_failure(e) {
-            Some(StoreFailure::Unavailable(why)) => {
+        match failure::of(e) {
+            Some(Failure::Unavailable(why)) => {
                 tracing::warn!(error = %e, "{why}");
                 Self::new(Kind::Unavailable, codes::SERVICE_UNAVAILABLE, format!("{why}; retry")).with_retry_after()
             }
-            Some(StoreFailure::Gone) => {
+            Some(Failure::Gone) => {
                 tracing::info!(error = %e, "a call of an account removed while it ran");
                 Self::new(
                     Kind::Status(401),
@@ -156,48 +158,6 @@ impl From<&sqlx::Error> for ApiError {
                 Self::internal("internal database error; see the emulator log")
             }
         }
-    }
-}
-
-/// Whether `e` says the database cannot answer now (busy, unreachable, out of connections, a lock held too
-/// long), as opposed to a bug.
-pub fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(store_failure(e), Some(StoreFailure::Unavailable(_)))
-}
-
-/// A database error that is not a bug: the caller is told what happened instead of a 500.
-enum StoreFailure {
-    /// The database cannot answer now (busy, a lock held too long, unreachable, full): 503, retry.
-    Unavailable(&'static str),
-    /// An account's store removed under the call (deleted or wiped through another replica): as its token.
-    Gone,
-}
-
-fn store_failure(e: &sqlx::Error) -> Option<StoreFailure> {
-    use StoreFailure::{Gone, Unavailable};
-    match e {
-        sqlx::Error::Database(db) => match db.code().as_deref()? {
-            // SQLite: SQLITE_BUSY, SQLITE_LOCKED and their extended codes.
-            "5" | "6" | "261" | "517" => Some(Unavailable("database busy")),
-            // PostgreSQL (issue #47): lock_timeout, a statement cancelled (statement_timeout), a deadlock or
-            // serialization failure, a session ended (idle too long in a transaction, the server shutting down).
-            "55P03" => Some(Unavailable("the database lock this call needs is held by another replica")),
-            "57014" | "40001" | "40P01" => Some(Unavailable("the database gave up on this call's statement")),
-            "25P03" | "57P01" | "57P02" | "57P03" => Some(Unavailable("the database ended this replica's session")),
-            // Too many connections, or out of some other resource.
-            c if c.starts_with("53") => Some(Unavailable("the database is out of connections or resources")),
-            // A connection failure.
-            c if c.starts_with("08") => Some(Unavailable("the database cannot be reached")),
-            // undefined_table, invalid_schema_name: an account's schema dropped under the call.
-            "42P01" | "3F000" => Some(Gone),
-            _ => None,
-        },
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
-            Some(Unavailable("the database cannot be reached"))
-        }
-        // A cloud closed under the call: its account was deleted or wiped.
-        sqlx::Error::PoolClosed => Some(Gone),
-        _ => None,
     }
 }
 

@@ -42,25 +42,23 @@ pub const SESSION_BOUNDS: &[&str] =
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether the schema `name` exists.
-pub async fn schema_exists(db: &super::Db, name: &str) -> Result<bool, crate::error::ApiError> {
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1")
-        .bind(name)
-        .fetch_one(db.reader())
-        .await?;
+pub async fn schema_exists(pool: &sqlx::AnyPool, name: &str) -> Result<bool, sqlx::Error> {
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1").bind(name).fetch_one(pool).await?;
     Ok(n > 0)
 }
 
 /// Rename the schema `from` to `to`, both plain identifiers (an account's: see `crate::accounts::schema`).
-pub async fn rename_schema(db: &super::Db, from: &str, to: &str) -> Result<(), crate::error::ApiError> {
+pub async fn rename_schema(pool: &sqlx::AnyPool, from: &str, to: &str) -> Result<(), sqlx::Error> {
     let rename = sqlx::AssertSqlSafe(format!("ALTER SCHEMA \"{from}\" RENAME TO \"{to}\""));
-    sqlx::query(rename).execute(db.writer()).await?;
+    sqlx::query(rename).execute(pool).await?;
     Ok(())
 }
 
 /// Drop the schema `name` (a plain identifier) and everything in it, if it exists.
-pub async fn drop_schema(db: &super::Db, name: &str) -> Result<(), crate::error::ApiError> {
+pub async fn drop_schema(pool: &sqlx::AnyPool, name: &str) -> Result<(), sqlx::Error> {
     let drop = sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"));
-    sqlx::query(drop).execute(db.writer()).await?;
+    sqlx::query(drop).execute(pool).await?;
     Ok(())
 }
 

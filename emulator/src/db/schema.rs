@@ -24,7 +24,7 @@ impl OpenError {
     /// Why opening the database at `path` failed with `e`, explained by `explain`.
     pub fn of(path: &str, e: &sqlx::Error, explain: impl Fn(&sqlx::Error) -> String) -> Self {
         let (path, explained) = (path.to_string(), explain(e));
-        match crate::error::is_unavailable(e) {
+        match super::failure::is_unavailable(e) {
             true => Self::Unavailable { path, explained },
             false => Self::Open { path, explained },
         }

@@ -708,7 +708,7 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
     }
     leaser.await.unwrap();
 
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     assert!(
         seen.unanswered.is_empty(),
         "{} of {} calls to healthy replicas unanswered: {:?}",
