@@ -26,10 +26,12 @@ const FAILING: f64 = 0.2;
 /// minutes; retried in place, a call fails with 0.8% and the Services converge in seconds.
 const CONVERGE: Duration = Duration::from_secs(120);
 
-/// The CCM's calls (the user token's; the harness and the kubelets use the admin's) fail with `action` at
-/// random while `SERVICES` Services are created at once; every one gets its EXTERNAL-IP within [`CONVERGE`], one
-/// load balancer each.
-async fn converge_under(env: &Env, prefix: &str, action: FaultAction) {
+/// The CCM's calls (the user token's; the harness and the kubelets use the admin's) fail at random with `status`
+/// and `code` (no `Retry-After`) while `SERVICES` Services are created at once; every one gets its EXTERNAL-IP
+/// within [`CONVERGE`], one load balancer each.
+async fn converge_under(env: &Env, prefix: &str, status: u16, code: &str, message: &str) {
+    let action =
+        FaultAction::Error { status, code: code.into(), message: Some(message.into()), headers: BTreeMap::new() };
     env.initialized_nodes(&format!("{prefix}-node"), NODES).await;
     let ns = env.namespace(prefix).await;
     let services = Api::<Service>::namespaced(env.client(), &ns);
@@ -68,13 +70,7 @@ async fn converge_under(env: &Env, prefix: &str, action: FaultAction) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_converge_when_a_fifth_of_the_calls_fail_503() {
     case("flaky-503", Setup::new(CCM), async |env| {
-        let action = FaultAction::Error {
-            status: 503,
-            code: "ServiceUnavailable".into(),
-            message: Some("a blip".into()),
-            headers: BTreeMap::new(),
-        };
-        converge_under(env, "flaky503", action).await;
+        converge_under(env, "flaky503", 503, "ServiceUnavailable", "a blip").await;
     })
     .await;
 }
@@ -82,13 +78,7 @@ async fn services_converge_when_a_fifth_of_the_calls_fail_503() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_converge_when_a_fifth_of_the_calls_are_throttled_without_retry_after() {
     case("flaky-429", Setup::new(CCM), async |env| {
-        let action = FaultAction::Error {
-            status: 429,
-            code: "TooManyRequests".into(),
-            message: Some("slow down".into()),
-            headers: BTreeMap::new(),
-        };
-        converge_under(env, "flaky429", action).await;
+        converge_under(env, "flaky429", 429, "TooManyRequests", "slow down").await;
     })
     .await;
 }
