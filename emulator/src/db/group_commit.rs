@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlx::any::Any;
@@ -29,7 +29,7 @@ use tokio::sync::{Mutex, Notify, OwnedMappedMutexGuard, OwnedMutexGuard, oneshot
 
 use super::audit::rows::{self, Record};
 use super::checkpoint::Checkpointer;
-use super::script::{Ran, Script};
+use super::script::{Ran, Script, Session};
 
 /// The most calls committed in one transaction: bounds what a failed commit takes with it.
 pub const MAX_CALLS: usize = 64;
@@ -60,6 +60,8 @@ pub struct Writer {
     batch: Arc<Mutex<Option<Batch>>>,
     commit_due: Arc<Notify>,
     stats: Arc<Stats>,
+    /// The statements prepared on the writer connection's session (PostgreSQL).
+    session: Arc<Session>,
 }
 
 /// Counts of what the writer committed (in `/metrics`: their ratio is the mean batch size).
@@ -81,6 +83,8 @@ pub struct WriteStats {
 #[derive(Debug)]
 struct Batch {
     tx: Transaction<'static, Any>,
+    /// The statements prepared on its connection's session.
+    session: Arc<Session>,
     /// The calls whose changes are in `tx`, each waiting for it to be committed, with the index in `audit` of
     /// its last audit entry if it has any.
     waiting: Vec<(Answer, Option<usize>)>,
@@ -116,7 +120,14 @@ impl Writer {
     /// takes the advisory `lock` first, if there is one.
     pub fn start(pool: AnyPool, checkpointer: Option<Checkpointer>, lock: Option<i64>) -> Self {
         let stats = Arc::new(Stats { checkpointer, ..Stats::default() });
-        let writer = Self { pool, lock, batch: Arc::default(), commit_due: Arc::new(Notify::new()), stats };
+        let writer = Self {
+            pool,
+            lock,
+            batch: Arc::default(),
+            commit_due: Arc::new(Notify::new()),
+            stats,
+            session: Arc::default(),
+        };
         let committer = writer.clone();
         tokio::spawn(async move {
             loop {
@@ -162,7 +173,7 @@ impl Writer {
                 if let Some(done) = done {
                     tokio::spawn(done.commit(self.stats.clone()));
                 }
-                Batch::open(&self.pool, self.lock).await?
+                Batch::open(&self.pool, self.lock, &self.session).await?
             }
         };
         let mut batch = OwnedMutexGuard::map(slot, |s| s.insert(batch));
@@ -187,7 +198,8 @@ impl Writer {
         let steps = call(now, &mut script);
         // (Were this dropped part way, running the savepoint statements again next time is still right: they only
         // end and open empty savepoints. The call's own statements are in its savepoint, undone with it.)
-        let mut ran = script.run(&mut batch.tx).await;
+        let open = &mut *batch;
+        let mut ran = script.run_on(&mut open.tx, Some(&open.session)).await;
         if let Some(e) = ran.take_failure_before(ours) {
             tracing::error!(error = %e, calls = batch.waiting.len(), "cannot end and open a savepoint; failing the batch");
             batch.last = Savepoint::Broken;
@@ -224,14 +236,25 @@ impl Writer {
 }
 
 impl Batch {
-    async fn open(pool: &AnyPool, lock: Option<i64>) -> Result<Self, sqlx::Error> {
+    async fn open(pool: &AnyPool, lock: Option<i64>, session: &Arc<Session>) -> Result<Self, sqlx::Error> {
         let mut tx = pool.begin().await?;
         if let Some(lock) = lock {
             // Held to the commit: another emulator's batch waits here, and then reads what this one committed.
-            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(lock).execute(&mut *tx).await?;
+            // With it, how many statements this session has prepared: none, and it is a new connection.
+            let prepared: i64 = sqlx::query_scalar(
+                "SELECT (SELECT COUNT(*) FROM pg_prepared_statements WHERE name LIKE 'fc\\_%') \
+                 FROM (SELECT pg_advisory_xact_lock($1)) AS locked",
+            )
+            .bind(lock)
+            .fetch_one(&mut *tx)
+            .await?;
+            if prepared == 0 {
+                session.lock().unwrap_or_else(PoisonError::into_inner).forget();
+            }
         }
         Ok(Self {
             tx,
+            session: session.clone(),
             waiting: Vec::new(),
             audit: Vec::new(),
             seqs: Vec::new(),
@@ -382,6 +405,14 @@ impl Drop for Tx {
             }
         }
         self.commit_due.notify_one();
+    }
+}
+
+impl Tx {
+    /// Its connection, and the statements prepared on its session.
+    pub(crate) fn session(&mut self) -> (&mut AnyConnection, &Session) {
+        let batch = &mut *self.batch;
+        (&mut batch.tx, &batch.session)
     }
 }
 

@@ -10,16 +10,29 @@
 //! list's bare `?`s to its arguments strictly in order, statement after statement. (Numbered parameters do not
 //! compose: SQLite counts a statement's parameters up to its highest number, and sqlx stops binding a statement
 //! whose unnumbered places below its first `$N` run past the arguments, leaving the rest NULL.) PostgreSQL
-//! takes one statement with parameters per query, so there the list is sent one statement after another. The
-//! list stops at the first statement that fails: that statement undone, the ones before it done. (Several
-//! statements in one query are a behaviour of sqlx's SQLite driver that upstream calls deprecated,
-//! launchbadge/sqlx#3108; the tests would fail on an upgrade that drops it.)
+//! takes one statement with parameters per query, and a round trip to it costs far more than its work on a
+//! create's small statements (BENCHMARKS.md, issue #47), so there the list is one *simple* query too: each
+//! statement is `PREPARE`d once per session (PostgreSQL's own plan cache, as sqlx's extended queries use it) and
+//! run as `EXECUTE name(values)`, its values written in as literals quoted as PostgreSQL's escape strings are
+//! (`E'…'`: the same whatever `standard_conforming_strings` says), as psycopg writes every query. PostgreSQL
+//! abandons the rest of a transaction after a statement that fails, until a rollback; SQLite undoes only the
+//! failed statement, and the store relies on that (a write goes on after an address it tried was taken, or
+//! names the holder of a name in use): so on PostgreSQL each statement runs in a savepoint of its own, opened
+//! and released in the same query, and one that fails is rolled back to it. A value the text of a query
+//! cannot hold (a NUL) sends the list one statement after another with bound parameters, for PostgreSQL to
+//! refuse as it does any NUL. The list stops at the first statement that fails: that statement undone, the
+//! ones before it done. (Several statements in one query are a behaviour of sqlx's SQLite driver that upstream
+//! calls deprecated, launchbadge/sqlx#3108; the tests would fail on an upgrade that drops it.)
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use futures::TryStreamExt;
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{AnyConnection, Arguments, Either, Executor};
 
 use super::backend::Backend;
+use super::group_commit::Tx;
 
 /// Statements to run in one round trip, and their arguments.
 #[derive(Debug, Default)]
@@ -38,6 +51,38 @@ struct Statement {
 /// A statement's place in its [`Script`], to find its result in the [`Ran`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step(usize);
+
+/// The statements `PREPARE`d on the writer's PostgreSQL session, by their text and their parameters' types.
+/// Names are never reused, so a `PREPARE` whose answer was lost (a dropped call) cannot collide with a later one.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    names: HashMap<String, u64>,
+    next: u64,
+}
+
+impl Prepared {
+    /// The most statements a session keeps prepared (each holds a plan in the server's memory); past it, the
+    /// rest are written in whole, planned on every run. This crate's writes have a few dozen.
+    const MAX: usize = 1_000;
+
+    /// The session is new (its connection was replaced): nothing is prepared on it.
+    pub fn forget(&mut self) {
+        self.names.clear();
+    }
+
+    /// How many are prepared.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// The prepared statements of the session a list runs on, shared by the writer's batches (one at a time holds
+/// the session).
+pub type Session = Mutex<Prepared>;
 
 /// The values of one statement's `$1`…`$n`, in order.
 #[derive(Default)]
@@ -91,6 +136,16 @@ impl From<Option<&str>> for Value {
     }
 }
 
+impl Value {
+    /// The PostgreSQL type sqlx binds it as.
+    fn sql_type(&self) -> &'static str {
+        match self {
+            Self::NullInt | Self::Int(_) => "int8",
+            Self::NullText | Self::Text(_) => "text",
+        }
+    }
+}
+
 impl Binds {
     /// The next parameter's value (`$1`, then `$2`, …).
     pub fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
@@ -131,34 +186,91 @@ impl Script {
     fn one_query(&self) -> (String, AnyArguments) {
         let mut sql = String::new();
         let mut args = AnyArguments::default();
-        for Statement { sql: statement, values, .. } in &self.statements {
-            let mut rest = statement.as_str();
-            while let Some(at) = rest.find('$') {
-                sql.push_str(&rest[..at]);
-                rest = &rest[at + 1..];
-                let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-                if digits == 0 {
-                    // A `$` in a string (a JSON path): this crate numbers every parameter.
-                    sql.push('$');
-                    continue;
-                }
+        for statement in &self.statements {
+            statement.write(&mut sql, |sql, value| {
                 sql.push('?');
-                // (Every parameter of this crate's statements is numbered, and none is past its values: a
-                // statement bound short is a bug that every test running it catches, as a NULL its constraints
-                // refuse.)
-                let value = rest[..digits].parse::<usize>().ok().and_then(|n| values.get(n.checked_sub(1)?));
-                debug_assert!(value.is_some(), "parameter ${} of {statement} has no value", &rest[..digits]);
-                add(&mut args, value.unwrap_or(&Value::NullText));
-                rest = &rest[digits..];
-            }
-            sql.push_str(rest);
+                add(&mut args, value);
+            });
             sql.push_str(";\n");
         }
         (sql, args)
     }
 
-    /// Run every statement in order; stops at the first that fails.
-    pub async fn run(self, conn: &mut AnyConnection) -> Ran {
+    /// The list as one PostgreSQL simple query: each statement `EXECUTE`d (`PREPARE`d first if `prepared` does
+    /// not have it) with its values as literals, or written in whole without `prepared`, past
+    /// [`Prepared::MAX`], or if it is no statement `PREPARE` takes; each but the control ones between `SAVEPOINT statement` and
+    /// `RELEASE statement`. With what each result it returns belongs to, and the statements it prepares, by
+    /// their key. `None` if a value holds a NUL.
+    fn inlined(&self, mut prepared: Option<&mut Prepared>) -> Option<(String, Vec<Part>, Vec<(String, u64)>)> {
+        let mut sql = String::new();
+        let mut parts = Vec::with_capacity(self.statements.len() * 3);
+        let mut preparing = Vec::new();
+        for statement in &self.statements {
+            if statement.values.iter().any(|v| matches!(v, Value::Text(t) if t.contains('\0'))) {
+                return None;
+            }
+            if statement.control {
+                sql.push_str(&statement.sql);
+                sql.push_str(";\n");
+                parts.push(Part::Control);
+                continue;
+            }
+            sql.push_str("SAVEPOINT statement;\n");
+            parts.push(Part::Open);
+            let key = statement.key();
+            let known = prepared.as_deref().and_then(|p| p.names.get(&key).copied());
+            let name = match (known, prepared.as_deref_mut()) {
+                (Some(name), _) => Some(name),
+                (None, Some(prepared)) if statement.preparable() && prepared.names.len() + preparing.len() < Prepared::MAX => {
+                    let name = prepared.next;
+                    prepared.next += 1;
+                    sql.push_str(&format!("PREPARE fc_{name}"));
+                    let types: Vec<&str> = statement.values.iter().map(Value::sql_type).collect();
+                    if !types.is_empty() {
+                        sql.push_str(&format!(" ({})", types.join(", ")));
+                    }
+                    sql.push_str(" AS ");
+                    sql.push_str(&statement.sql);
+                    sql.push_str(";\n");
+                    parts.push(Part::Prepare(preparing.len()));
+                    preparing.push((key, name));
+                    Some(name)
+                }
+                _ => None,
+            };
+            match name {
+                Some(name) => {
+                    sql.push_str(&format!("EXECUTE fc_{name}"));
+                    if !statement.values.is_empty() {
+                        sql.push('(');
+                        for (i, value) in statement.values.iter().enumerate() {
+                            if i > 0 {
+                                sql.push_str(", ");
+                            }
+                            literal(&mut sql, value);
+                        }
+                        sql.push(')');
+                    }
+                }
+                None => statement.write(&mut sql, literal),
+            }
+            sql.push_str(";\n");
+            parts.push(Part::Own);
+            sql.push_str("RELEASE statement;\n");
+            parts.push(Part::Release);
+        }
+        Some((sql, parts, preparing))
+    }
+
+    /// Run every statement in order in a call's transaction; stops at the first that fails.
+    pub async fn run(self, tx: &mut Tx) -> Ran {
+        let (conn, session) = tx.session();
+        self.run_on(conn, Some(session)).await
+    }
+
+    /// [`Script::run`] on `conn`, whose prepared statements `session` knows (PostgreSQL; without it, each
+    /// statement is written in whole).
+    pub(crate) async fn run_on(self, conn: &mut AnyConnection, session: Option<&Session>) -> Ran {
         let mut ran = Ran { done: Vec::with_capacity(self.statements.len()), rows: Vec::new(), failed: None };
         if self.statements.is_empty() {
             return ran;
@@ -167,6 +279,15 @@ impl Script {
             // (Prepared once per distinct list and cached by sqlx, like any query.)
             let (sql, args) = self.one_query();
             ran.fetch(conn, sqlx::query_with(sqlx::AssertSqlSafe(sql), args)).await;
+        } else if let Some((sql, parts, preparing)) = {
+            let mut prepared = session.map(|s| s.lock().unwrap_or_else(PoisonError::into_inner));
+            self.inlined(prepared.as_deref_mut())
+        } {
+            let done = ran.fetch_inlined(conn, sql, &parts).await;
+            if let Some(session) = session {
+                let mut prepared = session.lock().unwrap_or_else(PoisonError::into_inner);
+                prepared.names.extend(done.into_iter().filter_map(|i| preparing.get(i).cloned()));
+            }
         } else {
             for Statement { sql, values, control } in self.statements {
                 let mut args = AnyArguments::default();
@@ -181,6 +302,85 @@ impl Script {
             }
         }
         ran
+    }
+}
+
+impl Statement {
+    /// What a prepared statement is known by: its parameters' types and its text.
+    fn key(&self) -> String {
+        let mut key: String = self.values.iter().map(|v| if v.sql_type() == "int8" { 'i' } else { 't' }).collect();
+        key.push(':');
+        key.push_str(&self.sql);
+        key
+    }
+
+    /// Whether `PREPARE` takes it (a query or a change of rows).
+    fn preparable(&self) -> bool {
+        let verb = self.sql.trim_start().split_whitespace().next().unwrap_or_default();
+        ["SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"].iter().any(|v| verb.eq_ignore_ascii_case(v))
+    }
+
+    /// Write the statement into `sql`, each `$N` written by `place` given its value.
+    fn write(&self, sql: &mut String, mut place: impl FnMut(&mut String, &Value)) {
+        let mut rest = self.sql.as_str();
+        while let Some(at) = rest.find('$') {
+            sql.push_str(&rest[..at]);
+            rest = &rest[at + 1..];
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            if digits == 0 {
+                // A `$` in a string (a JSON path): this crate numbers every parameter.
+                sql.push('$');
+                continue;
+            }
+            // (Every parameter of this crate's statements is numbered, and none is past its values: a statement
+            // bound short is a bug that every test running it catches, as a NULL its constraints refuse.)
+            let value = rest[..digits].parse::<usize>().ok().and_then(|n| self.values.get(n.checked_sub(1)?));
+            debug_assert!(value.is_some(), "parameter ${} of {} has no value", &rest[..digits], self.sql);
+            place(sql, value.unwrap_or(&Value::NullText));
+            rest = &rest[digits..];
+        }
+        sql.push_str(rest);
+    }
+}
+
+/// What one result of an inlined list ([`Script::inlined`]) belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The savepoint opened before a statement.
+    Open,
+    /// A statement prepared before it runs: the `n`th the list prepares.
+    Prepare(usize),
+    /// A statement of the list, in a savepoint.
+    Own,
+    /// A control statement of the list, in none.
+    Control,
+    /// The statement's savepoint released.
+    Release,
+}
+
+/// `value` as a PostgreSQL literal of the type sqlx binds it as (`int8`, `text`), so every statement reads it
+/// as it would its bound parameter. A string is an escape string: its quotes and backslashes doubled, it means
+/// the same under any `standard_conforming_strings`.
+fn literal(sql: &mut String, value: &Value) {
+    use std::fmt::Write;
+    match value {
+        Value::NullInt => sql.push_str("NULL::int8"),
+        Value::NullText => sql.push_str("NULL::text"),
+        Value::Int(v) => {
+            // (Writing to a String does not fail.)
+            let _ = write!(sql, "'{v}'::int8");
+        }
+        Value::Text(v) => {
+            sql.push_str("E'");
+            for c in v.chars() {
+                match c {
+                    '\'' => sql.push_str("''"),
+                    '\\' => sql.push_str("\\\\"),
+                    c => sql.push(c),
+                }
+            }
+            sql.push_str("'::text");
+        }
     }
 }
 
@@ -246,6 +446,43 @@ impl Ran {
                 }
             }
         }
+    }
+
+    /// Run an inlined list ([`Script::inlined`]): keep each statement's result, drop its savepoint's. A statement
+    /// that fails is rolled back to its savepoint, so the transaction goes on with the ones before it done.
+    /// Returns which of the list's `PREPARE`s were done (a prepared statement outlives a rollback).
+    async fn fetch_inlined(&mut self, conn: &mut AnyConnection, sql: String, parts: &[Part]) -> Vec<usize> {
+        let mut prepared = Vec::new();
+        let mut parts = parts.iter();
+        let mut results = conn.fetch_many(sqlx::raw_sql(sqlx::AssertSqlSafe(sql)));
+        let failed = loop {
+            match results.try_next().await {
+                Ok(Some(Either::Right(row))) => self.rows.push(row),
+                Ok(Some(Either::Left(result))) => match parts.next() {
+                    Some(Part::Own | Part::Control) => {
+                        let rows = std::mem::take(&mut self.rows);
+                        self.done.push(Done { rows, affected: result.rows_affected() });
+                    }
+                    Some(Part::Prepare(n)) => prepared.push(*n),
+                    Some(Part::Open | Part::Release) | None => {}
+                },
+                Ok(None) => return prepared,
+                Err(e) => {
+                    self.failed = Some(e);
+                    break parts.next();
+                }
+            }
+        };
+        drop(results);
+        // Only a statement of the list is undone alone; a savepoint that could not be opened or released, a
+        // statement that could not be prepared, or a control statement leaves the transaction broken, for the
+        // call's own savepoint to undo.
+        if matches!(failed, Some(Part::Own | Part::Prepare(_)))
+            && let Err(e) = sqlx::raw_sql("ROLLBACK TO statement; RELEASE statement").execute(&mut *conn).await
+        {
+            tracing::warn!(error = %e, "cannot roll back to a failed statement's savepoint");
+        }
+        prepared
     }
 
     /// [`Ran::fetch`] in a savepoint of its own. PostgreSQL refuses every statement of a transaction after one
@@ -344,7 +581,7 @@ mod tests {
         let after = s.push(insert, |b| {
             b.bind("c").bind(3);
         });
-        let ran = s.run(&mut conn).await;
+        let ran = s.run_on(&mut conn, None).await;
 
         assert_eq!(ran.affected(a).unwrap(), 1);
         let rows = ran.rows(read).unwrap();
@@ -369,7 +606,7 @@ mod tests {
         let last = s.push("SELECT $1, $2, $3, $4, $5, $1", |b| {
             b.bind("a").bind("b").bind(3).bind("d").bind(None::<String>);
         });
-        let ran = s.run(&mut conn).await;
+        let ran = s.run_on(&mut conn, None).await;
         let row = &ran.rows(last).unwrap()[0];
         let got: (String, String, i64, String, Option<String>, String) =
             (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));

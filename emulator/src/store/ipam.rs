@@ -17,11 +17,12 @@ const EXTERNAL: &str = "external";
 /// Lease one past the pool's highest lease, if that is in the pool, to `$5` and return its offset: the usual
 /// allocation (addresses are mostly handed out in order) as one statement, where look-up and insert would be two
 /// round trips to SQLite. `$4` is the pool's network address as a number; `addr` is written as `Ipv4Addr` shows it.
-/// (`MAX` stays alone in its own subquery: only so does SQLite read just the index's last entry, not the pool's
-/// every lease.)
+/// (The highest lease is the last in the index, read alone in its own subquery, and asked for as the first in
+/// descending order, not as `MAX`: so SQLite reads just that entry, and so does PostgreSQL before a young table
+/// has statistics, when its planner takes `MAX` over a pool for one row and reads the pool's every lease.)
 const LEASE_NEXT: &str = "INSERT INTO ip_leases (pool, ip, addr, owner) \
      SELECT $1, n, (($4 + n) >> 24) || '.' || ((($4 + n) >> 16) & 255) || '.' || ((($4 + n) >> 8) & 255) || '.' || (($4 + n) & 255), $5 \
-     FROM (SELECT COALESCE((SELECT MAX(ip) FROM ip_leases WHERE pool = $1 AND ip BETWEEN $2 AND $3) + 1, $2) AS n) AS next \
+     FROM (SELECT COALESCE((SELECT ip FROM ip_leases WHERE pool = $1 AND ip BETWEEN $2 AND $3 ORDER BY ip DESC LIMIT 1) + 1, $2) AS n) AS next \
      WHERE n <= $3 RETURNING ip";
 
 /// Lease the lowest free address of `pool` to `owner`.
@@ -76,13 +77,16 @@ pub async fn allocate_free(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4
 
 async fn next_free(tx: &mut Tx, pool: &Pool) -> Result<Option<u32>> {
     let (first, last) = (i64::from(pool.first), i64::from(pool.last));
-    // Fast path: addresses are mostly handed out in order, so one past the highest lease is usually free.
-    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(ip) FROM ip_leases WHERE pool = $1 AND ip BETWEEN $2 AND $3")
-        .bind(&pool.name)
-        .bind(first)
-        .bind(last)
-        .fetch_one(&mut **tx)
-        .await?;
+    // Fast path: addresses are mostly handed out in order, so one past the highest lease is usually free. (Read
+    // as in LEASE_NEXT.)
+    let max: Option<i64> = sqlx::query_scalar(
+        "SELECT ip FROM ip_leases WHERE pool = $1 AND ip BETWEEN $2 AND $3 ORDER BY ip DESC LIMIT 1",
+    )
+    .bind(&pool.name)
+    .bind(first)
+    .bind(last)
+    .fetch_optional(&mut **tx)
+    .await?;
     // Nothing in the pool lies above the highest lease, so one past it is free.
     match max {
         None => return Ok(u32::try_from(first).ok()),

@@ -209,3 +209,57 @@ async fn an_emulator_serves_from_postgres_and_keeps_what_it_acknowledged() {
     assert_eq!(gone, 0, "a deleted account's schema is dropped");
     server.shutdown().await;
 }
+
+/// On PostgreSQL a write's statements go as one query of `EXECUTE`s of statements its session prepared, their
+/// values written in as literals (issue #47): text that SQL would read as quotes, escapes, parameters or more
+/// statements is kept exactly; a name in use is still a conflict naming its holder (the failed statement undone
+/// alone, the write goes on to look the holder up); and after the server ends the writer's session, the next
+/// session prepares its statements again rather than `EXECUTE` what it never prepared.
+#[tokio::test]
+async fn writes_sent_as_one_query_keep_every_value_and_prepare_again_on_a_new_session() {
+    use std::time::Duration;
+
+    use fakecloud_api::{Client, CreateInstanceRequest, codes};
+    use fakecloud_emulator::config::Config;
+    use fakecloud_emulator::server::Server;
+
+    use crate::common::{USER, tokens};
+
+    let pg = Postgres::start();
+    let url = pg.database("fc").await;
+    let cfg = Config { timings: fakecloud_emulator::config::Timings::instant(), ..Config::default() };
+    let server = Server::start("127.0.0.1:0", &DbLocation::parse(&url).unwrap(), cfg, tokens()).await.unwrap();
+    let user = Client::new(&server.url(), USER).unwrap();
+    let hostile = "it's \\' ''; DROP TABLE instances; -- $1 $$ E'\\x41' \\\\ ü 🦀";
+    let instance = |name: &str| CreateInstanceRequest {
+        name: name.into(),
+        tags: [("k".to_string(), hostile.to_string()), ("quote".to_string(), "'".to_string())].into(),
+        ..Default::default()
+    };
+    let made = user.create_instance(&instance("a"), None).await.unwrap();
+    assert_eq!(user.get_instance(&made.id).await.unwrap().tags, instance("a").tags);
+
+    let e = user.create_instance(&instance("a"), None).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::INSTANCE_NAME_IN_USE), "{e}");
+    assert!(e.to_string().contains(&made.id), "the holder is named: {e}");
+
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'fc' AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty() && ended.iter().all(|e| *e), "the emulator's sessions are ended");
+    // The first write may still find its connection gone (a 503 to retry); within a bound one gets through.
+    let mut tries = 0;
+    while let Err(e) = user.create_instance(&instance("b"), None).await {
+        tries += 1;
+        assert!(tries < 20, "no write got through after the sessions ended: {e}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for name in ["c", "d"] {
+        user.create_instance(&instance(name), None).await.unwrap_or_else(|e| panic!("after a new session: {e}"));
+    }
+    server.shutdown().await;
+}
