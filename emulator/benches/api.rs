@@ -7,7 +7,8 @@
 //! (requests per second). Walk: 10,000 instances, 1,000 per page.
 //!
 //! `-- --creates` runs only the create rows (write throughput). `-- --stores` measures writes on each store
-//! (issue #28): a SQLite file, PostgreSQL with one emulator, and three emulators on one PostgreSQL database.
+//! (issue #28): a SQLite file, PostgreSQL with one emulator, three emulators on one PostgreSQL database, and
+//! those three with the writes spread over 8 accounts (issue #47).
 //! `-- --farm` measures what a farm on PostgreSQL holds and how it fails (issue #47): the connections a replica
 //! holds per account, the accounts that fit a server's `max_connections`, and how soon a call is answered with
 //! the database away. `-- --dataplane` measures the load balancer data plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` serves with another build instead of this one (a
@@ -349,8 +350,55 @@ async fn stores(dir: &Path, seq_n: usize, conc_n: usize) {
             let _ = child.wait().await;
         }
     }
+
+    // Accounts' writes add up: each account's cloud has a writer lock of its own (issue #47).
+    let url = pg.database("accounts").await;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(serve_on(url.as_ref(), &["--vpc-cidr", "10.0.0.0/12"]).await);
+    }
+    // Each account's calls go through every replica in turn: clients[replica][account].
+    let mut clients: Vec<Vec<Client>> = vec![Vec::new(); replicas.len()];
+    for n in 0..ACCOUNTS {
+        let made = replicas[0].1.create_account(&format!("bench-{n}")).await.unwrap();
+        Client::new(replicas[0].1.endpoint(), &made.admin_token)
+            .unwrap()
+            .set_quota(QuotaName::Instances, 1_000_000)
+            .await
+            .unwrap();
+        for (replica, (_, c)) in replicas.iter().enumerate() {
+            clients[replica].push(Client::new(c.endpoint(), &made.user_token).unwrap());
+        }
+    }
+    // One account alone with its share of the calls in flight, then every account with its share at once.
+    let per_account = 32 / ACCOUNTS;
+    for accounts in [1, ACCOUNTS] {
+        let create = |i: usize| {
+            let c = clients[i % replicas.len()][i % accounts].clone();
+            async move {
+                c.create_instance(&instance(i), None).await.unwrap();
+            }
+        };
+        // (Names not taken in the run before.)
+        let (s, w) =
+            run(conc_n * accounts..conc_n * accounts + conc_n * accounts / ACCOUNTS, per_account * accounts, create)
+                .await;
+        let row = format!(
+            "create-instance ({} in flight), PostgreSQL, 3 emulators, {accounts} account{} ({per_account} in flight each)",
+            per_account * accounts,
+            if accounts == 1 { "" } else { "s" }
+        );
+        rows.push((row, summarize(s, w)));
+    }
+    for (mut child, _) in replicas {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
     print_table(&rows);
 }
+
+/// How many accounts the last row of `--stores` spreads its writes over.
+const ACCOUNTS: usize = 8;
 
 /// What a farm on PostgreSQL holds and how it fails (issue #47), on a server with PostgreSQL's default
 /// `max_connections` (100, 3 of them for superusers):

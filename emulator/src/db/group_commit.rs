@@ -19,8 +19,8 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::{Arc, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 
 use sqlx::any::Any;
 use sqlx::{AnyConnection, AnyPool};

@@ -65,18 +65,22 @@ impl Prepared {
     /// rest are written in whole, planned on every run. This crate's writes have a few dozen.
     const MAX: usize = 1_000;
 
+    /// The name `statement` (known by `key`) runs by, and whether it is prepared already; a new name if it is
+    /// not and there is room beside `preparing` more; `None` if it is to be written in whole.
+    fn name(&mut self, statement: &Statement, key: &str, preparing: usize) -> Option<(u64, bool)> {
+        if let Some(name) = self.names.get(key) {
+            return Some((*name, true));
+        }
+        if !statement.preparable() || self.names.len() + preparing >= Self::MAX {
+            return None;
+        }
+        self.next += 1;
+        Some((self.next - 1, false))
+    }
+
     /// The session is new (its connection was replaced): nothing is prepared on it.
     pub fn forget(&mut self) {
         self.names.clear();
-    }
-
-    /// How many are prepared.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
     }
 }
 
@@ -196,12 +200,11 @@ impl Script {
         (sql, args)
     }
 
-    /// The list as one PostgreSQL simple query: each statement `EXECUTE`d (`PREPARE`d first if `prepared` does
-    /// not have it) with its values as literals, or written in whole without `prepared`, past
-    /// [`Prepared::MAX`], or if it is no statement `PREPARE` takes; each but the control ones between `SAVEPOINT statement` and
-    /// `RELEASE statement`. With what each result it returns belongs to, and the statements it prepares, by
-    /// their key. `None` if a value holds a NUL.
-    fn inlined(&self, mut prepared: Option<&mut Prepared>) -> Option<(String, Vec<Part>, Vec<(String, u64)>)> {
+    /// The list as one PostgreSQL simple query: each statement `EXECUTE`d with its values as literals
+    /// (`PREPARE`d first if `prepared` does not have it), or written in whole (without `prepared`, past
+    /// [`Prepared::MAX`], or if `PREPARE` does not take it); each but the control ones between
+    /// `SAVEPOINT statement` and `RELEASE statement`. `None` if a value holds a NUL.
+    fn inlined(&self, mut prepared: Option<&mut Prepared>) -> Option<Inlined> {
         let mut sql = String::new();
         let mut parts = Vec::with_capacity(self.statements.len() * 3);
         let mut preparing = Vec::new();
@@ -218,48 +221,30 @@ impl Script {
             sql.push_str("SAVEPOINT statement;\n");
             parts.push(Part::Open);
             let key = statement.key();
-            let known = prepared.as_deref().and_then(|p| p.names.get(&key).copied());
-            let name = match (known, prepared.as_deref_mut()) {
-                (Some(name), _) => Some(name),
-                (None, Some(prepared)) if statement.preparable() && prepared.names.len() + preparing.len() < Prepared::MAX => {
-                    let name = prepared.next;
-                    prepared.next += 1;
-                    sql.push_str(&format!("PREPARE fc_{name}"));
-                    let types: Vec<&str> = statement.values.iter().map(Value::sql_type).collect();
-                    if !types.is_empty() {
-                        sql.push_str(&format!(" ({})", types.join(", ")));
+            match prepared.as_deref_mut().and_then(|p| p.name(statement, &key, preparing.len())) {
+                Some((name, known)) => {
+                    if !known {
+                        let types: Vec<&str> = statement.values.iter().map(Value::sql_type).collect();
+                        let types = if types.is_empty() { String::new() } else { format!(" ({})", types.join(", ")) };
+                        sql.push_str(&format!("PREPARE fc_{name}{types} AS {};\n", statement.sql));
+                        parts.push(Part::Prepare(preparing.len()));
+                        preparing.push((key, name));
                     }
-                    sql.push_str(" AS ");
-                    sql.push_str(&statement.sql);
-                    sql.push_str(";\n");
-                    parts.push(Part::Prepare(preparing.len()));
-                    preparing.push((key, name));
-                    Some(name)
-                }
-                _ => None,
-            };
-            match name {
-                Some(name) => {
                     sql.push_str(&format!("EXECUTE fc_{name}"));
+                    for (i, value) in statement.values.iter().enumerate() {
+                        sql.push_str(if i == 0 { "(" } else { ", " });
+                        literal(&mut sql, value);
+                    }
                     if !statement.values.is_empty() {
-                        sql.push('(');
-                        for (i, value) in statement.values.iter().enumerate() {
-                            if i > 0 {
-                                sql.push_str(", ");
-                            }
-                            literal(&mut sql, value);
-                        }
                         sql.push(')');
                     }
                 }
                 None => statement.write(&mut sql, literal),
             }
-            sql.push_str(";\n");
-            parts.push(Part::Own);
-            sql.push_str("RELEASE statement;\n");
-            parts.push(Part::Release);
+            sql.push_str(";\nRELEASE statement;\n");
+            parts.extend([Part::Own, Part::Release]);
         }
-        Some((sql, parts, preparing))
+        Some(Inlined { sql, parts, preparing })
     }
 
     /// Run every statement in order in a call's transaction; stops at the first that fails.
@@ -279,7 +264,7 @@ impl Script {
             // (Prepared once per distinct list and cached by sqlx, like any query.)
             let (sql, args) = self.one_query();
             ran.fetch(conn, sqlx::query_with(sqlx::AssertSqlSafe(sql), args)).await;
-        } else if let Some((sql, parts, preparing)) = {
+        } else if let Some(Inlined { sql, parts, preparing }) = {
             let mut prepared = session.map(|s| s.lock().unwrap_or_else(PoisonError::into_inner));
             self.inlined(prepared.as_deref_mut())
         } {
@@ -316,7 +301,7 @@ impl Statement {
 
     /// Whether `PREPARE` takes it (a query or a change of rows).
     fn preparable(&self) -> bool {
-        let verb = self.sql.trim_start().split_whitespace().next().unwrap_or_default();
+        let verb = self.sql.split_whitespace().next().unwrap_or_default();
         ["SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES"].iter().any(|v| verb.eq_ignore_ascii_case(v))
     }
 
@@ -341,6 +326,16 @@ impl Statement {
         }
         sql.push_str(rest);
     }
+}
+
+/// A list as one PostgreSQL simple query ([`Script::inlined`]).
+#[derive(Debug)]
+struct Inlined {
+    sql: String,
+    /// What each result the query returns belongs to.
+    parts: Vec<Part>,
+    /// The statements it prepares, by their key and name.
+    preparing: Vec<(String, u64)>,
 }
 
 /// What one result of an inlined list ([`Script::inlined`]) belongs to.
@@ -554,6 +549,51 @@ mod tests {
         let (sql, args) = s.one_query();
         assert_eq!(sql, "SELECT ?;\nSELECT ?, ?, ? WHERE x = '$.a';\n");
         assert_eq!(args.len(), 4);
+    }
+
+    /// A value is written in as a literal of the type sqlx binds it as; a string's quotes and backslashes are
+    /// doubled inside an escape string, so nothing in it ends the literal.
+    #[test]
+    fn values_are_written_in_as_typed_literals() {
+        let mut sql = String::new();
+        for value in [Value::Int(-7), Value::NullInt, Value::NullText, Value::Text("it's \\'; --".into())] {
+            literal(&mut sql, &value);
+            sql.push(' ');
+        }
+        assert_eq!(sql, "'-7'::int8 NULL::int8 NULL::text E'it''s \\\\''; --'::text ");
+    }
+
+    /// On PostgreSQL a statement is prepared the first time a session runs it and executed by name after that;
+    /// each but a control statement sits in a savepoint of its own; a NUL, which a query's text cannot hold,
+    /// sends the list another way.
+    #[test]
+    fn a_statement_is_prepared_once_per_session_and_executed_by_name() {
+        let mut s = Script::new();
+        s.push_control("SAVEPOINT call");
+        s.push("SELECT $1, $2", |b| {
+            b.bind(1).bind("a");
+        });
+        s.push("SELECT 1", |_| {});
+        let mut prepared = Prepared::default();
+        let Inlined { sql, parts, preparing } = s.inlined(Some(&mut prepared)).unwrap();
+        assert_eq!(
+            sql,
+            "SAVEPOINT call;\nSAVEPOINT statement;\nPREPARE fc_0 (int8, text) AS SELECT $1, $2;\n\
+             EXECUTE fc_0('1'::int8, E'a'::text);\nRELEASE statement;\nSAVEPOINT statement;\n\
+             PREPARE fc_1 AS SELECT 1;\nEXECUTE fc_1;\nRELEASE statement;\n"
+        );
+        assert_eq!(parts.iter().filter(|p| matches!(p, Part::Own | Part::Control)).count(), 3, "{parts:?}");
+        prepared.names.extend(preparing);
+        let Inlined { sql: again, preparing, .. } = s.inlined(Some(&mut prepared)).unwrap();
+        assert!(preparing.is_empty() && !again.contains("PREPARE") && again.contains("EXECUTE fc_0("), "{again}");
+        let whole = s.inlined(None).unwrap().sql;
+        assert!(whole.contains("SELECT '1'::int8, E'a'::text;") && !whole.contains("EXECUTE"), "{whole}");
+
+        let mut nul = Script::new();
+        nul.push("SELECT $1", |b| {
+            b.bind("a\0b");
+        });
+        assert!(nul.inlined(Some(&mut prepared)).is_none());
     }
 
     async fn connect() -> AnyConnection {
