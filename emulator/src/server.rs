@@ -99,15 +99,16 @@ impl Server {
 /// also answers calls without a valid token. With other emulators on the database, the accounts are first
 /// brought up to date ([`Accounts::sync`]; a database that cannot be reached there answers the call 503) — but
 /// not for a call without a token (`/healthz`, `/readyz` and the other open paths answer whatever the database
-/// does), and a token that none of the accounts known here has is not refused while they may be out of date:
-/// the caller is told to retry (503), never that a valid token is not (401).
+/// does), nor for one with the emulator's own tokens, which no account has (what such a call does with the
+/// accounts reads them from the database); and a token that none of the accounts known here has is not refused
+/// while they may be out of date: the caller is told to retry (503), never that a valid token is not (401).
 fn dispatch(accounts: Arc<Accounts>, own_tokens: Tokens, own: Router) -> Router {
     let service = tower::service_fn(move |req: Request| {
         let (accounts, own, own_tokens) = (accounts.clone(), own.clone(), own_tokens.clone());
         async move {
             let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
             let open_path = matches!(req.uri().path(), "/healthz" | "/readyz");
-            if authorization.is_none() || open_path {
+            if authorization.is_none() || open_path || own_tokens.role_of(authorization).is_some() {
                 return own.oneshot(req).await;
             }
             let mut synced = accounts.sync(false).await;
