@@ -1,5 +1,6 @@
-//! The store's schema on a real PostgreSQL server (issue #28): the same tables, columns and indexes as SQLite's,
-//! the same usage counters kept by its triggers, and a database that cannot be used refused in plain words.
+//! The store's schema on a real PostgreSQL server (issue #28): the same tables, columns, keys, indexes and
+//! triggers as SQLite's (issue #48), the same usage counters kept by its triggers, and a database that cannot be
+//! used refused in plain words.
 
 use fakecloud_emulator::config::DbLocation;
 use fakecloud_emulator::db;
@@ -7,14 +8,92 @@ use sqlx::{Connection, Row};
 
 use crate::common::postgres::Postgres;
 
-/// What a schema is made of, to compare the two backends': `table.column` and the indexes created by name.
-const PG_SHAPE: &str = "SELECT table_name || '.' || column_name FROM information_schema.columns \
-     WHERE table_schema = 'public' AND table_name <> '_sqlx_migrations' \
-     UNION ALL SELECT 'index ' || indexname FROM pg_indexes i WHERE schemaname = 'public' \
-     AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) ORDER BY 1";
-const SQLITE_SHAPE: &str = "SELECT m.name || '.' || p.name FROM sqlite_master m, pragma_table_info(m.name) p \
-     WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations' \
-     UNION ALL SELECT 'index ' || name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY 1";
+/// What a schema is made of, one line per part, as each dialect can tell it (issue #48: a migration written for
+/// one backend only, or the two translated apart, fails here): each column with its type as the other dialect
+/// maps it, whether it may be NULL and its default; each primary key, index (its columns, unique, its condition)
+/// and foreign key; and which changes of which table fire a trigger (the counters the triggers keep are compared
+/// by what they count, in `usage_counters_follow_the_rows_on_both_backends`: SQLite's have no functions).
+/// A column the database numbers itself (PostgreSQL's identity, SQLite's `INTEGER PRIMARY KEY`) says so.
+const PG_SHAPE: &str = "\
+     SELECT 'column ' || c.table_name || '.' || c.column_name || ' ' || c.data_type \
+       || CASE WHEN c.is_nullable = 'NO' THEN ' NOT NULL' ELSE '' END \
+       || CASE WHEN c.is_identity = 'YES' THEN ' DEFAULT numbered' \
+               WHEN c.column_default IS NOT NULL THEN ' DEFAULT ' || c.column_default ELSE '' END \
+       FROM information_schema.columns c WHERE c.table_schema = 'public' AND c.table_name <> '_sqlx_migrations' \
+     UNION ALL \
+     SELECT CASE WHEN i.indisprimary THEN 'primary key ' || t.relname \
+                 ELSE 'index ' || CASE WHEN EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid) \
+                                       THEN '(of a constraint)' ELSE ic.relname END \
+                      || ' on ' || t.relname || CASE WHEN i.indisunique THEN ' UNIQUE' ELSE '' END END \
+       || ' (' || (SELECT string_agg(a.attname, ', ' ORDER BY k.n) FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+                   JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum) || ')' \
+       || COALESCE(' WHERE ' || pg_get_expr(i.indpred, i.indrelid), '') \
+       FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid \
+       JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = 'public' AND t.relname <> '_sqlx_migrations' \
+     UNION ALL \
+     SELECT 'foreign key ' || t.relname || ' (' \
+       || (SELECT string_agg(a.attname, ', ' ORDER BY k.n) FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, n) \
+           JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum) || ') -> ' || r.relname || ' (' \
+       || (SELECT string_agg(a.attname, ', ' ORDER BY k.n) FROM unnest(c.confkey) WITH ORDINALITY AS k(attnum, n) \
+           JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum = k.attnum) || ') ON DELETE ' \
+       || CASE c.confdeltype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' \
+                             WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END \
+       FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid JOIN pg_class r ON r.oid = c.confrelid \
+       JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = 'public' AND c.contype = 'f' \
+     UNION ALL \
+     SELECT DISTINCT 'trigger ' || action_timing || ' ' || event_manipulation || ' on ' || event_object_table \
+       FROM information_schema.triggers WHERE trigger_schema = 'public'";
+const SQLITE_SHAPE: &str = "\
+     SELECT 'column ' || m.name || '.' || p.name || ' ' \
+       || CASE upper(p.type) WHEN 'INTEGER' THEN 'bigint' WHEN 'TEXT' THEN 'text' ELSE p.type END \
+       || CASE WHEN p.\"notnull\" OR p.pk > 0 THEN ' NOT NULL' ELSE '' END \
+       || CASE WHEN p.pk = 1 AND upper(p.type) = 'INTEGER' AND (SELECT COUNT(*) FROM pragma_table_info(m.name) WHERE pk > 0) = 1 \
+               THEN ' DEFAULT numbered' WHEN p.dflt_value IS NOT NULL THEN ' DEFAULT ' || p.dflt_value ELSE '' END \
+       FROM sqlite_master m, pragma_table_info(m.name) p \
+       WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations' \
+     UNION ALL \
+     SELECT 'primary key ' || m.name || ' (' \
+       || (SELECT group_concat(name, ', ') FROM (SELECT name FROM pragma_table_info(m.name) WHERE pk > 0 ORDER BY pk)) || ')' \
+       FROM sqlite_master m WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations' \
+       AND EXISTS (SELECT 1 FROM pragma_table_info(m.name) WHERE pk > 0) \
+     UNION ALL \
+     SELECT 'index ' || CASE l.origin WHEN 'c' THEN l.name ELSE '(of a constraint)' END || ' on ' || m.name \
+       || CASE WHEN l.\"unique\" THEN ' UNIQUE' ELSE '' END || ' (' \
+       || (SELECT group_concat(name, ', ') FROM (SELECT name FROM pragma_index_info(l.name) ORDER BY seqno)) || ')' \
+       || CASE WHEN l.partial THEN ' WHERE ' || substr(x.sql, instr(upper(x.sql), ' WHERE ') + 7) ELSE '' END \
+       FROM sqlite_master m, pragma_index_list(m.name) l LEFT JOIN sqlite_master x ON x.name = l.name \
+       WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations' AND l.origin <> 'pk' \
+     UNION ALL \
+     SELECT 'foreign key ' || m.name || ' (' || f.\"from\" || ') -> ' || f.\"table\" || ' (' || f.\"to\" || ') ON DELETE ' || f.on_delete \
+       FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table' \
+     UNION ALL \
+     SELECT DISTINCT 'trigger ' || substr(head, 1, instr(head, ' ') + 6) || ' on ' || tbl_name FROM ( \
+       SELECT tbl_name, ltrim(substr(upper(sql), instr(upper(sql), upper(name)) + length(name))) AS head \
+       FROM sqlite_master WHERE type = 'trigger')";
+
+/// A line of either shape, with what only the dialect's spelling tells apart taken out: PostgreSQL's casts of
+/// literals (`'none'::text`) and the parentheses it puts around a condition.
+fn plain(line: String) -> String {
+    let line = line.replace("::text", "").replace("::bigint", "");
+    match line.split_once(" WHERE ") {
+        Some((head, condition)) => format!("{head} WHERE {}", condition.replace(['(', ')'], "").trim()),
+        None => line,
+    }
+}
+
+/// Both backends' schemas, one sorted line per part (see [`PG_SHAPE`]).
+async fn shapes(pg_url: &str, sqlite_file: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let mut pg = sqlx::PgConnection::connect(pg_url).await.expect("connect to PostgreSQL");
+    let sqlite_url = format!("sqlite://{}", sqlite_file.display());
+    let mut lite = sqlx::SqliteConnection::connect(&sqlite_url).await.expect("open the SQLite file");
+    let on_pg: Vec<String> = sqlx::query_scalar(PG_SHAPE).fetch_all(&mut pg).await.expect("PostgreSQL's shape");
+    let on_lite: Vec<String> = sqlx::query_scalar(SQLITE_SHAPE).fetch_all(&mut lite).await.expect("SQLite's shape");
+    let (mut on_pg, mut on_lite): (Vec<_>, Vec<_>) =
+        (on_pg.into_iter().map(plain).collect(), on_lite.into_iter().map(plain).collect());
+    on_pg.sort();
+    on_lite.sort();
+    (on_pg, on_lite)
+}
 
 #[tokio::test]
 async fn the_schema_on_postgres_is_sqlites() {
@@ -37,12 +116,27 @@ async fn the_schema_on_postgres_is_sqlites() {
     let file = dir.path().join("fc.db");
     assert_eq!(db::migrate(&DbLocation::File(file.clone())).await.unwrap(), version);
 
-    let mut pg_conn = sqlx::PgConnection::connect(&url).await.unwrap();
-    let pg_shape: Vec<String> = sqlx::query_scalar(PG_SHAPE).fetch_all(&mut pg_conn).await.unwrap();
-    let mut lite = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display())).await.unwrap();
-    let lite_shape: Vec<String> = sqlx::query_scalar(SQLITE_SHAPE).fetch_all(&mut lite).await.unwrap();
-    assert!(pg_shape.contains(&"accounts.lease_expires_at".to_string()), "{pg_shape:?}");
-    assert_eq!(pg_shape, lite_shape);
+    let (pg_shape, lite_shape) = shapes(&url, &file).await;
+    // Every kind of part is there to compare, each as both dialects spell it.
+    for part in [
+        "column accounts.lease_expires_at bigint",
+        "column instances.seq bigint NOT NULL DEFAULT numbered",
+        "column load_balancers.session_affinity text NOT NULL DEFAULT 'none'",
+        "primary key ip_leases (pool, ip, addr)",
+        "index instances_live_name on instances UNIQUE (name) WHERE state <> 'terminated'",
+        "index (of a constraint) on instances UNIQUE (id)",
+        "foreign key routes (route_table_id) -> route_tables (id) ON DELETE CASCADE",
+        "trigger AFTER UPDATE on instances",
+    ] {
+        assert!(pg_shape.iter().any(|l| l == part), "{part:?} is not in PostgreSQL's {pg_shape:#?}");
+    }
+    let only = |a: &[String], b: &[String]| a.iter().filter(|l| !b.contains(l)).cloned().collect::<Vec<_>>();
+    assert!(
+        pg_shape == lite_shape,
+        "only on PostgreSQL: {:#?}\nonly on SQLite: {:#?}",
+        only(&pg_shape, &lite_shape),
+        only(&lite_shape, &pg_shape)
+    );
 }
 
 /// The same changes on both backends leave the same quota usage: the triggers were translated, not dropped.
