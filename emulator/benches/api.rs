@@ -383,11 +383,13 @@ async fn stores(dir: &Path, seq_n: usize, conc_n: usize) {
         let (s, w) =
             run(conc_n * accounts..conc_n * accounts + conc_n * accounts / ACCOUNTS, per_account * accounts, create)
                 .await;
-        let row = format!(
-            "create-instance ({} in flight), PostgreSQL, 3 emulators, {accounts} account{} ({per_account} in flight each)",
-            per_account * accounts,
-            if accounts == 1 { "" } else { "s" }
-        );
+        let row = match accounts {
+            1 => format!("create-instance ({per_account} in flight), PostgreSQL, 3 emulators, 1 account"),
+            n => format!(
+                "create-instance ({} in flight), PostgreSQL, 3 emulators, {n} accounts ({per_account} in flight each)",
+                per_account * n
+            ),
+        };
         rows.push((row, summarize(s, w)));
     }
     for (mut child, _) in replicas {
