@@ -676,7 +676,7 @@ fn account(row: &Row) -> Account {
 }
 
 /// Account `id`'s database could not be opened: 503 when the database cannot take it now (out of connections,
-/// unreachable: README, "Connections on PostgreSQL"), else a 500.
+/// unreachable: docs/book/src/farm.md, "Connections on PostgreSQL"), else a 500.
 fn open_failed(id: &str, e: cloud::OpenError) -> ApiError {
     match e {
         cloud::OpenError::Db(crate::db::OpenError::Unavailable { .. }) => {

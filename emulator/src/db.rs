@@ -79,7 +79,7 @@ pub async fn migrate(location: &DbLocation) -> Result<i64, OpenError> {
 /// The PRAGMAs of every SQLite connection (`Any` takes a URL, which cannot carry them).
 const SQLITE_PRAGMAS: &str =
     // NORMAL in WAL mode: a committed transaction survives the process being killed (it is in the WAL, in the
-    // OS page cache); only a power loss can take the last commits. See README "Durability".
+    // OS page cache); only a power loss can take the last commits. See docs/book/src/emulator.md, "Durability".
     "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; PRAGMA cache_size = -16000;";
 
 /// The writer's own, after those. It never checkpoints: the checkpointer does, off its path (see `checkpoint`).
@@ -157,7 +157,7 @@ impl Db {
     }
 
     /// An account's database (see `crate::accounts`): on PostgreSQL with [`ACCOUNT_READERS`] readers, as each
-    /// replica holds connections for every account (README, "Connections on PostgreSQL").
+    /// replica holds connections for every account (docs/book/src/farm.md, "Connections on PostgreSQL").
     pub async fn open_account(location: &DbLocation) -> Result<Self, OpenError> {
         match location {
             DbLocation::Postgres(url) => Self::open_postgres(url, ACCOUNT_READERS).await,

@@ -409,10 +409,10 @@ impl Drop for Tx {
 }
 
 impl Tx {
-    /// Its connection, and the statements prepared on its session.
-    pub(crate) fn session(&mut self) -> (&mut AnyConnection, &Session) {
+    /// Run `script`'s statements in order in this call's transaction; they stop at the first that fails.
+    pub async fn run(&mut self, script: Script) -> Ran {
         let batch = &mut *self.batch;
-        (&mut batch.tx, &batch.session)
+        script.run_on(&mut batch.tx, Some(&batch.session)).await
     }
 }
 

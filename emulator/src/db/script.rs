@@ -32,7 +32,6 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{AnyConnection, Arguments, Either, Executor};
 
 use super::backend::Backend;
-use super::group_commit::Tx;
 
 /// Statements to run in one round trip, and their arguments.
 #[derive(Debug, Default)]
@@ -247,14 +246,9 @@ impl Script {
         Some(Inlined { sql, parts, preparing })
     }
 
-    /// Run every statement in order in a call's transaction; stops at the first that fails.
-    pub async fn run(self, tx: &mut Tx) -> Ran {
-        let (conn, session) = tx.session();
-        self.run_on(conn, Some(session)).await
-    }
-
-    /// [`Script::run`] on `conn`, whose prepared statements `session` knows (PostgreSQL; without it, each
-    /// statement is written in whole).
+    /// Run every statement in order on `conn` (a call's transaction: `Tx::run`), whose prepared statements
+    /// `session` knows (PostgreSQL; without it, each statement is written in whole); stops at the first that
+    /// fails.
     pub(crate) async fn run_on(self, conn: &mut AnyConnection, session: Option<&Session>) -> Ran {
         let mut ran = Ran { done: Vec::with_capacity(self.statements.len()), rows: Vec::new(), failed: None };
         if self.statements.is_empty() {

@@ -671,7 +671,7 @@ impl FaultEngine {
                 tick.tick().await;
                 // On the writer's connection, which the lifecycle ticker keeps open anyway: a reader used every
                 // second would never be closed as idle, and an account nobody calls would hold readers on every
-                // replica (README, "Connections on PostgreSQL").
+                // replica (the book, docs/book/src/farm.md, "Connections on PostgreSQL").
                 engine.sync_on(engine.db.writer()).await;
                 let now = now_ms();
                 let Some(active) = engine.spot_random.read().await.clone().filter(|a| a.active(now)) else { continue };

@@ -195,7 +195,7 @@ pub async fn create<R: NewResource>(
             let mut script = Script::new();
             let insert = new.push_insert(&mut script, now, address);
             let recorded = idempotency::push_record(&mut script, &scope, key, request_json, new.id(), now);
-            let ran = script.run(&mut tx).await;
+            let ran = tx.run(script).await;
             Insert { lease: None, insert, recorded }.outcome(new, &mut tx, &found, &ran).await?;
             address
         }

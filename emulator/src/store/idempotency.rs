@@ -21,7 +21,7 @@ pub async fn check(tx: &mut Tx, operation: &str, key: Option<&str>, request: &st
     let Some(key) = key else { return Ok(Replay::Fresh) };
     let mut script = Script::new();
     let lookup = push_lookup(&mut script, operation, key);
-    judge(script.run(tx).await.rows(lookup)?, operation, key, request)
+    judge(tx.run(script).await.rows(lookup)?, operation, key, request)
 }
 
 /// The key's look-up, pushed onto a create's list: see [`judge`].

@@ -29,7 +29,7 @@ const LEASE_NEXT: &str = "INSERT INTO ip_leases (pool, ip, addr, owner) \
 pub async fn allocate(tx: &mut Tx, pool: &Pool, owner: &str) -> Result<Ipv4Addr> {
     let mut script = Script::new();
     let next = push_lease_next(&mut script, pool, owner);
-    match leased(pool, &script.run(tx).await, next)? {
+    match leased(pool, &tx.run(script).await, next)? {
         Some(addr) => Ok(addr),
         None => allocate_free(tx, pool, owner).await,
     }

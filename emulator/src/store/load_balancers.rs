@@ -186,7 +186,7 @@ fn check_source_ranges(ranges: &[String]) -> Result<Vec<String>> {
 async fn check_backends(tx: &mut Tx, now: i64, backends: &[String], registered: &[String]) -> Result<()> {
     let mut script = Script::new();
     let states = push_backend_states(&mut script, backends, now);
-    judge_backends(backends, script.run(tx).await.rows(states)?, registered)
+    judge_backends(backends, tx.run(script).await.rows(states)?, registered)
 }
 
 /// Each backend and its instance's state at `now` (NULL: no such instance), pushed onto a write's list: see

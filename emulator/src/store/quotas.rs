@@ -48,7 +48,7 @@ pub fn push_read(script: &mut Script, checks: &[Check]) -> Step {
 pub async fn check_all(tx: &mut crate::db::Tx, checks: &[Check]) -> Result<()> {
     let mut script = Script::new();
     let read = push_read(&mut script, checks);
-    judge(checks, script.run(tx).await.rows(read)?)
+    judge(checks, tx.run(script).await.rows(read)?)
 }
 
 /// Fail with the error of the first of `checks` whose quota would be exceeded, from the rows of [`push_read`].

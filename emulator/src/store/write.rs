@@ -23,7 +23,7 @@ pub async fn begin_with<R>(db: &Db, call: impl Fn(i64, &mut Script) -> R) -> Res
     lifecycle::apply_due(&mut tx, now).await?;
     let mut script = Script::new();
     let steps = call(now, &mut script);
-    let ran = script.run(&mut tx).await;
+    let ran = tx.run(script).await;
     Ok((tx, now, ran, steps))
 }
 
