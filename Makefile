@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check kwok test test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
+.PHONY: help up down check docs kwok test test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -24,7 +24,7 @@ build: deps ## Build every binary (debug)
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
 
 # `make up PROFILE=release` runs optimized builds: a large fleet (NODES=1000 and up) initializes several times
-# faster (README, "A larger fleet").
+# faster (the book, docs/book/src/getting-started.md, "A larger fleet").
 PROFILE ?= debug
 ifneq ($(filter-out debug release,$(PROFILE)),)
 $(error PROFILE=$(PROFILE): debug (the default) or release)
@@ -100,7 +100,25 @@ e2e-kind-upstream: deps control-plane kwok ## make e2e-kind against upstream's C
 test-kind: deps control-plane kwok ## The kind path's tests: make e2e-kind-both, upstream's LoadBalancers e2e specs on both clusters, the testcontainers modules (Rust and Go) on that engine, kind-down, the private engine's egress guard (CI runs it beside make test)
 	@bash scripts/test-kind.sh
 
-lint: deps ## rustfmt check, clippy with warnings as errors, shellcheck, the farm's manifests render, no circle among a crate's modules
+# The book's tools, pinned and built once into the cache by version, as the other heavy builds are.
+MDBOOK_VERSION = 0.4.52
+MDBOOK_LINKCHECK_VERSION = 0.7.7
+TOOLS = $${FAKECLOUD_CACHE:-$$HOME/.cache/fakecloud}/tools
+
+docs: ## The book (docs/book/, mdBook) into target/book/html/, failing on a broken link
+	@for tool in mdbook@$(MDBOOK_VERSION) mdbook-linkcheck@$(MDBOOK_LINKCHECK_VERSION); do \
+		name=$${tool%@*} version=$${tool#*@}; root=$(TOOLS)/$$name-$$version; \
+		test -x $$root/bin/$$name || { echo "[docs] building $$name $$version into $$root (once)"; \
+			CARGO_TARGET_DIR=$$root/build $(CARGO) install --locked --quiet $$name --version $$version --root $$root \
+			&& rm -rf $$root/build; } || exit 1; \
+	done
+	PATH=$(TOOLS)/mdbook-linkcheck-$(MDBOOK_LINKCHECK_VERSION)/bin:$$PATH $(TOOLS)/mdbook-$(MDBOOK_VERSION)/bin/mdbook build docs/book
+	@# The README is outside the book: its links into the repository checked here.
+	@for link in $$(grep -oE '\]\([^)#]+' README.md | cut -c3- | grep -vE '^https?:'); do \
+		test -e "$$link" || { echo "README.md links to $$link, which does not exist"; exit 1; }; \
+	done
+
+lint: deps docs ## rustfmt check, clippy with warnings as errors, shellcheck, the farm's manifests render, no circle among a crate's modules, the book builds with no broken link
 	$(CARGO) fmt --all --check
 	shellcheck -x scripts/*.sh scripts/kind/*.sh docker/*.sh
 	kubectl kustomize deploy/farm/base >/dev/null && kubectl kustomize deploy/farm/kind >/dev/null

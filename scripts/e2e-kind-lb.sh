@@ -36,7 +36,7 @@ run_root=$kind_run_root
 report_dir="$repo_root/target/e2e-kind-lb/$cluster" # one per cluster: make test-kind runs both at once
 
 focus=${E2E_LB_FOCUS:-'\[sig-network\] LoadBalancers'}
-# Specs not run, each with why (the README lists them too); everything else must pass or skip itself. None
+# Specs not run, each with why (the book lists them too, docs/book/src/kind.md); everything else must pass or skip itself. None
 # today: "without NodePort and change it", skipped before, runs on a passthrough load balancer.
 skips=()
 [[ -z "${E2E_LB_SKIP:-}" ]] || skips+=("$E2E_LB_SKIP")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make farm-kind`: the shared fake cloud's manifests (deploy/farm, README "A shared fake cloud") tried on the
+# `make farm-kind`: the shared fake cloud's manifests (deploy/farm; the book, docs/book/src/farm.md) tried on the
 # project's kind cluster of `make kind-up`: the database image built offline (scripts/kind/postgres-image.sh)
 # and loaded onto the nodes beside the emulator image kind-up loaded, a Secret with fresh tokens and password,
 # deploy/farm/kind applied, then checked through the replicas, each reached on a port of its own: an instance

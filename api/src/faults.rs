@@ -260,7 +260,7 @@ fn yes() -> bool {
 
 /// Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
 /// other preset's limits. What each holds, and where its numbers come from, is in the emulator
-/// (`faults::presets`) and the README's "Failure-shape presets".
+/// (`faults::presets`) and the book's "Failure-shape presets" (docs/book/src/faults.md).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq, Hash)]
 #[serde(rename_all = "kebab-case")]
 pub enum RateLimitPreset {

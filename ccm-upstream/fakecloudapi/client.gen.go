@@ -1800,7 +1800,7 @@ type RateLimitList struct {
 
 // RateLimitPreset Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
 // other preset's limits. What each holds, and where its numbers come from, is in the emulator
-// (`faults::presets`) and the README's "Failure-shape presets".
+// (`faults::presets`) and the book's "Failure-shape presets" (docs/book/src/faults.md).
 type RateLimitPreset string
 
 // RateLimitPresetInfo A preset as `GET /v1/rate-limit-presets` shows it: the limits it installs, how its cloud answers a request
@@ -1813,7 +1813,7 @@ type RateLimitPresetInfo struct {
 
 	// Name Real clouds' throttling, each a named set of rate limits (ids `<preset>-...`); installing one replaces any
 	// other preset's limits. What each holds, and where its numbers come from, is in the emulator
-	// (`faults::presets`) and the README's "Failure-shape presets".
+	// (`faults::presets`) and the book's "Failure-shape presets" (docs/book/src/faults.md).
 	Name RateLimitPreset `json:"name"`
 
 	// QuotaRefusals While it is installed, a request over a quota is refused with its cloud's status and code instead of

@@ -373,7 +373,7 @@ pub enum ScopeArg {
     Operations,
 }
 
-/// The presets, as the README's "Failure-shape presets" table details them.
+/// The presets, as the book's "Failure-shape presets" table details them (docs/book/src/faults.md).
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum PresetArg {
     /// EC2: 503 RequestLimitExceeded, no Retry-After; buckets reads 100 (20/s), writes 50 (5/s), CreateInstance

@@ -33,7 +33,7 @@ fn cluster_prefix() -> u8 {
 
 /// The pod CIDR size kube-controller-manager gives each Node of a `count`-Node fleet (`--node-cidr-mask-size`):
 /// a /24 up to 256 Nodes, as kubeadm and kind do; a larger fleet keeps the cluster CIDR (the routes, the CCM's
-/// flag and the README stay what they are) and gets smaller pod CIDRs, one bit per doubling: a /26 up to 1,024,
+/// flag and the book stay what they are) and gets smaller pod CIDRs, one bit per doubling: a /26 up to 1,024,
 /// a /29 up to 8,192.
 pub fn node_cidr_mask_size(count: u32) -> u8 {
     let bits = u8::try_from(count.max(1).next_power_of_two().trailing_zeros()).unwrap_or(u8::MAX);

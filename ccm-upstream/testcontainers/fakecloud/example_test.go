@@ -9,7 +9,7 @@ import (
 	"fakecloud.dev/ccm-upstream/testcontainers/fakecloud"
 )
 
-// Compiled, not run (no Output comment): it keeps the package documentation's and the README's example true.
+// Compiled, not run (no Output comment): it keeps the package documentation's and the book's example true.
 func ExampleRun() {
 	ctx := context.Background()
 	cloud, err := fakecloud.Run(ctx, fakecloud.WithServeArgs("--boot-delay", "0s"))

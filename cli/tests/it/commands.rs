@@ -63,7 +63,7 @@ async fn ratelimit_preset_installs_replaces_and_clears() {
     assert!(azure.contains("true") && azure.contains("instances 409 OperationNotAllowed"), "{listed}");
     assert!(listed.contains("403 QUOTA_EXCEEDED"), "{listed}");
 
-    // A limit set by name stays: a fixed window on a class of operations, as the README shows it.
+    // A limit set by name stays: a fixed window on a class of operations, as the book shows it.
     let costly = [
         "ratelimit",
         "set",

@@ -86,7 +86,7 @@ pub struct Options {
 /// The default Ready=False window after a machine starts: a kind node's, from its kubelet's registration until
 /// the CNI config is written. On this project's kind clusters it measured 46–59 s, most of it `make kind-up`
 /// loading images before the VPC router writes the config; 10 s is the order of a node whose CNI plugin starts
-/// at once. See the README.
+/// at once. See the book, docs/book/src/getting-started.md.
 pub const KIND_NOT_READY_FOR: Duration = Duration::from_secs(10);
 
 impl Default for Options {

@@ -9,7 +9,7 @@ use fakecloud_controlplane::{CLUSTER_CIDR, SMALLEST_NODE_CIDR, max_nodes};
 pub const DEFAULT_NODES: u32 = 3;
 
 /// The instances `up` creates, spread over the region's zones; their Nodes are what it waits for. Up to three are
-/// named `node-a`, `node-b`, `node-c` (the names the README's examples use); a larger fleet is numbered from 1,
+/// named `node-a`, `node-b`, `node-c` (the names the book's examples use); a larger fleet is numbered from 1,
 /// zero-padded to the width of the count (`node-01` ... `node-12`, `node-001` ... `node-256`).
 pub fn node_names(count: u32) -> anyhow::Result<Vec<String>> {
     let max = max_nodes();
@@ -28,7 +28,7 @@ pub fn node_names(count: u32) -> anyhow::Result<Vec<String>> {
 /// The line the supervisor prints once the stack is ready; `up` returns to the shell when it sees it.
 pub const READY: &str = "fakecloud stack ready";
 
-/// The run directory's layout. The names are the ones the README gives (`.run/ccm.log`, ...).
+/// The run directory's layout. The names are the ones the book gives (`.run/ccm.log`, ...).
 #[derive(Debug, Clone)]
 pub struct RunDir {
     /// Absolute: the leftover check looks for it on the components' command lines.

@@ -286,7 +286,7 @@ async fn fit_quotas(admin: &Client, nodes: usize, progress: &Progress) -> anyhow
 
 impl Stack {
     /// Until SIGTERM or SIGINT; stops everything early if the control plane fails. A service that exits is left
-    /// so: replacing the CCM with one's own build starts with killing this one (see the README).
+    /// so: replacing the CCM with one's own build starts with killing this one (see the book, docs/book/src/ccm.md).
     async fn run_until_signalled(mut self, sigterm: &mut Signal, sigint: &mut Signal) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let outcome = loop {

@@ -125,7 +125,7 @@ fn refuse_running(dir: &RunDir) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A fleet this large is worth a release build (README, "A larger fleet").
+/// A fleet this large is worth a release build (the book, docs/book/src/getting-started.md, "A larger fleet").
 const SLOW_IN_DEBUG: u32 = 500;
 
 /// What a stack takes in memory, measured here (BENCHMARKS.md, "A fleet of 5,000 on kwok"): the peak resident
