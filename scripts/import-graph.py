@@ -1,22 +1,32 @@
 #!/usr/bin/env python3
-"""The structure of a crate drawn from its imports: which module uses which, and any circle among them.
+"""The structure of a crate drawn from its imports: which module uses which, any circle among them, and any
+import up the crate's layers.
 
     scripts/import-graph.py emulator/src            # fails (exit 1) on a circle, naming its modules
     scripts/import-graph.py emulator/src --edges    # and prints every module's imports
-    scripts/import-graph.py emulator/src --only-from http=serve,server
-                                                    # and fails when a module outside http, serve and server
-                                                    # imports http (or a module under it): a lower layer
-                                                    # reaching up
+    scripts/import-graph.py emulator/src --layers ARCHITECTURE.md
+                                                    # and fails when a module imports one of a layer above its
+                                                    # own, or a module is in no layer of the table
 
-A module is a file (`a/b.rs` and `a/b/mod.rs` are `a::b`; `lib.rs`/`main.rs` are `crate`). A module uses
-another when its code names it: `crate::a::b`, `super::x`, `self::child::` or a bare `child::` of a module it
+A module is a file (`a/b.rs` and `a/b/mod.rs` are `a::b`; `lib.rs` is `crate`, `main.rs` the binary's root
+`main`). A module uses another when its code names it: `crate::a::b`, the library by its crate name from the
+binary (`fakecloud_x::a::b`), a name the library's root re-exports (`crate::Client`, from `pub use
+client::Client` or `pub use types::*`), `super::x`, `self::child::` or a bare `child::` of a module it
 declares. Declaring a child (`mod x;`) is not a use, and neither is a comment or a `#[cfg(test)] mod tests`
-block (tests may reach anywhere). `make lint` runs this on the emulator: its layers import downward only.
+block (tests may reach anywhere).
+
+The layers of a crate are a table in the file `--layers` names, after a line `<!-- layers: <the crate's src
+path> -->`: one row a layer, top to bottom, its modules in the second column as `name`s. A module may import its
+own layer's modules and those of the layers below; the roots (`crate`, `main`) wire them all. `make lint` runs
+this on every crate, with the layers ARCHITECTURE.md draws.
 """
 
 import os
 import re
 import sys
+
+
+ROOTS = ("crate", "main")
 
 
 def modules(root):
@@ -29,7 +39,7 @@ def modules(root):
             rel = os.path.relpath(os.path.join(dirpath, f), root)[:-3]
             if rel.endswith("/mod"):
                 rel = rel[:-4]
-            name = "crate" if rel in ("lib", "main") else rel.replace("/", "::")
+            name = {"lib": "crate", "main": "main"}.get(rel, rel.replace("/", "::"))
             with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
                 src = fh.read()
             src = re.split(r"#\[cfg\(test\)\]\s*mod tests\b", src)[0]
@@ -38,14 +48,45 @@ def modules(root):
     return found
 
 
-def resolve(mods, path):
-    """The longest prefix of `path` that is a module."""
+def crate_name(root):
+    """The library's name as code writes it (`fakecloud_emulator`), from the package's Cargo.toml."""
+    try:
+        with open(os.path.join(root, "..", "Cargo.toml"), encoding="utf-8") as fh:
+            found = re.search(r'^name\s*=\s*"([^"]+)"', fh.read(), re.M)
+    except OSError:
+        return None
+    return found.group(1).replace("-", "_") if found else None
+
+
+def reexports(mods):
+    """Names the library's root re-exports -> the module they come from."""
+    root = mods.get("crate", "")
+    found = {}
+    for path, group in re.findall(r"\bpub use (?:self::)?((?:[a-z_0-9]+::)+)(?:\{([^}]*)\}|\*|[A-Za-z_0-9]+)", root):
+        module = path.rstrip(":")
+        if module not in mods:
+            continue
+        if group:
+            names = [n.split("::")[-1].split(" as ")[-1].strip() for n in group.split(",")]
+        else:
+            names = re.findall(r"\bpub use (?:self::)?" + re.escape(path) + r"([A-Za-z_0-9]+)", root)
+        # A glob brings every public item of the module.
+        if f"pub use {path}*" in root or f"pub use self::{path}*" in root:
+            names += re.findall(r"\bpub (?:async )?(?:struct|enum|fn|type|const|static|trait|mod) ([A-Za-z_0-9]+)", mods[module])
+        for n in names:
+            if n:
+                found.setdefault(n, module)
+    return found
+
+
+def resolve(mods, path, exported):
+    """The longest prefix of `path` that is a module, or the module a name the root re-exports comes from."""
     parts = path.split("::")
     for i in range(len(parts), 0, -1):
         candidate = "::".join(parts[:i])
         if candidate in mods:
             return candidate
-    return None
+    return exported.get(parts[0])
 
 
 def parent_of(module):
@@ -53,18 +94,22 @@ def parent_of(module):
 
 
 def join(base, name):
-    return name if base == "crate" else f"{base}::{name}"
+    return name if base in ROOTS else f"{base}::{name}"
 
 
-def edges(mods):
+def edges(mods, name=None):
     graph = {m: set() for m in mods}
+    exported = reexports(mods)
+    roots = r"(?:crate|" + re.escape(name) + ")" if name else "crate"
     for m, src in mods.items():
         targets = []
-        # crate::a::b, crate::a::{b, c::d}
-        for base, group in re.findall(r"\bcrate::((?:[a-z_0-9]+::)*)(?:\{([^}]*)\})?", src):
+        # crate::a::b, crate::a::{b, c::d}, crate::Name; the same through the library's name
+        for base, group, last in re.findall(r"\b" + roots + r"::((?:[A-Za-z_0-9]+::)*)(?:\{([^}]*)\}|([A-Za-z_0-9]+))?", src):
             base = base.rstrip(":")
             if group:
-                targets += [join(base, item) if base else item for item in re.findall(r"([a-z_0-9]+(?:::[a-z_0-9]+)*)", group)]
+                targets += [join(base, item) if base else item for item in re.findall(r"([A-Za-z_0-9]+(?:::[A-Za-z_0-9]+)*)", group)]
+            elif last:
+                targets.append(f"{base}::{last}" if base else last)
             if base:
                 targets.append(base)
         # super::x, super::{x, y::z}: the parent's items or a sibling
@@ -78,7 +123,7 @@ def edges(mods):
             if re.search(r"(?<![:\w])(?:self::)?" + child + r"::", src) or re.search(r"self::\{[^}]*\b" + child + r"\b", src):
                 targets.append(join(m, child))
         for t in targets:
-            r = resolve(mods, t)
+            r = resolve(mods, t, exported)
             if r and r != m:
                 graph[m].add(r)
     return graph
@@ -118,29 +163,52 @@ def circles(graph):
     return found
 
 
-def within(module, top):
-    return module == top or module.startswith(top + "::")
+def top_of(module):
+    return module.split("::")[0]
 
 
-def upward(graph, rules):
-    """Imports of a guarded module from outside it and its allowed importers: `rules` is `top=a,b`."""
-    found = []
-    for rule in rules:
-        top, _, allowed = rule.partition("=")
-        tops = [top] + [a for a in allowed.split(",") if a]
-        for m in sorted(graph):
-            if any(within(m, t) for t in tops):
-                continue
-            found += [(m, t) for t in sorted(graph[m]) if within(t, top)]
-    return found
+def layers(path, root):
+    """The layer table for `root` in the file `path`: a list of sets of top-level module names, top first."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    marker = f"<!-- layers: {root.rstrip('/')} -->"
+    if marker not in text:
+        return None
+    rows = []
+    for line in text.split(marker, 1)[1].lstrip().splitlines():
+        if not line.startswith("|"):
+            break
+        cells = line.strip("|").split("|")
+        if len(cells) >= 2 and "`" in cells[1]:
+            rows.append(set(re.findall(r"`([a-z_0-9]+)`", cells[1])))
+    return rows
+
+
+def upward(graph, table):
+    """Each import of a module from a layer above the importer's, and the problems of the table itself."""
+    layer = {m: i for i, row in enumerate(table) for m in row}
+    problems = []
+    tops = {top_of(m) for m in graph if m not in ROOTS}
+    problems += [f"{t} is in no layer" for t in sorted(tops - set(layer))]
+    problems += [f"the layers name {t}, which is not a module" for t in sorted(set(layer) - tops)]
+    for m in sorted(graph):
+        if m in ROOTS or top_of(m) not in layer:
+            continue
+        for t in sorted(graph[m]):
+            if t not in ROOTS and top_of(t) in layer and layer[top_of(t)] < layer[top_of(m)]:
+                problems.append(f"{m} imports {t}, from a layer above its own")
+    return problems
 
 
 def main():
     if len(sys.argv) < 2:
         print(__doc__.strip())
         return 2
-    graph = edges(modules(sys.argv[1]))
-    rules = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only-from"]
+    root = sys.argv[1]
+    if not os.path.isdir(root):
+        print(f"{root}: no such directory; give a crate's src directory")
+        return 2
+    graph = edges(modules(root), crate_name(root))
     if "--edges" in sys.argv:
         for m in sorted(graph):
             print(f"{m} -> {', '.join(sorted(graph[m])) or '(nothing)'}")
@@ -149,16 +217,24 @@ def main():
         print(f"circle: {' <-> '.join(c)}")
         for m in c:
             print(f"  {m} uses {', '.join(sorted(graph[m] & set(c)))}")
-    reaching_up = upward(graph, rules)
-    for m, t in reaching_up:
-        print(f"upward: {m} imports {t}")
+    problems = []
+    if "--layers" in sys.argv:
+        path = sys.argv[sys.argv.index("--layers") + 1]
+        table = layers(path, root)
+        if table is None:
+            print(f"{path} has no layer table for {root} (a line <!-- layers: {root.rstrip('/')} --> before it)")
+            return 1
+        problems = upward(graph, table)
+        for p in problems:
+            print(f"layers: {p}")
     if found:
-        print(f"{sys.argv[1]}: {len(found)} circle(s) among modules; move what they share into a module of its own")
-    if reaching_up:
-        print(f"{sys.argv[1]}: {len(reaching_up)} upward import(s); move what is shared below the layer that needs it")
-    if found or reaching_up:
+        print(f"{root}: {len(found)} circle(s) among modules; move what they share into a module of its own")
+    if problems:
+        print(f"{root}: {len(problems)} layer problem(s); move what is shared below the layer that needs it")
+    if found or problems:
         return 1
-    print(f"{sys.argv[1]}: {len(graph)} modules, no circle, no upward import")
+    layered = f", layered as {sys.argv[sys.argv.index('--layers') + 1]} draws" if "--layers" in sys.argv else ""
+    print(f"{root}: {len(graph)} modules, no circle{layered}")
     return 0
 
 
