@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod commands;
+mod help;
 mod scenarios;
 
 use std::path::{Path, PathBuf};
