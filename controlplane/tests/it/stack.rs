@@ -1,6 +1,7 @@
 //! `fakecloud-controlplane stack up|down` (what `make up` and `make down` run), end to end: a fleet too large
 //! for the cluster CIDR refused, up with 4 Nodes in a fresh run directory on free ports (each stage's time
-//! said), a second up refused, down, and no process of the run directory left.
+//! said), a second up refused, the README's session run on it as written, down, and no process of the run
+//! directory left.
 //!
 //! Needs the control-plane binaries and `fakecloud` and `fakecloud-ccm` beside the launcher (`make test` builds
 //! them first); without them it is skipped outside CI, as the other tests here, and fails under CI.
@@ -38,11 +39,23 @@ fn processes_naming(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// Runs `stack down` on its run directory when dropped, if the directory is still there: a test that fails
+/// part way leaves no stack behind.
+struct Down<'a>(&'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            let _ = stack(&["down"], self.0);
+        }
+    }
+}
+
 #[test]
 fn up_refuses_a_second_up_and_down_leaves_nothing() {
-    if Binaries::for_tests("stack up/down").is_none() {
+    let Some(binaries) = Binaries::for_tests("stack up/down") else {
         return;
-    }
+    };
     let beside: PathBuf = Path::new(LAUNCHER).parent().expect("the launcher's directory").to_path_buf();
     if let Some(missing) = ["fakecloud", "fakecloud-ccm"].into_iter().find(|b| !beside.join(b).is_file()) {
         let why = format!("no {missing} in {} (cargo build --bin {missing})", beside.display());
@@ -61,6 +74,7 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     assert!(!run_dir.exists(), "a refused up makes nothing");
 
     let up = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "4"], &run_dir);
+    let _stopped_if_the_test_fails = Down(&run_dir);
     assert!(up.status.success(), "stack up failed:\n{}", text(&up));
     for says in [
         "fakecloud is up",
@@ -76,6 +90,8 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     assert!(run_dir.join("controlplane/kubeconfigs/admin.kubeconfig").is_file());
     assert!(!processes_naming(&run_dir).is_empty(), "the stack runs on after up returned");
 
+    readme_session(&run_dir, &port, &beside, &binaries);
+
     let again = stack(&["up", "--port", &port, "--ccm-port", &ccm_port], &run_dir);
     assert!(!again.status.success(), "a second up must refuse");
     assert!(text(&again).contains("already up"), "{}", text(&again));
@@ -84,4 +100,67 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     assert!(down.status.success(), "stack down failed:\n{}", text(&down));
     assert!(!run_dir.exists(), "down removes the run directory it made");
     assert_eq!(processes_naming(&run_dir), Vec::<u32>::new(), "processes of the run directory left");
+}
+
+/// The README's "A session" run on a stack up (issue #48: the front door's commands cannot rot): each line
+/// between `make up` and `make down` as written, in one bash with `set -e`, but for this stack's run directory
+/// and port, this build's binaries and kubectl, and `-w` (a watch) run once; then what its comments promise,
+/// waited for: the Service's address, the fault's Warning and the CCM's success, and the audit's 503s then a 201.
+fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane: &Binaries) {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("README");
+    let block = readme
+        .split("## A session")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README has a session in a sh block");
+    let mut script = String::from("set -euo pipefail\n");
+    if let Some(kubectl) = control_plane.kubectl() {
+        script.push_str(&format!("export PATH={}:$PATH\n", kubectl.parent().expect("its directory").display()));
+    }
+    let mut lines = 0;
+    for line in block.lines() {
+        let command = line.split("  #").next().unwrap_or_default().trim();
+        if command.is_empty() || command.starts_with("make ") {
+            continue;
+        }
+        let command = command
+            .replace("$PWD/.run", &run_dir.display().to_string())
+            .replace(".run/", &format!("{}/", run_dir.display()))
+            .replace("$PWD/target/debug", &binaries_dir.display().to_string())
+            .replace("127.0.0.1:8787", &format!("127.0.0.1:{port}"));
+        script.push_str(command.strip_suffix(" -w").unwrap_or(&command));
+        script.push('\n');
+        lines += 1;
+    }
+    assert!(lines >= 7, "the session's commands were found: {block}");
+    let run = |script: &str| {
+        let out = Command::new("bash").arg("-c").arg(script).output().expect("bash runs");
+        (out.status.success(), text(&out))
+    };
+    let (ok, said) = run(&script);
+    assert!(ok, "the README's session failed:\n{script}\n{said}");
+
+    // What the comments say, within a bound (the CCM retries 5 s after its first failure).
+    let env = script.lines().filter(|l| l.starts_with("export ") || l.starts_with("source ")).collect::<Vec<_>>();
+    let check = |command: &str| run(&format!("{}\n{command}", env.join("\n")));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (_, events) = check("kubectl get events --field-selector involvedObject.name=web");
+        let (_, audit) = check("fakecloud audit --operation CreateLoadBalancer");
+        let (_, svc) = check("kubectl get svc web -o jsonpath='{.status.loadBalancer.ingress[0].ip}'");
+        let done = events.contains("SyncLoadBalancerFailed")
+            && events.contains("EnsuredLoadBalancer")
+            && audit.matches(" 503 ").count() >= 4
+            && audit.contains(" 201 ")
+            && !svc.trim().is_empty();
+        if done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session's promises were not kept:\nevents: {events}\naudit: {audit}\naddress: {svc}"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
