@@ -21,13 +21,6 @@ pub const LABEL_PAIRS: [(&str, &str); 3] = [
     ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"),
 ];
 
-/// Drop `metadata.managedFields` before caching a Node: nothing here reads them, and on a Node written by the
-/// kubelet, the controller manager and the CCM they are a good part of the object (controller-runtime strips
-/// them from its caches for the same reason).
-pub fn strip_managed_fields(node: &mut Node) {
-    node.metadata.managed_fields = None;
-}
-
 pub fn taints(node: &Node) -> &[Taint] {
     node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default()
 }

@@ -18,8 +18,6 @@ use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, watch};
 
-use crate::nodes::strip_managed_fields;
-
 #[derive(Default)]
 struct Subscriber {
     /// Names in first-changed order, and the same names as a set for the dedup.
@@ -141,6 +139,13 @@ impl NodeInformer {
             s.ready.notify_one();
         }
     }
+}
+
+/// Drop `metadata.managedFields` before caching a Node: nothing here reads them, and on a Node written by the
+/// kubelet, the controller manager and the CCM they are a good part of the object (controller-runtime strips
+/// them from its caches for the same reason).
+fn strip_managed_fields(node: &mut Node) {
+    node.metadata.managed_fields = None;
 }
 
 #[cfg(test)]
