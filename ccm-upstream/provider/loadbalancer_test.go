@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,88 +20,65 @@ func httpCheck(port int32, path string, every int32) *fakecloudapi.HealthCheck {
 	return &fakecloudapi.HealthCheck{Protocol: ptr(fakecloudapi.HealthCheckProtocolHTTP), Port: port, Path: &path, IntervalSeconds: &every}
 }
 
-func TestPortsBecomeListenersToTheirNodePorts(t *testing.T) {
-	svc := &v1.Service{Spec: v1.ServiceSpec{
-		Type: v1.ServiceTypeLoadBalancer,
-		Ports: []v1.ServicePort{
-			{Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP},
-			{Port: 53, NodePort: 30053, Protocol: v1.ProtocolUDP},
-			{Port: 8080}, // no NodePort (allocateLoadBalancerNodePorts: false): the service port
-		},
-		LoadBalancerSourceRanges: []string{"10.0.0.0/8", " 192.168.1.7/32"},
-		LoadBalancerIP:           "203.0.113.10",
-	}}
-	d, err := DesiredLoadBalancer(svc)
+// The cases both CCMs' tests read (ccm/testdata/load-balancers.json; fakecloud-ccm's in
+// ccm/src/cloud/load_balancer.rs): what a Service asks for, as the API writes it, or the fragments of the refusal.
+func TestTheSharedCasesHold(t *testing.T) {
+	raw, err := os.ReadFile("../../ccm/testdata/load-balancers.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []fakecloudapi.Listener{
-		{Protocol: fakecloudapi.ProtocolTCP, Port: 80, BackendPort: 30080},
-		{Protocol: fakecloudapi.ProtocolUDP, Port: 53, BackendPort: 30053},
-		{Protocol: fakecloudapi.ProtocolTCP, Port: 8080, BackendPort: 8080},
+	var file struct {
+		Cases []struct {
+			Case    string
+			Service v1.Service
+			Want    map[string]json.RawMessage
+			Error   []string
+		}
 	}
-	if !reflect.DeepEqual(d.Listeners, want) {
-		t.Errorf("listeners = %+v, want %+v", d.Listeners, want)
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(d.SourceRanges, []string{"10.0.0.0/8", "192.168.1.7/32"}) {
-		t.Errorf("source ranges = %v", d.SourceRanges)
+	if len(file.Cases) < 20 {
+		t.Fatalf("%d cases", len(file.Cases))
 	}
-	if d.RequestedIP != "203.0.113.10" || d.Scheme != fakecloudapi.InternetFacing {
-		t.Errorf("requested IP %q, scheme %q", d.RequestedIP, d.Scheme)
-	}
-	// ETP Cluster, no annotation: kube-proxy's /healthz.
-	if !reflect.DeepEqual(d.HealthCheck, httpCheck(KubeProxyHealthzPort, "/healthz", 10)) {
-		t.Errorf("health check = %+v", d.HealthCheck)
-	}
-}
-
-func TestHealthChecks(t *testing.T) {
-	ports := []v1.ServicePort{{Port: 80, NodePort: 30080}}
-	tcp := fakecloudapi.HealthCheckProtocolTCP
-	every := int32(7)
-	cases := []struct {
-		name        string
-		annotations map[string]string
-		hcNodePort  int32
-		want        *fakecloudapi.HealthCheck
-	}{
-		{"ETP Local: the healthCheckNodePort", nil, 32000, httpCheck(32000, "/healthz", 10)},
-		{"ETP Local with a path", map[string]string{AnnotationHealthCheckPath: "/ready"}, 32000, httpCheck(32000, "/ready", 10)},
-		{"a path: HTTP on the first NodePort", map[string]string{AnnotationHealthCheckPath: "/ready"}, 0, httpCheck(30080, "/ready", 10)},
-		{"an interval alone: TCP on the first NodePort", map[string]string{AnnotationHealthCheckInterval: "7"}, 0,
-			&fakecloudapi.HealthCheck{Protocol: &tcp, Port: 30080, IntervalSeconds: &every}},
-	}
-	for _, c := range cases {
-		svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: c.annotations},
-			Spec: v1.ServiceSpec{Ports: ports, HealthCheckNodePort: c.hcNodePort}}
-		d, err := DesiredLoadBalancer(svc)
+	for _, c := range file.Cases {
+		d, err := DesiredLoadBalancer(&c.Service)
 		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			if len(c.Error) == 0 {
+				t.Errorf("%s: refused: %v", c.Case, err)
+			}
+			for _, fragment := range c.Error {
+				if !strings.Contains(err.Error(), fragment) {
+					t.Errorf("%s: %q does not say %q", c.Case, err, fragment)
+				}
+			}
+			continue
 		}
-		if !reflect.DeepEqual(d.HealthCheck, c.want) {
-			t.Errorf("%s: health check = %+v, want %+v", c.name, d.HealthCheck, c.want)
+		if len(c.Error) > 0 {
+			t.Errorf("%s: not refused", c.Case)
+			continue
 		}
-	}
-}
-
-func TestBadServicesSayWhatToFix(t *testing.T) {
-	cases := map[string]*v1.Service{
-		AnnotationInternal:            {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationInternal: "yes"}}},
-		AnnotationHealthCheckPath:     {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationHealthCheckPath: "healthz"}}},
-		AnnotationHealthCheckInterval: {ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationHealthCheckInterval: "301"}}},
-		"loadBalancerSourceRanges":    {Spec: v1.ServiceSpec{LoadBalancerSourceRanges: []string{"10.0.0.0"}}},
-		"loadBalancerIP":              {Spec: v1.ServiceSpec{LoadBalancerIP: "not-an-ip"}},
-		"protocol SCTP":               {Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 9, Protocol: v1.ProtocolSCTP}}}},
-	}
-	for field, svc := range cases {
-		_, err := DesiredLoadBalancer(svc)
-		if err == nil || !strings.Contains(err.Error(), field) {
-			t.Errorf("%s: err = %v, want one naming it", field, err)
+		var requested any
+		if d.RequestedIP != "" {
+			requested = d.RequestedIP
 		}
-	}
-	internal := &v1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationInternal: "True"}}}
-	if d, err := DesiredLoadBalancer(internal); err != nil || d.Scheme != fakecloudapi.Internal {
-		t.Errorf("internal: %+v, %v (strconv.ParseBool's spellings are upstream's)", d, err)
+		made := map[string]any{
+			"scheme": d.Scheme, "listeners": d.Listeners, "source_ranges": d.SourceRanges, "requested_ip": requested,
+			"health_check": d.HealthCheck, "session_affinity": d.Affinity, "forwarding": d.Forwarding,
+		}
+		for part, want := range c.Want {
+			got, err := json.Marshal(made[part])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotValue, wantValue any
+			if json.Unmarshal(got, &gotValue) != nil || json.Unmarshal(want, &wantValue) != nil {
+				t.Fatalf("%s: %s or %s is not JSON", c.Case, got, want)
+			}
+			if !reflect.DeepEqual(gotValue, wantValue) {
+				t.Errorf("%s: %s = %s, want %s", c.Case, part, got, want)
+			}
+		}
 	}
 }
 

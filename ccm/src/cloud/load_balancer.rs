@@ -184,119 +184,46 @@ mod tests {
         assert_eq!(name(&s).len(), 32);
     }
 
+    /// The cases both CCMs' tests read (`ccm/testdata/load-balancers.json`; the Go provider's in
+    /// `ccm-upstream/provider/loadbalancer_test.go`): what a Service asks for, as the API writes it, or the
+    /// fragments of the refusal.
     #[test]
-    fn ports_become_listeners_to_their_node_ports() {
-        let s = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "ports": [
-            {"port": 80, "nodePort": 30080, "protocol": "TCP"},
-            {"port": 53, "nodePort": 30053, "protocol": "UDP"},
-            {"port": 8080},
-        ], "loadBalancerSourceRanges": ["10.0.0.0/8", " 192.168.1.7/32"], "loadBalancerIP": "203.0.113.10"}}));
-        let d = desired(&s).unwrap();
-        assert_eq!(
-            d.listeners,
-            [
-                Listener { protocol: Protocol::Tcp, port: 80, backend_port: 30080 },
-                Listener { protocol: Protocol::Udp, port: 53, backend_port: 30053 },
-                // No NodePort (allocateLoadBalancerNodePorts: false): the service port.
-                Listener { protocol: Protocol::Tcp, port: 8080, backend_port: 8080 },
-            ]
-        );
-        assert_eq!(d.source_ranges, ["10.0.0.0/8", "192.168.1.7/32"]);
-        assert_eq!(d.requested_ip, Some("203.0.113.10".parse().unwrap()));
-        assert_eq!(d.scheme, Scheme::InternetFacing);
-        let kube_proxy = HealthCheck {
-            protocol: HealthCheckProtocol::Http,
-            port: KUBE_PROXY_HEALTHZ_PORT,
-            path: Some("/healthz".into()),
-            interval_seconds: 10,
-        };
-        assert_eq!(d.health_check, Some(kube_proxy), "ETP Cluster, no annotation: kube-proxy's /healthz");
-    }
-
-    #[test]
-    fn external_traffic_policy_local_is_checked_on_the_health_check_node_port() {
-        let s = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
-            "ports": [{"port": 80, "nodePort": 30080}], "healthCheckNodePort": 31999}}));
-        let hc = desired(&s).unwrap().health_check.unwrap();
-        assert_eq!(
-            (hc.protocol, hc.port, hc.path.as_deref(), hc.interval_seconds),
-            (HealthCheckProtocol::Http, 31999, Some("/healthz"), 10)
-        );
-        let interval_only = svc(serde_json::json!({
-            "metadata": {"annotations": {ANNOTATION_HEALTH_CHECK_INTERVAL: "7"}},
-            "spec": {"ports": [{"port": 80, "nodePort": 30080}]}}));
-        let hc = desired(&interval_only).unwrap().health_check.unwrap();
-        assert_eq!((hc.protocol, hc.port, hc.path, hc.interval_seconds), (HealthCheckProtocol::Tcp, 30080, None, 7));
-        let no_ports = svc(serde_json::json!({"spec": {"type": "LoadBalancer"}}));
-        assert_eq!(desired(&no_ports).unwrap().health_check, None);
-    }
-
-    #[test]
-    fn a_port_without_a_node_port_asks_for_a_passthrough_load_balancer() {
-        let with = svc(serde_json::json!({"spec": {"ports": [{"port": 80, "nodePort": 30080}]}}));
-        assert_eq!(desired(&with).unwrap().forwarding, Forwarding::Proxy);
-        for without in [
-            serde_json::json!([{"port": 80}]),
-            serde_json::json!([{"port": 80, "nodePort": 0}]),
-            serde_json::json!([{"port": 80, "nodePort": 30080}, {"port": 81}]),
-        ] {
-            let s = svc(serde_json::json!({"spec": {"allocateLoadBalancerNodePorts": false, "ports": without}}));
-            assert_eq!(desired(&s).unwrap().forwarding, Forwarding::Passthrough, "{without}");
+    fn the_shared_cases_hold() {
+        #[derive(serde::Deserialize)]
+        struct Cases {
+            cases: Vec<Case>,
         }
-    }
-
-    #[test]
-    fn client_ip_session_affinity_asks_for_it_of_the_load_balancer() {
-        let ports = serde_json::json!([{"port": 80, "nodePort": 30080}]);
-        let sticky = svc(serde_json::json!({"spec": {"ports": ports, "sessionAffinity": "ClientIP"}}));
-        assert_eq!(desired(&sticky).unwrap().session_affinity, SessionAffinity::ClientIp);
-        for none in
-            [serde_json::json!({"ports": ports, "sessionAffinity": "None"}), serde_json::json!({"ports": ports})]
-        {
-            assert_eq!(
-                desired(&svc(serde_json::json!({"spec": none}))).unwrap().session_affinity,
-                SessionAffinity::None
-            );
+        #[derive(serde::Deserialize)]
+        struct Case {
+            case: String,
+            service: serde_json::Value,
+            #[serde(default)]
+            want: serde_json::Map<String, serde_json::Value>,
+            #[serde(default)]
+            error: Vec<String>,
         }
-    }
-
-    #[test]
-    fn annotations_set_the_scheme_and_the_health_check() {
-        let s = svc(serde_json::json!({
-            "metadata": {"annotations": {
-                ANNOTATION_INTERNAL: "true", ANNOTATION_HEALTH_CHECK_PATH: "/healthz",
-                ANNOTATION_HEALTH_CHECK_INTERVAL: "5"}},
-            "spec": {"ports": [{"port": 80, "nodePort": 30080}], "healthCheckNodePort": 32000}}));
-        let d = desired(&s).unwrap();
-        assert_eq!(d.scheme, Scheme::Internal);
-        assert_eq!(
-            d.health_check,
-            Some(HealthCheck {
-                protocol: HealthCheckProtocol::Http,
-                port: 32000,
-                path: Some("/healthz".into()),
-                interval_seconds: 5
-            })
-        );
-    }
-
-    #[test]
-    fn bad_values_say_which_field_and_what_is_allowed() {
-        let bad = |v: serde_json::Value| desired(&svc(v)).unwrap_err();
-        assert!(
-            bad(serde_json::json!({"metadata": {"annotations": {ANNOTATION_INTERNAL: "yes"}}}))
-                .contains("fakecloud-load-balancer-internal: \"yes\" is not a boolean")
-        );
-        assert!(
-            bad(serde_json::json!({"metadata": {"annotations": {ANNOTATION_HEALTH_CHECK_PATH: "healthz"}}}))
-                .contains("must start with \"/\"")
-        );
-        assert!(
-            bad(serde_json::json!({"metadata": {"annotations": {ANNOTATION_HEALTH_CHECK_INTERVAL: "0"}}}))
-                .contains("from 1 to 300")
-        );
-        assert!(bad(serde_json::json!({"spec": {"loadBalancerSourceRanges": ["10.0.0.0"]}})).contains("not a CIDR"));
-        assert!(bad(serde_json::json!({"spec": {"loadBalancerIP": "lb.example"}})).contains("not an IP address"));
-        assert!(bad(serde_json::json!({"spec": {"ports": [{"port": 9, "protocol": "SCTP"}]}})).contains("SCTP"));
+        let cases: Cases = serde_json::from_str(include_str!("../../testdata/load-balancers.json")).unwrap();
+        assert!(cases.cases.len() > 20);
+        for c in cases.cases {
+            match desired(&svc(c.service)) {
+                Ok(d) => {
+                    assert!(c.error.is_empty(), "{}: not refused", c.case);
+                    let made = serde_json::json!({
+                        "scheme": d.scheme, "listeners": d.listeners, "source_ranges": d.source_ranges,
+                        "requested_ip": d.requested_ip, "health_check": d.health_check,
+                        "session_affinity": d.session_affinity, "forwarding": d.forwarding,
+                    });
+                    for (part, want) in &c.want {
+                        assert_eq!(&made[part], want, "{}: {part}", c.case);
+                    }
+                }
+                Err(e) => {
+                    assert!(!c.error.is_empty(), "{}: refused: {e}", c.case);
+                    for fragment in &c.error {
+                        assert!(e.contains(fragment.as_str()), "{}: {e:?} does not say {fragment:?}", c.case);
+                    }
+                }
+            }
+        }
     }
 }
