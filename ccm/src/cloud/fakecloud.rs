@@ -194,7 +194,7 @@ impl FakeCloud {
 }
 
 /// The instance IDs behind these nodes (nodes without a fakecloud providerID cannot be backends), sorted.
-fn backends(nodes: &[Arc<Node>]) -> Vec<String> {
+pub(crate) fn backends(nodes: &[Arc<Node>]) -> Vec<String> {
     let mut ids: Vec<String> = nodes
         .iter()
         .filter_map(|n| parse_provider_id(n.spec.as_ref()?.provider_id.as_deref()?))

@@ -171,6 +171,10 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Node;
+
     use super::*;
 
     fn svc(v: serde_json::Value) -> Service {
@@ -198,6 +202,8 @@ mod tests {
             case: String,
             service: serde_json::Value,
             #[serde(default)]
+            nodes: Vec<Node>,
+            #[serde(default)]
             want: serde_json::Map<String, serde_json::Value>,
             #[serde(default)]
             error: Vec<String>,
@@ -212,6 +218,7 @@ mod tests {
                         "scheme": d.scheme, "listeners": d.listeners, "source_ranges": d.source_ranges,
                         "requested_ip": d.requested_ip, "health_check": d.health_check,
                         "session_affinity": d.session_affinity, "forwarding": d.forwarding,
+                        "backends": crate::cloud::fakecloud::backends(&c.nodes.into_iter().map(Arc::new).collect::<Vec<_>>()),
                     });
                     for (part, want) in &c.want {
                         assert_eq!(&made[part], want, "{}: {part}", c.case);
