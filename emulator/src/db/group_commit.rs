@@ -353,6 +353,12 @@ pub struct Tx {
 }
 
 impl Tx {
+    /// Run `script`'s statements in order in this call's transaction; they stop at the first that fails.
+    pub async fn run(&mut self, script: Script) -> Ran {
+        let batch = &mut *self.batch;
+        script.run_on(&mut batch.tx, Some(&batch.session)).await
+    }
+
     /// Keep this call's changes and return once they are committed with its batch.
     pub async fn commit(self) -> Result<(), WriteError> {
         self.commit_with_audit(Vec::new()).await.map(drop)
@@ -405,14 +411,6 @@ impl Drop for Tx {
             }
         }
         self.commit_due.notify_one();
-    }
-}
-
-impl Tx {
-    /// Run `script`'s statements in order in this call's transaction; they stop at the first that fails.
-    pub async fn run(&mut self, script: Script) -> Ran {
-        let batch = &mut *self.batch;
-        script.run_on(&mut batch.tx, Some(&batch.session)).await
     }
 }
 
