@@ -322,6 +322,9 @@ impl Statement {
     }
 }
 
+/// Undo a failed statement on PostgreSQL: back to the savepoint opened before it, then that savepoint gone.
+const UNDO_STATEMENT: &str = "ROLLBACK TO statement; RELEASE statement";
+
 /// A list as one PostgreSQL simple query ([`Script::inlined`]).
 #[derive(Debug)]
 struct Inlined {
@@ -463,11 +466,11 @@ impl Ran {
             }
         };
         drop(results);
-        // Only a statement of the list is undone alone; a savepoint that could not be opened or released, a
-        // statement that could not be prepared, or a control statement leaves the transaction broken, for the
-        // call's own savepoint to undo.
+        // A statement of the list that failed, or could not be prepared, is undone alone, in its savepoint; a
+        // savepoint that could not be opened or released, or a control statement, leaves the transaction broken,
+        // for the call's own savepoint to undo.
         if matches!(failed, Some(Part::Own | Part::Prepare(_)))
-            && let Err(e) = sqlx::raw_sql("ROLLBACK TO statement; RELEASE statement").execute(&mut *conn).await
+            && let Err(e) = sqlx::raw_sql(UNDO_STATEMENT).execute(&mut *conn).await
         {
             tracing::warn!(error = %e, "cannot roll back to a failed statement's savepoint");
         }
@@ -487,7 +490,7 @@ impl Ran {
             return false;
         }
         let done = self.fetch(conn, query).await;
-        let end = if done { "RELEASE statement" } else { "ROLLBACK TO statement; RELEASE statement" };
+        let end = if done { "RELEASE statement" } else { UNDO_STATEMENT };
         if let Err(e) = sqlx::raw_sql(end).execute(&mut *conn).await {
             // The statement's own error, if it failed, is the one to report; the transaction is broken either way
             // and the call's savepoint undoes it.
