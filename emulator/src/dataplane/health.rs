@@ -3,7 +3,7 @@
 //!
 //! A backend's first check decides its state at once (so a new load balancer carries traffic after one
 //! check); after that it takes [`UNHEALTHY_THRESHOLD`] failed checks in a row to turn unhealthy and
-//! [`HEALTHY_THRESHOLD`] passed checks in a row to turn healthy again. A backend whose instance does not exist
+//! [`HEALTHY_THRESHOLD`] passed check to turn healthy again. A backend whose instance does not exist
 //! or is not running is unhealthy at once. Without a health check, every running backend is healthy.
 //!
 //! A data-plane `black-hole` fault rule fails the checks of the backends it matches, as a backend that stopped
@@ -30,8 +30,12 @@ use crate::validate;
 
 /// Failed checks in a row that turn a healthy backend unhealthy.
 pub const UNHEALTHY_THRESHOLD: u32 = 2;
-/// Passed checks in a row that turn an unhealthy backend healthy.
-pub const HEALTHY_THRESHOLD: u32 = 2;
+/// Passed checks in a row that turn an unhealthy backend healthy: one, as GCE's L4 checks of Kubernetes nodes
+/// ("start sending requests as soon as one healthcheck succeeds"). A rolling update moves on to the next node as
+/// soon as the last one's pod is ready, and each node's kube-proxy answers on its own time: the next node's first
+/// fail may come a round before the last node's first pass. Back after one pass, the last node is in before the
+/// next node's second fail takes that one out.
+pub const HEALTHY_THRESHOLD: u32 = 1;
 /// How often a load balancer without a health check looks again while a black-hole rule may fire.
 const BLACK_HOLE_RECHECK: Duration = Duration::from_secs(1);
 /// The longest a probe may take, whatever the interval.
@@ -272,14 +276,36 @@ mod tests {
         use BackendState::*;
         let mut t = Tracker::new(0);
         assert_eq!(
-            run(&mut t, &[true, false, true, false, false, true, false]),
-            [Healthy, Healthy, Healthy, Healthy, Unhealthy, Unhealthy, Unhealthy]
+            run(&mut t, &[true, false, true, false, false, false]),
+            [Healthy, Healthy, Healthy, Healthy, Unhealthy, Unhealthy]
         );
         assert_eq!(t.last_error.as_deref(), Some("refused"));
-        assert_eq!(run(&mut t, &[true, true]), [Unhealthy, Healthy]);
-        assert_eq!(t.last_error, None);
+        assert_eq!(run(&mut t, &[true, false]), [Healthy, Healthy]);
+        assert_eq!(t.last_error.as_deref(), Some("refused"));
         let mut t = Tracker::new(0);
-        assert_eq!(run(&mut t, &[false, true, true]), [Unhealthy, Unhealthy, Healthy]);
+        assert_eq!(run(&mut t, &[false, true]), [Unhealthy, Healthy]);
+    }
+
+    /// Kubernetes' rolling-update spec with `externalTrafficPolicy: Local`: node b's old pod starts terminating
+    /// as node a's new one turns ready, and a's kube-proxy reports it a round after b's reports b's. Some node
+    /// must carry traffic through every round.
+    #[test]
+    fn a_node_coming_back_is_in_before_the_next_node_leaves() {
+        let (mut a, mut b) = (Tracker::new(0), Tracker::new(0));
+        run(&mut a, &[true, false, false]);
+        run(&mut b, &[true, true, true]);
+        for (round, (pass_a, pass_b)) in
+            [(false, false), (true, false), (true, false), (true, true)].into_iter().enumerate()
+        {
+            run(&mut a, &[pass_a]);
+            run(&mut b, &[pass_b]);
+            assert!(
+                a.state == BackendState::Healthy || b.state == BackendState::Healthy,
+                "round {round}: both out ({:?}, {:?})",
+                a.state,
+                b.state
+            );
+        }
     }
 
     #[test]
