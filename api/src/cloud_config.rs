@@ -9,10 +9,12 @@
 //! # token: <value>                      # ... or the token itself: exactly one of the two
 //! region: local-1                       # optional: refuse to start against an emulator serving another region
 //! ```
+//!
+//! Who starts a CCM writes the file with [`CloudConfig::write`], so the format is written where it is read.
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a cloud-config file cannot be used, worded as what to fix.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -22,19 +24,36 @@ pub struct CloudConfigError {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CloudConfig {
     pub endpoint: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
 }
 
 impl CloudConfig {
+    /// The emulator at `endpoint`, called with the token in `token_file`.
+    pub fn with_token_file(endpoint: impl Into<String>, token_file: impl Into<PathBuf>) -> Self {
+        Self { endpoint: endpoint.into(), token: None, token_file: Some(token_file.into()), region: None }
+    }
+
+    /// The emulator at `endpoint`, called with `token`, written into the file itself.
+    pub fn with_token(endpoint: impl Into<String>, token: impl Into<String>) -> Self {
+        Self { endpoint: endpoint.into(), token: Some(token.into()), token_file: None, region: None }
+    }
+
+    /// Write it to `path` as [`CloudConfig::load`] reads it.
+    pub fn write(&self, path: &Path) -> Result<(), CloudConfigError> {
+        let err = |reason: String| CloudConfigError { path: path.to_path_buf(), reason };
+        let text = serde_saphyr::to_string(self).map_err(|e| err(format!("cannot write it as YAML: {e}")))?;
+        std::fs::write(path, text).map_err(|e| err(format!("cannot write it: {e}")))
+    }
+
     /// Read and check the file, and the token file it names.
     pub fn load(path: &Path) -> Result<Self, CloudConfigError> {
         let err = |reason: String| CloudConfigError { path: path.to_path_buf(), reason };
@@ -89,5 +108,19 @@ mod tests {
                 .to_string()
                 .contains("empty")
         );
+    }
+
+    #[test]
+    fn what_is_written_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, tf) = (dir.path().join("c: a.yaml"), dir.path().join("the token: 'x'"));
+        std::fs::write(&tf, "secret\n").unwrap();
+        let by_file = CloudConfig::with_token_file("http://127.0.0.1:8787", &tf);
+        by_file.write(&p).unwrap();
+        let read = CloudConfig::load(&p).unwrap();
+        assert_eq!((read.token(), read.token_file.as_deref()), ("secret", Some(tf.as_path())));
+        let inline = CloudConfig { region: Some("local-1".into()), ..CloudConfig::with_token("http://x", "t: #1") };
+        inline.write(&p).unwrap();
+        assert_eq!(CloudConfig::load(&p).unwrap(), inline);
     }
 }

@@ -16,6 +16,7 @@
 //! ```
 
 pub mod binaries;
+pub mod composition;
 pub mod error;
 pub mod files;
 pub mod kubeconfig;

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use fakecloud_api::{Client, CreateInstanceRequest, Instance};
+use fakecloud_api::{Client, CloudConfig, CreateInstanceRequest, Instance};
 use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
 use fakecloud_controlplane::launcher::CLUSTER_CIDR;
-use fakecloud_controlplane::{Binaries, ControlPlane, kubeconfig};
+use fakecloud_controlplane::{Binaries, ControlPlane, composition, kubeconfig};
 use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::server::Server;
@@ -255,8 +255,8 @@ impl Cluster {
             .await
             .expect("simulated kubelets start");
         let cloud_config = dir.path().join("cloud-config.yaml");
-        std::fs::write(&cloud_config, format!("endpoint: {}\ntoken: {USER}\nregion: local-1\n", server.url()))
-            .expect("cloud config written");
+        let config = CloudConfig { region: Some("local-1".into()), ..CloudConfig::with_token(server.url(), USER) };
+        config.write(&cloud_config).expect("cloud config written");
         let mut cluster = Self {
             probe: Probe::new(apiserver.client(), cloud),
             apiserver,
@@ -300,14 +300,15 @@ impl Cluster {
     pub fn ccm(&self, bin: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Ccm {
         let port = free_port();
         let log = self.dir.path().join(format!("ccm-{port}.log"));
+        let flags = composition::Ccm {
+            cloud_config: &self.cloud_config,
+            kubeconfig: &self.sa_kubeconfig,
+            cluster_cidr: &self.cluster_cidr,
+            port,
+        };
         let child = tokio::process::Command::new(bin)
-            .args(["--cloud-provider=fakecloud", "--node-monitor-period=1s"])
-            .arg(format!("--cluster-cidr={}", self.cluster_cidr))
-            .args(["--bind-address=127.0.0.1", &format!("--secure-port={port}")])
-            .arg("--kubeconfig")
-            .arg(&self.sa_kubeconfig)
-            .arg("--cloud-config")
-            .arg(&self.cloud_config)
+            .args(flags.args())
+            .arg("--node-monitor-period=1s")
             .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -395,18 +396,15 @@ impl EmulatorProcess {
     async fn start(bin: PathBuf, dir: &Path, t: &Timings) -> Self {
         let port = free_port();
         let ms = |d: Duration| format!("{}ms", d.as_millis());
-        let args = vec![
-            "serve".to_string(),
-            format!("--listen=127.0.0.1:{port}"),
-            format!("--db={}", dir.join("fc.db").display()),
+        let (listen, db) = (format!("127.0.0.1:{port}"), dir.join("fc.db"));
+        let mut args = composition::Emulator { listen: &listen, db: &db, tokens: Some((USER, ADMIN)) }.args();
+        args.extend([
             format!("--boot-delay={}", ms(t.boot_delay)),
             format!("--stop-delay={}", ms(t.stop_delay)),
             format!("--terminate-delay={}", ms(t.terminate_delay)),
             format!("--lb-provision-delay={}", ms(t.lb_provision_delay)),
             format!("--lb-delete-delay={}", ms(t.lb_delete_delay)),
-            format!("--user-token={USER}"),
-            format!("--admin-token={ADMIN}"),
-        ];
+        ]);
         let log = dir.join("emulator.log");
         let child = Self::spawn(&bin, &args, &log).await.into();
         Self { child, bin, args, log, port }

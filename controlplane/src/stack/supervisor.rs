@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fakecloud_api::{Client, CreateInstanceRequest, QuotaName};
+use fakecloud_api::{Client, CloudConfig, CreateInstanceRequest, QuotaName};
+use fakecloud_controlplane::composition;
 use fakecloud_controlplane::process::{Processes, log_tail};
 use fakecloud_controlplane::{
     CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::UNINITIALIZED_TAINT, node_cidr_mask_size,
@@ -139,7 +140,8 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let db = dir.file("fakecloud.db");
     progress.say(&format!("starting the emulator at {url} (state: {})", db.display()));
     let listen = format!("127.0.0.1:{}", options.port);
-    spawn(&mut services, &dir, "emulator", &fakecloud, &["serve", "--listen", &listen, "--db", &path(&db)])?;
+    let emulator = composition::Emulator { listen: &listen, db: &db, tokens: None };
+    spawn(&mut services, &dir, "emulator", &fakecloud, &emulator.args())?;
     let tokens = progress
         .awaiting("the emulator", tokio::time::timeout(EMULATOR_HANG, emulator_ready(&mut services, &dir, &url)));
     let tokens = tokens.await.map_err(|_| {
@@ -155,24 +157,16 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let token_file = dir.file("ccm-token");
     fakecloud_controlplane::files::write(&token_file, format!("{}\n", tokens.user).as_bytes(), 0o600)?;
     let cloud_config = dir.file("cloud-config.yaml");
-    std::fs::write(&cloud_config, format!("endpoint: {url}\ntoken-file: {}\n", token_file.display()))
-        .with_context(|| format!("writing {}", cloud_config.display()))?;
+    CloudConfig::with_token_file(&url, &token_file).write(&cloud_config)?;
     progress.say(&format!("starting fakecloud-ccm (HTTPS /healthz and /metrics on 127.0.0.1:{})", options.ccm_port));
     let kubeconfig = path(control_plane.admin_kubeconfig());
-    let ccm_args = [
-        "--cloud-provider=fakecloud",
-        "--cloud-config",
-        &path(&cloud_config),
-        "--kubeconfig",
-        &kubeconfig,
-        "--cluster-cidr",
-        CLUSTER_CIDR,
-        "--bind-address",
-        "127.0.0.1",
-        "--secure-port",
-        &options.ccm_port.to_string(),
-    ];
-    let mut ccm_args: Vec<String> = ccm_args.iter().map(|a| a.to_string()).collect();
+    let ccm_flags = composition::Ccm {
+        cloud_config: &cloud_config,
+        kubeconfig: control_plane.admin_kubeconfig(),
+        cluster_cidr: CLUSTER_CIDR,
+        port: options.ccm_port,
+    };
+    let mut ccm_args = ccm_flags.args();
     if large_fleet {
         // At the client's default 20 requests a second the CCM initializes about 5 Nodes a second (a Node update
         // and its status, events): 1,000 s for 5,000. A large cluster's operator raises it; so does this.

@@ -152,3 +152,40 @@ async fn a_cloud_that_throttles_at_start_is_waited_out_not_a_crash() {
     assert!(ccm.try_wait().unwrap().is_none(), "still running");
     ccm.kill().await.unwrap();
 }
+
+/// The stack's command lines (`stack up`'s and this suite's, written once in the composition) are read by the
+/// binaries' own flag definitions as meant, and the cloud config written beside them is one the CCM accepts.
+#[test]
+fn the_stacks_command_lines_are_the_binaries_flags() {
+    use clap::Parser as _;
+    use fakecloud_controlplane::composition;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud_config, kubeconfig, db) =
+        (dir.path().join("cloud config.yaml"), kubeconfig(dir.path()), dir.path().join("fc.db"));
+    fakecloud_api::CloudConfig::with_token("http://127.0.0.1:8787", "t").write(&cloud_config).unwrap();
+    let ccm = composition::Ccm {
+        cloud_config: &cloud_config,
+        kubeconfig: &kubeconfig,
+        cluster_cidr: "10.244.0.0/16",
+        port: 10258,
+    };
+    let args =
+        fakecloud_ccm::config::Args::try_parse_from(std::iter::once("fakecloud-ccm".to_string()).chain(ccm.args()))
+            .unwrap();
+    assert_eq!(
+        (args.cloud_config.as_deref(), args.kubeconfig.as_deref(), args.cluster_cidr.as_str(), args.secure_port),
+        (Some(cloud_config.as_path()), Some(kubeconfig.as_path()), "10.244.0.0/16", 10258)
+    );
+    assert_eq!(args.bind_address.to_string(), "127.0.0.1");
+    assert_eq!(args.validate().unwrap().cloud.token(), "t");
+
+    let emulator = composition::Emulator { listen: "127.0.0.1:8788", db: &db, tokens: Some(("user", "admin")) };
+    let cli =
+        fakecloud_cli::Cli::try_parse_from(std::iter::once("fakecloud".to_string()).chain(emulator.args())).unwrap();
+    let fakecloud_cli::Command::Serve(serve) = cli.command else { panic!("not `serve`: {:?}", cli.command) };
+    assert_eq!(
+        (serve.listen.as_str(), serve.db.as_str(), serve.user_token.as_deref(), serve.admin_token.as_deref()),
+        ("127.0.0.1:8788", db.to_str().unwrap(), Some("user"), Some("admin"))
+    );
+}
