@@ -16,10 +16,6 @@ import (
 	"fakecloud.dev/ccm-upstream/fakecloudapi"
 )
 
-func httpCheck(port int32, path string, every int32) *fakecloudapi.HealthCheck {
-	return &fakecloudapi.HealthCheck{Protocol: ptr(fakecloudapi.HealthCheckProtocolHTTP), Port: port, Path: &path, IntervalSeconds: &every}
-}
-
 // The cases both CCMs' tests read (ccm/testdata/load-balancers.json; fakecloud-ccm's in
 // ccm/src/cloud/load_balancer.rs): what a Service asks for, as the API writes it, or the fragments of the refusal.
 func TestTheSharedCasesHold(t *testing.T) {
@@ -92,76 +88,85 @@ func TestTheNameIsUpstreamsConvention(t *testing.T) {
 	var _ cloudprovider.LoadBalancer = &Cloud{}
 }
 
-func TestChanges(t *testing.T) {
-	svc := &v1.Service{Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80, NodePort: 30080}}}}
-	want, err := DesiredLoadBalancer(svc)
+// The updates and statuses of the shared cases (ccm/testdata/load-balancers.json; fakecloud-ccm's in
+// ccm/src/cloud/fakecloud.rs): the update Changes sends, or its refusal, and the status a load balancer gives.
+func TestTheSharedUpdatesAndStatusesHold(t *testing.T) {
+	raw, err := os.ReadFile("../../ccm/testdata/load-balancers.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As the emulator answers: defaults filled in, backends in its own order.
-	lb := &fakecloudapi.LoadBalancer{Name: "a1", Scheme: fakecloudapi.InternetFacing, Listeners: want.Listeners,
-		Backends: []string{"i-2", "i-1"}, SourceRanges: []string{}, HealthCheck: httpCheck(KubeProxyHealthzPort, "/healthz", 10)}
-	if req, err := Changes(lb, want, []string{"i-1", "i-2"}); err != nil || req != nil {
-		t.Errorf("an up-to-date load balancer: %+v, %v", req, err)
+	type lbCase struct {
+		Case         string
+		Service      v1.Service
+		Backends     []string
+		LoadBalancer map[string]any `json:"load_balancer"`
+		Update       json.RawMessage
+		Error        []string
+		Status       json.RawMessage
 	}
-	req, err := Changes(lb, want, []string{"i-1"})
-	if err != nil || req == nil || !reflect.DeepEqual(*req.Backends, []string{"i-1"}) || req.Listeners != nil || req.HealthCheck != nil {
-		t.Errorf("a node gone: %+v, %v", req, err)
+	var file struct {
+		Updates  []lbCase
+		Statuses []lbCase
 	}
-	internal := *lb
-	internal.Scheme = fakecloudapi.Internal
-	if _, err := Changes(&internal, want, nil); err == nil || !strings.Contains(err.Error(), "scheme cannot change") {
-		t.Errorf("scheme change: %v", err)
-	}
-	// sessionAffinity: ClientIP keeps one client on one node (kube-proxy's affinity is per node); back to None
-	// spreads again. An emulator older than the field answers none.
-	sticky := svc.DeepCopy()
-	sticky.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-	wantSticky, err := DesiredLoadBalancer(sticky)
-	if err != nil {
+	if err := json.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
 	}
-	req, err = Changes(lb, wantSticky, []string{"i-1", "i-2"})
-	if err != nil || req == nil || req.SessionAffinity == nil || *req.SessionAffinity != fakecloudapi.ClientIp || req.Backends != nil {
-		t.Errorf("affinity to ClientIP: %+v, %v", req, err)
+	if len(file.Updates) < 10 || len(file.Statuses) < 4 {
+		t.Fatalf("%d updates, %d statuses", len(file.Updates), len(file.Statuses))
 	}
-	clientIP := fakecloudapi.ClientIp
-	stuck := *lb
-	stuck.SessionAffinity = &clientIP
-	req, err = Changes(&stuck, want, []string{"i-1", "i-2"})
-	if err != nil || req == nil || req.SessionAffinity == nil || *req.SessionAffinity != fakecloudapi.None {
-		t.Errorf("affinity back to None: %+v, %v", req, err)
+	// The case's load_balancer, written over an active internet-facing one with nothing in it.
+	lb := func(c lbCase) *fakecloudapi.LoadBalancer {
+		whole := map[string]any{"id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active",
+			"listeners": []any{}, "backends": []any{}, "source_ranges": []any{}, "created_at": "", "updated_at": ""}
+		for k, v := range c.LoadBalancer {
+			whole[k] = v
+		}
+		text, err := json.Marshal(whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out fakecloudapi.LoadBalancer
+		if err := json.Unmarshal(text, &out); err != nil {
+			t.Fatalf("%s: %v", c.Case, err)
+		}
+		return &out
 	}
-	// A port without a NodePort asks for passthrough; gaining NodePorts turns it into a proxy, in place.
-	bare := &v1.Service{Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80}}}}
-	wantBare, err := DesiredLoadBalancer(bare)
-	if err != nil || wantBare.Forwarding != fakecloudapi.ForwardingPassthrough || want.Forwarding != fakecloudapi.ForwardingProxy {
-		t.Fatalf("forwarding: without a NodePort %+v, with one %+v, %v", wantBare, want, err)
+	sameJSON := func(c lbCase, got any, want json.RawMessage) {
+		text, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotValue, wantValue any
+		if json.Unmarshal(text, &gotValue) != nil || json.Unmarshal(want, &wantValue) != nil {
+			t.Fatalf("%s: %s or %s is not JSON", c.Case, text, want)
+		}
+		if !reflect.DeepEqual(gotValue, wantValue) {
+			t.Errorf("%s: got %s, want %s", c.Case, text, want)
+		}
 	}
-	passthrough := fakecloudapi.ForwardingPassthrough
-	routed := *lb
-	routed.Forwarding = &passthrough
-	req, err = Changes(&routed, want, []string{"i-1", "i-2"})
-	if err != nil || req == nil || req.Forwarding == nil || *req.Forwarding != fakecloudapi.ForwardingProxy || req.Backends != nil {
-		t.Errorf("passthrough to proxy: %+v, %v", req, err)
+	for _, c := range file.Updates {
+		want, err := DesiredLoadBalancer(&c.Service)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Case, err)
+		}
+		req, err := Changes(lb(c), want, c.Backends)
+		switch {
+		case err != nil && len(c.Error) == 0:
+			t.Errorf("%s: refused: %v", c.Case, err)
+		case err != nil:
+			for _, fragment := range c.Error {
+				if !strings.Contains(err.Error(), fragment) {
+					t.Errorf("%s: %q does not say %q", c.Case, err, fragment)
+				}
+			}
+		case len(c.Error) > 0:
+			t.Errorf("%s: not refused", c.Case)
+		default:
+			sameJSON(c, req, c.Update)
+		}
 	}
-	want.RequestedIP = "203.0.113.10"
-	if _, err := Changes(lb, want, nil); err == nil || !strings.Contains(err.Error(), "loadBalancerIP") {
-		t.Errorf("loadBalancerIP change: %v", err)
-	}
-}
-
-func TestTheIngressSaysProxyOnlyWhenTheCloudDoes(t *testing.T) {
-	addr := "203.0.113.9"
-	vip := fakecloudapi.IpModeVip
-	got := status(&fakecloudapi.LoadBalancer{Address: &addr, IpMode: &vip})
-	if len(got.Ingress) != 1 || got.Ingress[0].IP != addr || got.Ingress[0].IPMode != nil {
-		t.Fatalf("VIP: the address, ipMode left to the apiserver; got %+v", got.Ingress)
-	}
-	proxy := fakecloudapi.IpModeProxy
-	got = status(&fakecloudapi.LoadBalancer{Address: &addr, IpMode: &proxy})
-	if got.Ingress[0].IPMode == nil || *got.Ingress[0].IPMode != "Proxy" {
-		t.Fatalf("a proxy says so; got %+v", got.Ingress)
+	for _, c := range file.Statuses {
+		sameJSON(c, status(lb(c)), c.Status)
 	}
 }
 

@@ -469,7 +469,6 @@ impl Cloud for FakeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fakecloud_api::{Forwarding, SessionAffinity};
 
     fn api_error(status: u16, code: &str, retry_after: Option<u64>) -> ClientError {
         ClientError::Api(fakecloud_api::ApiError {
@@ -565,59 +564,45 @@ mod tests {
         assert_eq!(removals_only(&current, &ids(&["i-a", "i-b", "i-old", "i-new"])), None);
     }
 
+    /// The updates and statuses of the cases both CCMs' tests read (ccm/testdata/load-balancers.json; the Go
+    /// provider's in ccm-upstream/provider/loadbalancer_test.go).
     #[test]
-    fn the_ingress_says_proxy_only_when_the_cloud_does() {
-        let lb: LoadBalancer = serde_json::from_value(serde_json::json!({
-            "id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active", "listeners": [],
-            "backends": [], "source_ranges": [], "address": "203.0.113.9", "created_at": "", "updated_at": ""}))
-        .unwrap();
-        let ingress = |lb: &LoadBalancer| status(lb).ingress.unwrap().remove(0);
-        assert_eq!((ingress(&lb).ip.as_deref(), ingress(&lb).ip_mode), (Some("203.0.113.9"), None), "VIP: defaulted");
-        let proxy = LoadBalancer { ip_mode: IpMode::Proxy, ..lb };
-        assert_eq!(ingress(&proxy).ip_mode.as_deref(), Some("Proxy"));
-    }
-
-    #[test]
-    fn a_session_affinity_change_is_an_update_of_that_alone() {
-        let lb: LoadBalancer = serde_json::from_value(serde_json::json!({
-            "id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active",
-            "listeners": [{"protocol": "TCP", "port": 80, "backend_port": 30080}],
-            "backends": ["i-2", "i-1"], "source_ranges": [], "created_at": "", "updated_at": ""}))
-        .unwrap();
-        let svc = |affinity: &str| -> Service {
-            serde_json::from_value(serde_json::json!({"spec": {"ports": [{"port": 80, "nodePort": 30080}],
-                "sessionAffinity": affinity}}))
-            .unwrap()
+    fn the_shared_updates_and_statuses_hold() {
+        use serde_json::{Value, json};
+        let file: Value = serde_json::from_str(include_str!("../../testdata/load-balancers.json")).unwrap();
+        // What a case's `load_balancer` is written over.
+        let lb = |c: &Value| -> LoadBalancer {
+            let mut lb = json!({"id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active",
+                "listeners": [], "backends": [], "source_ranges": [], "created_at": "", "updated_at": ""});
+            for (k, v) in c["load_balancer"].as_object().unwrap() {
+                lb[k] = v.clone();
+            }
+            serde_json::from_value(lb).unwrap()
         };
-        let backends = ids(&["i-1", "i-2"]);
-        let plain = load_balancer::desired(&svc("None")).unwrap();
-        let lb = LoadBalancer { health_check: plain.health_check.clone(), ..lb };
-        assert!(changes(&lb, &plain, &backends).unwrap().is_none(), "up to date: an older emulator answers none");
-        let sticky = load_balancer::desired(&svc("ClientIP")).unwrap();
-        let req = changes(&lb, &sticky, &backends).unwrap().unwrap();
-        assert_eq!(req.session_affinity, Some(SessionAffinity::ClientIp));
-        assert!(req.listeners.is_none() && req.backends.is_none() && req.health_check.is_none(), "{req:?}");
-        let lb = LoadBalancer { session_affinity: SessionAffinity::ClientIp, ..lb };
-        assert_eq!(changes(&lb, &plain, &backends).unwrap().unwrap().session_affinity, Some(SessionAffinity::None));
-    }
-
-    #[test]
-    fn a_service_that_gains_node_ports_turns_its_passthrough_load_balancer_into_a_proxy_in_place() {
-        let lb: LoadBalancer = serde_json::from_value(serde_json::json!({
-            "id": "lb-1", "name": "a", "scheme": "internet-facing", "state": "active", "forwarding": "passthrough",
-            "listeners": [{"protocol": "TCP", "port": 80, "backend_port": 80}],
-            "backends": ["i-1"], "source_ranges": [], "created_at": "", "updated_at": ""}))
-        .unwrap();
-        let svc = |ports: serde_json::Value| -> Service {
-            serde_json::from_value(serde_json::json!({"spec": {"ports": ports}})).unwrap()
-        };
-        let backends = ids(&["i-1"]);
-        let without = load_balancer::desired(&svc(serde_json::json!([{"port": 80}]))).unwrap();
-        let lb = LoadBalancer { health_check: without.health_check.clone(), ..lb };
-        assert!(changes(&lb, &without, &backends).unwrap().is_none(), "up to date");
-        let with = load_balancer::desired(&svc(serde_json::json!([{"port": 80, "nodePort": 30080}]))).unwrap();
-        let req = changes(&lb, &with, &backends).unwrap().unwrap();
-        assert_eq!((req.forwarding, req.listeners.as_deref()), (Some(Forwarding::Proxy), Some(&with.listeners[..])));
+        let updates = file["updates"].as_array().unwrap();
+        assert!(updates.len() >= 10);
+        for c in updates {
+            let case = c["case"].as_str().unwrap();
+            let want = load_balancer::desired(&serde_json::from_value(c["service"].clone()).unwrap()).unwrap();
+            let backends: Vec<String> = serde_json::from_value(c["backends"].clone()).unwrap();
+            match changes(&lb(c), &want, &backends) {
+                Ok(req) => {
+                    assert!(c.get("error").is_none(), "{case}: not refused");
+                    assert_eq!(serde_json::to_value(req).unwrap(), c["update"], "{case}");
+                }
+                Err(e) => {
+                    let fragments = c["error"].as_array().unwrap_or_else(|| panic!("{case}: refused: {e}"));
+                    for f in fragments {
+                        assert!(e.contains(f.as_str().unwrap()), "{case}: {e:?} does not say {f}");
+                    }
+                }
+            }
+        }
+        let statuses = file["statuses"].as_array().unwrap();
+        assert!(statuses.len() >= 4);
+        for c in statuses {
+            assert_eq!(serde_json::to_value(status(&lb(c))).unwrap(), c["status"], "{}", c["case"]);
+        }
     }
 
     /// A cloud on 127.0.0.1 with `running` running instances and at most one load balancer, that records each
