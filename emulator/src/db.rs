@@ -17,7 +17,8 @@ pub mod values;
 
 use std::time::Duration;
 
-use sqlx::AnyPool;
+/// The pools [`Db::reader`] and [`Db::writer`] give, named where a caller chooses which a read goes through.
+pub use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AnyConnection, Connection, Executor};
@@ -235,6 +236,12 @@ impl Db {
     /// Whether the store answers a statement (`/readyz`).
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
         sqlx::query("SELECT 1").execute(&self.reader).await.map(drop)
+    }
+
+    /// Write a copy of the (SQLite) database, consistent at one moment, to the file at `path` (`VACUUM INTO`,
+    /// which takes an empty file and keeps its mode).
+    pub async fn copy_into(&self, path: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("VACUUM INTO $1").bind(path).execute(self.writer()).await.map(drop)
     }
 
     pub fn backend(&self) -> Backend {

@@ -174,17 +174,7 @@ impl Metrics {
     /// Count resources now, then render the text exposition format.
     pub async fn render(&self, db: &Db) -> Result<String> {
         let now = now_ms();
-        let counts: Vec<(String, String, i64)> = sqlx::query_as(concat!(
-            "SELECT 'instance', ",
-            crate::store::instances::state_at!(),
-            " AS s, COUNT(*) FROM instances GROUP BY s \
-             UNION ALL SELECT 'load_balancer', (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) AS s, COUNT(*) FROM load_balancers GROUP BY s \
-             UNION ALL SELECT 'route', 'active', COUNT(*) FROM routes \
-             UNION ALL SELECT 'route_table', 'active', COUNT(*) FROM route_tables"
-        ))
-        .bind(now)
-        .fetch_all(db.reader())
-        .await?;
+        let counts = crate::store::counts(db, now).await?;
         self.resources.clear();
         for (kind, state, n) in counts {
             let kind = match kind.as_str() {

@@ -81,7 +81,7 @@ pub async fn write(db: &Db, target: &Path) -> Result<u64> {
 
 async fn copy_into(db: &Db, tmp: &Path, target: &Path) -> Result<u64> {
     let tmp_str = tmp.to_str().ok_or_else(|| ApiError::internal("the snapshot directory's path is not UTF-8"))?;
-    sqlx::query("VACUUM INTO $1").bind(tmp_str).execute(db.writer()).await.map_err(|e| {
+    db.copy_into(tmp_str).await.map_err(|e| {
         tracing::warn!(error = %e, file = %target.display(), "snapshot failed");
         ApiError::internal(format!("cannot write the snapshot: {e}"))
     })?;

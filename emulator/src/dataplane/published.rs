@@ -4,8 +4,8 @@
 //! whichever replica answers it.
 //!
 //! The serving replica writes a load balancer's view (table `lb_views`) when it changes, at the end of each
-//! resync, and the time of its last resync (counter `lb_views_at`); a view older than [`STALE`] is from a data
-//! plane that stopped, and is not shown.
+//! resync, and the time of its last resync (counter `lb_views_at`; see `crate::store::lb_views`); a view older
+//! than [`STALE`] is from a data plane that stopped, and is not shown.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,12 +16,10 @@ use serde::{Deserialize, Serialize};
 use super::status::Status;
 use crate::db::{Db, ms, now_ms};
 use crate::error::Result;
+use crate::store::lb_views;
 
 /// How long after the serving replica's last resync its views are shown: many resyncs ([`super::RESYNC`]).
 pub const STALE: Duration = Duration::from_secs(10);
-
-/// The counter holding when the serving replica last published.
-const PUBLISHED_AT: &str = "lb_views_at";
 
 /// What the data plane adds to a load balancer as the API shows it.
 #[derive(Serialize, Deserialize)]
@@ -87,43 +85,19 @@ impl Publisher {
     }
 
     async fn write(&self, db: &Db, views: &HashMap<String, String>) -> Result<()> {
-        let mut tx = db.writer().begin().await?;
-        for (id, view) in views.iter().filter(|(id, view)| self.written.get(*id) != Some(*view)) {
-            sqlx::query(
-                "INSERT INTO lb_views (lb_id, view) VALUES ($1, $2) ON CONFLICT (lb_id) DO UPDATE SET view = $2",
-            )
-            .bind(id)
-            .bind(view)
-            .execute(&mut *tx)
-            .await?;
-        }
+        let changed: Vec<(&str, &str)> = views
+            .iter()
+            .filter(|(id, view)| self.written.get(*id) != Some(*view))
+            .map(|(id, view)| (id.as_str(), view.as_str()))
+            .collect();
         // Every view not written now is gone, this replica's old ones and any a previous data plane left.
-        if self.written.is_empty() || self.written.keys().any(|id| !views.contains_key(id)) {
-            let stored: Vec<String> = sqlx::query_scalar("SELECT lb_id FROM lb_views").fetch_all(&mut *tx).await?;
-            for id in stored.iter().filter(|id| !views.contains_key(*id)) {
-                sqlx::query("DELETE FROM lb_views WHERE lb_id = $1").bind(id).execute(&mut *tx).await?;
-            }
-        }
-        sqlx::query("INSERT INTO counters (key, n) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET n = $2")
-            .bind(PUBLISHED_AT)
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        let sweep = self.written.is_empty() || self.written.keys().any(|id| !views.contains_key(id));
+        lb_views::publish(db, &changed, sweep.then_some(views), now_ms()).await
     }
 }
 
 /// The published views, by load balancer ID (`id`: that one's only); none when no data plane published lately.
 pub async fn read(db: &Db, id: Option<&str>) -> Result<HashMap<String, View>> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT lb_id, view FROM lb_views WHERE ($1 IS NULL OR lb_id = $1) \
-         AND (SELECT n FROM counters WHERE key = $2) > $3",
-    )
-    .bind(id)
-    .bind(PUBLISHED_AT)
-    .bind(now_ms().saturating_sub(ms(STALE)))
-    .fetch_all(db.reader())
-    .await?;
+    let rows = lb_views::read(db, id, now_ms().saturating_sub(ms(STALE))).await?;
     Ok(rows.into_iter().filter_map(|(id, view)| Some((id, serde_json::from_str(&view).ok()?))).collect())
 }

@@ -521,6 +521,18 @@ pub async fn select(
     Ok(targets)
 }
 
+/// The IDs of the spot instances random reclamation may draw at `now`: live (pending or running) and not yet
+/// interrupted, in the order they were made.
+pub async fn spot_candidates(db: &Db, now: i64) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT id FROM instances WHERE market = 'spot' AND interruption_at IS NULL \
+         AND (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) IN ('pending', 'running') ORDER BY seq",
+    )
+    .bind(now)
+    .fetch_all(db.reader())
+    .await?)
+}
+
 /// Reclaim spot instances: an interruption notice now, `stopping` once the notice has run out, then
 /// `terminated` after the terminate delay, with the reason `Server.SpotInstanceTermination`. Instances already
 /// interrupted are left as they are.

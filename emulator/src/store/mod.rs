@@ -8,6 +8,7 @@ pub mod idempotency;
 pub mod instances;
 pub mod ipam;
 pub mod lb_provisioning;
+pub mod lb_views;
 pub mod lifecycle;
 pub mod load_balancers;
 pub mod quotas;
@@ -47,6 +48,22 @@ pub async fn labels(db: &Db, id: &str) -> Result<Option<Labels>> {
         zone,
         tags: tags.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
     }))
+}
+
+/// How many resources of each kind are in each state at `now`: (kind, state, count), the kind `instance`,
+/// `load_balancer`, `route` or `route_table` (these two always `active`).
+pub async fn counts(db: &Db, now: i64) -> Result<Vec<(String, String, i64)>> {
+    Ok(sqlx::query_as(concat!(
+        "SELECT 'instance', ",
+        instances::state_at!(),
+        " AS s, COUNT(*) FROM instances GROUP BY s \
+         UNION ALL SELECT 'load_balancer', (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) AS s, COUNT(*) FROM load_balancers GROUP BY s \
+         UNION ALL SELECT 'route', 'active', COUNT(*) FROM routes \
+         UNION ALL SELECT 'route_table', 'active', COUNT(*) FROM route_tables"
+    ))
+    .bind(now)
+    .fetch_all(db.reader())
+    .await?)
 }
 
 /// Delete every resource and the audit log; quotas go back to their defaults. The main route table is re-made.
