@@ -27,6 +27,7 @@ use futures::future::BoxFuture;
 use crate::auth::Tokens;
 use crate::cloud::{self, Cloud};
 use crate::config::{Config, DbLocation};
+use crate::db::postgres::Held;
 use crate::db::{Db, now_ms, rfc3339};
 use crate::error::{ApiError, Kind, Result};
 use crate::store::accounts::{self as rows, Row};
@@ -69,7 +70,7 @@ pub enum Synced {
 /// The right to change the accounts: this emulator's lock and, when others share the database, the database's.
 struct Changing<'a> {
     _here: tokio::sync::MutexGuard<'a, ()>,
-    everywhere: Option<sqlx::Transaction<'static, sqlx::Any>>,
+    everywhere: Option<Held>,
 }
 
 impl Changing<'_> {
@@ -77,8 +78,8 @@ impl Changing<'_> {
     /// replica frozen while it held it (a paused container) finds its session ended by the server when it
     /// wakes (see `db::postgres::SESSION_BOUNDS`), and another may be changing the accounts by then.
     async fn still_held(&mut self) -> Result<()> {
-        let Some(tx) = self.everywhere.as_mut() else { return Ok(()) };
-        match sqlx::query("SELECT 1").execute(&mut **tx).await {
+        let Some(held) = self.everywhere.as_mut() else { return Ok(()) };
+        match held.check().await {
             Ok(_) => Ok(()),
             Err(e) => {
                 tracing::warn!(error = %e, "lost the database session that held the accounts' lock; changing nothing");

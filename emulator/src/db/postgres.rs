@@ -19,12 +19,23 @@ pub const CLOUD_LOCK: &str = "SELECT CAST(hashtext(current_database() || '.' || 
 /// beyond the 32-bit range of [`CLOUD_LOCK`]'s numbers.
 pub const ACCOUNTS_LOCK: i64 = 0x6661_6b65_6163_6374;
 
-/// Hold the advisory lock `key` until the returned transaction is dropped (rolled back, which releases it) —
-/// or the process dies, which ends its session.
-pub async fn hold_lock(pool: &sqlx::AnyPool, key: i64) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+/// An advisory lock held (transaction-scoped) until this is dropped — the transaction rolled back, which
+/// releases it — or the process dies, which ends its session.
+pub struct Held(sqlx::Transaction<'static, sqlx::Any>);
+
+impl Held {
+    /// Whether the session holding the lock still answers: a replica frozen while it held it (a paused
+    /// container) finds its session ended by the server when it wakes (see [`SESSION_BOUNDS`]).
+    pub async fn check(&mut self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&mut *self.0).await.map(drop)
+    }
+}
+
+/// Hold the advisory lock `key` (see [`Held`]).
+pub async fn hold_lock(pool: &sqlx::AnyPool, key: i64) -> Result<Held, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(key).execute(&mut *tx).await?;
-    Ok(tx)
+    Ok(Held(tx))
 }
 
 /// Every connection's bounds on waiting (issue #47): a replica frozen while it holds a lock (a paused container,
@@ -64,12 +75,12 @@ pub async fn drop_schema(pool: &sqlx::AnyPool, name: &str) -> Result<(), sqlx::E
 
 /// Hold the advisory lock on changing the faults of the cloud whose schema `pool`'s connections are in, as
 /// [`hold_lock`] holds its.
-pub async fn hold_faults_lock(pool: &sqlx::AnyPool) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+pub async fn hold_faults_lock(pool: &sqlx::AnyPool) -> Result<Held, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext(current_database() || '.' || current_schema() || '.faults'))")
         .execute(&mut *tx)
         .await?;
-    Ok(tx)
+    Ok(Held(tx))
 }
 
 /// How long connecting may take before the host is said not to answer.

@@ -23,6 +23,8 @@ use governor::{Quota, RateLimiter};
 use super::call::{Call, Verdict};
 use crate::db::{Db, now_ms};
 use crate::error::{ApiError, Kind, Result, SERVER_HEADERS};
+use crate::store;
+use crate::store::faults::BucketRow;
 use crate::validate;
 
 type Limiter = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
@@ -185,7 +187,7 @@ impl ActiveLimit {
         let wait = wait?;
         self.refused.fetch_add(1, Ordering::SeqCst);
         if let Some(db) = shared
-            && let Err(e) = super::shared::count_refusal(db, &self.id).await
+            && let Err(e) = store::faults::count_refusal(db, &self.id).await
         {
             tracing::warn!(limit = %self.id, error = %e, "cannot count the refusal in the database");
         }
@@ -232,34 +234,20 @@ impl ActiveLimit {
             Meter::Bucket { .. } => {
                 let (now, every) = (jiff::Timestamp::now().as_microsecond(), self.emission_us());
                 let burst = every.saturating_mul(i64::from(capacity));
-                sqlx::query_as::<_, (i64, i64)>(TAKE_TOKEN)
-                    .bind(&self.id)
-                    .bind(key)
-                    .bind(now)
-                    .bind(every)
-                    .bind(burst)
-                    .fetch_one(db.writer())
-                    .await
-                    .map(|(tat, took)| {
-                        let left = ((burst - (tat - now)) / every).clamp(0, i64::from(capacity));
-                        let wait = (took == 0)
-                            .then(|| Duration::from_micros(u64::try_from(tat + every - burst - now).unwrap_or(0)));
-                        (u32::try_from(left).unwrap_or(0), wait)
-                    })
+                store::faults::take_token(db, &self.id, key, now, every, burst).await.map(|(tat, took)| {
+                    let left = ((burst - (tat - now)) / every).clamp(0, i64::from(capacity));
+                    let wait = (took == 0)
+                        .then(|| Duration::from_micros(u64::try_from(tat + every - burst - now).unwrap_or(0)));
+                    (u32::try_from(left).unwrap_or(0), wait)
+                })
             }
             Meter::Window { millis, .. } => {
                 let now = now_ms();
                 let window = now.div_euclid(*millis);
-                sqlx::query_scalar::<_, i64>(COUNT_CALL)
-                    .bind(&self.id)
-                    .bind(key)
-                    .bind(window)
-                    .fetch_one(db.writer())
-                    .await
-                    .map(|calls| match u32::try_from(calls) {
-                        Ok(calls) if calls <= capacity => (capacity - calls, None),
-                        _ => (0, Some(window_left(*millis, window, now))),
-                    })
+                store::faults::count_call(db, &self.id, key, window).await.map(|calls| match u32::try_from(calls) {
+                    Ok(calls) if calls <= capacity => (capacity - calls, None),
+                    _ => (0, Some(window_left(*millis, window, now))),
+                })
             }
         };
         counted.unwrap_or_else(|e| {
@@ -354,26 +342,6 @@ impl ActiveLimit {
         }
     }
 }
-
-/// A row of `rate_buckets` for one limit: key, mark, calls.
-pub type BucketRow = (String, i64, i64);
-
-/// Take a token from a shared bucket ($1 limit, $2 key, $3 now and $4 the emission interval and $5 the burst,
-/// in microseconds): GCRA allows a call when the arrival time, no earlier than now, plus one interval is within
-/// the burst of now. Returns the arrival time and whether the call took a token.
-const TAKE_TOKEN: &str = "INSERT INTO rate_buckets (limit_id, key, mark, calls) VALUES ($1, $2, $3 + $4, 1) \
-     ON CONFLICT (limit_id, key) DO UPDATE SET \
-     calls = CASE WHEN (CASE WHEN rate_buckets.mark > $3 THEN rate_buckets.mark ELSE $3 END) + $4 - $3 <= $5 \
-     THEN 1 ELSE 0 END, \
-     mark = CASE WHEN (CASE WHEN rate_buckets.mark > $3 THEN rate_buckets.mark ELSE $3 END) + $4 - $3 <= $5 \
-     THEN (CASE WHEN rate_buckets.mark > $3 THEN rate_buckets.mark ELSE $3 END) + $4 ELSE rate_buckets.mark END \
-     RETURNING mark, calls";
-
-/// Count a call in a shared fixed window ($1 limit, $2 key, $3 the window's number): the calls counted in it.
-const COUNT_CALL: &str = "INSERT INTO rate_buckets (limit_id, key, mark, calls) VALUES ($1, $2, $3, 1) \
-     ON CONFLICT (limit_id, key) DO UPDATE SET \
-     calls = CASE WHEN rate_buckets.mark = $3 THEN rate_buckets.calls + 1 ELSE 1 END, mark = $3 \
-     RETURNING calls";
 
 /// How long until the fixed window `window` (of `millis`) ends, from `now`.
 fn window_left(millis: i64, window: i64, now: i64) -> Duration {

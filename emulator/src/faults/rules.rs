@@ -32,6 +32,15 @@ pub struct ActiveRule {
     firing: Firing,
 }
 
+/// A rule's place in the list, if the request gives one: within the most rules there may be.
+pub fn check_position(position: Option<usize>) -> Result<()> {
+    if let Some(p) = position {
+        let p = u64::try_from(p).unwrap_or(u64::MAX);
+        validate::in_range("position", p, 0, fakecloud_api::limits::FAULT_COUNT_MAX)?;
+    }
+    Ok(())
+}
+
 fn invalid(field: &str, problem: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(field, problem)
 }

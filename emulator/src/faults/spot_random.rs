@@ -1,6 +1,6 @@
 //! Random spot reclamation: once a second, with probability rate/60, one live spot instance (drawn from the
 //! seeded generator) gets an interruption notice. Emulators sharing a database draw in turn: each second is
-//! drawn by the one that claims it (see `super::shared::claim_second`).
+//! drawn by the one that claims it (see `crate::store::faults::claim_second`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,13 +76,7 @@ impl ActiveSpotRandom {
         };
         let Some(pick) = pick else { return Ok(None) };
         let now = now_ms();
-        let candidates: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM instances WHERE market = 'spot' AND interruption_at IS NULL \
-             AND (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) IN ('pending', 'running') ORDER BY seq",
-        )
-        .bind(now)
-        .fetch_all(db.reader())
-        .await?;
+        let candidates = instances::spot_candidates(db, now).await?;
         if candidates.is_empty() {
             return Ok(None);
         }

@@ -10,9 +10,9 @@ use fakecloud_api::limits::{FAULT_COUNT_MAX, WINDOW_SECONDS_MAX};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::shared;
 use crate::db::{Db, ms};
 use crate::error::{ApiError, Result};
+use crate::store;
 use crate::validate;
 
 fn parse_time(field: &str, s: &str) -> Result<i64> {
@@ -110,7 +110,7 @@ impl Firing {
     pub async fn fire_shared(&self, t: &FaultTrigger, db: &Db, id: &str) -> Option<MutexGuard<'_, StdRng>> {
         use rand::Rng;
         let drawn = t.probability.is_none_or(|p| self.rng().random::<f64>() < p);
-        match shared::count_match(db, id, t, drawn).await {
+        match store::faults::count_match(db, id, t, drawn).await {
             Ok(fired) => fired.then(|| self.rng()),
             Err(e) => {
                 tracing::warn!(rule = %id, error = %e, "cannot count the match in the database; counting it here");

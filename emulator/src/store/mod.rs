@@ -3,6 +3,7 @@
 
 pub mod accounts;
 mod create;
+pub mod faults;
 pub mod hangs;
 pub mod idempotency;
 pub mod instances;
