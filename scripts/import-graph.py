@@ -19,6 +19,11 @@ The layers of a crate are a table in the file `--layers` names, after a line `<!
 path> -->`: one row a layer, top to bottom, its modules in the second column as `name`s. A module may import its
 own layer's modules and those of the layers below; the roots (`crate`, `main`) wire them all. `make lint` runs
 this on every crate, with the layers ARCHITECTURE.md draws.
+
+The same file may say where a crate's SQL is written, in a line `<!-- sql: <src path>; only in: a, b; sqlx
+elsewhere: Error, x::Y -->`: the check then fails on a statement (a string starting with SELECT, INSERT, ...) or
+a path into sqlx (`sqlx::query`, `use sqlx::{..}`) in any other top-level module, but for the sqlx items named
+after `sqlx elsewhere` (and what is inside them, `Error::Database`), which run no SQL.
 """
 
 import os
@@ -29,23 +34,28 @@ import sys
 ROOTS = ("crate", "main")
 
 
-def modules(root):
-    """Module path -> source with comments and the trailing test module removed."""
-    found = {}
+def sources(root):
+    """(module path, file, source with comments and the trailing test module removed) of every module; the
+    source keeps its lines where they were."""
     for dirpath, _, files in os.walk(root):
-        for f in files:
+        for f in sorted(files):
             if not f.endswith(".rs"):
                 continue
-            rel = os.path.relpath(os.path.join(dirpath, f), root)[:-3]
+            path = os.path.join(dirpath, f)
+            rel = os.path.relpath(path, root)[:-3]
             if rel.endswith("/mod"):
                 rel = rel[:-4]
             name = {"lib": "crate", "main": "main"}.get(rel, rel.replace("/", "::"))
-            with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 src = fh.read()
             src = re.split(r"#\[cfg\(test\)\]\s*mod tests\b", src)[0]
             # Line comments (doc comments included); a `//` inside a string only shortens what is scanned.
-            found[name] = re.sub(r"//[^\n]*", "", src)
-    return found
+            yield name, path, re.sub(r"//[^\n]*", "", src)
+
+
+def modules(root):
+    """Module path -> source (see `sources`)."""
+    return {name: src for name, _, src in sources(root)}
 
 
 def crate_name(root):
@@ -200,6 +210,43 @@ def upward(graph, table):
     return problems
 
 
+# A string that starts as an SQL statement does, a keyword and a space (raw or not): `"SELECT ...`, `r#"INSERT ...`.
+STATEMENT = re.compile(
+    r'(?:r#*)?"\s*(?:SELECT|INSERT|UPDATE|DELETE|WITH|VACUUM|CREATE|DROP|ALTER|PRAGMA|SET|BEGIN|COMMIT|ROLLBACK'
+    r'|SAVEPOINT|RELEASE|TRUNCATE|EXPLAIN|ANALYZE|REINDEX|LISTEN|NOTIFY|LOCK|COPY)\s'
+)
+
+
+def sql_rule(path, root):
+    """Where `path` says SQL is written for `root`: (top-level modules, sqlx items allowed elsewhere), or None."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    found = re.search(
+        r"<!-- sql: " + re.escape(root.rstrip("/")) + r"; only in: ([^;]*); sqlx elsewhere: (.*?) -->", text
+    )
+    if not found:
+        return None
+    names = lambda cell: {n.strip() for n in cell.split(",") if n.strip()}
+    return names(found.group(1)), names(found.group(2))
+
+
+def stray_sql(root, rule):
+    """Each statement and each use of sqlx outside the modules `rule` gives SQL to."""
+    homes, allowed = rule
+    problems = []
+    for name, path, src in sources(root):
+        if top_of(name) in homes:
+            continue
+        line = lambda at: src.count("\n", 0, at) + 1
+        for m in STATEMENT.finditer(src):
+            problems.append(f"{path}:{line(m.start())}: an SQL statement ({m.group(0).strip()} ...)")
+        for m in re.finditer(r"\bsqlx::(\{|[A-Za-z_0-9]+(?:::[A-Za-z_0-9]+)*)", src):
+            item = m.group(1)
+            if not any(item == a or item.startswith(a + "::") for a in allowed):
+                problems.append(f"{path}:{line(m.start())}: sqlx::{item}")
+    return problems, homes
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__.strip())
@@ -217,7 +264,7 @@ def main():
         print(f"circle: {' <-> '.join(c)}")
         for m in c:
             print(f"  {m} uses {', '.join(sorted(graph[m] & set(c)))}")
-    problems = []
+    problems, stray, homes = [], [], None
     if "--layers" in sys.argv:
         path = sys.argv[sys.argv.index("--layers") + 1]
         table = layers(path, root)
@@ -227,14 +274,23 @@ def main():
         problems = upward(graph, table)
         for p in problems:
             print(f"layers: {p}")
+        rule = sql_rule(path, root)
+        if rule:
+            stray, homes = stray_sql(root, rule)
+            homes = ", ".join(sorted(homes))
+            for p in stray:
+                print(f"sql: {p}, outside {homes}")
     if found:
         print(f"{root}: {len(found)} circle(s) among modules; move what they share into a module of its own")
     if problems:
         print(f"{root}: {len(problems)} layer problem(s); move what is shared below the layer that needs it")
-    if found or problems:
+    if stray:
+        print(f"{root}: {len(stray)} place(s) with SQL outside {homes}; move it into them")
+    if found or problems or stray:
         return 1
     layered = f", layered as {sys.argv[sys.argv.index('--layers') + 1]} draws" if "--layers" in sys.argv else ""
-    print(f"{root}: {len(graph)} modules, no circle{layered}")
+    sql = f", SQL only in {homes}" if homes else ""
+    print(f"{root}: {len(graph)} modules, no circle{layered}{sql}")
     return 0
 
 
