@@ -1,7 +1,7 @@
 //! `fakecloud-controlplane stack up|down` (what `make up` and `make down` run), end to end: a fleet too large
 //! for the cluster CIDR refused, up with 4 Nodes in a fresh run directory on free ports (each stage's time
-//! said), a second up refused, the README's session run on it as written, down, and no process of the run
-//! directory left.
+//! said), a second up refused, the README's session and its two bugs run on it as written, down, and no process
+//! of the run directory left.
 //!
 //! Needs the control-plane binaries and `fakecloud` and `fakecloud-ccm` beside the launcher (`make test` builds
 //! them first); without them it is skipped outside CI, as the other tests here, and fails under CI.
@@ -102,23 +102,17 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     assert_eq!(processes_naming(&run_dir), Vec::<u32>::new(), "processes of the run directory left");
 }
 
-/// The README's "A session" run on a stack up (issue #48: the front door's commands cannot rot): each line
-/// between `make up` and `make down` as written, in one bash with `set -e`, but for this stack's run directory
-/// and port, this build's binaries and kubectl, and `-w` (a watch) run once; then what its comments promise,
-/// waited for: the Service's address, the fault's Warning and the CCM's success, and the audit's 503s then a 201.
-fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane: &Binaries) {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("README");
+/// A `sh` block of the README, the first after `marker`, as a bash script: each line but `make ...` as written
+/// (without its comment), but for this stack's run directory and port and this build's binaries, a watch (`-w`)
+/// run once, and a scenario's minute cut to 15 s. How many commands it holds, too.
+fn readme_script(readme: &str, marker: &str, run_dir: &Path, port: &str, binaries_dir: &Path) -> (String, usize) {
     let block = readme
-        .split("## A session")
+        .split(marker)
         .nth(1)
         .and_then(|rest| rest.split("```sh\n").nth(1))
         .and_then(|rest| rest.split("\n```").next())
-        .expect("the README has a session in a sh block");
-    let mut script = String::from("set -euo pipefail\n");
-    if let Some(kubectl) = control_plane.kubectl() {
-        script.push_str(&format!("export PATH={}:$PATH\n", kubectl.parent().expect("its directory").display()));
-    }
-    let mut lines = 0;
+        .unwrap_or_else(|| panic!("the README has a sh block after {marker:?}"));
+    let (mut script, mut lines) = (String::new(), 0);
     for line in block.lines() {
         let command = line.split("  #").next().unwrap_or_default().trim();
         if command.is_empty() || command.starts_with("make ") {
@@ -128,39 +122,89 @@ fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane
             .replace("$PWD/.run", &run_dir.display().to_string())
             .replace(".run/", &format!("{}/", run_dir.display()))
             .replace("$PWD/target/debug", &binaries_dir.display().to_string())
-            .replace("127.0.0.1:8787", &format!("127.0.0.1:{port}"));
+            .replace("127.0.0.1:8787", &format!("127.0.0.1:{port}"))
+            .replace(".yaml", ".yaml --set duration=15")
+            .replace(" -w ", " ");
         script.push_str(command.strip_suffix(" -w").unwrap_or(&command));
         script.push('\n');
         lines += 1;
     }
-    assert!(lines >= 7, "the session's commands were found: {block}");
-    let run = |script: &str| {
-        let out = Command::new("bash").arg("-c").arg(script).output().expect("bash runs");
-        (out.status.success(), text(&out))
-    };
-    let (ok, said) = run(&script);
-    assert!(ok, "the README's session failed:\n{script}\n{said}");
+    (script, lines)
+}
 
-    // What the comments say, within a bound (the CCM retries 5 s after its first failure).
-    let env = script.lines().filter(|l| l.starts_with("export ") || l.starts_with("source ")).collect::<Vec<_>>();
-    let check = |command: &str| run(&format!("{}\n{command}", env.join("\n")));
+fn bash(script: &str) -> (bool, String) {
+    // From the repository, where the README's paths (scenarios/) start.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("bash runs");
+    (out.status.success(), text(&out))
+}
+
+/// Polls `check` every second until it says done (`None`), at most 120 s (the CCM retries 5 s after a failure,
+/// the scenarios last 15 s); fails with the last thing it said.
+fn eventually(what: &str, check: impl Fn() -> Option<String>) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let (_, events) = check("kubectl get events --field-selector involvedObject.name=web");
-        let (_, audit) = check("fakecloud audit --operation CreateLoadBalancer");
-        let (_, svc) = check("kubectl get svc web -o jsonpath='{.status.loadBalancer.ingress[0].ip}'");
+        let Some(said) = check() else { return };
+        assert!(std::time::Instant::now() < deadline, "{what}:\n{said}");
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// The README's "A session" run on a stack up (issue #48: the front door's commands cannot rot), in one bash
+/// with `set -e`; then what its comments promise, waited for: the Service's address, the fault's Warning and the
+/// CCM's success, and the audit's 503s then a 201. Then the two bugs users come with, on the same stack, both
+/// at once (their scenarios change different quotas): what their comments promise, waited for too.
+fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane: &Binaries) {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("README");
+    let mut env = String::from("set -euo pipefail\n");
+    if let Some(kubectl) = control_plane.kubectl() {
+        env.push_str(&format!("export PATH={}:$PATH\n", kubectl.parent().expect("its directory").display()));
+    }
+    let (session, lines) = readme_script(&readme, "## A session", run_dir, port, binaries_dir);
+    assert!(lines >= 7, "the session's commands were found: {session}");
+    let (ok, said) = bash(&format!("{env}{session}"));
+    assert!(ok, "the README's session failed:\n{session}\n{said}");
+
+    env.extend(
+        session.lines().filter(|l| l.starts_with("export ") || l.starts_with("source ")).map(|l| format!("{l}\n")),
+    );
+    let check = |command: &str| bash(&format!("{env}{command}")).1;
+    eventually("the session's promises were not kept", || {
+        let events = check("kubectl get events --field-selector involvedObject.name=web");
+        let audit = check("fakecloud audit --operation CreateLoadBalancer");
+        let svc = check("kubectl get svc web -o jsonpath='{.status.loadBalancer.ingress[0].ip}'");
         let done = events.contains("SyncLoadBalancerFailed")
             && events.contains("EnsuredLoadBalancer")
             && audit.matches(" 503 ").count() >= 4
             && audit.contains(" 201 ")
             && !svc.trim().is_empty();
-        if done {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the session's promises were not kept:\nevents: {events}\naudit: {audit}\naddress: {svc}"
-        );
-        std::thread::sleep(std::time::Duration::from_secs(1));
+        (!done).then(|| format!("events: {events}\naudit: {audit}\naddress: {svc}"))
+    });
+
+    for (bug, marker) in [("pending", "**\"My LoadBalancer is stuck"), ("route limit", "**\"Nodes stay")] {
+        let (script, lines) = readme_script(&readme, marker, run_dir, port, binaries_dir);
+        assert!(lines >= 2, "the {bug} bug's commands were found: {script}");
+        let (ok, said) = bash(&format!("{env}{script}"));
+        assert!(ok, "the README's {bug} bug failed:\n{script}\n{said}");
     }
+    eventually("the pending bug's promises were not kept", || {
+        let events = check("kubectl get events --field-selector involvedObject.name=api");
+        let svc = check("kubectl get svc api -o jsonpath='{.status.loadBalancer.ingress[0].ip}'");
+        let done = events.contains("SyncLoadBalancerFailed")
+            && events.contains("LoadBalancerLimitExceeded")
+            && !svc.trim().is_empty();
+        (!done).then(|| format!("events: {events}\naddress: {svc}"))
+    });
+    eventually("the route limit bug's promises were not kept", || {
+        let events = check("kubectl get events --field-selector reason=FailedToCreateRoute");
+        let routed = check(
+            "kubectl get node extra-1 -o jsonpath='{.status.conditions[?(@.type==\"NetworkUnavailable\")].reason}'",
+        );
+        let done = events.contains("RouteLimitExceeded") && routed.trim() == "RouteCreated";
+        (!done).then(|| format!("events: {events}\nextra-1's NetworkUnavailable: {routed}"))
+    });
 }
