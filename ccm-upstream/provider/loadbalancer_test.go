@@ -65,18 +65,24 @@ func TestTheSharedCasesHold(t *testing.T) {
 			"backends": Backends(c.Nodes),
 		}
 		for part, want := range c.Want {
-			got, err := json.Marshal(made[part])
-			if err != nil {
-				t.Fatal(err)
-			}
-			var gotValue, wantValue any
-			if json.Unmarshal(got, &gotValue) != nil || json.Unmarshal(want, &wantValue) != nil {
-				t.Fatalf("%s: %s or %s is not JSON", c.Case, got, want)
-			}
-			if !reflect.DeepEqual(gotValue, wantValue) {
-				t.Errorf("%s: %s = %s, want %s", c.Case, part, got, want)
-			}
+			sameJSON(t, c.Case+": "+part, made[part], want)
 		}
+	}
+}
+
+// sameJSON says whether got, written as JSON, is the value want is (as the Rust tests compare serde values).
+func sameJSON(t *testing.T, what string, got any, want json.RawMessage) {
+	t.Helper()
+	text, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotValue, wantValue any
+	if json.Unmarshal(text, &gotValue) != nil || json.Unmarshal(want, &wantValue) != nil {
+		t.Fatalf("%s: %s or %s is not JSON", what, text, want)
+	}
+	if !reflect.DeepEqual(gotValue, wantValue) {
+		t.Errorf("%s: got %s, want %s", what, text, want)
 	}
 }
 
@@ -131,19 +137,6 @@ func TestTheSharedUpdatesAndStatusesHold(t *testing.T) {
 		}
 		return &out
 	}
-	sameJSON := func(c lbCase, got any, want json.RawMessage) {
-		text, err := json.Marshal(got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var gotValue, wantValue any
-		if json.Unmarshal(text, &gotValue) != nil || json.Unmarshal(want, &wantValue) != nil {
-			t.Fatalf("%s: %s or %s is not JSON", c.Case, text, want)
-		}
-		if !reflect.DeepEqual(gotValue, wantValue) {
-			t.Errorf("%s: got %s, want %s", c.Case, text, want)
-		}
-	}
 	for _, c := range file.Updates {
 		want, err := DesiredLoadBalancer(&c.Service)
 		if err != nil {
@@ -162,11 +155,11 @@ func TestTheSharedUpdatesAndStatusesHold(t *testing.T) {
 		case len(c.Error) > 0:
 			t.Errorf("%s: not refused", c.Case)
 		default:
-			sameJSON(c, req, c.Update)
+			sameJSON(t, c.Case, req, c.Update)
 		}
 	}
 	for _, c := range file.Statuses {
-		sameJSON(c, status(lb(c)), c.Status)
+		sameJSON(t, c.Case, status(lb(c)), c.Status)
 	}
 }
 
