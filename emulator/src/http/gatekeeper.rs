@@ -31,10 +31,8 @@ const AUDITED_PATH_MAX_CHARS: usize = 1024;
 
 /// Authenticate, authorise, and record every API call.
 pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
     let method = req.method().clone();
-    // A path is audited as long as a path of this API can be; a longer one (64 KB, say) only to that length.
-    let path: String = req.uri().path().chars().take(AUDITED_PATH_MAX_CHARS).collect();
+    let path = req.uri().path();
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string());
     let op = route.as_deref().and_then(|r| st.operations.get(&method, r)).cloned();
     let mutating = !matches!(method, Method::GET | Method::HEAD);
@@ -43,8 +41,10 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
         return next.run(req).await;
     }
     let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+    let operation = op.as_ref().map_or_else(|| "Unknown".to_string(), |o| o.name.clone());
+    let (recorder, req) =
+        Recorder::open(&st, req, role, operation, op.as_ref().filter(|_| mutating).map(|o| o.success));
     let (mut parts, body) = req.into_parts();
-    let (body, body_read) = BodyWatch::watch(&parts.headers, body, st.cfg.connections.body_read_timeout);
     let path_params: Vec<String> = RawPathParams::from_request_parts(&mut parts, &())
         .await
         .map(|p| p.iter().map(|(_, v)| v.to_string()).collect())
@@ -56,28 +56,11 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
         .or_else(|| extract::idempotency_key(&parts.headers).err());
     let path_id = path_params.last().filter(|_| bad_input.is_none()).cloned();
     let req = Request::from_parts(parts, body);
-    let request_id = uuid::Uuid::new_v4().simple().to_string();
-    let entry = Record {
-        time_ms: 0,
-        request_id: request_id.clone(),
-        role: role.map_or("anonymous", Role::as_str),
-        operation: op.as_ref().map_or_else(|| "Unknown".to_string(), |o| o.name.clone()),
-        method: method.to_string(),
-        path,
-        resource_id: None,
-        status: 0,
-        error_code: None,
-        latency_us: 0,
-        fault: None,
-    };
-    // A change is audited in its own transaction, as if it succeeds (see crate::call).
-    let change =
-        op.as_ref().filter(|_| mutating).map(|o| (Record { status: o.success, ..entry.clone() }, st.audit.clone()));
-    let ctx = CallContext::new(request_id.clone(), change);
+    let entry = &recorder.entry;
 
     let mut fault = None;
     // Answered only once every change the call read is committed (see db::group_commit).
-    let mut resp = settled(ctx.scope(async {
+    let resp = recorder.run(async {
             match (&op, role) {
                 (None, _) if route.is_none() => next.run(req).await,
                 (None, _) => {
@@ -150,61 +133,128 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     resp
                 }
             }
-        }))
+        })
         .await;
+    recorder.close(&st, resp, path_id, fault).await
+}
 
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
-        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+/// A call as every face of the cloud records it: its request ID, its audit entry (written with its change, for
+/// a call that makes one: see `crate::call`), its metrics, and its body's deadline (`BodyWatch`).
+pub(crate) struct Recorder {
+    started: Instant,
+    /// Its entry as it is so far: a face that learns the operation or the caller from the request (the AWS
+    /// face, from its body) fills them in before [`Recorder::close`].
+    pub(crate) entry: Record,
+    ctx: Arc<CallContext>,
+    body_read: Option<Arc<BodyRead>>,
+    mutating: bool,
+}
+
+impl Recorder {
+    /// Open the record of `req`'s call, whose body is watched from now on. `change`: the status its entry is
+    /// written with if it commits a change (`None`: it does not change state).
+    pub(crate) fn open(
+        st: &AppState,
+        req: Request,
+        role: Option<Role>,
+        operation: String,
+        change: Option<u16>,
+    ) -> (Self, Request) {
+        let started = Instant::now();
+        // A path is audited as long as a path of this API can be; a longer one (64 KB, say) only to that length.
+        let path: String = req.uri().path().chars().take(AUDITED_PATH_MAX_CHARS).collect();
+        let method = req.method().clone();
+        let (parts, body) = req.into_parts();
+        let (body, body_read) = BodyWatch::watch(&parts.headers, body, st.cfg.connections.body_read_timeout);
+        let entry = Record {
+            time_ms: 0,
+            request_id: uuid::Uuid::new_v4().simple().to_string(),
+            role: role.map_or("anonymous", Role::as_str),
+            operation,
+            method: method.to_string(),
+            path,
+            resource_id: None,
+            status: 0,
+            error_code: None,
+            latency_us: 0,
+            fault: None,
+        };
+        // A change is audited in its own transaction, as if it succeeds (see crate::call).
+        let written = change.map(|status| (Record { status, ..entry.clone() }, st.audit.clone()));
+        let ctx = CallContext::new(entry.request_id.clone(), written);
+        let mutating = !matches!(method, Method::GET | Method::HEAD);
+        (Self { started, entry, ctx, body_read, mutating }, Request::from_parts(parts, body))
     }
-    if let Some(read) = &body_read {
-        // The body did not arrive in time: whatever the call made of a cut-off body, the answer is that.
-        if read.timed_out.load(Ordering::Acquire) {
-            let timeout = st.cfg.connections.body_read_timeout;
-            resp = ApiError::new(
-                Kind::Status(StatusCode::REQUEST_TIMEOUT.as_u16()),
-                codes::REQUEST_TIMEOUT,
-                format!(
-                    "the request body did not arrive within {timeout:?} of the request's head (--body-read-timeout)"
-                ),
-            )
-            .into_response();
+
+    /// Answer the call with `answer`, run as this call; answered once every change it read is committed (see
+    /// `db::group_commit`).
+    pub(crate) async fn run<F: std::future::Future<Output = Response>>(&self, answer: F) -> Response {
+        settled(self.ctx.scope(answer)).await
+    }
+
+    /// Close the record with the call's answer: the request ID on it, a body that came too late said so,
+    /// the data plane poked after a change, metrics, the audit entry. `fault`: what a fault made of the call.
+    pub(crate) async fn close(
+        self,
+        st: &AppState,
+        mut resp: Response,
+        path_id: Option<String>,
+        fault: Option<String>,
+    ) -> Response {
+        let Self { started, entry, ctx, body_read, mutating } = self;
+        if let Ok(v) = HeaderValue::from_str(&entry.request_id) {
+            resp.headers_mut().insert(REQUEST_ID_HEADER, v);
         }
-        // Answered before its body was read (refused, say): the rest of the body may still be on its way, and a
-        // client that pooled the connection would send its next request after it. Say the connection is done.
-        if !read.done.load(Ordering::Acquire) {
-            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        if let Some(read) = &body_read {
+            // The body did not arrive in time: whatever the call made of a cut-off body, the answer is that.
+            if read.timed_out.load(Ordering::Acquire) {
+                let timeout = st.cfg.connections.body_read_timeout;
+                resp = ApiError::new(
+                    Kind::Status(StatusCode::REQUEST_TIMEOUT.as_u16()),
+                    codes::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {timeout:?} of the request's head (--body-read-timeout)"
+                    ),
+                )
+                .into_response();
+            }
+            // Answered before its body was read (refused, say): the rest of the body may still be on its way, and
+            // a client that pooled the connection would send its next request after it. Say the connection is done.
+            if !read.done.load(Ordering::Acquire) {
+                resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
         }
+        let status = resp.status().as_u16();
+        // Whatever changed (a load balancer, an instance behind one, a reset), the data plane follows it now.
+        if mutating
+            && resp.status().is_success()
+            && let Some(dataplane) = &st.dataplane
+        {
+            dataplane.poke();
+        }
+        let elapsed = started.elapsed();
+        st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
+        let record = Record {
+            time_ms: now_ms(),
+            resource_id: resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id),
+            status,
+            error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
+            latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
+            fault: fault.clone(),
+            ..entry
+        };
+        match ctx.written() {
+            // Written with the change, and the answer is the one it was written as.
+            Some((_, w)) if (w.status, &w.resource_id, &w.fault) == (status, &record.resource_id, &record.fault) => {}
+            Some((seq, _)) => st.audit.amend(seq, &record).await,
+            None if mutating => st.audit.record_now(record).await,
+            None => st.audit.record(record),
+        }
+        if let Some(f) = fault {
+            st.metrics.fault_injected(&f);
+        }
+        resp
     }
-    let status = resp.status().as_u16();
-    // Whatever changed (a load balancer, an instance behind one, a reset), the data plane follows it now.
-    if mutating
-        && resp.status().is_success()
-        && let Some(dataplane) = &st.dataplane
-    {
-        dataplane.poke();
-    }
-    let elapsed = started.elapsed();
-    st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
-    let record = Record {
-        time_ms: now_ms(),
-        resource_id: resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id),
-        status,
-        error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
-        latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
-        fault: fault.clone(),
-        ..entry
-    };
-    match ctx.written() {
-        // Written with the change, and the answer is the one it was written as.
-        Some((_, w)) if (w.status, &w.resource_id, &w.fault) == (status, &record.resource_id, &record.fault) => {}
-        Some((seq, _)) => st.audit.amend(seq, &record).await,
-        None if mutating => st.audit.record_now(record).await,
-        None => st.audit.record(record),
-    }
-    if let Some(f) = fault {
-        st.metrics.fault_injected(&f);
-    }
-    resp
 }
 
 /// A request body that notes when it has been read to its end, and fails once its deadline has passed: a body
