@@ -261,11 +261,17 @@ impl Accounts {
         Ok(())
     }
 
-    /// The router of the account whose token `authorization` (an `Authorization` header's value) carries, if
-    /// it is one of theirs.
+    /// The router of the account whose token `authorization` (an `Authorization` header's value) carries, or
+    /// whose AWS access key ID it names (a SigV4 header), if it is one of theirs.
     pub fn route(&self, authorization: Option<&str>) -> Option<Router> {
         let clouds = self.clouds.read().unwrap_or_else(|e| e.into_inner());
-        clouds.values().find(|c| c.state.tokens.role_of(authorization).is_some()).map(|c| c.router.clone())
+        clouds
+            .values()
+            .find(|c| {
+                c.state.tokens.role_of(authorization).is_some()
+                    || crate::aws::names_cloud(authorization, &c.state.tokens)
+            })
+            .map(|c| c.router.clone())
     }
 
     /// Several emulators on one PostgreSQL database hold the same accounts: one that creates, deletes or wipes

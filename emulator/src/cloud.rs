@@ -1,4 +1,4 @@
-//! One cloud: a database (schema applied, the main route table made), the API in front of it and its lifecycle
+//! One cloud: a database (schema applied, the main route table made), the APIs in front of it (native and AWS) and its lifecycle
 //! ticker. The emulator serves one, its own, and one per account created on it (see [`crate::accounts`]).
 
 use std::sync::Arc;
@@ -51,7 +51,9 @@ impl Cloud {
         store::routes::canonicalize_destinations(&mut tx).await?;
         tx.commit().await.map_err(ApiError::from)?;
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
-        let (router, state) = http::app(db, cfg, tokens, accounts).await?;
+        let (native, state) = http::app(db, cfg, tokens, accounts).await?;
+        // The AWS face answers `/`; every other path is the native API's.
+        let router = crate::aws::router(state.clone()).fallback_service(native);
         Ok(Self { router, state, ticker })
     }
 

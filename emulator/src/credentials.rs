@@ -29,11 +29,13 @@ pub enum Source {
     Generated(PathBuf),
 }
 
-/// Tokens from the flags if both are given; else from `file` if it exists; else new ones written to `file`.
+/// Tokens from the flags if both are given; else from `file` if it exists; else new ones written to `file`, with
+/// the lines `derived` makes of them (the AWS face's keys, which the SDKs read from the same variables).
 pub fn load_or_create(
     user: Option<String>,
     admin: Option<String>,
     file: &Path,
+    derived: impl FnOnce(&Tokens) -> String,
 ) -> Result<(Tokens, Source), CredentialsError> {
     if let (Some(user), Some(admin)) = (user.clone(), admin.clone()) {
         check_len(&user, ENV_USER_TOKEN)?;
@@ -52,8 +54,10 @@ pub fn load_or_create(
     }
     let tokens = Tokens { user: user.unwrap_or_else(random_token), admin: admin.unwrap_or_else(random_token) };
     let body = format!(
-        "# fakecloud credentials: `source` this file to use the CLI.\nexport {ENV_USER_TOKEN}={}\nexport {ENV_ADMIN_TOKEN}={}\n",
-        tokens.user, tokens.admin
+        "# fakecloud credentials: `source` this file to use the CLI (and the AWS SDKs and CLI).\nexport {ENV_USER_TOKEN}={}\nexport {ENV_ADMIN_TOKEN}={}\n{}",
+        tokens.user,
+        tokens.admin,
+        derived(&tokens)
     );
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -89,10 +93,13 @@ mod tests {
     fn generated_tokens_are_private_and_reused() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("fakecloud.credentials");
-        let (t1, src) = load_or_create(None, None, &file).unwrap();
+        let (t1, src) = load_or_create(None, None, &file, |_| "export EXTRA=1\n".into()).unwrap();
         assert_eq!(src, Source::Generated(file.clone()));
         assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
-        let (t2, src) = load_or_create(None, None, &file).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(fakecloud_api::credential(&text, ENV_USER_TOKEN), Some(t1.user.clone()));
+        assert_eq!(fakecloud_api::credential(&text, "EXTRA").as_deref(), Some("1"));
+        let (t2, src) = load_or_create(None, None, &file, |_| unreachable!("a file read is not written")).unwrap();
         assert_eq!(src, Source::File(file.clone()));
         assert_eq!((t1.user, t1.admin), (t2.user, t2.admin));
     }
@@ -100,7 +107,8 @@ mod tests {
     #[test]
     fn short_tokens_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = load_or_create(Some("short".into()), Some("x".repeat(20)), &dir.path().join("c")).unwrap_err();
+        let err = load_or_create(Some("short".into()), Some("x".repeat(20)), &dir.path().join("c"), |_| String::new())
+            .unwrap_err();
         assert!(err.to_string().contains(ENV_USER_TOKEN));
     }
 }

@@ -5,6 +5,7 @@
 //! - [`addresses`]: which addresses a machine may have (and so the data plane may forward to).
 //! - [`store`]: the SQL, one module per resource; quotas and idempotency are enforced there.
 //! - [`http`]: handlers per resource, and the gatekeeper every call goes through (authentication, audit).
+//! - [`aws`]: the AWS face (EC2's Query protocol, SigV4) beside `http`, on the same store.
 //! - [`auth`]: the tokens and the roles they grant; [`metrics`]: what `/metrics` shows (the API's calls and the
 //!   data plane's connections).
 //! - [`dataplane`]: the load balancers' listeners, proxy and health checks (`serve --serve-load-balancers`).
@@ -15,6 +16,7 @@
 pub mod accounts;
 pub mod addresses;
 pub mod auth;
+pub mod aws;
 pub mod call;
 pub mod cloud;
 pub mod config;

@@ -218,7 +218,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         DbLocation::File(p) => p.with_extension("credentials"),
         DbLocation::Memory | DbLocation::Postgres(_) => PathBuf::from("fakecloud.credentials"),
     });
-    let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file)?;
+    let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file, |t| {
+        crate::aws::credentials::Keys::of(t).file_lines()
+    })?;
     let server = match Server::start(&args.listen, &db, cfg, tokens).await {
         Ok(server) => server,
         Err(e) => {

@@ -94,7 +94,8 @@ impl Server {
     }
 }
 
-/// Route each call, before anything else looks at it, to the cloud its token belongs to: an account's, whole
+/// Route each call, before anything else looks at it, to the cloud its token belongs to (or, for an AWS call,
+/// whose access key ID its SigV4 header names: routing only, the cloud's AWS face verifies it): an account's, whole
 /// (its gatekeeper, audit log, faults), or else the emulator's own (`own`, whose tokens are `own_tokens`), which
 /// also answers calls without a valid token. With other emulators on the database, the accounts are first
 /// brought up to date ([`Accounts::sync`]; a database that cannot be reached there answers the call 503) — but
@@ -108,7 +109,9 @@ fn dispatch(accounts: Arc<Accounts>, own_tokens: Tokens, own: Router) -> Router 
         async move {
             let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
             let open_path = matches!(req.uri().path(), "/healthz" | "/readyz");
-            if authorization.is_none() || open_path || own_tokens.role_of(authorization).is_some() {
+            let own_call =
+                own_tokens.role_of(authorization).is_some() || crate::aws::names_cloud(authorization, &own_tokens);
+            if authorization.is_none() || open_path || own_call {
                 return own.oneshot(req).await;
             }
             let mut synced = accounts.sync(false).await;

@@ -186,6 +186,10 @@ impl Recorder {
         (Self { started, entry, ctx, body_read, mutating }, Request::from_parts(parts, body))
     }
 
+    pub(crate) fn request_id(&self) -> &str {
+        &self.entry.request_id
+    }
+
     /// Answer the call with `answer`, run as this call; answered once every change it read is committed (see
     /// `db::group_commit`).
     pub(crate) async fn run<F: std::future::Future<Output = Response>>(&self, answer: F) -> Response {

@@ -20,6 +20,9 @@ mod reply;
 mod state;
 
 pub use self::state::{AppState, Registry};
+// For the other faces of the cloud (`crate::aws`): the bound on a request body, and how a call is recorded.
+pub(crate) use self::extract::MAX_BODY_BYTES;
+pub(crate) use self::gatekeeper::Recorder;
 
 use std::sync::Arc;
 
@@ -34,7 +37,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use self::extract::MAX_BODY_BYTES;
 use self::operations::Operations;
 use crate::auth::Tokens;
 use crate::config::Config;

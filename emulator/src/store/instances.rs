@@ -394,6 +394,16 @@ pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<Insta
     Ok(InstanceList { items, next_page_token })
 }
 
+/// Every instance the store holds (terminated ones until they are forgotten), in the order they were made,
+/// each with its position in that order: for a face that filters and pages them itself (the AWS face).
+pub async fn all(db: &Db, cfg: &Config) -> Result<Vec<(i64, Instance)>> {
+    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY seq")))
+        .bind(now_ms())
+        .fetch_all(db.reader())
+        .await?;
+    rows.into_iter().map(|r| Ok((r.seq, r.into_api(&cfg.topology.region)?))).collect()
+}
+
 /// A state change asked for by the API.
 #[derive(Debug, Clone, Copy)]
 pub enum Action {

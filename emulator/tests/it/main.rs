@@ -3,6 +3,7 @@
 
 mod accounts;
 mod audit_and_metrics;
+mod aws;
 mod body_props;
 mod common;
 mod connections;

@@ -1,0 +1,183 @@
+//! DescribeInstances: the cloud's instances as EC2's, one reservation each, filtered and paged as EC2 does.
+
+use std::net::IpAddr;
+
+use fakecloud_api::{Instance, InstanceState, Market};
+
+use super::{filter, network};
+use crate::aws::credentials::Keys;
+use crate::aws::error::{AwsError, Result};
+use crate::aws::query::{Filter, Params};
+use crate::aws::xml::{Node, el, items, text};
+use crate::config::Topology;
+use crate::http::AppState;
+use crate::store;
+
+/// The longest instance ID looked at: far past EC2's (`i-` and 17 hex digits).
+const ID_MAX_BYTES: usize = 64;
+
+pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<Node>> {
+    let ids = params.list("InstanceId")?;
+    let filters = params.filters()?;
+    let max_results = params.int("MaxResults", 5, 1000)?;
+    let token = params.take("NextToken");
+    if max_results.is_some() && !ids.is_empty() {
+        return Err(AwsError::client(
+            "InvalidParameterCombination",
+            "The parameter instancesSet cannot be used with the parameter maxResults",
+        ));
+    }
+    if let Some(bad) = ids.iter().find(|id| !id.starts_with("i-") || id.len() > ID_MAX_BYTES) {
+        let shown: String = bad.chars().take(ID_MAX_BYTES).collect();
+        return Err(AwsError::client("InvalidInstanceID.Malformed", format!("Invalid id: \"{shown}\"")));
+    }
+    filter::check(&filters, |n| {
+        matches!(
+            n,
+            "instance-id"
+                | "private-dns-name"
+                | "private-ip-address"
+                | "instance-state-name"
+                | "instance-state-code"
+                | "availability-zone"
+                | "instance-type"
+                | "instance-lifecycle"
+                | "vpc-id"
+                | "subnet-id"
+                | "tag-key"
+                | "tag-value"
+        ) || n.strip_prefix("tag:").is_some_and(|k| !k.is_empty())
+    })?;
+    // The token is the position of the last instance of the page before.
+    let after = match &token {
+        Some(t) => t.parse::<i64>().map_err(|_| {
+            AwsError::client("InvalidPaginationToken", "The pagination token is invalid or has expired")
+        })?,
+        None => 0,
+    };
+    let all = store::instances::all(&st.db, &st.cfg).await?;
+    let missing: Vec<&str> =
+        ids.iter().filter(|id| !all.iter().any(|(_, i)| &i.id == *id)).map(String::as_str).collect();
+    match missing.as_slice() {
+        [] => {}
+        [one] => {
+            return Err(AwsError::client(
+                "InvalidInstanceID.NotFound",
+                format!("The instance ID '{one}' does not exist"),
+            ));
+        }
+        many => {
+            return Err(AwsError::client(
+                "InvalidInstanceID.NotFound",
+                format!("The instance IDs '{}' do not exist", many.join(", ")),
+            ));
+        }
+    }
+    let topo = &st.cfg.topology;
+    let mut chosen = all.into_iter().filter(|(seq, i)| {
+        *seq > after && (ids.is_empty() || ids.contains(&i.id)) && filters.iter().all(|f| passes(f, i, topo))
+    });
+    let page: Vec<(i64, Instance)> = match max_results {
+        Some(n) => chosen.by_ref().take(n as usize).collect(),
+        None => chosen.by_ref().collect(),
+    };
+    let next = match (page.last(), chosen.next()) {
+        (Some((seq, _)), Some(_)) => Some(seq.to_string()),
+        _ => None,
+    };
+    let reservations: Vec<Vec<Node>> = page.iter().map(|(_, i)| reservation(i, keys, topo)).collect();
+    let mut answer = vec![items("reservationSet", reservations)];
+    if let Some(next) = next {
+        answer.push(text("nextToken", next));
+    }
+    Ok(answer)
+}
+
+/// `i` passes filter `f` (whose name is checked: [`filter::check`]).
+fn passes(f: &Filter, i: &Instance, topo: &Topology) -> bool {
+    let one = |v: &str| filter::any(&f.values, v);
+    match f.name.as_str() {
+        "instance-id" => one(&i.id),
+        "private-dns-name" => one(&private_dns_name(i)),
+        "private-ip-address" => one(&i.private_ip.to_string()),
+        "instance-state-name" => one(state_name(i.state)),
+        "instance-state-code" => one(&state_code(i.state).to_string()),
+        "availability-zone" => one(&i.zone),
+        "instance-type" => one(&i.instance_type),
+        "instance-lifecycle" => i.market == Market::Spot && one("spot"),
+        "vpc-id" => one(&network::vpc_id(topo)),
+        "subnet-id" => one(&network::subnet_id(topo, &i.zone)),
+        "tag-key" => i.tags.keys().any(|k| one(k)),
+        "tag-value" => i.tags.values().any(|v| one(v)),
+        name => name.strip_prefix("tag:").and_then(|k| i.tags.get(k)).is_some_and(|v| one(v)),
+    }
+}
+
+/// EC2's state name: fakecloud's states are EC2's.
+fn state_name(s: InstanceState) -> &'static str {
+    s.as_str()
+}
+
+/// EC2's state code (the low byte of EC2's 16-bit code).
+fn state_code(s: InstanceState) -> u8 {
+    match s {
+        InstanceState::Pending => 0,
+        InstanceState::Running => 16,
+        InstanceState::ShuttingDown => 32,
+        InstanceState::Terminated => 48,
+        InstanceState::Stopping => 64,
+        InstanceState::Stopped => 80,
+    }
+}
+
+/// `ip-10-0-1-5.<region>.compute.internal` (IP-based naming); an instance whose private address is IPv6 is named
+/// by its ID (resource-based naming), as EC2 names IPv6-only instances.
+fn private_dns_name(i: &Instance) -> String {
+    match i.private_ip {
+        IpAddr::V4(v4) => format!("ip-{}.{}.compute.internal", v4.to_string().replace('.', "-"), i.region),
+        IpAddr::V6(_) => format!("{}.{}.compute.internal", i.id, i.region),
+    }
+}
+
+/// One reservation holding `i`, as EC2 answers an instance launched alone.
+fn reservation(i: &Instance, keys: &Keys, topo: &Topology) -> Vec<Node> {
+    vec![
+        text("reservationId", format!("r-{}", i.id.strip_prefix("i-").unwrap_or(&i.id))),
+        text("ownerId", keys.account_id.clone()),
+        items("groupSet", []),
+        items("instancesSet", [instance(i, topo)]),
+    ]
+}
+
+fn instance(i: &Instance, topo: &Topology) -> Vec<Node> {
+    let mut fields = vec![
+        text("instanceId", i.id.clone()),
+        el("instanceState", vec![text("code", state_code(i.state).to_string()), text("name", state_name(i.state))]),
+        text("privateDnsName", private_dns_name(i)),
+        text("dnsName", ""),
+        text("amiLaunchIndex", "0"),
+        text("instanceType", i.instance_type.clone()),
+        text("launchTime", i.created_at.clone()),
+        el(
+            "placement",
+            vec![text("availabilityZone", i.zone.clone()), text("groupName", ""), text("tenancy", "default")],
+        ),
+        el("monitoring", vec![text("state", "disabled")]),
+        text("subnetId", network::subnet_id(topo, &i.zone)),
+        text("vpcId", network::vpc_id(topo)),
+    ];
+    if let IpAddr::V4(v4) = i.private_ip {
+        fields.push(text("privateIpAddress", v4.to_string()));
+    }
+    if let Some(v6) = i.ipv6_address.map(IpAddr::V6).or(i.private_ip.is_ipv6().then_some(i.private_ip)) {
+        fields.push(text("ipv6Address", v6.to_string()));
+    }
+    if i.market == Market::Spot {
+        fields.push(text("instanceLifecycle", "spot"));
+    }
+    if let Some(reason) = &i.state_reason {
+        fields.push(el("stateReason", vec![text("code", reason.clone()), text("message", reason.clone())]));
+    }
+    fields.push(items("tagSet", i.tags.iter().map(|(k, v)| vec![text("key", k.clone()), text("value", v.clone())])));
+    fields
+}

@@ -1,0 +1,55 @@
+//! EC2's operations on the cloud: which actions the face answers, and each one's parameters and answer, read
+//! through the store as the native API's are.
+
+mod filter;
+mod instances;
+mod network;
+mod zones;
+
+use axum::http::StatusCode;
+
+use super::credentials::Keys;
+use super::error::{AwsError, Result};
+use super::query::Params;
+use super::xml::Node;
+use crate::http::AppState;
+
+/// The service name EC2 requests are signed for.
+pub const SERVICE: &str = "ec2";
+/// The API version the SDKs send, and the namespace of its answers.
+pub const VERSION: &str = "2016-11-15";
+pub const XMLNS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
+
+/// The actions answered, by name (what the audit log and metrics call them too).
+const ACTIONS: &[&str] = &["DescribeAvailabilityZones", "DescribeInstances", "DescribeSubnets", "DescribeVpcs"];
+
+/// `action` if the face answers it, as a name that outlives the request.
+pub fn action(action: &str) -> Option<&'static str> {
+    ACTIONS.iter().find(|a| **a == action).copied()
+}
+
+/// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken): the elements of its answer.
+pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {
+    // The caller may do everything the AWS face does: a dry run always would have succeeded.
+    if params.bool("DryRun")? {
+        return Err(AwsError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "DryRunOperation",
+            "Request would have succeeded, but DryRun flag is set.",
+        ));
+    }
+    let cfg = &st.cfg;
+    let answer = match action {
+        "DescribeAvailabilityZones" => zones::describe(cfg, &mut params)?,
+        "DescribeInstances" => instances::describe(st, keys, &mut params).await?,
+        "DescribeSubnets" => network::describe_subnets(cfg, keys, &mut params)?,
+        "DescribeVpcs" => network::describe_vpcs(cfg, keys, &mut params)?,
+        _ => return Err(invalid_action(action)),
+    };
+    params.finish()?;
+    Ok(answer)
+}
+
+pub fn invalid_action(action: &str) -> AwsError {
+    AwsError::client("InvalidAction", format!("The action {action} is not valid for this web service."))
+}

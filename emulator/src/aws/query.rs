@@ -1,0 +1,208 @@
+//! The Query protocol's request: `Action`, `Version` and the operation's parameters, from a POST's
+//! `application/x-www-form-urlencoded` body or a GET's query string. An operation takes the parameters it
+//! knows ([`Params::take`], [`Params::list`], [`Params::filters`]); one left over is refused, as EC2 does.
+
+use std::collections::BTreeMap;
+
+use super::error::{AwsError, Result};
+
+/// The most parameters a request may have: far past what any operation takes (1,000 instance IDs), bounded.
+const PARAMS_MAX: usize = 4096;
+/// The longest parameter name: `Filter.N.Value.M` with large indices is well within it.
+const NAME_MAX_BYTES: usize = 128;
+/// The largest index of a list (`InstanceId.N`, `Filter.N`, `Filter.N.Value.M`).
+const INDEX_MAX: usize = 1000;
+
+/// A request's parameters, by name.
+#[derive(Debug, Default)]
+pub struct Params(BTreeMap<String, String>);
+
+/// A `Filter.N`: its name and values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub name: String,
+    pub values: Vec<String>,
+}
+
+impl Params {
+    /// The parameters of `query` and `form` (a POST may have both; a name in both is refused).
+    pub fn parse(query: &str, form: &[u8]) -> Result<Self> {
+        let mut params = BTreeMap::new();
+        for source in [query.as_bytes(), form] {
+            // The bytes are UTF-8 once decoded, or the request is not what its sender meant: refused, not
+            // decoded lossily into a value nobody sent.
+            for (name, value) in form_urlencoded::parse(source) {
+                if name.contains('\u{FFFD}') || value.contains('\u{FFFD}') {
+                    return Err(malformed("a parameter that is not UTF-8"));
+                }
+                if name.is_empty() || name.len() > NAME_MAX_BYTES {
+                    return Err(malformed(&format!("a parameter name of {} bytes", name.len())));
+                }
+                if params.len() == PARAMS_MAX {
+                    return Err(malformed(&format!("more than {PARAMS_MAX} parameters")));
+                }
+                if params.insert(name.to_string(), value.into_owned()).is_some() {
+                    return Err(AwsError::invalid_value(format!("The parameter {name} is given more than once")));
+                }
+            }
+        }
+        Ok(Self(params))
+    }
+
+    /// The parameter `name`, left in place.
+    pub fn peek(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// The parameter `name`, taken.
+    pub fn take(&mut self, name: &str) -> Option<String> {
+        self.0.remove(name)
+    }
+
+    /// An integer parameter within `min..=max`.
+    pub fn int(&mut self, name: &str, min: u32, max: u32) -> Result<Option<u32>> {
+        let Some(v) = self.take(name) else { return Ok(None) };
+        match v.parse::<u32>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(AwsError::invalid_value(format!(
+                "Value ({v}) for parameter {name} is invalid. Expecting a value between {min} and {max}"
+            ))),
+        }
+    }
+
+    /// A boolean parameter (`true` or `false`, as the SDKs send them).
+    pub fn bool(&mut self, name: &str) -> Result<bool> {
+        match self.take(name).as_deref() {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(v) => Err(AwsError::invalid_value(format!(
+                "Value ({v}) for parameter {name} is invalid. Expecting true or false"
+            ))),
+        }
+    }
+
+    /// The list `prefix.1`, `prefix.2`, … in index order.
+    pub fn list(&mut self, prefix: &str) -> Result<Vec<String>> {
+        let mut found = BTreeMap::new();
+        let dotted = format!("{prefix}.");
+        let names: Vec<String> = self.0.keys().filter(|k| k.starts_with(&dotted)).cloned().collect();
+        for name in names {
+            let index = index(&name, &name[dotted.len()..])?;
+            if let Some(v) = self.0.remove(&name) {
+                found.insert(index, v);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+
+    /// `Filter.N.Name` and `Filter.N.Value.M`, in index order; a filter needs a name and a value.
+    pub fn filters(&mut self) -> Result<Vec<Filter>> {
+        let mut by_index: BTreeMap<usize, (Option<String>, BTreeMap<usize, String>)> = BTreeMap::new();
+        let names: Vec<String> = self.0.keys().filter(|k| k.starts_with("Filter.")).cloned().collect();
+        for name in names {
+            let rest = &name["Filter.".len()..];
+            let (n, field) = rest.split_once('.').ok_or_else(|| unknown(&name))?;
+            let n = index(&name, n)?;
+            let Some(value) = self.0.remove(&name) else { continue };
+            let entry = by_index.entry(n).or_default();
+            match field.split_once('.') {
+                None if field == "Name" => entry.0 = Some(value),
+                Some(("Value", m)) => {
+                    entry.1.insert(index(&name, m)?, value);
+                }
+                _ => return Err(unknown(&name)),
+            }
+        }
+        by_index
+            .into_iter()
+            .map(|(n, (name, values))| {
+                let name = name.ok_or_else(|| {
+                    AwsError::client(
+                        "MissingParameter",
+                        format!("The request must contain the parameter Filter.{n}.Name"),
+                    )
+                })?;
+                if values.is_empty() {
+                    return Err(AwsError::invalid_value(format!(
+                        "The filter '{name}' has no value (Filter.{n}.Value.1)"
+                    )));
+                }
+                Ok(Filter { name, values: values.into_values().collect() })
+            })
+            .collect()
+    }
+
+    /// Every parameter was taken: one left is one the operation does not know.
+    pub fn finish(self) -> Result<()> {
+        match self.0.into_keys().next() {
+            Some(name) => Err(unknown(&name)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A list's index: 1 to [`INDEX_MAX`].
+fn index(name: &str, n: &str) -> Result<usize> {
+    match n.parse::<usize>() {
+        Ok(i) if (1..=INDEX_MAX).contains(&i) && !n.starts_with('0') => Ok(i),
+        _ => Err(AwsError::invalid_value(format!(
+            "The parameter {name} has an invalid index; indices are 1 to {INDEX_MAX}"
+        ))),
+    }
+}
+
+fn unknown(name: &str) -> AwsError {
+    AwsError::client("UnknownParameter", format!("The parameter {name} is not recognized"))
+}
+
+fn malformed(what: &str) -> AwsError {
+    AwsError::client("MalformedQueryString", format!("The request has {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn lists_and_filters_are_read_in_index_order() {
+        let form = b"Action=DescribeInstances&InstanceId.2=i-b&InstanceId.1=i-a&InstanceId.10=i-j\
+                     &Filter.1.Name=tag%3Arole&Filter.1.Value.2=web&Filter.1.Value.1=db&Filter.2.Name=tag-key&Filter.2.Value.1=x+y";
+        let mut p = Params::parse("Version=2016-11-15", form).unwrap();
+        assert_eq!(p.take("Action").as_deref(), Some("DescribeInstances"));
+        assert_eq!(p.take("Version").as_deref(), Some("2016-11-15"));
+        assert_eq!(p.list("InstanceId").unwrap(), ["i-a", "i-b", "i-j"]);
+        let filters = p.filters().unwrap();
+        assert_eq!(
+            filters,
+            [
+                Filter { name: "tag:role".into(), values: vec!["db".into(), "web".into()] },
+                Filter { name: "tag-key".into(), values: vec!["x y".into()] },
+            ]
+        );
+        p.finish().unwrap();
+    }
+
+    #[test]
+    fn unknown_duplicated_malformed_and_out_of_bounds_parameters_are_refused() {
+        let code = |r: Result<()>| r.unwrap_err().code.to_string();
+        let mut p = Params::parse("", b"Action=X&Bogus=1").unwrap();
+        p.take("Action");
+        assert_eq!(code(p.finish()), "UnknownParameter");
+        assert_eq!(code(Params::parse("Action=X", b"Action=Y").map(|_| ())), "InvalidParameterValue");
+        assert_eq!(code(Params::parse("", b"A=%FF").map(|_| ())), "MalformedQueryString");
+        let mut p = Params::parse("", b"InstanceId.0=i-a").unwrap();
+        assert_eq!(code(p.list("InstanceId").map(|_| ())), "InvalidParameterValue");
+        let mut p = Params::parse("", b"InstanceId.1001=i-a").unwrap();
+        assert_eq!(code(p.list("InstanceId").map(|_| ())), "InvalidParameterValue");
+        let mut p = Params::parse("", b"Filter.1.Value.1=x").unwrap();
+        assert_eq!(code(p.filters().map(|_| ())), "MissingParameter");
+        let mut p = Params::parse("", b"Filter.1.Name=x&Filter.1.Nope=y").unwrap();
+        assert_eq!(code(p.filters().map(|_| ())), "UnknownParameter");
+        let mut p = Params::parse("", b"MaxResults=4").unwrap();
+        assert_eq!(code(p.int("MaxResults", 5, 1000).map(|_| ())), "InvalidParameterValue");
+        let many = (0..=PARAMS_MAX).map(|i| format!("P{i}=1")).collect::<Vec<_>>().join("&");
+        assert_eq!(code(Params::parse("", many.as_bytes()).map(|_| ())), "MalformedQueryString");
+    }
+}
