@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check docs kwok test test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
+.PHONY: help up down check docs kwok test test-aws test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -52,7 +52,7 @@ check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integr
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude fakecloud-e2e
 	$(CARGO) test $(CARGO_FLAGS) -p fakecloud-e2e --lib
 
-test: deps control-plane kwok ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then the console's browser tests
+test: deps control-plane kwok ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then boto3 against its AWS face, then the console's browser tests
 	@# make up's binaries: the controlplane crate's test of `stack up|down` runs them (cargo test builds a
 	@# package's binaries only for its own tests).
 	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
@@ -60,7 +60,11 @@ test: deps control-plane kwok ## Run the whole test suite, then schemathesis aga
 	$(TEST_POSTGRES)
 	@bash scripts/test-upstream-ccm.sh
 	@bash scripts/schemathesis.sh
+	@bash scripts/test-aws-face.sh
 	@bash scripts/console-tests.sh
+
+test-aws: ## boto3 (the AWS SDK for Python, pinned, installed once into the cache) against the emulator's AWS face (part of make test)
+	@bash scripts/test-aws-face.sh
 
 # The emulator's API tests with each emulator on a database of its own on a real PostgreSQL server (started by
 # the tests); there the rate limits' buckets are rows shared by replicas, so their shapes are tested on both.

@@ -21,12 +21,15 @@ pub enum Format {
 
 pub struct Output(Format);
 
-/// An account's tokens as lines a shell can `source`.
+/// An account's tokens as lines a shell can `source`, with the AWS keys its AWS face takes (derived from them).
 fn tokens_to_source(id: &str, note: &str, user: &str, admin: &str) -> String {
     use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_USER_TOKEN};
+    let tokens = fakecloud_emulator::auth::Tokens { user: user.into(), admin: admin.into() };
+    let aws = fakecloud_emulator::aws::credentials::Keys::of(&tokens).file_lines();
     format!(
         "# account {id}{note}: `source` these lines to act in it (the tokens are shown this once)\n\
-         export {ENV_USER_TOKEN}={user}\nexport {ENV_ADMIN_TOKEN}={admin}"
+         export {ENV_USER_TOKEN}={user}\nexport {ENV_ADMIN_TOKEN}={admin}\n{}",
+        aws.trim_end()
     )
 }
 

@@ -241,9 +241,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     match &source {
         Source::Given => eprintln!("fakecloud: serving {url} with the tokens from --user-token/--admin-token"),
         Source::File(f) | Source::Generated(f) => eprintln!(
-            "fakecloud: serving {url}; tokens in {} ({})\n  to use the CLI:  export {ENV_ENDPOINT}={url}; source {}",
+            "fakecloud: serving {url}; tokens in {} ({})\n  to use the CLI:  export {ENV_ENDPOINT}={url}; source {}\n  \
+             to use boto3 or the aws CLI:  export AWS_ENDPOINT_URL={url} AWS_DEFAULT_REGION={}; source {}",
             f.display(),
             if matches!(source, Source::Generated(_)) { "generated now, mode 0600" } else { "reused" },
+            f.display(),
+            args.region,
             f.display()
         ),
     }

@@ -204,6 +204,15 @@ async fn account_create_prints_tokens_to_source_and_delete_ends_them() {
         line.unwrap_or_else(|| panic!("no {var} line: {printed}")).to_string()
     };
     let (user, admin) = (token("FAKECLOUD_USER_TOKEN"), token("FAKECLOUD_ADMIN_TOKEN"));
+    // And the AWS keys its AWS face takes, derived from its user token.
+    let aws = fakecloud_emulator::aws::credentials::Keys::of(&fakecloud_emulator::auth::Tokens {
+        user: user.clone(),
+        admin: admin.clone(),
+    });
+    assert_eq!(
+        (token("AWS_ACCESS_KEY_ID"), token("AWS_SECRET_ACCESS_KEY")),
+        (aws.access_key_id, aws.secret_access_key)
+    );
     let in_account = |token: &str| {
         let mut c = cli(&url);
         c.env("FAKECLOUD_USER_TOKEN", token).env("FAKECLOUD_ADMIN_TOKEN", &admin);
