@@ -75,6 +75,7 @@ impl From<ApiError> for AwsError {
             (Kind::Throttled, _) => (StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"),
             (Kind::Unavailable, _) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
             (Kind::Status(401), _) => (StatusCode::UNAUTHORIZED, "AuthFailure"),
+            (Kind::Status(408), _) => (StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
             (Kind::Internal | Kind::Status(_), _) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
         };
         Self::new(status, code, e.message)

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{Method, header};
+use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::get;
 
@@ -57,7 +57,7 @@ struct Learned {
 }
 
 async fn answer(State(face): State<Face>, req: Request) -> Response {
-    let (mut recorder, req) = Recorder::open(&face.st, req, None, "Unknown".into(), None);
+    let (mut recorder, req) = Recorder::open(&face.st, req, None, "Unknown".into(), None, answer_error);
     let request_id = recorder.request_id().to_string();
     let mut learned = Learned::default();
     let resp = recorder
@@ -80,12 +80,14 @@ async fn answer(State(face): State<Face>, req: Request) -> Response {
 async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned) -> Result<Response, AwsError> {
     let (parts, body) = req.into_parts();
     // Within the native API's bound; a body cut off by its deadline is answered by the recorder (408).
-    let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| {
-        AwsError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| match declared {
+        Some(n) if n > MAX_BODY_BYTES => AwsError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
-            format!("the request body could not be read within {MAX_BODY_BYTES} bytes: {e}"),
-        )
+            format!("the request body of {n} bytes is over the limit of {MAX_BODY_BYTES}"),
+        ),
+        _ => AwsError::client("MalformedQueryString", format!("the request body could not be read: {e}")),
     })?;
     let query = parts.uri.query().unwrap_or("");
     let form: &[u8] = if parts.method == Method::POST { &body } else { b"" };
@@ -122,6 +124,11 @@ async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned
     }
     let answer = ec2::call(st, &face.keys, known, params).await?;
     xml::response(known, ec2::XMLNS, request_id, answer)
+}
+
+/// An error of the call's record (a body too late), in EC2's shape.
+fn answer_error(e: crate::error::ApiError) -> Response {
+    xml::error(&AwsError::from(e), &crate::call::request_id())
 }
 
 /// `application/x-www-form-urlencoded`, with or without parameters (`; charset=utf-8`, as botocore sends).

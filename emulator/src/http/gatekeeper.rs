@@ -43,7 +43,9 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
     let role = st.tokens.role_of(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
     let operation = op.as_ref().map_or_else(|| "Unknown".to_string(), |o| o.name.clone());
     let (recorder, req) =
-        Recorder::open(&st, req, role, operation, op.as_ref().filter(|_| mutating).map(|o| o.success));
+        Recorder::open(&st, req, role, operation, op.as_ref().filter(|_| mutating).map(|o| o.success), |e| {
+            e.into_response()
+        });
     let (mut parts, body) = req.into_parts();
     let path_params: Vec<String> = RawPathParams::from_request_parts(&mut parts, &())
         .await
@@ -148,17 +150,21 @@ pub(crate) struct Recorder {
     ctx: Arc<CallContext>,
     body_read: Option<Arc<BodyRead>>,
     mutating: bool,
+    /// An error as the face answers it (the recorder's own: a body too late), in the call's scope.
+    answer_error: fn(ApiError) -> Response,
 }
 
 impl Recorder {
     /// Open the record of `req`'s call, whose body is watched from now on. `change`: the status its entry is
-    /// written with if it commits a change (`None`: it does not change state).
+    /// written with if it commits a change (`None`: it does not change state). `answer_error`: how the face
+    /// answers an error.
     pub(crate) fn open(
         st: &AppState,
         req: Request,
         role: Option<Role>,
         operation: String,
         change: Option<u16>,
+        answer_error: fn(ApiError) -> Response,
     ) -> (Self, Request) {
         let started = Instant::now();
         // A path is audited as long as a path of this API can be; a longer one (64 KB, say) only to that length.
@@ -183,7 +189,7 @@ impl Recorder {
         let written = change.map(|status| (Record { status, ..entry.clone() }, st.audit.clone()));
         let ctx = CallContext::new(entry.request_id.clone(), written);
         let mutating = !matches!(method, Method::GET | Method::HEAD);
-        (Self { started, entry, ctx, body_read, mutating }, Request::from_parts(parts, body))
+        (Self { started, entry, ctx, body_read, mutating, answer_error }, Request::from_parts(parts, body))
     }
 
     pub(crate) fn request_id(&self) -> &str {
@@ -205,28 +211,28 @@ impl Recorder {
         path_id: Option<String>,
         fault: Option<String>,
     ) -> Response {
-        let Self { started, entry, ctx, body_read, mutating } = self;
-        if let Ok(v) = HeaderValue::from_str(&entry.request_id) {
-            resp.headers_mut().insert(REQUEST_ID_HEADER, v);
-        }
+        let Self { started, entry, ctx, body_read, mutating, answer_error } = self;
         if let Some(read) = &body_read {
             // The body did not arrive in time: whatever the call made of a cut-off body, the answer is that.
             if read.timed_out.load(Ordering::Acquire) {
                 let timeout = st.cfg.connections.body_read_timeout;
-                resp = ApiError::new(
+                let late = ApiError::new(
                     Kind::Status(StatusCode::REQUEST_TIMEOUT.as_u16()),
                     codes::REQUEST_TIMEOUT,
                     format!(
                         "the request body did not arrive within {timeout:?} of the request's head (--body-read-timeout)"
                     ),
-                )
-                .into_response();
+                );
+                resp = ctx.scope(async { answer_error(late) }).await;
             }
             // Answered before its body was read (refused, say): the rest of the body may still be on its way, and
             // a client that pooled the connection would send its next request after it. Say the connection is done.
             if !read.done.load(Ordering::Acquire) {
                 resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+        }
+        if let Ok(v) = HeaderValue::from_str(&entry.request_id) {
+            resp.headers_mut().insert(REQUEST_ID_HEADER, v);
         }
         let status = resp.status().as_u16();
         // Whatever changed (a load balancer, an instance behind one, a reset), the data plane follows it now.
