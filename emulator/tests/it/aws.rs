@@ -27,6 +27,17 @@ async fn post_signed(
     signed_at: SystemTime,
     form: &str,
 ) -> (u16, String, String) {
+    send_signed(url, (key_id, secret, region, signed_at), "POST", "", form).await
+}
+
+/// `method /?query` with `form` as its body, signed as `(key ID, secret, region, time)` say.
+async fn send_signed(
+    url: &str,
+    (key_id, secret, region, signed_at): (&str, &str, &str, SystemTime),
+    method: &str,
+    query: &str,
+    form: &str,
+) -> (u16, String, String) {
     let host = url.trim_start_matches("http://");
     let identity = Credentials::new(key_id, secret, None, None, "test").into();
     let params = v4::SigningParams::builder()
@@ -39,11 +50,12 @@ async fn post_signed(
         .unwrap()
         .into();
     let headers = [("host", host), ("content-type", FORM)];
-    let endpoint = format!("{url}/");
+    let endpoint = if query.is_empty() { format!("{url}/") } else { format!("{url}/?{query}") };
     let signable =
-        SignableRequest::new("POST", &endpoint, headers.into_iter(), SignableBody::Bytes(form.as_bytes())).unwrap();
+        SignableRequest::new(method, &endpoint, headers.into_iter(), SignableBody::Bytes(form.as_bytes())).unwrap();
     let (instructions, _) = sign(signable, &params).unwrap().into_parts();
-    let mut req = reqwest::Client::new().post(&endpoint).header("content-type", FORM).body(form.to_string());
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut req = reqwest::Client::new().request(method, &endpoint).header("content-type", FORM).body(form.to_string());
     for (k, v) in instructions.headers() {
         req = req.header(k, v);
     }
@@ -119,7 +131,20 @@ async fn aws_describe_calls_answer_from_the_store_and_are_audited() {
     let (status, xml) = ec2(&emu, USER, "Action=DescribeInstances&Version=2016-11-15&Bogus=1").await;
     assert_eq!((status, code(&xml).as_str()), (400, "UnknownParameter"), "{xml}");
 
-    // Each call is in the audit log under its action, as the user's.
+    // The same as a GET with the parameters in the query string (spaces and all, as the signer encodes them).
+    let keys = Keys::of(&Tokens { user: USER.into(), admin: String::new() });
+    let signer = (keys.access_key_id.as_str(), keys.secret_access_key.as_str(), "local-1", SystemTime::now());
+    let query = "Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag-value&Filter.1.Value.1=d%20*";
+    let (status, _, xml) = send_signed(&emu.url(), signer, "GET", query, "").await;
+    assert_eq!(status, 200, "{xml}");
+    assert!(all(&xml, "instanceId").is_empty(), "{xml}");
+    let query = "Action=DescribeInstances&Version=2016-11-15&Filter.1.Name=tag-value&Filter.1.Value.1=d%2A";
+    let (_, _, xml) = send_signed(&emu.url(), signer, "GET", query, "").await;
+    assert_eq!(all(&xml, "instanceId"), [db.as_str()]);
+
+    // Each call is in the audit log under its action, as the user's, and counted in the metrics.
+    let metrics = reqwest::get(format!("{}/metrics", emu.url())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("operation=\"DescribeAvailabilityZones\""), "{metrics}");
     let query = AuditQuery { operation: Some("DescribeInstances".into()), ..Default::default() };
     let entries = emu.admin.audit(&query).await.unwrap().items;
     let statuses: Vec<(u16, &str, Option<&str>)> =
