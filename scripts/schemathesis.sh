@@ -36,31 +36,12 @@ rm -f "$report"/junit*.xml
 # Throwaway tokens for a throwaway database; given by environment, not by flags that `ps` shows.
 user_token="schemathesis-user-$RANDOM$RANDOM$RANDOM"
 admin_token="schemathesis-admin-$RANDOM$RANDOM$RANDOM"
-# Made before the emulator starts, so reading it cannot race the background job's redirection.
-: >"$work/serve.log"
 # Every transition immediate: schemathesis reads right after a change, and a load balancer still `deleting`
 # for --lb-delete-delay after its DELETE would be a 200 where use_after_free rightly expects a 404.
-FAKECLOUD_USER_TOKEN=$user_token FAKECLOUD_ADMIN_TOKEN=$admin_token RUST_LOG=warn \
-	"${CARGO_TARGET_DIR:-target}/debug/fakecloud" serve --listen 127.0.0.1:0 --db "$work/fc.db" \
-	--boot-delay 0s --stop-delay 0s --terminate-delay 0s --lb-provision-delay 0s --lb-delete-delay 0s \
-	2>>"$work/serve.log" &
-pid=$!
-# Stop the emulator whatever happens; a signal exits through the EXIT trap too.
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM HUP
-
-url=
-for _ in $(seq 200); do
-	url=$(sed -n 's/^fakecloud: serving \([^ ;]*\).*/\1/p' "$work/serve.log" | head -1)
-	[[ -n $url ]] && break
-	kill -0 "$pid" 2>/dev/null || break
-	sleep 0.1
-done
-if [[ -z $url ]]; then
-	echo "the emulator did not start:" >&2
-	cat "$work/serve.log" >&2
-	exit 1
-fi
+# shellcheck source=scripts/serve-throwaway.sh
+source scripts/serve-throwaway.sh
+FAKECLOUD_USER_TOKEN=$user_token FAKECLOUD_ADMIN_TOKEN=$admin_token serve_throwaway "$work" \
+	"${CARGO_TARGET_DIR:-target}/debug/fakecloud" --boot-delay 0s --stop-delay 0s --terminate-delay 0s --lb-provision-delay 0s --lb-delete-delay 0s
 echo "==> schemathesis $version against $url/openapi.json (seed $seed, $max_examples examples per operation)"
 
 # Fault rules, rate limits and outages make user calls fail on purpose (an injected 500, an outage's 503, a

@@ -28,28 +28,11 @@ nice -n 10 "$cargo" build --locked --bin fakecloud
 fakecloud=${CARGO_TARGET_DIR:-target}/debug/fakecloud
 
 work=$(mktemp -d)
-: >"$work/serve.log"
 # No tokens given: the emulator generates them and writes the credentials file beside the database
 # (fc.credentials), AWS keys included, as `fakecloud serve` does for a user.
-RUST_LOG=warn "$fakecloud" serve --listen 127.0.0.1:0 --db "$work/fc.db" \
-	--boot-delay 0s --stop-delay 0s --terminate-delay 0s 2>>"$work/serve.log" &
-pid=$!
-# Stop the emulator whatever happens; a signal exits through the EXIT trap too.
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM HUP
-
-url=
-for _ in $(seq 200); do
-	url=$(sed -n 's/^fakecloud: serving \([^ ;]*\).*/\1/p' "$work/serve.log" | head -1)
-	[[ -n $url ]] && break
-	kill -0 "$pid" 2>/dev/null || break
-	sleep 0.1
-done
-if [[ -z $url ]]; then
-	echo "the emulator did not start:" >&2
-	cat "$work/serve.log" >&2
-	exit 1
-fi
+# shellcheck source=scripts/serve-throwaway.sh
+source scripts/serve-throwaway.sh
+serve_throwaway "$work" "$fakecloud" --boot-delay 0s --stop-delay 0s --terminate-delay 0s
 
 # What a user does: the credentials file sets the fakecloud tokens and the AWS keys.
 # shellcheck disable=SC1091
