@@ -35,10 +35,15 @@ impl Keys {
     /// key ID's form), and a 40-character secret.
     pub fn of(tokens: &Tokens) -> Self {
         Self {
-            access_key_id: format!("AKIA{}", &derive(KEY_ID_LABEL, &tokens.user)[..16]),
+            access_key_id: Self::access_key_id_of(tokens),
             secret_access_key: derive(SECRET_LABEL, &tokens.user)[..40].to_string(),
             account_id: format!("{:012}", u64::from_be_bytes(digest(ACCOUNT_LABEL, &tokens.user)) % 1_000_000_000_000),
         }
+    }
+
+    /// The key ID alone: what routing a call needs, without deriving the secret and the account ID.
+    pub fn access_key_id_of(tokens: &Tokens) -> String {
+        format!("AKIA{}", &derive(KEY_ID_LABEL, &tokens.user)[..16])
     }
 
     /// The lines of a credentials file that set them for the AWS SDKs and CLI.

@@ -45,7 +45,7 @@ pub fn router(st: AppState) -> Router {
 /// Whether `authorization` is a SigV4 header naming the key of the cloud whose tokens are `tokens`: where the
 /// server routes an AWS call (the face then verifies its signature).
 pub fn names_cloud(authorization: Option<&str>, tokens: &Tokens) -> bool {
-    authorization.and_then(sigv4::key_id).is_some_and(|id| id == Keys::of(tokens).access_key_id)
+    authorization.and_then(sigv4::key_id).is_some_and(|id| id == Keys::access_key_id_of(tokens))
 }
 
 /// What the audit entry learns of a call as it is answered: the action, if one the face knows, and whether
