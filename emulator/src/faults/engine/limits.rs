@@ -7,7 +7,8 @@ use fakecloud_api::{
     PresetLimit, QuotaName, QuotaRefusal, RateLimit, RateLimitPreset, RateLimitPresetInfo, SetRateLimitRequest,
 };
 
-use crate::error::{ApiError, Result};
+use super::index_of;
+use crate::error::Result;
 use crate::faults::rate_limits::ActiveLimit;
 use crate::faults::{FaultEngine, presets};
 use crate::store;
@@ -121,9 +122,7 @@ impl FaultEngine {
     pub async fn delete_limit(&self, id: &str) -> Result<RateLimit> {
         let _edit = self.editing().await?;
         let mut limits = self.limits.write().await;
-        let at = limits.iter().position(|l| l.id == id).ok_or_else(|| {
-            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no rate limit named {id:?}"))
-        })?;
+        let at = index_of(&limits, id, |l| &l.id, "rate limit")?;
         self.forget(RATE_LIMIT, id).await?;
         Ok(limits.remove(at).to_api(None))
     }

@@ -2,8 +2,9 @@
 
 use fakecloud_api::{Outage, StartOutageRequest};
 
+use super::index_of;
 use crate::db::now_ms;
-use crate::error::{ApiError, Result};
+use crate::error::Result;
 use crate::faults::FaultEngine;
 use crate::faults::outages::ActiveOutage;
 
@@ -29,9 +30,7 @@ impl FaultEngine {
     pub async fn stop_outage(&self, id: &str) -> Result<Outage> {
         let _edit = self.editing().await?;
         let mut outages = self.outages.write().await;
-        let at = outages.iter().position(|o| o.id == id).ok_or_else(|| {
-            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no outage named {id:?}"))
-        })?;
+        let at = index_of(&outages, id, |o| &o.id, "outage")?;
         self.forget("outage", id).await?;
         tracing::info!(outage = %id, "outage stopped");
         Ok(outages.remove(at).to_api())

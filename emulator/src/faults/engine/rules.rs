@@ -6,6 +6,7 @@ use std::sync::Arc;
 use fakecloud_api::{CreateFaultRuleRequest, CreateLbFaultRuleRequest, FaultRule, LbFaultRule};
 use tokio::sync::watch;
 
+use super::index_of;
 use crate::db::now_ms;
 use crate::error::{ApiError, Result};
 use crate::faults::FaultEngine;
@@ -62,9 +63,7 @@ impl FaultEngine {
     pub async fn delete_rule(&self, id: &str) -> Result<FaultRule> {
         let _edit = self.editing().await?;
         let mut rules = self.rules.write().await;
-        let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
-            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no fault rule named {id:?}"))
-        })?;
+        let at = index_of(&rules, id, |r| &r.id, "fault rule")?;
         let counts = self.shared_counts(RULE).await.map(|c| c.get(id).copied().unwrap_or_default());
         self.forget(RULE, id).await?;
         Ok(rules.remove(at).to_api(counts))
@@ -93,9 +92,7 @@ impl FaultEngine {
     pub async fn delete_lb_rule(&self, id: &str) -> Result<LbFaultRule> {
         let _edit = self.editing().await?;
         let mut rules = self.lb_rules.write().await;
-        let at = rules.iter().position(|r| r.id == id).ok_or_else(|| {
-            ApiError::not_found(fakecloud_api::codes::FAULT_NOT_FOUND, format!("no data-plane fault rule named {id:?}"))
-        })?;
+        let at = index_of(&rules, id, |r| &r.id, "data-plane fault rule")?;
         self.forget("lb_rule", id).await?;
         let removed = rules.remove(at).to_api();
         self.lb_rules_changed.send_modify(|n| *n += 1);
