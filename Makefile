@@ -40,11 +40,17 @@ down: ## Stop everything `make up` started
 	@$(CARGO) build $(CARGO_FLAGS) $(if $(filter release,$(PROFILE)),--release) --quiet --bin fakecloud-controlplane
 	@$(LAUNCHER) stack down
 
+# kind/: the kind path's steps (engine, images, cluster up and down), always a debug build (it mostly waits on
+# the tools it runs).
+KIND_TOOL = $${CARGO_TARGET_DIR:-target}/debug/fakecloud-kind
+
 kind-up: deps control-plane ## A kind cluster (offline-built; a private Docker engine if none answers), the emulator beside it, the CCM in it (FAKECLOUD_KIND_CCM=fakecloud|upstream)
-	@bash scripts/kind-up.sh
+	$(CARGO) build $(CARGO_FLAGS) --quiet --bin fakecloud-kind
+	@$(KIND_TOOL) up
 
 kind-down: ## Delete what kind-up created (cluster, emulator container, the private engine); every cluster made from this checkout
-	@bash scripts/kind-down.sh
+	@$(CARGO) build $(CARGO_FLAGS) --quiet --bin fakecloud-kind
+	@$(KIND_TOOL) down
 
 check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integration tests (no Go build, no browser, no e2e cases; control-plane tests skip until make control-plane has run)
 	$(CARGO) fmt --all --check

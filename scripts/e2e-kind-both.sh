@@ -8,7 +8,7 @@
 # Each cluster has its own kind network, cloud and load balancer addresses, so the two suites cannot see each
 # other. A suite spends most of its time waiting on its cluster (grace periods, the CCM's periods), so the two
 # overlap in about the time of one on 2 cores. A missing cluster is made by its suite (e2e-kind.sh), the two
-# kind-ups side by side after the engine and the images are made once (kind-up.sh --prepare). Every line of a
+# kind-ups side by side after the engine and the images are made once (`fakecloud-kind up --prepare`). Every line of a
 # run is prefixed with its cluster's name; reports in target/nextest/kind-fakecloud/ and kind-upstream/. Fails if either run fails; the
 # clusters stay up (make kind-down deletes both).
 set -euo pipefail
@@ -16,7 +16,7 @@ kind_script=e2e-kind-both
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
 repo_root=$kind_repo_root
-# The names of each cluster derive from KIND_CLUSTER_NAME alone (common.sh).
+# The names of each cluster derive from KIND_CLUSTER_NAME alone (kind/src/settings.rs).
 unset FAKECLOUD_RUN_DIR KIND_EXPERIMENTAL_DOCKER_NETWORK
 
 # CLUSTER CCM PORT COMMAND...: the command with that cluster's settings, its lines prefixed with the cluster.
@@ -28,12 +28,11 @@ on() {
 	return "${PIPESTATUS[0]}"
 }
 
-eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 if ! kind_cluster_exists fakecloud || ! kind_cluster_exists "$kind_upstream_cluster"; then
 	# The engine and the images once (a private engine if none answers), so the kind-ups of the suites below run
 	# side by side, each finding everything built.
-	on fakecloud fakecloud 8787 bash "$repo_root/scripts/kind-up.sh" --prepare
-	eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
+	on fakecloud fakecloud 8787 "$kind_tool" up --prepare
+	kind_env
 fi
 
 log "the conformance suite on kind cluster fakecloud (fakecloud-ccm) and on fakecloud-upstream (upstream's CCM), at once"

@@ -45,7 +45,6 @@ skip_regex=$(
 	printf '%s' "${skips[*]}"
 )
 
-eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
 kind_cluster_ensure
 kubeconfig="$run_root/kind.kubeconfig"

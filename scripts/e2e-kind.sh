@@ -13,7 +13,6 @@ repo_root=$kind_repo_root
 cluster=$kind_cluster
 run_root=$kind_run_root
 
-eval "$(bash "$repo_root/scripts/kind/engine.sh" env)"
 PATH="$kind_bin_dir:$PATH"
 kind_cluster_ensure
 for f in kind.kubeconfig kind.credentials kind.ccm; do
@@ -23,7 +22,7 @@ done
 deployed=$(<"$kind_ccm_file")
 [[ -z "${FAKECLOUD_KIND_CCM:-}" || "$FAKECLOUD_KIND_CCM" == "$deployed" ]] ||
 	die "FAKECLOUD_KIND_CCM=$FAKECLOUD_KIND_CCM, but kind cluster $cluster runs the $deployed CCM: 'make kind-down' first"
-kind_ccm_select "$deployed"
+FAKECLOUD_KIND_CCM=$deployed kind_env
 
 # shellcheck source=/dev/null
 source "$run_root/kind.credentials" # FAKECLOUD_ENDPOINT, FAKECLOUD_ADMIN_TOKEN

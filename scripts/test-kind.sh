@@ -34,10 +34,10 @@ run() {
 	fi
 }
 testcontainers_rust() {
-	eval "$(bash scripts/kind/engine.sh env)" && FAKECLOUD_TESTCONTAINERS=1 "$cargo" test --locked -p fakecloud-testcontainers
+	kind_env && FAKECLOUD_TESTCONTAINERS=1 "$cargo" test --locked -p fakecloud-testcontainers
 }
 testcontainers_go() (
-	eval "$(bash scripts/kind/engine.sh env)" && cd ccm-upstream &&
+	kind_env && cd ccm-upstream &&
 		FAKECLOUD_TESTCONTAINERS=1 TESTCONTAINERS_RYUK_DISABLED=true go test -count=1 ./testcontainers/...
 )
 
@@ -47,7 +47,7 @@ testcontainers_go() (
 # mostly wait on their clusters); its output goes to a log of its own, shown if it fails.
 e2e_test_log=.run/build-e2e-test.log
 e2e_test_build=
-if KIND_CLUSTER_NAME=fakecloud FAKECLOUD_KIND_CCM=fakecloud FAKECLOUD_PORT=8787 bash scripts/kind-up.sh --prepare; then
+if KIND_CLUSTER_NAME=fakecloud FAKECLOUD_KIND_CCM=fakecloud FAKECLOUD_PORT=8787 "$kind_tool" up --prepare; then
 	mkdir -p .run
 	nice -n 19 bash scripts/kind/build-e2e-test.sh >"$e2e_test_log" 2>&1 &
 	e2e_test_build=$!
@@ -79,10 +79,10 @@ run "upstream's LoadBalancers e2e specs on both clusters" lb_specs_both
 # A copy of the node image that says it is another Kubernetes version (built offline from the image itself).
 refuses_other_version() (
 	local image=fakecloud/kind-node:other-version out
-	eval "$(bash scripts/kind/engine.sh env)"
+	kind_env
 	printf 'FROM %s\nRUN printf v1.0.0 >/kind/version\n' "$kind_node_image" |
 		docker build --quiet --network none -t "$image" - >/dev/null || return 1
-	out=$(KIND_CLUSTER_NAME=fakecloud-refused KIND_NODE_IMAGE=$image FAKECLOUD_PORT=8789 bash scripts/kind-up.sh 2>&1)
+	out=$(KIND_CLUSTER_NAME=fakecloud-refused KIND_NODE_IMAGE=$image FAKECLOUD_PORT=8789 "$kind_tool" up 2>&1)
 	local rc=$?
 	docker image rm "$image" >/dev/null 2>&1
 	rmdir .run/fakecloud-refused 2>/dev/null
@@ -93,7 +93,7 @@ refuses_other_version() (
 run "kind-up refuses a node image of another Kubernetes version" refuses_other_version
 run "the Rust testcontainers module's tests" testcontainers_rust
 run "the Go testcontainers module's tests" testcontainers_go
-run "deleting both kind clusters" bash scripts/kind-down.sh
+run "deleting both kind clusters" "$kind_tool" down
 run "the private engine's tests" bash scripts/kind/test-engine.sh
 
 if ((${#failed[@]})); then

@@ -242,6 +242,7 @@ impl Settings {
             ("kind_image_repository", IMAGE_REPOSITORY.to_string()),
             ("kind_node_image", self.node_image.clone()),
             ("image_target_dir", p(&self.image_target_dir)),
+            ("image_profile", self.image_profile.name().to_string()),
             ("kind_ccm", self.ccm.name().to_string()),
             ("kind_ccm_image", self.ccm.image().to_string()),
             ("kind_ccm_deployment", self.ccm.deployment().to_string()),
@@ -318,6 +319,18 @@ mod tests {
         assert_eq!(Ccm::parse("upstream").map(Ccm::deployment).ok(), Some("fakecloud-upstream-ccm"));
         let err = Ccm::parse("aws").unwrap_err().to_string();
         assert!(err.contains("fakecloud or upstream") && err.contains("'aws'"), "{err}");
+    }
+
+    #[test]
+    fn common_sh_declares_every_setting_env_prints() {
+        let s = Settings::from_env().unwrap();
+        let common = std::fs::read_to_string(s.repo.join("scripts/kind/common.sh")).unwrap();
+        for (name, _) in s.shell_assignments() {
+            assert!(
+                name == "kind_repo_root" || common.contains(&format!("{name}=''")),
+                "scripts/kind/common.sh declares {name} for shellcheck"
+            );
+        }
     }
 
     #[test]

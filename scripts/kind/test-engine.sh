@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Tests of the private engine (engine.sh) as the host sees it: while it runs, the egress guard is in place before
-# any container and drops a container's packet toward the outside (counted by the rule, refused to the
-# container), and lookups of outside names fail locally; after `stop`, no process, rule, bridge or sysctl change
-# of the engine is left. Run as root on a machine where no other Docker engine is in use by this test.
+# Tests of the private engine (`fakecloud-kind engine`, kind/src/engine/) as the host sees it: while it runs,
+# the egress guard is in place before any container and drops a container's packet toward the outside
+# (counted by the rule, refused to the container), and lookups of outside names fail locally; after `stop`,
+# no process, rule, bridge or sysctl change of the engine is left. Run as root on a machine where no other Docker engine is in use by this test.
 # Ends with "N passed, N failed".
 set -uo pipefail
 kind_script=test-engine
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-engine="$kind_repo_root/scripts/kind/engine.sh"
 export FAKECLOUD_PRIVATE_ENGINE=1 # test ours even where a user's engine answers
 
 passed=0 failed=0
@@ -31,20 +30,20 @@ iface=$(ip -4 route show default | awk '{ for (i = 1; i < NF; i++) if ($i == "de
 gateway=$(ip -4 route show default | awk '{ print $3; exit }')
 
 # These tests stop the engine: never under a running cluster.
-if bash "$engine" guard; then
+if "$kind_tool" engine guard; then
 	running=$(DOCKER_HOST="unix://$engine_socket" docker ps -q | wc -l)
 	((running == 0)) || die "the private engine runs $running containers (a kind cluster?); these tests stop it: 'make kind-down' first"
 fi
-bash "$engine" stop >/dev/null 2>&1
+"$kind_tool" engine stop >/dev/null 2>&1
 before_rules=$(ruleset) before_bridges=$(bridges) before_sysctls=$(sysctls)
 
-bash "$engine" start || {
+"$kind_tool" engine start || {
 	log "FAILED: the engine did not start"
 	echo "0 passed, 1 failed"
 	exit 1
 }
-eval "$(bash "$engine" env)"
-check "engine.sh guard: the DROP rule is in DOCKER-USER and FORWARD reaches it first" bash "$engine" guard
+kind_env
+check "engine guard: the DROP rule is in DOCKER-USER and FORWARD reaches it first" "$kind_tool" engine guard
 if [[ -n "$iface" ]]; then
 	check "DOCKER-USER drops what leaves through $iface" iptables -C DOCKER-USER -o "$iface" -m comment --comment "fakecloud egress guard" -j DROP
 fi
@@ -72,7 +71,7 @@ check "containers reach each other on a user network" reach_each_other
 docker rm -f fakecloud-engine-test-server >/dev/null 2>&1
 docker network rm fakecloud-engine-test >/dev/null 2>&1
 
-bash "$engine" stop
+"$kind_tool" engine stop
 no_engine_process() { ! pgrep -f -- "$engine_run_dir" && ! pgrep -f -- "$engine_root/moby-"; }
 check "no process of the engine is left" no_engine_process
 check "the nftables ruleset is as before the engine started" test "$(ruleset)" == "$before_rules"
