@@ -5,9 +5,15 @@
 mod cluster;
 mod docker;
 mod engine;
+mod go;
+mod host;
 mod images;
+mod inputs;
 mod node_binaries;
 mod node_image;
+mod pipe;
+mod postgres;
+mod rootfs;
 mod run;
 mod settings;
 
@@ -21,6 +27,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::docker::Docker;
 use crate::settings::{Settings, shell_quote};
 
 #[derive(Debug, Parser)]
@@ -60,6 +67,23 @@ enum Command {
     /// Delete the cluster, its emulator container and network; without KIND_CLUSTER_NAME every cluster made from
     /// this checkout. The private engine stops with the last container in it.
     Down,
+    /// Make sure the engine has debian:bookworm-slim, the base of the project's Dockerfiles: pulled where a
+    /// registry answers (not on the private engine, not with FAKECLOUD_OFFLINE=1; at most
+    /// FAKECLOUD_PULL_TIMEOUT seconds), else made with debootstrap from this machine's apt mirror
+    /// (FAKECLOUD_DEBIAN_MIRROR overrides it). Needs root for debootstrap.
+    BaseImage,
+    /// Build what a kind node needs beyond the control plane (kubelet, kubeadm, kube-proxy, kube-scheduler,
+    /// agnhost, crictl, coredns, kind, CNI plugins) from the Go module proxy; print their directory on the last
+    /// line. KIND_VERSION and CRICTL_VERSION pin other releases.
+    NodeBinaries,
+    /// Build the offline kind node image fakecloud/kind-node:<k8s version>, unless it is current. Needs root.
+    NodeImage,
+    /// Build the project's images (emulator, ccm, vpc-router, agnhost; upstream-ccm with
+    /// FAKECLOUD_KIND_CCM=upstream), tagged FAKECLOUD_IMAGE_TAG (dev). FAKECLOUD_IMAGE_PREBUILT=1 uses the
+    /// workspace's binaries as built.
+    Images,
+    /// Make sure the engine has fakecloud/postgres:dev, the farm's database on kind (make farm-kind). Needs root.
+    PostgresImage,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +139,11 @@ fn name(command: &Command) -> &'static str {
         Command::Engine { .. } => "engine",
         Command::Up { .. } => "kind-up",
         Command::Down => "kind-down",
+        Command::BaseImage => "base-image",
+        Command::NodeBinaries => "node-binaries",
+        Command::NodeImage => "node-image",
+        Command::Images => "images",
+        Command::PostgresImage => "postgres-image",
     }
 }
 
@@ -144,6 +173,20 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Up { prepare } => cluster::up(&s, prepare)?,
         Command::Down => cluster::down(&s, std::env::var_os("KIND_CLUSTER_NAME").is_none())?,
+        Command::BaseImage => rootfs::base_image(&s, &image_engine(&s)?)?,
+        Command::NodeBinaries => println!("{}", node_binaries::build(&s)?.display()),
+        Command::NodeImage => node_image::ensure(&s, &image_engine(&s)?)?,
+        Command::Images => images::build(&s, &image_engine(&s)?)?,
+        Command::PostgresImage => postgres::image(&s, &image_engine(&s)?)?,
     }
     Ok(())
+}
+
+/// The engine an image command builds into (DOCKER_HOST, else the private engine when it runs), or an error
+/// saying how to get one.
+fn image_engine(s: &Settings) -> anyhow::Result<Docker> {
+    let d = Docker::require(s)?;
+    let version = d.cmd(["version", "-f", "{{.Server.Version}}"]).output().unwrap_or_default();
+    tracing::info!("using the Docker engine at {} ({version})", d.shown());
+    Ok(d)
 }

@@ -127,10 +127,10 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
         );
     }
     if node_image == s.node_image {
-        node_image::ensure(s)?;
+        node_image::ensure(s, &docker)?;
     }
     check_node_image_version(s, &docker, &node_image)?;
-    images::build(s)?;
+    images::build(s, &docker)?;
     check(&interrupted)?;
     if prepare {
         tracing::info!(
