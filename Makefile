@@ -130,7 +130,7 @@ docs: ## The book (docs/book/, mdBook) into target/book/html/, failing on a brok
 
 lint: deps docs ## rustfmt check, clippy with warnings as errors, shellcheck, the farm's manifests render, no circle among a crate's modules and none importing up its layers (ARCHITECTURE.md), the book builds with no broken link
 	$(CARGO) fmt --all --check
-	shellcheck -x scripts/*.sh scripts/kind/*.sh docker/*.sh
+	shellcheck -x scripts/*.sh scripts/kind/*.sh docker/*.sh kind/src/node_image/*.sh
 	kubectl kustomize deploy/farm/base >/dev/null && kubectl kustomize deploy/farm/kind >/dev/null
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings

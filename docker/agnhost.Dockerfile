@@ -3,8 +3,8 @@
 # ip, socat, iperf, bash), /uploads, porter's TLS pair, /agnhost-2 and the image-defined user. The suite's load
 # balancer traffic cases run `agnhost netexec` (/hostname, /clientip); scripts/e2e-kind-lb.sh runs upstream's
 # LoadBalancers specs on it. The binary is built from the Kubernetes module at the cluster's release by
-# scripts/kind/build-node-binaries.sh, the base (fakecloud/agnhost-base, a debootstrap root filesystem with
-# Debian's packages of those tools) and this image by scripts/kind/images.sh; nothing here downloads anything.
+# `fakecloud-kind node-binaries`, the base (fakecloud/agnhost-base, a debootstrap root filesystem with Debian's
+# packages of those tools) and this image by `fakecloud-kind images`; nothing here downloads anything.
 # Upstream's image (registry.k8s.io/e2e-test-images/agnhost) works the same: FAKECLOUD_E2E_AGNHOST_IMAGE.
 FROM fakecloud/agnhost-base:bookworm
 COPY agnhost /agnhost

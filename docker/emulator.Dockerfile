@@ -1,6 +1,6 @@
 # The emulator image for the kind path (`make kind-up`): the `fakecloud` binary on a slim Debian base.
 # The binary is built on the host (`cargo build --release`) and staged into the build context by
-# scripts/kind/images.sh, so the image builds the same with or without an image registry or the Rust
+# `fakecloud-kind images`, so the image builds the same with or without an image registry or the Rust
 # package registry in reach of the build: nothing here downloads anything. By hand, from a directory holding
 # the binary:
 #   docker build -f docker/emulator.Dockerfile -t fakecloud/emulator:dev <dir with fakecloud>

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The entrypoint of fakecloud/postgres (scripts/kind/postgres-image.sh): PostgreSQL 15 from Debian's packages,
+# The entrypoint of fakecloud/postgres (`fakecloud-kind postgres-image`): PostgreSQL 15 from Debian's packages,
 # keeping the part of the official postgres image's contract the farm's manifests use (deploy/farm): on an empty
 # PGDATA, a cluster whose superuser is POSTGRES_USER with POSTGRES_PASSWORD (scram-sha-256 over TCP) and a
 # database POSTGRES_DB; then the server, as the postgres user, listening on every address.

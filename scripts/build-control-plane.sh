@@ -60,7 +60,7 @@ tmp_dir=$(mktemp -d "$bin_dir/.build.XXXXXX")
 trap 'rm -rf "$tmp_dir"' EXIT
 
 # Without these the binaries report v0.0.0-master; kube clients and our tests read the version. The same
-# stamp as the kind node binaries (scripts/kind/build-node-binaries.sh), from one definition.
+# stamp as the kind node binaries (`fakecloud-kind node-binaries`), from one definition.
 # shellcheck source=scripts/kind/k8s-ldflags.sh
 source "$repo_root/scripts/kind/k8s-ldflags.sh"
 ldflags="$(k8s_version_ldflags "$k8s_version") -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"

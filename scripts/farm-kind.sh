@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make farm-kind`: the shared fake cloud's manifests (deploy/farm; the book, docs/book/src/farm.md) tried on the
-# project's kind cluster of `make kind-up`: the database image built offline (scripts/kind/postgres-image.sh)
+# project's kind cluster of `make kind-up`: the database image built offline (`fakecloud-kind postgres-image`)
 # and loaded onto the nodes beside the emulator image kind-up loaded, a Secret with fresh tokens and password,
 # deploy/farm/kind applied, then checked through the replicas, each reached on a port of its own: an instance
 # made through each is listed through every other, a quota set through one holds for calls spread over all,
@@ -10,8 +10,6 @@ set -euo pipefail
 kind_script=farm-kind
 # shellcheck source=scripts/kind/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kind/common.sh"
-# shellcheck source=scripts/kind/rootfs.sh
-source "$kind_repo_root/scripts/kind/rootfs.sh"
 
 kubeconfig="$kind_run_root/kind.kubeconfig"
 PATH="$kind_bin_dir:$PATH" # the kind binary kind-up built
@@ -27,8 +25,8 @@ if [[ "${1:-}" == down ]]; then
 fi
 [[ -z "${1:-}" ]] || die "unknown argument '$1': farm-kind.sh takes none, or down"
 
-use_docker_engine
-step "building the database image" bash "$kind_repo_root/scripts/kind/postgres-image.sh"
+# On the engine common.sh's settings name (DOCKER_HOST, or the private engine when it runs), as kind-up used.
+step "building the database image" "$kind_tool" postgres-image
 step "loading fakecloud/postgres:dev onto the nodes" kind load docker-image --name "$kind_cluster" fakecloud/postgres:dev
 
 kubectl apply -f "$kind_repo_root/deploy/farm/base/namespace.yaml" >/dev/null

@@ -7,7 +7,7 @@ set -euo pipefail
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-# objcopy: the kind path's images carry their binaries without debug info (scripts/kind/images.sh).
+# objcopy: the kind path's images carry their binaries without debug info (`fakecloud-kind images`, kind/src/images.rs).
 command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 # The console's browser tests (make test-console): Node with npm, and Debian's Chromium for playwright-core.

@@ -3,8 +3,8 @@
 // which consumers do not see, so every staging module is replaced here with its published tag.
 // Regenerate the replace block from the tag's go.mod when bumping the version.
 // The tool block keeps kubelet, kubeadm, kube-proxy and kube-scheduler (upstream's own mains) in this module's
-// graph for scripts/kind/build-node-binaries.sh, which builds them for kind nodes; without it `go mod tidy`
-// drops the modules only they import. build-control-plane.sh does not build them.
+// graph for `fakecloud-kind node-binaries` (kind/src/node_binaries.rs), which builds them for kind nodes;
+// without it `go mod tidy` drops the modules only they import. build-control-plane.sh does not build them.
 module github.com/fakecloud/fakecloud/controlplane/upstream
 
 go 1.26.0

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Sourced (not run) by scripts/build-control-plane.sh and scripts/kind/build-node-binaries.sh: the -ldflags
-# that stamp a Kubernetes binary with its release, the variables upstream's hack/lib/version.sh sets. Without
+# Sourced (not run) by scripts/build-control-plane.sh, scripts/build-upstream-ccm.sh, scripts/kind/build-e2e-test.sh
+# and `fakecloud-kind node-binaries` (kind/src/node_binaries.rs runs it through bash): the -ldflags that stamp a
+# Kubernetes binary with its release, the variables upstream's hack/lib/version.sh sets. Without
 # them every binary reports v0.0.0-master: kube clients and our tests read the version, kubeadm derives the
 # control-plane version and its preflight checks from its own, and it compares `kubelet --version` against it.
 # One definition, so the control plane and the kind node binaries can never be stamped differently.

@@ -49,7 +49,7 @@ if [[ -n "$iface" ]]; then
 fi
 
 # A container's packet toward the outside (the default gateway, the first hop out) is dropped on this host.
-bash "$kind_repo_root/scripts/kind/base-image.sh" >/dev/null
+"$kind_tool" base-image
 counter() { iptables -L DOCKER-USER -v -x -n | awk -v i="$iface" '$3 == "DROP" && $7 == i { print $1; exit }'; }
 drops_before=$(counter)
 refused() { ! docker run --rm debian:bookworm-slim timeout 5 bash -c "echo > /dev/tcp/$gateway/80"; }

@@ -33,7 +33,7 @@ use testcontainers::core::{ContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, Image, ImageExt, TestcontainersError};
 
-/// The emulator's image as `make kind-up` (scripts/kind/images.sh) tags it.
+/// The emulator's image as `make kind-up` (`fakecloud-kind images`) tags it.
 pub const IMAGE: &str = "fakecloud/emulator";
 pub const TAG: &str = "dev";
 /// The port the image's emulator listens on.

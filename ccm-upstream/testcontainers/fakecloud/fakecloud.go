@@ -29,7 +29,7 @@ import (
 )
 
 const (
-	// DefaultImage is the emulator's image as `make kind-up` (scripts/kind/images.sh) tags it.
+	// DefaultImage is the emulator's image as `make kind-up` (`fakecloud-kind images`) tags it.
 	DefaultImage = "fakecloud/emulator:dev"
 	// Port is the port the image's emulator listens on.
 	Port = "8787/tcp"
