@@ -30,22 +30,34 @@ impl Docker {
         Docker { host: Some(host) }
     }
 
+    /// DOCKER_HOST for a client of this engine, if it is not the default.
+    fn host_env(&self) -> Option<(&'static str, &str)> {
+        self.host.as_deref().map(|h| ("DOCKER_HOST", h))
+    }
+
     /// `docker ARGS` against this engine.
     pub fn cmd<I, S>(&self, args: I) -> Cmd
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let c = cmd("docker", args);
-        match &self.host {
-            Some(h) => c.env("DOCKER_HOST", h),
-            None => c,
-        }
+        cmd("docker", args).envs(self.host_env())
+    }
+
+    /// The same as a bare process, for a pipe between two tools (`crate::pipe`).
+    pub fn command<I, S>(&self, args: I) -> std::process::Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut c = std::process::Command::new("docker");
+        c.args(args).envs(self.host_env());
+        c
     }
 
     /// Whether the engine answers (within 10 s).
     pub fn answers(&self) -> bool {
-        cmd("timeout", ["10", "docker", "info"]).envs(self.host.as_deref().map(|h| ("DOCKER_HOST", h))).succeeds()
+        cmd("timeout", ["10", "docker", "info"]).envs(self.host_env()).succeeds()
     }
 
     /// Where it is, for messages.

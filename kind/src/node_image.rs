@@ -32,7 +32,7 @@ use crate::go::{Go, build_script};
 use crate::host::{apt_install, is_executable, on_path, require_root};
 use crate::inputs::Inputs;
 use crate::node_binaries::{is_built, stamp_path};
-use crate::pipe::{docker_command, pipe};
+use crate::pipe::pipe;
 use crate::rootfs::{BASE_IMAGE, Customization, DEBIAN_SUITE, dir_name, import_rootfs_image, make_rootfs};
 use crate::run::{cmd, step};
 use crate::settings::{IMAGE_REPOSITORY, Settings};
@@ -267,24 +267,21 @@ impl NodeBuild<'_> {
             bail!("containerd did not start in the build container: {log}");
         }
         let references: Vec<&str> = self.images.references().collect();
-        let save = docker_command(self.d, ["save"].into_iter().chain(references.iter().copied()));
-        let import = docker_command(
-            self.d,
-            [
-                "exec",
-                "-i",
-                &c.name,
-                "ctr",
-                "--namespace=k8s.io",
-                "images",
-                "import",
-                "--label=io.cri-containerd.pinned=pinned",
-                "--all-platforms",
-                "--no-unpack",
-                "--digests",
-                "-",
-            ],
-        );
+        let save = self.d.command(["save"].into_iter().chain(references.iter().copied()));
+        let import = self.d.command([
+            "exec",
+            "-i",
+            &c.name,
+            "ctr",
+            "--namespace=k8s.io",
+            "images",
+            "import",
+            "--label=io.cri-containerd.pinned=pinned",
+            "--all-platforms",
+            "--no-unpack",
+            "--digests",
+            "-",
+        ]);
         pipe(save, import, "importing the kubeadm images into the node's containerd")?;
         let listed = c.exec(["ctr", "--namespace=k8s.io", "images", "ls", "-q"]).output()?;
         let missing = missing_images(&references, &listed);

@@ -1,26 +1,9 @@
 //! One tool's output fed to another's input without a shell between them: `tar -c . | docker import -` and
 //! `docker save | ctr images import -`.
 
-use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
-
-use crate::docker::Docker;
-
-/// `docker ARGS` against `d`'s engine, as a plain command (its stdin can then be another's stdout).
-pub fn docker_command<I, S>(d: &Docker, args: I) -> Command
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<OsStr>,
-{
-    let mut c = Command::new("docker");
-    c.args(args);
-    if let Some(host) = &d.host {
-        c.env("DOCKER_HOST", host);
-    }
-    c
-}
 
 fn shown(c: &Command) -> String {
     std::iter::once(c.get_program()).chain(c.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")

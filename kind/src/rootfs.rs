@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use crate::docker::Docker;
 use crate::host::{apt_install, env_setting, on_path, require_root};
 use crate::inputs::Inputs;
-use crate::pipe::{docker_command, pipe};
+use crate::pipe::pipe;
 use crate::run::{Cmd, cmd, step};
 use crate::settings::Settings;
 
@@ -367,7 +367,7 @@ pub fn dir_name(dir: &Path) -> anyhow::Result<&str> {
 pub fn import_rootfs_image(d: &Docker, dir: &Path, tag: &str, changes: &[&str]) -> anyhow::Result<()> {
     let mut tar = Command::new("tar");
     tar.args(["--numeric-owner", "-C"]).arg(dir).args(["-c", "."]);
-    let mut import = docker_command(d, ["import"]);
+    let mut import = d.command(["import"]);
     for change in changes {
         import.args(["--change", change]);
     }

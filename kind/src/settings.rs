@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
+use crate::host::env_setting;
+
 /// The repository under which the kubeadm images are preloaded into the offline node image (no registry
 /// behind it).
 pub const IMAGE_REPOSITORY: &str = "fakecloud.local";
@@ -91,7 +93,6 @@ pub struct Settings {
     pub engine_socket: PathBuf,
     /// `fakecloud/kind-node:<k8s version>`.
     pub node_image: String,
-    pub cargo_target_dir: PathBuf,
     pub image_profile: Profile,
     /// Where cargo puts the binaries of `image_profile`.
     pub image_target_dir: PathBuf,
@@ -151,10 +152,6 @@ impl Cluster {
     }
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 impl Settings {
     /// The settings of this checkout, from the environment.
     pub fn from_env() -> anyhow::Result<Self> {
@@ -163,8 +160,9 @@ impl Settings {
             .parent()
             .context("the kind crate has no parent directory")?
             .to_path_buf();
-        let home = var("HOME").unwrap_or_else(|| "/root".into());
-        let cache = var("FAKECLOUD_CACHE").map_or_else(|| Path::new(&home).join(".cache/fakecloud"), PathBuf::from);
+        let home = env_setting("HOME").unwrap_or_else(|| "/root".into());
+        let cache =
+            env_setting("FAKECLOUD_CACHE").map_or_else(|| Path::new(&home).join(".cache/fakecloud"), PathBuf::from);
         let k8s_module_dir = repo.join("controlplane/upstream");
         let go_mod = k8s_module_dir.join("go.mod");
         let text = std::fs::read_to_string(&go_mod).with_context(|| format!("reading {}", go_mod.display()))?;
@@ -172,12 +170,12 @@ impl Settings {
             .with_context(|| format!("no k8s.io/kubernetes requirement in {}", go_mod.display()))?;
         let engine_root = cache.join("engine");
         let engine_run_dir = engine_root.join("run");
-        let cargo_target_dir = match var("CARGO_TARGET_DIR") {
+        let cargo_target_dir = match env_setting("CARGO_TARGET_DIR") {
             Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
             Some(d) => repo.join(d),
             None => repo.join("target"),
         };
-        let image_profile = match var("FAKECLOUD_IMAGE_PROFILE").as_deref() {
+        let image_profile = match env_setting("FAKECLOUD_IMAGE_PROFILE").as_deref() {
             None | Some("release") => Profile::Release,
             Some("dev") => Profile::Dev,
             Some(other) => bail!("FAKECLOUD_IMAGE_PROFILE must be release or dev, not '{other}'"),
@@ -186,14 +184,14 @@ impl Settings {
             Profile::Release => "release",
             Profile::Dev => "debug",
         });
-        let ccm = Ccm::parse(var("FAKECLOUD_KIND_CCM").as_deref().unwrap_or("fakecloud"))?;
+        let ccm = Ccm::parse(env_setting("FAKECLOUD_KIND_CCM").as_deref().unwrap_or("fakecloud"))?;
         let cluster = Cluster::named(
-            var("KIND_CLUSTER_NAME").as_deref().unwrap_or("fakecloud"),
+            env_setting("KIND_CLUSTER_NAME").as_deref().unwrap_or("fakecloud"),
             &repo,
-            var("KIND_EXPERIMENTAL_DOCKER_NETWORK"),
-            var("FAKECLOUD_RUN_DIR").map(PathBuf::from),
+            env_setting("KIND_EXPERIMENTAL_DOCKER_NETWORK"),
+            env_setting("FAKECLOUD_RUN_DIR").map(PathBuf::from),
         );
-        let port = match var("FAKECLOUD_PORT") {
+        let port = match env_setting("FAKECLOUD_PORT") {
             None => 8787,
             Some(p) => p.parse().map_err(|_| anyhow::anyhow!("FAKECLOUD_PORT must be a port number, not '{p}'"))?,
         };
@@ -201,14 +199,13 @@ impl Settings {
             kind_bin_dir: cache.join("kind").join(&k8s_version).join("bin"),
             engine_socket: engine_run_dir.join("docker.sock"),
             node_image: format!("fakecloud/kind-node:{k8s_version}"),
-            prebuilt: var("FAKECLOUD_IMAGE_PREBUILT").is_some(),
+            prebuilt: env_setting("FAKECLOUD_IMAGE_PREBUILT").is_some(),
             repo,
             cache,
             k8s_module_dir,
             k8s_version,
             engine_root,
             engine_run_dir,
-            cargo_target_dir,
             image_profile,
             image_target_dir,
             ccm,

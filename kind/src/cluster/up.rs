@@ -117,7 +117,7 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
 
     // --- 2. binaries and images -----------------------------------------------------------------------------
     // kubectl of the cluster's version.
-    let cp_bin = PathBuf::from(last_line(&cmd("bash", [s.repo.join("scripts/build-control-plane.sh")]).output()?));
+    let cp_bin = crate::go::build_script(s, "scripts/build-control-plane.sh")?;
     node_binaries::build(s)?;
     let tools = Tools::new(s, docker.clone(), &[&cp_bin]);
     if !prepare && tools.cluster_exists(&c.name) {

@@ -43,7 +43,7 @@ pub fn install() -> anyhow::Result<()> {
         tracing::info!("this machine has no default route: nothing leads off it, the guard has nothing to drop");
     }
     for tool in ["iptables", "ip6tables"] {
-        if !cmd("sh", ["-c", &format!("command -v {tool}")]).succeeds() {
+        if crate::host::on_path(tool).is_none() {
             continue;
         }
         // An existing chain is fine: -N fails on it.

@@ -29,6 +29,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::docker::Docker;
+use crate::host::{apt_install, on_path};
 use crate::run::{cmd, step, wait_for};
 use crate::settings::Settings;
 
@@ -104,7 +105,7 @@ impl<'a> Engine<'a> {
             tracing::info!("the private engine already runs (pid {pid}, {})", self.s.engine_socket.display());
             return Ok(());
         }
-        if !nix::unistd::geteuid().is_root() {
+        if !crate::host::is_root() {
             bail!(
                 "starting a private Docker engine needs root (it manages iptables and bridges); run as root, or start your own Docker"
             );
@@ -201,7 +202,7 @@ impl<'a> Engine<'a> {
         if ["dockerd", "docker-proxy", "runc"].iter().all(|b| self.bin_dir.join(b).is_file()) {
             return Ok(());
         }
-        if !cmd("sh", ["-c", "command -v go"]).succeeds() {
+        if on_path("go").is_none() {
             bail!(
                 "no Docker engine answers here and there is no Go toolchain to build one with; install Go (or start Docker) and run this again"
             );
@@ -334,34 +335,24 @@ fn last_lines(path: &Path, n: usize) -> String {
 
 /// What the engine needs from Debian at run time (containerd, iptables, nft) and to build runc (libseccomp).
 fn ensure_packages() -> anyhow::Result<()> {
-    let has = |c: &str| cmd("sh", ["-c", &format!("command -v {c}")]).succeeds();
-    let mut need = vec![];
-    for (command, package) in [
+    let mut need: Vec<&str> = [
         ("containerd", "containerd"),
         ("iptables", "iptables"),
         ("nft", "nftables"),
         ("ip", "iproute2"),
         ("pkg-config", "pkg-config"),
-    ] {
-        if !has(command) {
-            need.push(package);
-        }
-    }
+    ]
+    .into_iter()
+    .filter(|(command, _)| on_path(command).is_none())
+    .map(|(_, package)| package)
+    .collect();
     if !cmd("dpkg", ["-s", "libseccomp-dev"]).succeeds() {
         need.push("libseccomp-dev");
     }
     if need.is_empty() {
         return Ok(());
     }
-    if !has("apt-get") {
-        bail!("the private engine needs {}; install them and run this again", need.join(" "));
-    }
-    tracing::info!("installing Debian packages: {}", need.join(" "));
-    cmd("apt-get", ["update", "-qq"]).run()?;
-    cmd("apt-get", ["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&need)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .run()
+    apt_install(&need, "the private engine")
 }
 
 #[cfg(test)]
