@@ -8,7 +8,7 @@
 #               registry.k8s.io/e2e-test-images/agnhost:<tag in test/utils/image/manifest.go>. No registry is
 #               reachable here, so e2e's KUBE_TEST_REPO_LIST maps the e2e-test-images registry to
 #               fakecloud.local/e2e-test-images (no registry behind that name either, as for the node image's
-#               kubeadm images), and fakecloud/agnhost:dev (scripts/kind/images.sh, upstream's tools included)
+#               kubeadm images), and fakecloud/agnhost:dev (`fakecloud-kind images`, upstream's tools included)
 #               is tagged with the mapped name and `kind load`ed onto every node. The pods ask IfNotPresent.
 #   provider    --provider=skeleton: in 1.37 no LoadBalancers spec asks for a provider (no WithProvider, no
 #               SkipUnlessProviderIs in test/e2e/network/loadbalancer.go), and aws, which cloud-provider-kind's
@@ -72,11 +72,11 @@ grep -qxF "$agnhost_image" <<<"$images" ||
 
 local_agnhost=fakecloud/agnhost:${FAKECLOUD_IMAGE_TAG:-dev}
 docker image inspect "$local_agnhost" >/dev/null 2>&1 ||
-	die "$local_agnhost is not in the engine (${DOCKER_HOST:-default}): build it with scripts/kind/images.sh (make kind-up does)"
-# The specs exec these in agnhost pods; an image of the binary alone (before images.sh gave it upstream's tools)
+	die "$local_agnhost is not in the engine (${DOCKER_HOST:-default}): build it with fakecloud-kind images (make kind-up does)"
+# The specs exec these in agnhost pods; an image of the binary alone (before the image build gave it upstream's tools)
 # fails them all with 'not found', far from the cause.
 docker run --rm --network none --entrypoint /bin/sh "$local_agnhost" -c 'command -v curl && command -v wget && command -v nc' >/dev/null 2>&1 ||
-	die "$local_agnhost lacks curl, wget or nc, which the LoadBalancers specs exec in agnhost pods: rebuild it with scripts/kind/images.sh and load it (make kind-down && make kind-up)"
+	die "$local_agnhost lacks curl, wget or nc, which the LoadBalancers specs exec in agnhost pods: rebuild it with fakecloud-kind images and load it (make kind-down && make kind-up)"
 docker tag "$local_agnhost" "$agnhost_image"
 step "load $agnhost_image ($local_agnhost) onto the nodes of $cluster" \
 	kind load docker-image --name "$cluster" "$agnhost_image"
