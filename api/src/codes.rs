@@ -55,6 +55,8 @@ pub const ROUTE_LIMIT_EXCEEDED: &str = "RouteLimitExceeded";
 pub const ADDRESS_LIMIT_EXCEEDED: &str = "AddressLimitExceeded";
 pub const SOURCE_RANGE_LIMIT_EXCEEDED: &str = "SourceRangeLimitExceeded";
 pub const ACCOUNT_LIMIT_EXCEEDED: &str = "AccountLimitExceeded";
+/// More tags on one resource than it may carry (`limits::TAGS_MAX`): EC2's code.
+pub const TAG_LIMIT_EXCEEDED: &str = "TagLimitExceeded";
 pub const INSUFFICIENT_ADDRESS_CAPACITY: &str = "InsufficientAddressCapacity";
 // 5xx
 pub const INTERNAL_ERROR: &str = "InternalError";

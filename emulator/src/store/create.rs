@@ -20,8 +20,7 @@ use super::write::begin_with;
 use crate::call;
 use crate::config::Pool;
 use crate::db::{Db, NotDone, Ran, Script, Step, Tx};
-use crate::error::Result;
-
+use crate::error::{ApiError, Result};
 /// Where a new resource's address comes from.
 pub enum Address<'a> {
     /// It has none.
@@ -81,7 +80,7 @@ pub trait NewResource: Sync {
 
     /// Lease the address the request names ([`Address::Own`]).
     fn lease_own(&self, _tx: &mut Tx) -> impl Future<Output = Result<IpAddr>> + Send {
-        async { Err(crate::error::ApiError::internal("this resource leases no address of its own")) }
+        async { Err(ApiError::internal("this resource leases no address of its own")) }
     }
 
     /// The new resource as the create answers it.
@@ -184,22 +183,99 @@ pub async fn create<R: NewResource>(
         // The top of the pool is taken (the usual insert found no address and failed), the request names its
         // address, or the key was looked up after the checks: lease now, then insert.
         _ => {
-            let address = match new.address() {
-                Address::None => None,
-                Address::Next(pool) if first.usual.is_some() => {
-                    Some(IpAddr::V4(ipam::allocate_free(&mut tx, pool, new.id()).await?))
-                }
-                Address::Next(pool) => Some(IpAddr::V4(ipam::allocate(&mut tx, pool, new.id()).await?)),
-                Address::Own => Some(new.lease_own(&mut tx).await?),
-            };
-            let mut script = Script::new();
-            let insert = new.push_insert(&mut script, now, address);
-            let recorded = idempotency::push_record(&mut script, &scope, key, request_json, new.id(), now);
-            let ran = tx.run(script).await;
-            Insert { lease: None, insert, recorded }.outcome(new, &mut tx, &found, &ran).await?;
-            address
+            let record = key.map(|key| Record { scope: &scope, key, request_json, made: new.id() });
+            lease_and_insert(&mut tx, new, &found, now, first.usual.is_some(), record).await?
         }
     };
     call::commit(tx, new.id()).await?;
     Ok((new.made(now, address, found)?, false))
+}
+
+/// What a key's record says: the request, and the IDs of what it made (space-separated: a batch makes several).
+struct Record<'a> {
+    scope: &'a str,
+    key: &'a str,
+    request_json: &'a str,
+    made: &'a str,
+}
+
+/// Lease `new`'s address now and insert it, with the key's record if `record` is given. `retry`: the usual
+/// lease of the first round trip found no address below the pool's top, so only a free one is left.
+async fn lease_and_insert<R: NewResource>(
+    tx: &mut Tx,
+    new: &R,
+    found: &R::Found,
+    now: i64,
+    retry: bool,
+    record: Option<Record<'_>>,
+) -> Result<Option<IpAddr>> {
+    let address = match new.address() {
+        Address::None => None,
+        Address::Next(pool) if retry => Some(IpAddr::V4(ipam::allocate_free(tx, pool, new.id()).await?)),
+        Address::Next(pool) => Some(IpAddr::V4(ipam::allocate(tx, pool, new.id()).await?)),
+        Address::Own => Some(new.lease_own(tx).await?),
+    };
+    let mut script = Script::new();
+    let insert = new.push_insert(&mut script, now, address);
+    let recorded =
+        record.and_then(|r| idempotency::push_record(&mut script, r.scope, Some(r.key), r.request_json, r.made, now));
+    let ran = tx.run(script).await;
+    Insert { lease: None, insert, recorded }.outcome(new, tx, found, &ran).await?;
+    Ok(address)
+}
+
+/// Create as many of `news` as the quotas leave room for, and at least `min` (else the quota's refusal), in one
+/// transaction, as the request `request_json` with `key` asks: EC2's `RunInstances` with `MinCount` and
+/// `MaxCount`. Returns what it made and whether it was a replay (of every one the earlier request made). Each
+/// leases its address and is inserted in a round trip of its own: a batch is rare, and small.
+pub async fn create_all<R: NewResource>(
+    db: &Db,
+    news: &[R],
+    min: usize,
+    key: Option<&str>,
+    request_json: &str,
+) -> Result<(Vec<R::Made>, bool)> {
+    let lead = news.first().ok_or_else(|| ApiError::internal("a batch create of nothing"))?;
+    // A batch's resources are not inside another, so their keys' scope is known before any check.
+    let scope = lead.key_scope(None).ok_or_else(|| ApiError::internal("a batch needs a key scope"))?;
+    let (mut tx, now, ran, (replay, checks, quota_read)) = begin_with(db, |now, s| {
+        let replay = key.map(|k| idempotency::push_lookup(s, &scope, k));
+        let checks: Vec<Vec<Step>> = news.iter().map(|n| n.push_checks(s, now)).collect();
+        let quota_read = (!lead.quotas().is_empty()).then(|| quotas::push_read(s, lead.quotas()));
+        (replay, checks, quota_read)
+    })
+    .await?;
+    let found = news.iter().zip(&checks).map(|(n, c)| n.found(&ran, c)).collect::<Result<Vec<_>>>()?;
+    if let (Some(key), Some(step)) = (key, replay)
+        && let Replay::Existing(ids) = idempotency::judge(ran.rows(step)?, &scope, key, request_json)?
+    {
+        let mut made = Vec::new();
+        for id in ids.split(' ') {
+            made.push(lead.fetch(&mut tx, id, now).await?);
+        }
+        return Ok((made, true));
+    }
+    for ((new, found), checks) in news.iter().zip(&found).zip(&checks) {
+        new.judge(found, &ran, checks)?;
+    }
+    // Each resource counts as the lead's checks say (one instance each).
+    let count = match quota_read {
+        Some(step) => quotas::room(lead.quotas(), ran.rows(step)?, min, news.len())?,
+        None => news.len(),
+    };
+    let ids: Vec<&str> = news[..count].iter().map(NewResource::id).collect();
+    let made_ids = ids.join(" ");
+    let mut made = Vec::new();
+    for (i, (new, found)) in news.iter().zip(found).take(count).enumerate() {
+        let record = (i + 1 == count).then_some(key).flatten().map(|key| Record {
+            scope: &scope,
+            key,
+            request_json,
+            made: &made_ids,
+        });
+        let address = lease_and_insert(&mut tx, new, &found, now, false, record).await?;
+        made.push(new.made(now, address, found)?);
+    }
+    call::commit(tx, ids.first().filter(|_| count == 1).copied().unwrap_or_default()).await?;
+    Ok((made, false))
 }

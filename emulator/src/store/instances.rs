@@ -103,49 +103,30 @@ pub async fn get(db: &Db, cfg: &Config, id: &str) -> Result<Instance> {
 
 /// Returns the instance and whether it was an idempotent replay.
 pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Option<&str>) -> Result<(Instance, bool)> {
-    let topo = &cfg.topology;
-    validate::INSTANCE_NAME.check("name", &req.name)?;
-    let zone = match &req.zone {
-        Some(z) => z.clone(),
-        None => topo.zones[0].0.clone(),
-    };
-    let pool = topo.zone_pool(&zone).ok_or_else(|| {
-        ApiError::invalid(
-            "zone",
-            format!("{zone:?} is not a zone of {}; zones: {}", topo.region, topo.zone_names().join(", ")),
-        )
-    })?;
-    let instance_type = match &req.instance_type {
-        Some(t) => t.clone(),
-        None => topo.instance_types[0].name.clone(),
-    };
-    if !topo.instance_types.iter().any(|t| t.name == instance_type) {
-        let names: Vec<&str> = topo.instance_types.iter().map(|t| t.name.as_str()).collect();
-        return Err(ApiError::invalid(
-            "instance_type",
-            format!("{instance_type:?} is not offered; types: {}", names.join(", ")),
-        ));
-    }
     validate::tags(&req.tags)?;
-    check_fixed_addresses(req, cfg, &zone, pool)?;
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
-    let new = NewInstance {
-        id: new_id("i"),
-        req,
-        cfg,
-        pool,
-        quota: [Check {
-            quota: QuotaName::Instances,
-            counter: Some("instances_live"),
-            adding: 1,
-            what: format!("creating instance {:?}", req.name),
-        }],
-        tags: serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?,
-        ipv6_address: req.ipv6_address.map(|a| a.to_string()),
-        zone,
-        instance_type,
-    };
+    let new = NewInstance::new(cfg, req, new_id("i"), OPERATION_CREATE)?;
     create::create(db, &new, key, &request_json).await
+}
+
+/// Create as many of `reqs` as the instance quota leaves room for, at least `min` (else `InstanceLimitExceeded`),
+/// in one transaction: a face's batch (EC2's `RunInstances`), whose request is `request_json` and whose keys
+/// are kept apart from the native API's under `scope`. Each request's name is its instance's ID, as the face
+/// chose both. Its tags are the face's to check.
+pub async fn create_many(
+    db: &Db,
+    cfg: &Config,
+    reqs: &[CreateInstanceRequest],
+    min: usize,
+    scope: &'static str,
+    key: Option<&str>,
+    request_json: &str,
+) -> Result<(Vec<Instance>, bool)> {
+    let mut news = reqs.iter().map(|r| NewInstance::new(cfg, r, r.name.clone(), scope)).collect::<Result<Vec<_>>>()?;
+    if let Some(lead) = news.first_mut() {
+        lead.quota[0].what = format!("launching {min} instances");
+    }
+    create::create_all(db, &news, min, key, request_json).await
 }
 
 /// The IPv6 address the request names beside its IPv4 one, if any ([`check_fixed_addresses`]): leased to `id`.
@@ -195,6 +176,8 @@ struct NewInstance<'a> {
     cfg: &'a Config,
     /// The subnet of its zone.
     pool: &'a Pool,
+    /// Where its idempotency key is kept: the operation of the face that made it.
+    scope: &'static str,
     quota: [Check; 1],
     zone: String,
     instance_type: String,
@@ -202,7 +185,52 @@ struct NewInstance<'a> {
     tags: String,
 }
 
-impl NewInstance<'_> {
+impl<'a> NewInstance<'a> {
+    /// The instance `req` asks for, checked but for its tags, as `id`; its key kept under `scope`.
+    fn new(cfg: &'a Config, req: &'a CreateInstanceRequest, id: String, scope: &'static str) -> Result<Self> {
+        let topo = &cfg.topology;
+        validate::INSTANCE_NAME.check("name", &req.name)?;
+        let zone = match &req.zone {
+            Some(z) => z.clone(),
+            None => topo.zones[0].0.clone(),
+        };
+        let pool = topo.zone_pool(&zone).ok_or_else(|| {
+            ApiError::invalid(
+                "zone",
+                format!("{zone:?} is not a zone of {}; zones: {}", topo.region, topo.zone_names().join(", ")),
+            )
+        })?;
+        let instance_type = match &req.instance_type {
+            Some(t) => t.clone(),
+            None => topo.instance_types[0].name.clone(),
+        };
+        if !topo.instance_types.iter().any(|t| t.name == instance_type) {
+            let names: Vec<&str> = topo.instance_types.iter().map(|t| t.name.as_str()).collect();
+            return Err(ApiError::invalid(
+                "instance_type",
+                format!("{instance_type:?} is not offered; types: {}", names.join(", ")),
+            ));
+        }
+        check_fixed_addresses(req, cfg, &zone, pool)?;
+        Ok(Self {
+            id,
+            req,
+            cfg,
+            pool,
+            scope,
+            quota: [Check {
+                quota: QuotaName::Instances,
+                counter: Some("instances_live"),
+                adding: 1,
+                what: format!("creating instance {:?}", req.name),
+            }],
+            tags: serde_json::to_string(&req.tags).map_err(|e| ApiError::internal(e.to_string()))?,
+            ipv6_address: req.ipv6_address.map(|a| a.to_string()),
+            zone,
+            instance_type,
+        })
+    }
+
     fn schedule(&self, now: i64) -> (&'static str, Option<&'static str>, Option<i64>) {
         lifecycle::schedule(now, "pending", "running", self.cfg.timings.boot_delay)
     }
@@ -217,7 +245,7 @@ impl create::NewResource for NewInstance<'_> {
     }
 
     fn key_scope(&self, _: Option<&()>) -> Option<String> {
-        Some(OPERATION_CREATE.to_string())
+        Some(self.scope.to_string())
     }
 
     /// The next free address of its zone's subnet, unless the request names its addresses.
@@ -434,31 +462,57 @@ impl Action {
 }
 
 pub async fn transition(db: &Db, cfg: &Config, id: &str, action: Action) -> Result<Instance> {
+    let mut changed = transition_all(db, cfg, std::slice::from_ref(&id.to_string()), action).await?;
+    changed.pop().map(|(_, inst)| inst).ok_or_else(|| ApiError::internal("a transition answered no instance"))
+}
+
+/// [`transition`] for each of `ids`, in one transaction: all of them or, if one is unknown or in a state the
+/// action cannot leave, none. Each with the state it was in before.
+pub async fn transition_all(
+    db: &Db,
+    cfg: &Config,
+    ids: &[String],
+    action: Action,
+) -> Result<Vec<(InstanceState, Instance)>> {
     let (mut tx, now) = begin(db).await?;
-    let current = fetch(&mut *tx, cfg, id, now).await?;
-    let plan = action
-        .plan(current.state, &cfg.timings)
-        .map_err(|m| ApiError::conflict(codes::INCORRECT_INSTANCE_STATE, format!("instance {id}: {m}")))?;
-    let Some((through, next, delay)) = plan else {
-        return Ok(current);
-    };
-    let (state, next_state, next_at) = lifecycle::schedule(now, through.as_str(), next.as_str(), delay);
-    sqlx::query(
-        "UPDATE instances SET state = $1, next_state = $2, next_state_at = $3, state_changed_at = $4 WHERE id = $5",
-    )
-    .bind(state)
-    .bind(next_state)
-    .bind(next_at)
-    .bind(now)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    if state == InstanceState::Terminated.as_str() {
-        ipam::release(&mut tx, id).await?;
+    let mut changed = Vec::with_capacity(ids.len());
+    let mut wrote = false;
+    for id in ids {
+        let current = fetch(&mut *tx, cfg, id, now).await?;
+        let plan = action
+            .plan(current.state, &cfg.timings)
+            .map_err(|m| ApiError::conflict(codes::INCORRECT_INSTANCE_STATE, format!("instance {id}: {m}")))?;
+        let Some((through, next, delay)) = plan else {
+            changed.push((current.state, current));
+            continue;
+        };
+        let (state, next_state, next_at) = lifecycle::schedule(now, through.as_str(), next.as_str(), delay);
+        sqlx::query(
+            "UPDATE instances SET state = $1, next_state = $2, next_state_at = $3, state_changed_at = $4 WHERE id = $5",
+        )
+        .bind(state)
+        .bind(next_state)
+        .bind(next_at)
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        wrote = true;
+        if state == InstanceState::Terminated.as_str() {
+            ipam::release(&mut tx, id).await?;
+        }
+        changed.push((current.state, fetch(&mut *tx, cfg, id, now).await?));
     }
-    let inst = fetch(&mut *tx, cfg, id, now).await?;
-    call::commit(tx, id).await?;
-    Ok(inst)
+    // Each was there already: nothing to commit.
+    if !wrote {
+        return Ok(changed);
+    }
+    let audited = match ids {
+        [one] => one.as_str(),
+        _ => "",
+    };
+    call::commit(tx, audited).await?;
+    Ok(changed)
 }
 
 /// Instances an admin action names: by ID, by name (live ones), and every live instance with a tag.

@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod load_balancers;
 pub mod quotas;
 pub mod routes;
+pub mod tags;
 mod write;
 
 use std::collections::BTreeMap;
@@ -75,6 +76,7 @@ pub async fn reset(db: &Db) -> Result<()> {
     for table in [
         "routes",
         "route_tables",
+        "resource_tags",
         "load_balancers",
         "instances",
         "hangs",

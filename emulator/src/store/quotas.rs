@@ -53,18 +53,27 @@ pub async fn check_all(tx: &mut crate::db::Tx, checks: &[Check]) -> Result<()> {
 
 /// Fail with the error of the first of `checks` whose quota would be exceeded, from the rows of [`push_read`].
 pub fn judge(checks: &[Check], rows: &[AnyRow]) -> Result<()> {
+    room(checks, rows, 1, 1).map(drop)
+}
+
+/// How many times over `checks` fit under their quotas, from the rows of [`push_read`]: as many as there is room
+/// for up to `at_most`, and at least `at_least`, else the error of the first quota that many would exceed.
+pub fn room(checks: &[Check], rows: &[AnyRow], at_least: usize, at_most: usize) -> Result<usize> {
     let rows: Vec<(i64, String, i64)> =
         rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect::<Result<_, sqlx::Error>>()?;
     let value = |is_limit: i64, key: &str| rows.iter().find(|r| r.0 == is_limit && r.1 == key).map(|r| r.2);
+    let mut fit = at_most;
     for c in checks {
         let limit =
             value(1, c.quota.as_str()).and_then(|v| u32::try_from(v).ok()).unwrap_or_else(|| c.quota.default_limit());
-        let current = c.counter.and_then(|k| value(0, k)).unwrap_or(0);
-        if current as usize + c.adding > limit as usize {
+        let current = usize::try_from(c.counter.and_then(|k| value(0, k)).unwrap_or(0)).unwrap_or(0);
+        if current + c.adding * at_least > limit as usize {
             return Err(ApiError::quota_exceeded(c.quota, limit, &c.what));
         }
+        let left = (limit as usize).saturating_sub(current);
+        fit = fit.min(left.checked_div(c.adding).unwrap_or(at_most));
     }
-    Ok(())
+    Ok(fit)
 }
 
 pub async fn set(db: &crate::db::Db, name: QuotaName, limit: u32) -> Result<()> {

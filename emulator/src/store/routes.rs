@@ -129,6 +129,7 @@ pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
         ));
     }
     sqlx::query("DELETE FROM route_tables WHERE id = $1").bind(&table_id).execute(&mut *tx).await?;
+    super::tags::forget(&mut tx, &table_id).await?;
     call::commit(tx, &table_id).await?;
     Ok(row.into())
 }
@@ -362,7 +363,39 @@ pub async fn delete(db: &Db, table: &str, route_id: &str) -> Result<Route> {
             format!("route {route_id} is not in route table {table_id}"),
         ));
     }
-    sqlx::query("DELETE FROM routes WHERE id = $1").bind(route_id).execute(&mut *tx).await?;
-    call::commit(tx, route_id).await?;
+    remove(tx, route).await
+}
+
+/// Delete the route of `table` to `destination`: how EC2 names a route (it has no ID of its own there).
+pub async fn delete_to(db: &Db, table: &str, destination: &str) -> Result<Route> {
+    let destination = validate::cidr("destination", destination, true)?.to_string();
+    let (mut tx, now) = begin(db).await?;
+    let table_id = resolve(&mut *tx, table).await?;
+    let id: Option<String> = sqlx::query_scalar("SELECT id FROM routes WHERE route_table_id = $1 AND destination = $2")
+        .bind(&table_id)
+        .bind(&destination)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let id = id.ok_or_else(|| {
+        ApiError::not_found(codes::ROUTE_NOT_FOUND, format!("route table {table_id} has no route to {destination}"))
+    })?;
+    let route = fetch(&mut *tx, &id, now).await?;
+    remove(tx, route).await
+}
+
+async fn remove(mut tx: Tx, route: Route) -> Result<Route> {
+    sqlx::query("DELETE FROM routes WHERE id = $1").bind(&route.id).execute(&mut *tx).await?;
+    call::commit(tx, &route.id).await?;
     Ok(route)
+}
+
+/// Every route of every table, each table's in the order they were made: for a face that shows the tables
+/// with their routes (the AWS face).
+pub async fn list_all(db: &Db) -> Result<Vec<Route>> {
+    let rows: Vec<RouteRow> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{ROUTE_SELECT} ORDER BY r.route_table_id, r.seq")))
+            .bind(now_ms())
+            .fetch_all(db.reader())
+            .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
 }
