@@ -64,6 +64,18 @@ pub fn request_id() -> String {
     CALL.try_with(|c| c.request_id.clone()).unwrap_or_default()
 }
 
+/// Name the call being answered, for a face that learns its operation and caller from the request (the AWS face,
+/// from its body and signature): the entry its change writes says so.
+pub fn learned(operation: &str, role: &'static str) {
+    let _ = CALL.try_with(|c| {
+        if let Some(entry) = &c.entry {
+            let mut entry = entry.lock().unwrap_or_else(|p| p.into_inner());
+            entry.record.operation = operation.to_string();
+            entry.record.role = role;
+        }
+    });
+}
+
 /// Commit a transaction that changes state about `resource_id` (`""`: none in particular), writing the current
 /// call's audit entry in it (and, first, every entry still pending, to keep the log in order).
 pub async fn commit(tx: Tx, resource_id: &str) -> Result<(), WriteError> {

@@ -57,7 +57,8 @@ struct Learned {
 }
 
 async fn answer(State(face): State<Face>, req: Request) -> Response {
-    let (mut recorder, req) = Recorder::open(&face.st, req, None, "Unknown".into(), None, answer_error);
+    // Any action may change state: one that does writes its entry with its change, as a native write does.
+    let (mut recorder, req) = Recorder::open(&face.st, req, None, "Unknown".into(), Some(200), answer_error);
     let request_id = recorder.request_id().to_string();
     let mut learned = Learned::default();
     let resp = recorder
@@ -112,6 +113,7 @@ async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned
         .take("Action")
         .ok_or_else(|| AwsError::client("MissingAction", "The request must contain the parameter Action"))?;
     let known = ec2::action(&action).ok_or_else(|| ec2::invalid_action(&action))?;
+    crate::call::learned(known, Role::User.as_str());
     match params.take("Version") {
         None => return Err(AwsError::client("MissingParameter", "The request must contain the parameter Version")),
         Some(v) if v != ec2::VERSION => {

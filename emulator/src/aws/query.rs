@@ -13,9 +13,14 @@ const NAME_MAX_BYTES: usize = 128;
 /// The largest index of a list (`InstanceId.N`, `Filter.N`, `Filter.N.Value.M`).
 const INDEX_MAX: usize = 1000;
 
-/// A request's parameters, by name.
+/// A request's parameters, by name; or a structure's members (`Placement.AvailabilityZone` is `Placement`'s
+/// `AvailabilityZone`), named in errors by their full name.
 #[derive(Debug, Default)]
-pub struct Params(BTreeMap<String, String>);
+pub struct Params {
+    map: BTreeMap<String, String>,
+    /// `Placement.` or `Tag.1.` for a structure's members, empty for the request's own.
+    path: String,
+}
 
 /// A `Filter.N`: its name and values.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,17 +51,27 @@ impl Params {
                 }
             }
         }
-        Ok(Self(params))
+        Ok(Self { map: params, path: String::new() })
     }
 
     /// The parameter `name`, left in place.
     pub fn peek(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.map.get(name).map(String::as_str)
     }
 
     /// The parameter `name`, taken.
     pub fn take(&mut self, name: &str) -> Option<String> {
-        self.0.remove(name)
+        self.map.remove(name)
+    }
+
+    /// The parameter `name`, which the operation needs.
+    pub fn required(&mut self, name: &str) -> Result<String> {
+        self.take(name).ok_or_else(|| {
+            AwsError::client(
+                "MissingParameter",
+                format!("The request must contain the parameter {}", self.name_of(name)),
+            )
+        })
     }
 
     /// An integer parameter within `min..=max`.
@@ -65,18 +80,26 @@ impl Params {
         match v.parse::<u32>() {
             Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
             _ => Err(AwsError::invalid_value(format!(
-                "Value ({v}) for parameter {name} is invalid. Expecting a value between {min} and {max}"
+                "Value ({v}) for parameter {} is invalid. Expecting a value between {min} and {max}",
+                self.name_of(name)
             ))),
         }
     }
 
-    /// A boolean parameter (`true` or `false`, as the SDKs send them).
+    /// A boolean parameter, `false` if absent.
     pub fn bool(&mut self, name: &str) -> Result<bool> {
+        Ok(self.flag(name)?.unwrap_or(false))
+    }
+
+    /// A boolean parameter if given (`true` or `false`, as the SDKs send them).
+    pub fn flag(&mut self, name: &str) -> Result<Option<bool>> {
         match self.take(name).as_deref() {
-            None | Some("false") => Ok(false),
-            Some("true") => Ok(true),
+            None => Ok(None),
+            Some("false") => Ok(Some(false)),
+            Some("true") => Ok(Some(true)),
             Some(v) => Err(AwsError::invalid_value(format!(
-                "Value ({v}) for parameter {name} is invalid. Expecting true or false"
+                "Value ({v}) for parameter {} is invalid. Expecting true or false",
+                self.name_of(name)
             ))),
         }
     }
@@ -85,10 +108,10 @@ impl Params {
     pub fn list(&mut self, prefix: &str) -> Result<Vec<String>> {
         let mut found = BTreeMap::new();
         let dotted = format!("{prefix}.");
-        let names: Vec<String> = self.0.keys().filter(|k| k.starts_with(&dotted)).cloned().collect();
+        let names: Vec<String> = self.map.keys().filter(|k| k.starts_with(&dotted)).cloned().collect();
         for name in names {
             let index = index(&name, &name[dotted.len()..])?;
-            if let Some(v) = self.0.remove(&name) {
+            if let Some(v) = self.map.remove(&name) {
                 found.insert(index, v);
             }
         }
@@ -98,12 +121,12 @@ impl Params {
     /// `Filter.N.Name` and `Filter.N.Value.M`, in index order; a filter needs a name and a value.
     pub fn filters(&mut self) -> Result<Vec<Filter>> {
         let mut by_index: BTreeMap<usize, (Option<String>, BTreeMap<usize, String>)> = BTreeMap::new();
-        let names: Vec<String> = self.0.keys().filter(|k| k.starts_with("Filter.")).cloned().collect();
+        let names: Vec<String> = self.map.keys().filter(|k| k.starts_with("Filter.")).cloned().collect();
         for name in names {
             let rest = &name["Filter.".len()..];
             let (n, field) = rest.split_once('.').ok_or_else(|| unknown(&name))?;
             let n = index(&name, n)?;
-            let Some(value) = self.0.remove(&name) else { continue };
+            let Some(value) = self.map.remove(&name) else { continue };
             let entry = by_index.entry(n).or_default();
             match field.split_once('.') {
                 None if field == "Name" => entry.0 = Some(value),
@@ -132,10 +155,47 @@ impl Params {
             .collect()
     }
 
-    /// Every parameter was taken: one left is one the operation does not know.
-    pub fn finish(self) -> Result<()> {
-        match self.0.into_keys().next() {
-            Some(name) => Err(unknown(&name)),
+    /// The members of the structure `prefix` (`Placement.…`), taken; empty if none was given.
+    pub fn structure(&mut self, prefix: &str) -> Params {
+        let dotted = format!("{prefix}.");
+        let names: Vec<String> = self.map.keys().filter(|k| k.starts_with(&dotted)).cloned().collect();
+        let mut map = BTreeMap::new();
+        for name in names {
+            if let Some(v) = self.map.remove(&name) {
+                map.insert(name[dotted.len()..].to_string(), v);
+            }
+        }
+        Params { map, path: format!("{}{dotted}", self.path) }
+    }
+
+    /// The list of structures `prefix.N.…` (`Tag.1.Key`, `Tag.1.Value`), in index order: each one's members.
+    pub fn structures(&mut self, prefix: &str) -> Result<Vec<Params>> {
+        let mut by_index: BTreeMap<usize, Params> = BTreeMap::new();
+        let dotted = format!("{prefix}.");
+        let names: Vec<String> = self.map.keys().filter(|k| k.starts_with(&dotted)).cloned().collect();
+        for name in names {
+            let full = format!("{}{name}", self.path);
+            let (n, member) = name[dotted.len()..].split_once('.').ok_or_else(|| unknown(&full))?;
+            let i = index(&full, n)?;
+            let Some(v) = self.map.remove(&name) else { continue };
+            let item = by_index
+                .entry(i)
+                .or_insert_with(|| Params { map: BTreeMap::new(), path: format!("{}{dotted}{i}.", self.path) });
+            item.map.insert(member.to_string(), v);
+        }
+        Ok(by_index.into_values().collect())
+    }
+
+    /// The full name of `name`, as the request gave it (`Tag.1.Key`).
+    pub fn name_of(&self, name: &str) -> String {
+        format!("{}{name}", self.path)
+    }
+
+    /// Every parameter was taken: one left is one the operation does not know. A write checks it before it
+    /// changes anything.
+    pub fn finish(&mut self) -> Result<()> {
+        match std::mem::take(&mut self.map).into_keys().next() {
+            Some(name) => Err(unknown(&format!("{}{name}", self.path))),
             None => Ok(()),
         }
     }
@@ -182,6 +242,33 @@ mod tests {
             ]
         );
         p.finish().unwrap();
+    }
+
+    #[test]
+    fn structures_and_lists_of_them_are_read_with_their_full_names_in_errors() {
+        let form = b"Placement.AvailabilityZone=z&TagSpecification.2.ResourceType=instance\
+                     &TagSpecification.1.Tag.1.Key=a&TagSpecification.1.Tag.2.Key=b&TagSpecification.1.Tag.2.Value=v";
+        let mut p = Params::parse("", form).unwrap();
+        let mut placement = p.structure("Placement");
+        assert_eq!(placement.take("AvailabilityZone").as_deref(), Some("z"));
+        placement.finish().unwrap();
+        let mut specs = p.structures("TagSpecification").unwrap();
+        assert_eq!(specs.len(), 2);
+        let mut tags = specs[0].structures("Tag").unwrap();
+        assert_eq!((tags[0].take("Key").as_deref(), tags[1].take("Value").as_deref()), (Some("a"), Some("v")));
+        let e = tags[1].finish().unwrap_err();
+        assert_eq!(
+            (e.code.as_ref(), e.message.as_str()),
+            ("UnknownParameter", "The parameter TagSpecification.1.Tag.2.Key is not recognized")
+        );
+        let e = specs[1].required("Tag.1.Key").unwrap_err();
+        assert_eq!(e.message, "The request must contain the parameter TagSpecification.2.Tag.1.Key");
+        assert_eq!(specs[1].flag("ResourceType").unwrap_err().code, "InvalidParameterValue");
+        p.finish().unwrap();
+        let mut p = Params::parse("", b"Tag.x.Key=a").unwrap();
+        assert_eq!(p.structures("Tag").unwrap_err().code, "InvalidParameterValue");
+        let mut p = Params::parse("", b"Tag.1=a").unwrap();
+        assert_eq!(p.structures("Tag").unwrap_err().code, "UnknownParameter");
     }
 
     #[test]

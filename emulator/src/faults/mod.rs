@@ -34,6 +34,7 @@ pub use self::call::{Call, Subject, Verdict, service_of};
 use self::lb_rules::ActiveLbRule;
 pub use self::lb_rules::{LbEvent, LbFired, LbSubject, LbVerdict};
 use self::outages::ActiveOutage;
+pub use self::presets::quota_refusal;
 use self::rate_limits::ActiveLimit;
 use self::rules::ActiveRule;
 use self::spot_random::ActiveSpotRandom;

@@ -1,12 +1,36 @@
 //! EC2's filters: a resource passes a filter when one of its values matches one of the filter's, `*` matching
-//! any run of characters and `?` any one, and passes a request's filters when it passes each.
+//! any run of characters and `?` any one, and passes a request's filters when it passes each. And a resource's
+//! tags, as every Describe filters and shows them.
+
+use std::collections::BTreeMap;
 
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Filter;
+use crate::aws::xml::{Node, items, text};
+
+/// `<tagSet>` of `tags`.
+pub fn tag_set(tags: &BTreeMap<String, String>) -> Node {
+    items("tagSet", tags.iter().map(|(k, v)| vec![text("key", k.clone()), text("value", v.clone())]))
+}
 
 /// A value filter `name`'s candidates match: any of `values`, with EC2's wildcards.
 pub fn any(values: &[String], candidate: &str) -> bool {
     values.iter().any(|v| glob(v, candidate))
+}
+
+/// Whether `name` is one of the tag filters every Describe has: `tag:<key>`, `tag-key`, `tag-value`.
+pub fn is_tag(name: &str) -> bool {
+    matches!(name, "tag-key" | "tag-value") || name.strip_prefix("tag:").is_some_and(|k| !k.is_empty())
+}
+
+/// A resource with `tags` passes the tag filter `f` ([`is_tag`]): `tag:<key>` matches that tag's value,
+/// `tag-key` any key, `tag-value` any value.
+pub fn tags_pass(f: &Filter, tags: &BTreeMap<String, String>) -> bool {
+    match f.name.as_str() {
+        "tag-key" => tags.keys().any(|k| any(&f.values, k)),
+        "tag-value" => tags.values().any(|v| any(&f.values, v)),
+        name => name.strip_prefix("tag:").and_then(|k| tags.get(k)).is_some_and(|v| any(&f.values, v)),
+    }
 }
 
 /// The refusal of a filter the operation does not have.

@@ -27,10 +27,7 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
             "The parameter instancesSet cannot be used with the parameter maxResults",
         ));
     }
-    if let Some(bad) = ids.iter().find(|id| !id.starts_with("i-") || id.len() > ID_MAX_BYTES) {
-        let shown: String = bad.chars().take(ID_MAX_BYTES).collect();
-        return Err(AwsError::client("InvalidInstanceID.Malformed", format!("Invalid id: \"{shown}\"")));
-    }
+    check_ids(&ids)?;
     filter::check(&filters, |n| {
         matches!(
             n,
@@ -44,9 +41,7 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
                 | "instance-lifecycle"
                 | "vpc-id"
                 | "subnet-id"
-                | "tag-key"
-                | "tag-value"
-        ) || n.strip_prefix("tag:").is_some_and(|k| !k.is_empty())
+        ) || filter::is_tag(n)
     })?;
     // The token is the position of the last instance of the page before.
     let after = match &token {
@@ -93,6 +88,17 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     Ok(answer)
 }
 
+/// Instance IDs as EC2 takes them (`i-…`), else `InvalidInstanceID.Malformed`.
+pub fn check_ids(ids: &[String]) -> Result<()> {
+    match ids.iter().find(|id| !id.starts_with("i-") || id.len() > ID_MAX_BYTES) {
+        Some(bad) => {
+            let shown: String = bad.chars().take(ID_MAX_BYTES).collect();
+            Err(AwsError::client("InvalidInstanceID.Malformed", format!("Invalid id: \"{shown}\"")))
+        }
+        None => Ok(()),
+    }
+}
+
 /// `i` passes filter `f` (whose name is checked: [`filter::check`]).
 fn passes(f: &Filter, i: &Instance, topo: &Topology) -> bool {
     let one = |v: &str| filter::any(&f.values, v);
@@ -107,19 +113,17 @@ fn passes(f: &Filter, i: &Instance, topo: &Topology) -> bool {
         "instance-lifecycle" => i.market == Market::Spot && one("spot"),
         "vpc-id" => one(&network::vpc_id(topo)),
         "subnet-id" => one(&network::subnet_id(topo, &i.zone)),
-        "tag-key" => i.tags.keys().any(|k| one(k)),
-        "tag-value" => i.tags.values().any(|v| one(v)),
-        name => name.strip_prefix("tag:").and_then(|k| i.tags.get(k)).is_some_and(|v| one(v)),
+        _ => filter::tags_pass(f, &i.tags),
     }
 }
 
 /// EC2's state name: fakecloud's states are EC2's.
-fn state_name(s: InstanceState) -> &'static str {
+pub fn state_name(s: InstanceState) -> &'static str {
     s.as_str()
 }
 
 /// EC2's state code (the low byte of EC2's 16-bit code).
-fn state_code(s: InstanceState) -> u8 {
+pub fn state_code(s: InstanceState) -> u8 {
     match s {
         InstanceState::Pending => 0,
         InstanceState::Running => 16,
@@ -141,11 +145,18 @@ fn private_dns_name(i: &Instance) -> String {
 
 /// One reservation holding `i`, as EC2 answers an instance launched alone.
 fn reservation(i: &Instance, keys: &Keys, topo: &Topology) -> Vec<Node> {
+    reservation_of(std::slice::from_ref(i), keys, topo)
+}
+
+/// The reservation of `launched` (at least one), named after the first: the cloud keeps no reservations, so
+/// DescribeInstances shows each instance in one of its own.
+pub fn reservation_of(launched: &[Instance], keys: &Keys, topo: &Topology) -> Vec<Node> {
+    let first = launched.first().map_or("", |i| i.id.strip_prefix("i-").unwrap_or(&i.id));
     vec![
-        text("reservationId", format!("r-{}", i.id.strip_prefix("i-").unwrap_or(&i.id))),
+        text("reservationId", format!("r-{first}")),
         text("ownerId", keys.account_id.clone()),
         items("groupSet", []),
-        items("instancesSet", [instance(i, topo)]),
+        items("instancesSet", launched.iter().map(|i| instance(i, topo))),
     ]
 }
 
@@ -178,6 +189,6 @@ fn instance(i: &Instance, topo: &Topology) -> Vec<Node> {
     if let Some(reason) = &i.state_reason {
         fields.push(el("stateReason", vec![text("code", reason.clone()), text("message", reason.clone())]));
     }
-    fields.push(items("tagSet", i.tags.iter().map(|(k, v)| vec![text("key", k.clone()), text("value", v.clone())])));
+    fields.push(filter::tag_set(&i.tags));
     fields
 }

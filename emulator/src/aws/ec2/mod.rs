@@ -3,7 +3,10 @@
 
 mod filter;
 mod instances;
+mod lifecycle;
 mod network;
+mod routes;
+mod tags;
 mod zones;
 
 use axum::http::StatusCode;
@@ -13,6 +16,8 @@ use super::error::{AwsError, Result};
 use super::query::Params;
 use super::xml::Node;
 use crate::http::AppState;
+use crate::store;
+use crate::store::instances::Action;
 
 /// The service name EC2 requests are signed for.
 pub const SERVICE: &str = "ec2";
@@ -21,7 +26,23 @@ pub const VERSION: &str = "2016-11-15";
 pub const XMLNS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 
 /// The actions answered, by name (what the audit log and metrics call them too).
-const ACTIONS: &[&str] = &["DescribeAvailabilityZones", "DescribeInstances", "DescribeSubnets", "DescribeVpcs"];
+const ACTIONS: &[&str] = &[
+    "CreateRoute",
+    "CreateTags",
+    "DeleteRoute",
+    "DeleteTags",
+    "DescribeAvailabilityZones",
+    "DescribeInstances",
+    "DescribeRouteTables",
+    "DescribeSubnets",
+    "DescribeTags",
+    "DescribeVpcs",
+    "ModifyInstanceAttribute",
+    "RunInstances",
+    "StartInstances",
+    "StopInstances",
+    "TerminateInstances",
+];
 
 /// `action` if the face answers it, as a name that outlives the request.
 pub fn action(action: &str) -> Option<&'static str> {
@@ -39,11 +60,23 @@ pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: 
         ));
     }
     let cfg = &st.cfg;
+    let p = &mut params;
     let answer = match action {
-        "DescribeAvailabilityZones" => zones::describe(cfg, &mut params)?,
-        "DescribeInstances" => instances::describe(st, keys, &mut params).await?,
-        "DescribeSubnets" => network::describe_subnets(cfg, keys, &mut params)?,
-        "DescribeVpcs" => network::describe_vpcs(cfg, keys, &mut params)?,
+        "CreateRoute" => routes::create(st, p).await?,
+        "CreateTags" => tags::create(st, p).await?,
+        "DeleteRoute" => routes::delete(st, p).await?,
+        "DeleteTags" => tags::delete(st, p).await?,
+        "DescribeAvailabilityZones" => zones::describe(cfg, p)?,
+        "DescribeInstances" => instances::describe(st, keys, p).await?,
+        "DescribeRouteTables" => routes::describe(st, keys, p).await?,
+        "DescribeSubnets" => network::describe_subnets(cfg, keys, &store::tags::others(&st.db).await?, p)?,
+        "DescribeTags" => tags::describe(st, p).await?,
+        "DescribeVpcs" => network::describe_vpcs(cfg, keys, &store::tags::others(&st.db).await?, p)?,
+        "ModifyInstanceAttribute" => lifecycle::modify_attribute(st, p).await?,
+        "RunInstances" => lifecycle::run(st, keys, p).await?,
+        "StartInstances" => lifecycle::change_state(st, Action::Start, p).await?,
+        "StopInstances" => lifecycle::change_state(st, Action::Stop, p).await?,
+        "TerminateInstances" => lifecycle::change_state(st, Action::Terminate, p).await?,
         _ => return Err(invalid_action(action)),
     };
     params.finish()?;

@@ -2,6 +2,8 @@
 //! DescribeSubnets, and the IDs the instances name. The IDs are derived from the topology, so they are the same
 //! on every start of the same cloud.
 
+use std::collections::BTreeMap;
+
 use sha2::{Digest, Sha256};
 
 use super::{filter, zones};
@@ -21,7 +23,8 @@ pub fn subnet_id(topo: &Topology, zone: &str) -> String {
     id("subnet", &[&topo.region, zone])
 }
 
-fn id(prefix: &str, parts: &[&str]) -> String {
+/// `prefix-` and 17 hex digits derived from `parts`, as EC2's IDs look: the same for the same parts.
+pub fn id(prefix: &str, parts: &[&str]) -> String {
     let mut hash = Sha256::new().chain_update(b"fakecloud ec2 id\0").chain_update(prefix.as_bytes());
     for p in parts {
         hash = hash.chain_update(b"\0").chain_update(p.as_bytes());
@@ -48,19 +51,26 @@ fn check_ids(named: &[String], exist: &[String], code: &'static str, what: &str)
     }
 }
 
-pub fn describe_vpcs(cfg: &Config, keys: &Keys, params: &mut Params) -> Result<Vec<Node>> {
+/// Tags by resource ID (`store::tags::others`).
+pub type Tags = BTreeMap<String, BTreeMap<String, String>>;
+
+pub fn describe_vpcs(cfg: &Config, keys: &Keys, tagged: &Tags, params: &mut Params) -> Result<Vec<Node>> {
     let topo = &cfg.topology;
     let ids = params.list("VpcId")?;
     let filters = params.filters()?;
     one_page(params)?;
     filter::check(&filters, |n| {
         matches!(n, "vpc-id" | "cidr" | "cidr-block-association.cidr-block" | "state" | "is-default" | "owner-id")
+            || filter::is_tag(n)
     })?;
     let id = vpc_id(topo);
+    let no_tags = BTreeMap::new();
+    let vpc_tags = tagged.get(&id).unwrap_or(&no_tags);
     check_ids(&ids, std::slice::from_ref(&id), "InvalidVpcID.NotFound", "vpc")?;
     let cidr = topo.vpc.to_string();
     let passes = filters.iter().all(|f| {
         let value = match f.name.as_str() {
+            n if filter::is_tag(n) => return filter::tags_pass(f, vpc_tags),
             "vpc-id" => id.as_str(),
             "state" => "available",
             "is-default" => "false",
@@ -84,12 +94,12 @@ pub fn describe_vpcs(cfg: &Config, keys: &Keys, params: &mut Params) -> Result<V
         ),
         text("instanceTenancy", "default"),
         text("isDefault", "false"),
-        items("tagSet", []),
+        filter::tag_set(vpc_tags),
     ];
     Ok(vec![items("vpcSet", passes.then_some(vpc))])
 }
 
-pub fn describe_subnets(cfg: &Config, keys: &Keys, params: &mut Params) -> Result<Vec<Node>> {
+pub fn describe_subnets(cfg: &Config, keys: &Keys, tagged: &Tags, params: &mut Params) -> Result<Vec<Node>> {
     let topo = &cfg.topology;
     let ids = params.list("SubnetId")?;
     let filters = params.filters()?;
@@ -106,8 +116,9 @@ pub fn describe_subnets(cfg: &Config, keys: &Keys, params: &mut Params) -> Resul
                 | "state"
                 | "owner-id"
                 | "default-for-az"
-        )
+        ) || filter::is_tag(n)
     })?;
+    let no_tags = BTreeMap::new();
     let vpc = vpc_id(topo);
     let all: Vec<String> = topo.zones.iter().map(|(z, _)| subnet_id(topo, z)).collect();
     check_ids(&ids, &all, "InvalidSubnetID.NotFound", "subnet")?;
@@ -116,8 +127,10 @@ pub fn describe_subnets(cfg: &Config, keys: &Keys, params: &mut Params) -> Resul
         let zone_id = zones::zone_id(&topo.region, i);
         let cidr = pool.net.to_string();
         let named = ids.is_empty() || ids.contains(&id);
+        let subnet_tags = tagged.get(&id).unwrap_or(&no_tags);
         let passes = filters.iter().all(|f| {
             let value = match f.name.as_str() {
+                n if filter::is_tag(n) => return filter::tags_pass(f, subnet_tags),
                 "subnet-id" => id.as_str(),
                 "vpc-id" => vpc.as_str(),
                 "availability-zone" => zone.as_str(),
@@ -141,7 +154,7 @@ pub fn describe_subnets(cfg: &Config, keys: &Keys, params: &mut Params) -> Resul
                 text("availabilityZoneId", zone_id.clone()),
                 text("defaultForAz", "false"),
                 text("mapPublicIpOnLaunch", "false"),
-                items("tagSet", []),
+                filter::tag_set(subnet_tags),
             ]
         })
     });
