@@ -3,12 +3,12 @@
 //! previous version (or nothing, for a creation) to reads until its lag ends; and a quota refusal answered in
 //! the installed failure-shape preset's cloud shape.
 
+use std::collections::HashMap;
+
 use axum::Json;
-use axum::extract::Request;
-use axum::http::{StatusCode, header};
-use axum::middleware::Next;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use fakecloud_api::NoResponseMode;
+use fakecloud_api::{Instance, InstanceState, NoResponseMode, ZONE_OUTAGE_REASON};
 
 use super::FaultEngine;
 use super::call::Verdict;
@@ -81,25 +81,82 @@ pub async fn conceal(resp: Response, operation: &str, path_id: Option<&str>, fau
         Err(_) => return Response::from_parts(parts, axum::body::Body::from(bytes)),
     };
     if let Some(items) = value.get_mut("items").and_then(|i| i.as_array_mut()) {
-        let id_of = |item: &serde_json::Value| item.get("id").and_then(|id| id.as_str()).map(str::to_string);
-        items.retain(|item| !matches!(id_of(item).and_then(|id| lagging.get(&id).cloned()), Some(None)));
-        for item in items.iter_mut() {
-            if let Some(Some(prev)) = id_of(item).and_then(|id| lagging.get(&id).cloned()) {
-                *item = prev;
-            }
-        }
+        lag_items(items, &lagging, |item| item.get("id").and_then(|id| id.as_str()), |item, prev| *item = prev.clone());
     }
     let mut resp = Response::from_parts(parts, axum::body::Body::from(value.to_string()));
     resp.headers_mut().remove(header::CONTENT_LENGTH);
     resp
 }
 
-/// Carry out a fault verdict around the call.
+/// Eventual consistency on a list's items, each named by `id_of`: a lagging creation is left out, a lagging
+/// change shows its previous version (`previous` puts it in the item's place).
+fn lag_items<T>(
+    items: &mut Vec<T>,
+    lagging: &HashMap<String, Option<serde_json::Value>>,
+    id_of: impl Fn(&T) -> Option<&str>,
+    previous: impl Fn(&mut T, &serde_json::Value),
+) {
+    items.retain(|item| !matches!(id_of(item).and_then(|id| lagging.get(id)), Some(None)));
+    for item in items.iter_mut() {
+        if let Some(Some(prev)) = id_of(item).and_then(|id| lagging.get(id)) {
+            previous(item, prev);
+        }
+    }
+}
+
+/// During a zone outage its instances cannot be reached: a running one is reported stopped, as a cloud whose
+/// zone is down reports it.
+pub fn unreachable_in(dark: &[String], i: &mut Instance) {
+    if dark.contains(&i.zone) && matches!(i.state, InstanceState::Pending | InstanceState::Running) {
+        i.state = InstanceState::Stopped;
+        i.state_reason = Some(ZONE_OUTAGE_REASON.to_string());
+    }
+}
+
+/// Instances (with their places in the list) as a user's read sees them now, for a face that reads them through
+/// the store rather than the native API's answer: a dark zone's reported stopped, then eventual consistency's
+/// lag — what the native API's list shows.
+pub async fn as_read(faults: &FaultEngine, instances: &mut Vec<(i64, Instance)>) {
+    let dark = faults.dark_zones().await;
+    if !dark.is_empty() {
+        instances.iter_mut().for_each(|(_, i)| unreachable_in(&dark, i));
+    }
+    let lagging = faults.lagging_now().await;
+    if lagging.is_empty() {
+        return;
+    }
+    lag_items(
+        instances,
+        &lagging,
+        |(_, i)| Some(i.id.as_str()),
+        |(_, i), prev| {
+            match serde_json::from_value::<Instance>(prev.clone()) {
+                Ok(prev) => *i = prev,
+                // Written from an instance by `current_json`: a bug, not the caller's; the read shows the truth.
+                Err(e) => {
+                    tracing::warn!(instance = %i.id, error = %e, "cannot read a lagging instance's previous version")
+                }
+            }
+        },
+    );
+}
+
+/// Put `headers` on `resp`: a fault's, or the rate limits' remaining counts (each checked as a header name and
+/// value when it was set; one that is not is left out).
+pub fn put_headers(resp: &mut Response, headers: Vec<(String, String)>) {
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+}
+
+/// Carry out a fault verdict around the call: `run` answers it, `answer` answers an error in the face's shape.
 #[allow(clippy::too_many_arguments)]
 pub async fn apply(
     verdict: Verdict,
-    req: Request,
-    next: Next,
+    run: impl Future<Output = Response>,
+    answer: impl FnOnce(ApiError) -> Response,
     engine: &FaultEngine,
     db: &Db,
     cfg: &Config,
@@ -107,15 +164,15 @@ pub async fn apply(
     fault: &mut Option<String>,
 ) -> Response {
     match verdict {
-        Verdict::Pass => next.run(req).await,
-        Verdict::Refuse { error, fault: f } => {
+        Verdict::Pass => run.await,
+        Verdict::Refuse { error, fault: f } | Verdict::Throttle { error, fault: f } => {
             *fault = Some(f);
-            error.into_response()
+            answer(error)
         }
         Verdict::Delay { by, fault: f } => {
             *fault = Some(f);
             tokio::time::sleep(by).await;
-            next.run(req).await
+            run.await
         }
         Verdict::Hide { for_, fault: f } => {
             // A change to an existing resource: reads keep seeing the version from before it.
@@ -123,7 +180,7 @@ pub async fn apply(
                 Some(id) => current_json(db, cfg, id).await,
                 None => None,
             };
-            let resp = next.run(req).await;
+            let resp = run.await;
             if resp.status().is_success()
                 && let Some(ResourceId(id)) = resp.extensions().get::<ResourceId>()
             {
@@ -137,10 +194,10 @@ pub async fn apply(
             resp
         }
         Verdict::ApplyThenFail { error, fault: f } => {
-            let resp = next.run(req).await;
+            let resp = run.await;
             if resp.status().is_success() {
                 *fault = Some(f);
-                error.into_response()
+                answer(error)
             } else {
                 resp
             }

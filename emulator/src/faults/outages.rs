@@ -89,7 +89,7 @@ impl ActiveOutage {
 
 /// The first active outage covering the call.
 pub fn judge(outages: &[ActiveOutage], call: &Call<'_>, now: i64) -> Option<Verdict> {
-    let service = service_of(call.operation);
+    let service = service_of(call.native());
     for o in outages.iter().filter(|o| o.active(now)) {
         match o.stored.request.scope {
             OutageScope::Api => return Some(o.refuse(now, "the API".into())),

@@ -155,8 +155,8 @@ impl ActiveLimit {
             RateLimitScope::All => true,
             RateLimitScope::Reads => call.method == Method::GET,
             RateLimitScope::Writes => call.method != Method::GET,
-            RateLimitScope::Operation => self.spec.operation.as_deref() == Some(call.operation),
-            RateLimitScope::Operations => self.spec.operations.iter().any(|op| op == call.operation),
+            RateLimitScope::Operation => call.named(|name| self.spec.operation.as_deref() == Some(name)),
+            RateLimitScope::Operations => call.named(|name| self.spec.operations.iter().any(|op| op == name)),
         }
     }
 
@@ -193,7 +193,7 @@ impl ActiveLimit {
         }
         // Retry-After is whole seconds: round up, so a client that honours it is never early.
         let retry = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        Some(Verdict::Refuse { error: self.refusal(retry), fault: self.id.clone() })
+        Some(Verdict::Throttle { error: self.refusal(retry), fault: self.id.clone() })
     }
 
     /// [`Self::judge`]'s count in this process's buckets.

@@ -207,7 +207,7 @@ impl ActiveRule {
     fn matches(&self, call: &Call<'_>, now: i64) -> bool {
         let m = &self.stored.matcher;
         trigger::in_window((self.stored.from_ms, self.stored.until_ms), now)
-            && (self.operations.is_empty() || self.operations.iter().any(|p| p.matches(call.operation)))
+            && (self.operations.is_empty() || call.named(|name| self.operations.iter().any(|p| p.matches(name))))
             && (m.methods.is_empty() || m.methods.iter().any(|x| x == call.method.as_str()))
             && (m.resource_ids.is_empty() || call.resource_id.is_some_and(|r| m.resource_ids.iter().any(|x| x == r)))
             && (m.roles.is_empty() || m.roles.iter().any(|x| x == call.role.as_str()))

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request, State};
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fakecloud_api::{REQUEST_ID_HEADER, codes};
@@ -109,6 +109,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     let call_method = if method == Method::HEAD { Method::GET } else { method.clone() };
                     let call = Call {
                         operation: &op.name,
+                        stands_for: None,
                         method: &call_method,
                         resource_id: path_id.as_deref(),
                         role,
@@ -117,7 +118,7 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                         subject: subject.as_ref(),
                     };
                     let (verdict, headers) = st.faults().judge(&call).await;
-                    let resp = effects::apply(verdict, req, next, st.faults(), &st.db, &st.cfg, path_id.as_deref(), &mut fault).await;
+                    let resp = effects::apply(verdict, next.run(req), IntoResponse::into_response, st.faults(), &st.db, &st.cfg, path_id.as_deref(), &mut fault).await;
                     let resp = effects::shape_quota_refusal(resp, st.faults()).await;
                     // Eventual consistency is the public API's lag: the admin token is the cloud's own view (its
                     // machines — the simulated kubelets — and the operator), which sees every instance at once.
@@ -126,12 +127,8 @@ pub(super) async fn gatekeeper(State(st): State<AppState>, req: Request, next: N
                     } else {
                         effects::conceal(resp, &op.name, path_id.as_deref(), st.faults()).await
                     };
-                    // Rate limits' remaining counts, on every answer (checked as header names and values when set).
-                    for (k, v) in headers {
-                        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
-                            resp.headers_mut().insert(k, v);
-                        }
-                    }
+                    // Rate limits' remaining counts, on every answer.
+                    effects::put_headers(&mut resp, headers);
                     resp
                 }
             }

@@ -3,16 +3,14 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fakecloud_api::{
-    CreateInstanceRequest, ErrorBody, Instance, InstanceList, InstanceState, ListInstancesQuery, Region,
-    ZONE_OUTAGE_REASON,
-};
+use fakecloud_api::{CreateInstanceRequest, ErrorBody, Instance, InstanceList, ListInstancesQuery, Region};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::{ApiJson, ApiPath, ApiQuery, idempotency_key};
 use super::reply::{created, reply};
 use super::state::AppState;
 use crate::error::Result;
+use crate::faults::effects::unreachable_in;
 use crate::store::instances::{self, Action};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -62,15 +60,6 @@ async fn list_instances(State(st): State<AppState>, ApiQuery(q): ApiQuery<ListIn
         }
     }
     Ok(reply(StatusCode::OK, "", page))
-}
-
-/// During a zone outage its instances cannot be reached: a running one is reported stopped, as a cloud whose
-/// zone is down reports it.
-fn unreachable_in(dark: &[String], i: &mut Instance) {
-    if dark.contains(&i.zone) && matches!(i.state, InstanceState::Pending | InstanceState::Running) {
-        i.state = InstanceState::Stopped;
-        i.state_reason = Some(ZONE_OUTAGE_REASON.to_string());
-    }
 }
 
 #[utoipa::path(get, path = "/v1/instances/{id}", operation_id = "GetInstance", tag = "instances",
