@@ -259,7 +259,7 @@ pub fn load(path: &Path, sets: &[String]) -> Result<Plan> {
     if scenario.steps.is_empty() {
         bail!("{}: no steps", path.display());
     }
-    let operations = fakecloud_emulator::http::operation_names();
+    let operations = fakecloud_emulator::cloud::operation_names();
     let mut steps = Vec::new();
     for (n, step) in scenario.steps.into_iter().enumerate() {
         let (at, action) = step.check(n)?;

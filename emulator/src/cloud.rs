@@ -27,6 +27,11 @@ pub enum OpenError {
     Prepare(#[from] ApiError),
 }
 
+/// Every operation name fault rules and rate limits may use, sorted: the native API's and the AWS face's.
+pub fn operation_names() -> Vec<String> {
+    http::with_faces(http::operation_names(), &crate::aws::operation_names())
+}
+
 impl Cloud {
     /// Open an account's database at `db` and the API on it. `accounts`: the registry its operator manages (the
     /// emulator's own cloud only).
@@ -51,7 +56,7 @@ impl Cloud {
         store::routes::canonicalize_destinations(&mut tx).await?;
         tx.commit().await.map_err(ApiError::from)?;
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));
-        let (native, state) = http::app(db, cfg, tokens, accounts).await?;
+        let (native, state) = http::app(db, cfg, tokens, accounts, &crate::aws::operation_names()).await?;
         // The AWS face answers `/`; every other path is the native API's.
         let router = crate::aws::router(state.clone()).fallback_service(native);
         Ok(Self { router, state, ticker })

@@ -63,38 +63,84 @@ impl From<Refusal> for AwsError {
     }
 }
 
-/// The cloud's errors as EC2's: its kinds as EC2's codes (EC2 answers client errors 400, throttling and
-/// unavailability 503), the native code where EC2 has a finer one, a quota's refusal as EC2 refuses it (the
-/// fault engine's table of AWS's quota codes, which a preset's refusals on the native API use too).
-impl From<ApiError> for AwsError {
-    fn from(e: ApiError) -> Self {
-        let (status, code): (StatusCode, &'static str) = match (e.kind, e.code.as_ref()) {
-            (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => (StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
-            (Kind::NotFound, codes::ROUTE_TABLE_NOT_FOUND) => (StatusCode::BAD_REQUEST, "InvalidRouteTableID.NotFound"),
-            (Kind::NotFound, codes::ROUTE_NOT_FOUND) => (StatusCode::BAD_REQUEST, "InvalidRoute.NotFound"),
-            // A route's target that does not exist, or no longer does (terminated).
-            (Kind::Invalid, codes::INVALID_ROUTE_TARGET) => (StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
-            (Kind::Conflict, codes::INCORRECT_INSTANCE_STATE) => (StatusCode::BAD_REQUEST, "IncorrectInstanceState"),
-            (Kind::Conflict, codes::ROUTE_ALREADY_EXISTS) => (StatusCode::BAD_REQUEST, "RouteAlreadyExists"),
-            (Kind::Conflict, codes::IDEMPOTENCY_KEY_REUSED) => (StatusCode::BAD_REQUEST, "IdempotentParameterMismatch"),
-            (Kind::Conflict, codes::DEPENDENCY_VIOLATION) => (StatusCode::BAD_REQUEST, "DependencyViolation"),
-            (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => (StatusCode::BAD_REQUEST, "TagLimitExceeded"),
-            (Kind::Exceeded, codes::INSUFFICIENT_ADDRESS_CAPACITY) => {
-                (StatusCode::BAD_REQUEST, "InsufficientFreeAddressesInSubnet")
-            }
-            (Kind::Invalid | Kind::NotFound, _) => (StatusCode::BAD_REQUEST, "InvalidParameterValue"),
-            (Kind::Conflict, _) => (StatusCode::BAD_REQUEST, "IncorrectState"),
-            (Kind::Exceeded, _) => match e.quota {
-                Some(quota) => (StatusCode::BAD_REQUEST, quota_refusal(RateLimitPreset::AwsEc2, quota).1),
-                None => (StatusCode::BAD_REQUEST, "ResourceLimitExceeded"),
-            },
-            (Kind::Throttled, _) => (StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"),
-            (Kind::Unavailable, _) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
-            (Kind::Status(401), _) => (StatusCode::UNAUTHORIZED, "AuthFailure"),
-            (Kind::Status(408), _) => (StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
-            (Kind::Internal | Kind::Status(_), _) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+/// The AWS API a call is answered in. Each has its own codes for the cloud's kinds of error: a throttled call is
+/// EC2's `RequestLimitExceeded` 503 but Elastic Load Balancing's `Throttling` 400, which comes with that API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Ec2,
+}
+
+impl AwsError {
+    /// The cloud's error `e` (a store's, or a fault's) as `api` answers it.
+    pub fn of(e: ApiError, api: Api) -> Self {
+        let (status, code): (StatusCode, Cow<'static, str>) = match api {
+            Api::Ec2 => ec2(&e),
         };
         Self::new(status, code, e.message)
+    }
+}
+
+/// What a status a fault chose (a rule's, a rate limit's) stands for, so that an AWS SDK treats the answer as the
+/// native API's client treats the native one: a 429, or the native throttling code whatever its status, is
+/// throttling; a 503 the cloud unavailable. Other statuses keep their own meaning (see [`ec2`]).
+fn kind_of(e: &ApiError) -> Kind {
+    match e.kind {
+        Kind::Status(_) if e.code == codes::REQUEST_LIMIT_EXCEEDED => Kind::Throttled,
+        Kind::Status(429) => Kind::Throttled,
+        Kind::Status(503) => Kind::Unavailable,
+        kind => kind,
+    }
+}
+
+/// EC2's status and code for the cloud's error `e`: its kinds as EC2's codes (EC2 answers client errors 400,
+/// throttling and unavailability 503), the native code where EC2 has a finer one.
+///
+/// What the SDKs make of them (botocore's standard retryer, `botocore/retries/standard.py`; aws-sdk-go-v2's,
+/// `aws/retry/standard.go`): 500, 502, 503 and 504 are retried whatever the code; `RequestLimitExceeded` is a
+/// throttling code to both (botocore's legacy `_retry.json` names it for EC2 with its 503), retried with the
+/// throttling backoff; any other 4xx is not retried. So a fault's 5xx keeps its status; its 4xx is a client
+/// error, 400 with the fault's own code, as EC2 answers one.
+fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
+    let fixed = |status: StatusCode, code: &'static str| (status, Cow::Borrowed(code));
+    match (kind_of(e), e.code.as_ref()) {
+        (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
+        (Kind::NotFound, codes::ROUTE_TABLE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidRouteTableID.NotFound"),
+        (Kind::NotFound, codes::ROUTE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidRoute.NotFound"),
+        // A route's target that does not exist, or no longer does (terminated).
+        (Kind::Invalid, codes::INVALID_ROUTE_TARGET) => fixed(StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
+        (Kind::Conflict, codes::INCORRECT_INSTANCE_STATE) => fixed(StatusCode::BAD_REQUEST, "IncorrectInstanceState"),
+        (Kind::Conflict, codes::ROUTE_ALREADY_EXISTS) => fixed(StatusCode::BAD_REQUEST, "RouteAlreadyExists"),
+        (Kind::Conflict, codes::IDEMPOTENCY_KEY_REUSED) => fixed(StatusCode::BAD_REQUEST, "IdempotentParameterMismatch"),
+        (Kind::Conflict, codes::DEPENDENCY_VIOLATION) => fixed(StatusCode::BAD_REQUEST, "DependencyViolation"),
+        (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TagLimitExceeded"),
+        (Kind::Exceeded, codes::INSUFFICIENT_ADDRESS_CAPACITY) => {
+            fixed(StatusCode::BAD_REQUEST, "InsufficientFreeAddressesInSubnet")
+        }
+        (Kind::Invalid | Kind::NotFound, _) => fixed(StatusCode::BAD_REQUEST, "InvalidParameterValue"),
+        (Kind::Conflict, _) => fixed(StatusCode::BAD_REQUEST, "IncorrectState"),
+        // A quota's refusal as EC2 refuses it: the fault engine's table of AWS's quota codes, which a preset's
+        // refusals on the native API use too.
+        (Kind::Exceeded, _) => match e.quota {
+            Some(quota) => fixed(StatusCode::BAD_REQUEST, quota_refusal(RateLimitPreset::AwsEc2, quota).1),
+            None => fixed(StatusCode::BAD_REQUEST, "ResourceLimitExceeded"),
+        },
+        // EC2's throttle (its throttling guide: "you get the RequestLimitExceeded error code").
+        (Kind::Throttled, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"),
+        (Kind::Unavailable, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
+        (Kind::Status(401), _) => fixed(StatusCode::UNAUTHORIZED, "AuthFailure"),
+        (Kind::Status(408), _) => fixed(StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
+        (Kind::Status(s), code) if (400..500).contains(&s) => (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string())),
+        (Kind::Status(s), _) => {
+            fixed(StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "InternalError")
+        }
+        (Kind::Internal, _) => fixed(StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+    }
+}
+
+/// EC2's, the API of every call the face answers so far (`AwsError::of` names the API).
+impl From<ApiError> for AwsError {
+    fn from(e: ApiError) -> Self {
+        Self::of(e, Api::Ec2)
     }
 }
 
@@ -116,6 +162,19 @@ mod tests {
         assert_eq!(AwsError::from(instances).code, "InstanceLimitExceeded");
         let reused = ApiError::conflict(codes::IDEMPOTENCY_KEY_REUSED, "the token was used for another request");
         assert_eq!(AwsError::from(reused).code, "IdempotentParameterMismatch");
+        // A fault's status and code, as an SDK should take them: throttling, unavailable, a client error kept.
+        let injected = |status: u16, code: &'static str| {
+            let e = AwsError::of(ApiError::new(Kind::Status(status), code, "injected"), Api::Ec2);
+            (e.status.as_u16(), e.code.into_owned())
+        };
+        assert_eq!(injected(429, "TooManyRequests"), (503, "RequestLimitExceeded".into()));
+        assert_eq!(injected(400, codes::REQUEST_LIMIT_EXCEEDED), (503, "RequestLimitExceeded".into()));
+        assert_eq!(injected(503, "ServiceUnavailable"), (503, "Unavailable".into()));
+        assert_eq!(injected(500, "Oops"), (500, "InternalError".into()));
+        assert_eq!(injected(504, "GatewayTimeout"), (504, "InternalError".into()));
+        assert_eq!(injected(409, "DependencyViolation"), (400, "DependencyViolation".into()));
+        let limited = AwsError::from(ApiError::new(Kind::Throttled, "SlowDown", "a rate limit"));
+        assert_eq!((limited.status, limited.code.as_ref()), (StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"));
         let bad = AwsError::from(Refusal::Mismatch);
         assert_eq!(
             (bad.status, bad.code.as_ref(), bad.message.as_str()),

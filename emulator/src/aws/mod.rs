@@ -1,7 +1,9 @@
 //! The AWS face (issue #49): the cloud as AWS's SDKs and CLI see it, beside the native REST API (`crate::http`)
 //! on the same store. A call is the Query protocol (`POST /` with a form body, or `GET /?Action=…`), signed
 //! with SigV4 by the cloud's own key pair ([`credentials`]); its answer is XML in EC2's shape. Each call is
-//! recorded as the native API's are (`http::Recorder`: request ID, audit entry named by its action, metrics).
+//! recorded as the native API's are (`http::Recorder`: request ID, audit entry named by its action, metrics), and
+//! judged by the fault engine as the native call it stands for is (`ec2`'s table of what each action stands for;
+//! `error`, how a fault's refusal reads in AWS's words).
 //!
 //! - [`credentials`]: each cloud's key pair, derived from its user token.
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
@@ -24,9 +26,11 @@ use axum::response::Response;
 use axum::routing::get;
 
 use self::credentials::Keys;
-use self::error::AwsError;
+use self::error::{Api, AwsError};
 use self::query::Params;
 use crate::auth::{Role, Tokens};
+use crate::error::{ApiError, Kind};
+use crate::faults::{Call, Verdict, effects};
 use crate::http::{AppState, MAX_BODY_BYTES, Recorder};
 
 /// The face of one cloud: its state and its key pair.
@@ -42,18 +46,25 @@ pub fn router(st: AppState) -> Router {
     Router::new().route("/", get(answer).post(answer)).with_state(Face { st, keys })
 }
 
+/// The face's operations (EC2's actions), which fault rules and rate limits may name beside the native API's.
+pub fn operation_names() -> Vec<String> {
+    ec2::names().map(str::to_string).collect()
+}
+
 /// Whether `authorization` is a SigV4 header naming the key of the cloud whose tokens are `tokens`: where the
 /// server routes an AWS call (the face then verifies its signature).
 pub fn names_cloud(authorization: Option<&str>, tokens: &Tokens) -> bool {
     authorization.and_then(sigv4::key_id).is_some_and(|id| id == Keys::access_key_id_of(tokens))
 }
 
-/// What the audit entry learns of a call as it is answered: the action, if one the face knows, and whether
-/// the caller proved to be the cloud's user.
+/// What the audit entry learns of a call as it is answered: the action, if one the face knows, whether the
+/// caller proved to be the cloud's user, and the fault that shaped the answer.
 #[derive(Default)]
 struct Learned {
     action: Option<&'static str>,
     signed: bool,
+    /// The fault that shaped the answer, if one did.
+    fault: Option<String>,
 }
 
 async fn answer(State(face): State<Face>, req: Request) -> Response {
@@ -75,7 +86,7 @@ async fn answer(State(face): State<Face>, req: Request) -> Response {
     if learned.signed {
         recorder.entry.role = Role::User.as_str();
     }
-    recorder.close(&face.st, resp, None, None).await
+    recorder.close(&face.st, resp, None, learned.fault).await
 }
 
 async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned) -> Result<Response, AwsError> {
@@ -124,12 +135,64 @@ async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned
         }
         Some(_) => {}
     }
-    let answer = ec2::call(st, &face.keys, known, params).await?;
-    xml::response(known, ec2::XMLNS, request_id, answer)
+    Ok(judged(face, known, params, request_id, learned).await)
+}
+
+/// The fault engine's verdict on a call to `action`, carried out around its answer: judged as a native call of the
+/// user's (the same rules, rate limits and their buckets, outages), by the action's name and by the native
+/// operation it stands for, and refused in EC2's words.
+async fn judged(
+    face: &Face,
+    action: &'static str,
+    params: Params,
+    request_id: &str,
+    learned: &mut Learned,
+) -> Response {
+    let st = &face.st;
+    let faults = st.faults();
+    // Faults set through another replica on the same database hold here too.
+    faults.sync().await;
+    let method = if ec2::reads(action) { Method::GET } else { Method::POST };
+    let call = Call {
+        operation: action,
+        stands_for: ec2::native(action),
+        method: &method,
+        // Rules that match what a call is about (a resource, its zone, name or tags) match no AWS call yet:
+        // the face answers reads of lists, which the native lists are not about either.
+        resource_id: None,
+        role: Role::User,
+        admin_only: false,
+        token: &st.tokens.user,
+        subject: None,
+    };
+    let (verdict, remaining) = faults.judge(&call).await;
+    let verdict = match verdict {
+        // The limit's own status and code are the native API's: here it is EC2's throttling.
+        Verdict::Throttle { error, fault } => {
+            Verdict::Refuse { error: ApiError { kind: Kind::Throttled, ..error }, fault }
+        }
+        verdict => verdict,
+    };
+    let run = async {
+        let answer = ec2::call(st, &face.keys, action, params).await;
+        answer
+            .and_then(|a| xml::response(action, ec2::XMLNS, request_id, a))
+            .unwrap_or_else(|e| xml::error(&e, request_id))
+    };
+    let refuse = |mut e: ApiError| {
+        // A fault's headers (an outage's Retry-After, a rule's own) as the native answer has them.
+        let headers = std::mem::take(&mut e.headers);
+        let mut resp = xml::error(&AwsError::of(e, Api::Ec2), request_id);
+        effects::put_headers(&mut resp, headers);
+        resp
+    };
+    let mut resp = effects::apply(verdict, run, refuse, faults, &st.db, &st.cfg, None, &mut learned.fault).await;
+    effects::put_headers(&mut resp, remaining);
+    resp
 }
 
 /// An error of the call's record (a body too late), in EC2's shape.
-fn answer_error(e: crate::error::ApiError) -> Response {
+fn answer_error(e: ApiError) -> Response {
     xml::error(&AwsError::from(e), &crate::call::request_id())
 }
 

@@ -60,20 +60,31 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .merge(accounts::router())
 }
 
-/// The API's operation names, sorted: what fault rules and rate limits may name.
+/// The native API's operation names, sorted (fault rules and rate limits may name these and the other faces':
+/// `crate::cloud::operation_names`).
 pub fn operation_names() -> Vec<String> {
     Operations::from_spec(&api_routes().split_for_parts().1).names()
 }
 
+/// `native` and `faces` operation names, sorted, each once (a face's action may share a native name).
+pub fn with_faces(mut native: Vec<String>, faces: &[String]) -> Vec<String> {
+    native.extend_from_slice(faces);
+    native.sort();
+    native.dedup();
+    native
+}
+
 /// Build the application: the API, `/healthz`, `/metrics` and `/openapi.json`. `accounts`: those its operator
-/// manages (the emulator's own cloud's; `None` in an account's cloud).
+/// manages (the emulator's own cloud's; `None` in an account's cloud). `face_operations`: the other faces'
+/// operations (the AWS face's actions), which fault rules and rate limits may name too.
 pub async fn app(
     db: Db,
     cfg: Config,
     tokens: Tokens,
     accounts: Option<Arc<dyn Registry>>,
+    face_operations: &[String],
 ) -> Result<(Router, AppState), ApiError> {
-    assemble(api_routes(), db, cfg, tokens, accounts).await
+    assemble(api_routes(), db, cfg, tokens, accounts, face_operations).await
 }
 
 /// The application around `api` (the tests add an operation that panics).
@@ -83,12 +94,14 @@ async fn assemble(
     cfg: Config,
     tokens: Tokens,
     accounts: Option<Arc<dyn Registry>>,
+    face_operations: &[String],
 ) -> Result<(Router, AppState), ApiError> {
     let (router, spec) = api.split_for_parts();
     let operations = Operations::from_spec(&spec);
+    let names = with_faces(operations.names(), face_operations);
     let seed = cfg.seed.unwrap_or_else(rand::random);
     tracing::info!(seed, "fault injection seed (pass --seed {seed} to repeat this run's random faults)");
-    let faults = Arc::new(FaultEngine::load(db.clone(), seed, operations.names()).await?);
+    let faults = Arc::new(FaultEngine::load(db.clone(), seed, names.clone()).await?);
     let mut background = vec![faults.spawn_spot_ticker(cfg.clone())];
     let metrics = Metrics::default();
     let audit = AuditSink::spawn(db.clone(), cfg.audit_max_entries);
@@ -98,8 +111,7 @@ async fn assemble(
         background.push(supervisor);
         dataplane
     });
-    let openapi =
-        serde_json::to_string_pretty(&openapi::document(&spec, &cfg, &operations.names())).unwrap_or_default();
+    let openapi = serde_json::to_string_pretty(&openapi::document(&spec, &cfg, &names)).unwrap_or_default();
     let state = AppState(Arc::new(state::Inner {
         db,
         cfg,
@@ -200,7 +212,7 @@ mod tests {
         let db = Db::open(&DbLocation::File(dir.path().join("fc.db"))).await.unwrap();
         let tokens = Tokens { user: USER.into(), admin: ADMIN.into() };
         let api = api_routes().routes(routes!(panics));
-        let (router, _) = assemble(api, db, Config::default(), tokens, None).await.unwrap();
+        let (router, _) = assemble(api, db, Config::default(), tokens, None, &[]).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });

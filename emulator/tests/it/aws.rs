@@ -33,11 +33,26 @@ async fn post_signed(
 /// `method /?query` with `form` as its body, signed as `(key ID, secret, region, time)` say.
 async fn send_signed(
     url: &str,
-    (key_id, secret, region, signed_at): (&str, &str, &str, SystemTime),
+    signer: (&str, &str, &str, SystemTime),
     method: &str,
     query: &str,
     form: &str,
 ) -> (u16, String, String) {
+    let resp = signed(url, signer, method, query, form).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let request_id =
+        resp.headers().get("x-amzn-requestid").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    (status, request_id, resp.text().await.unwrap())
+}
+
+/// The request [`send_signed`] sends.
+pub(crate) fn signed(
+    url: &str,
+    (key_id, secret, region, signed_at): (&str, &str, &str, SystemTime),
+    method: &str,
+    query: &str,
+    form: &str,
+) -> reqwest::RequestBuilder {
     let host = url.trim_start_matches("http://");
     let identity = Credentials::new(key_id, secret, None, None, "test").into();
     let params = v4::SigningParams::builder()
@@ -59,15 +74,11 @@ async fn send_signed(
     for (k, v) in instructions.headers() {
         req = req.header(k, v);
     }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let request_id =
-        resp.headers().get("x-amzn-requestid").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
-    (status, request_id, resp.text().await.unwrap())
+    req
 }
 
 /// An EC2 call with the key of the cloud whose user token is `user`, now, in the emulator's region.
-async fn ec2(emu: &Emu, user: &str, form: &str) -> (u16, String) {
+pub(crate) async fn ec2(emu: &Emu, user: &str, form: &str) -> (u16, String) {
     let keys = Keys::of(&Tokens { user: user.into(), admin: String::new() });
     let (status, _, body) = post_signed(
         &emu.url(),
@@ -82,12 +93,12 @@ async fn ec2(emu: &Emu, user: &str, form: &str) -> (u16, String) {
 }
 
 /// The text of each `<name>` in `xml`, in order.
-fn all(xml: &str, name: &str) -> Vec<String> {
+pub(crate) fn all(xml: &str, name: &str) -> Vec<String> {
     let (open, close) = (format!("<{name}>"), format!("</{name}>"));
     xml.split(&open).skip(1).filter_map(|s| s.split_once(&close).map(|(v, _)| v.to_string())).collect()
 }
 
-fn code(xml: &str) -> String {
+pub(crate) fn code(xml: &str) -> String {
     all(xml, "Code").concat()
 }
 

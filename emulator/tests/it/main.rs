@@ -4,6 +4,7 @@
 mod accounts;
 mod audit_and_metrics;
 mod aws;
+mod aws_faults;
 mod body_props;
 mod common;
 mod connections;

@@ -50,7 +50,9 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         })?,
         None => 0,
     };
-    let all = store::instances::all(&st.db, &st.cfg).await?;
+    let mut all = store::instances::all(&st.db, &st.cfg).await?;
+    // As the native list shows them: a dark zone's stopped, a lagging write not seen yet.
+    crate::faults::effects::as_read(st.faults(), &mut all).await;
     let missing: Vec<&str> =
         ids.iter().filter(|id| !all.iter().any(|(_, i)| &i.id == *id)).map(String::as_str).collect();
     match missing.as_slice() {

@@ -5,6 +5,7 @@ mod filter;
 mod instances;
 mod lifecycle;
 mod network;
+mod operations;
 mod routes;
 mod tags;
 mod zones;
@@ -18,6 +19,8 @@ use super::xml::Node;
 use crate::http::AppState;
 use crate::store;
 use crate::store::instances::Action;
+
+pub use self::operations::{names, native, reads};
 
 /// The service name EC2 requests are signed for.
 pub const SERVICE: &str = "ec2";

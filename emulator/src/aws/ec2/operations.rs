@@ -1,0 +1,50 @@
+//! EC2's actions as the fault engine sees them: the native operation each stands for, in one table, and whether
+//! it reads. A fault rule or rate limit naming either the action (`DescribeInstances`) or its native operation
+//! (`ListInstances`) applies to it; a service outage follows the native operation's service.
+
+/// Each action the face answers (`super::ACTIONS`, every one: a test checks) and the native operation it does.
+const STANDS_FOR: &[(&str, &str)] = &[
+    // The region's zones, its VPC and its subnets are what the native API's region tells.
+    ("DescribeAvailabilityZones", "GetRegion"),
+    // Whether it names instances or not: it answers a list, as the native list does.
+    ("DescribeInstances", "ListInstances"),
+    ("DescribeSubnets", "GetRegion"),
+    ("DescribeVpcs", "GetRegion"),
+];
+
+/// The native operation `action` stands for.
+pub fn native(action: &str) -> Option<&'static str> {
+    STANDS_FOR.iter().find(|(a, _)| *a == action).map(|(_, native)| *native)
+}
+
+/// Whether `action` only reads: EC2's non-mutating actions are `Describe*`, `Get*`, `List*` and `Search*` (its
+/// throttling guide's classes, <https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html>), the
+/// reads a rate limit of scope `reads` and the `aws-ec2` preset's non-mutating bucket count.
+pub fn reads(action: &str) -> bool {
+    ["Describe", "Get", "List", "Search"].iter().any(|p| action.starts_with(p))
+}
+
+/// The actions' names, which fault rules and rate limits may use beside the native operations'.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    super::ACTIONS.iter().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every action answered has its native operation, one of the native API's; the table names no other action.
+    #[test]
+    fn every_action_stands_for_one_native_operation() {
+        let natives = crate::http::operation_names();
+        for action in names() {
+            let native = native(action).unwrap_or_else(|| panic!("{action} has no row in STANDS_FOR"));
+            assert!(natives.iter().any(|n| n == native), "{action} stands for {native}, not a native operation");
+            assert_eq!(STANDS_FOR.iter().filter(|(a, _)| *a == action).count(), 1, "{action}");
+        }
+        for (action, _) in STANDS_FOR {
+            assert!(names().any(|a| a == *action), "{action} is in STANDS_FOR but not answered");
+        }
+        assert!(reads("DescribeInstances") && !reads("RunInstances") && !reads("CreateRoute"));
+    }
+}
