@@ -102,6 +102,12 @@ fn kind_of(e: &ApiError) -> Kind {
 /// error, 400 with the fault's own code, as EC2 answers one.
 fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
     let fixed = |status: StatusCode, code: &'static str| (status, Cow::Borrowed(code));
+    // A quota is refused with AWS's own code for it (`RouteLimitExceeded`, ...), as the aws-ec2 preset answers
+    // it natively: on the AWS face, whatever preset is installed.
+    if let (Kind::Exceeded, Some(quota)) = (e.kind, e.quota) {
+        let (status, code) = crate::faults::quota_refusal(fakecloud_api::RateLimitPreset::AwsEc2, quota);
+        return fixed(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), code);
+    }
     match (kind_of(e), e.code.as_ref()) {
         (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
         (Kind::NotFound, codes::ROUTE_TABLE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidRouteTableID.NotFound"),
@@ -173,6 +179,9 @@ mod tests {
         assert_eq!(injected(500, "Oops"), (500, "InternalError".into()));
         assert_eq!(injected(504, "GatewayTimeout"), (504, "InternalError".into()));
         assert_eq!(injected(409, "DependencyViolation"), (400, "DependencyViolation".into()));
+        let routes = ApiError::quota_exceeded(fakecloud_api::QuotaName::RoutesPerRouteTable, 50, "a route");
+        let routes = AwsError::from(routes);
+        assert_eq!((routes.status, routes.code.as_ref()), (StatusCode::BAD_REQUEST, "RouteLimitExceeded"));
         let limited = AwsError::from(ApiError::new(Kind::Throttled, "SlowDown", "a rate limit"));
         assert_eq!((limited.status, limited.code.as_ref()), (StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"));
         let bad = AwsError::from(Refusal::Mismatch);
