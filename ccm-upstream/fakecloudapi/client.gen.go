@@ -619,6 +619,7 @@ const (
 	SetRateLimitRequestOperationCreateLoadBalancer        SetRateLimitRequestOperation = "CreateLoadBalancer"
 	SetRateLimitRequestOperationCreateRoute               SetRateLimitRequestOperation = "CreateRoute"
 	SetRateLimitRequestOperationCreateRouteTable          SetRateLimitRequestOperation = "CreateRouteTable"
+	SetRateLimitRequestOperationCreateTags                SetRateLimitRequestOperation = "CreateTags"
 	SetRateLimitRequestOperationDeleteAccount             SetRateLimitRequestOperation = "DeleteAccount"
 	SetRateLimitRequestOperationDeleteFault               SetRateLimitRequestOperation = "DeleteFault"
 	SetRateLimitRequestOperationDeleteLbFault             SetRateLimitRequestOperation = "DeleteLbFault"
@@ -626,9 +627,12 @@ const (
 	SetRateLimitRequestOperationDeleteRateLimit           SetRateLimitRequestOperation = "DeleteRateLimit"
 	SetRateLimitRequestOperationDeleteRoute               SetRateLimitRequestOperation = "DeleteRoute"
 	SetRateLimitRequestOperationDeleteRouteTable          SetRateLimitRequestOperation = "DeleteRouteTable"
+	SetRateLimitRequestOperationDeleteTags                SetRateLimitRequestOperation = "DeleteTags"
 	SetRateLimitRequestOperationDescribeAvailabilityZones SetRateLimitRequestOperation = "DescribeAvailabilityZones"
 	SetRateLimitRequestOperationDescribeInstances         SetRateLimitRequestOperation = "DescribeInstances"
+	SetRateLimitRequestOperationDescribeRouteTables       SetRateLimitRequestOperation = "DescribeRouteTables"
 	SetRateLimitRequestOperationDescribeSubnets           SetRateLimitRequestOperation = "DescribeSubnets"
+	SetRateLimitRequestOperationDescribeTags              SetRateLimitRequestOperation = "DescribeTags"
 	SetRateLimitRequestOperationDescribeVpcs              SetRateLimitRequestOperation = "DescribeVpcs"
 	SetRateLimitRequestOperationGetAccount                SetRateLimitRequestOperation = "GetAccount"
 	SetRateLimitRequestOperationGetInstance               SetRateLimitRequestOperation = "GetInstance"
@@ -651,26 +655,31 @@ const (
 	SetRateLimitRequestOperationListRateLimits            SetRateLimitRequestOperation = "ListRateLimits"
 	SetRateLimitRequestOperationListRouteTables           SetRateLimitRequestOperation = "ListRouteTables"
 	SetRateLimitRequestOperationListRoutes                SetRateLimitRequestOperation = "ListRoutes"
+	SetRateLimitRequestOperationModifyInstanceAttribute   SetRateLimitRequestOperation = "ModifyInstanceAttribute"
 	SetRateLimitRequestOperationReclaimSpot               SetRateLimitRequestOperation = "ReclaimSpot"
 	SetRateLimitRequestOperationReleaseLease              SetRateLimitRequestOperation = "ReleaseLease"
 	SetRateLimitRequestOperationRenewLease                SetRateLimitRequestOperation = "RenewLease"
 	SetRateLimitRequestOperationReset                     SetRateLimitRequestOperation = "Reset"
 	SetRateLimitRequestOperationResetLbProvisioning       SetRateLimitRequestOperation = "ResetLbProvisioning"
+	SetRateLimitRequestOperationRunInstances              SetRateLimitRequestOperation = "RunInstances"
 	SetRateLimitRequestOperationSetLbProvisioning         SetRateLimitRequestOperation = "SetLbProvisioning"
 	SetRateLimitRequestOperationSetQuota                  SetRateLimitRequestOperation = "SetQuota"
 	SetRateLimitRequestOperationSetRateLimit              SetRateLimitRequestOperation = "SetRateLimit"
 	SetRateLimitRequestOperationSnapshot                  SetRateLimitRequestOperation = "Snapshot"
 	SetRateLimitRequestOperationStartHang                 SetRateLimitRequestOperation = "StartHang"
 	SetRateLimitRequestOperationStartInstance             SetRateLimitRequestOperation = "StartInstance"
+	SetRateLimitRequestOperationStartInstances            SetRateLimitRequestOperation = "StartInstances"
 	SetRateLimitRequestOperationStartOutage               SetRateLimitRequestOperation = "StartOutage"
 	SetRateLimitRequestOperationStartSpotRandom           SetRateLimitRequestOperation = "StartSpotRandom"
 	SetRateLimitRequestOperationStopHang                  SetRateLimitRequestOperation = "StopHang"
 	SetRateLimitRequestOperationStopInstance              SetRateLimitRequestOperation = "StopInstance"
+	SetRateLimitRequestOperationStopInstances             SetRateLimitRequestOperation = "StopInstances"
 	SetRateLimitRequestOperationStopOutage                SetRateLimitRequestOperation = "StopOutage"
 	SetRateLimitRequestOperationStopSpotRandom            SetRateLimitRequestOperation = "StopSpotRandom"
 	SetRateLimitRequestOperationStreamAudit               SetRateLimitRequestOperation = "StreamAudit"
 	SetRateLimitRequestOperationTakeLease                 SetRateLimitRequestOperation = "TakeLease"
 	SetRateLimitRequestOperationTerminateInstance         SetRateLimitRequestOperation = "TerminateInstance"
+	SetRateLimitRequestOperationTerminateInstances        SetRateLimitRequestOperation = "TerminateInstances"
 	SetRateLimitRequestOperationUpdateLoadBalancer        SetRateLimitRequestOperation = "UpdateLoadBalancer"
 )
 
@@ -695,6 +704,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationCreateRouteTable:
 		return true
+	case SetRateLimitRequestOperationCreateTags:
+		return true
 	case SetRateLimitRequestOperationDeleteAccount:
 		return true
 	case SetRateLimitRequestOperationDeleteFault:
@@ -709,11 +720,17 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationDeleteRouteTable:
 		return true
+	case SetRateLimitRequestOperationDeleteTags:
+		return true
 	case SetRateLimitRequestOperationDescribeAvailabilityZones:
 		return true
 	case SetRateLimitRequestOperationDescribeInstances:
 		return true
+	case SetRateLimitRequestOperationDescribeRouteTables:
+		return true
 	case SetRateLimitRequestOperationDescribeSubnets:
+		return true
+	case SetRateLimitRequestOperationDescribeTags:
 		return true
 	case SetRateLimitRequestOperationDescribeVpcs:
 		return true
@@ -759,6 +776,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationListRoutes:
 		return true
+	case SetRateLimitRequestOperationModifyInstanceAttribute:
+		return true
 	case SetRateLimitRequestOperationReclaimSpot:
 		return true
 	case SetRateLimitRequestOperationReleaseLease:
@@ -768,6 +787,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationReset:
 		return true
 	case SetRateLimitRequestOperationResetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationRunInstances:
 		return true
 	case SetRateLimitRequestOperationSetLbProvisioning:
 		return true
@@ -781,6 +802,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationStartInstance:
 		return true
+	case SetRateLimitRequestOperationStartInstances:
+		return true
 	case SetRateLimitRequestOperationStartOutage:
 		return true
 	case SetRateLimitRequestOperationStartSpotRandom:
@@ -788,6 +811,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationStopHang:
 		return true
 	case SetRateLimitRequestOperationStopInstance:
+		return true
+	case SetRateLimitRequestOperationStopInstances:
 		return true
 	case SetRateLimitRequestOperationStopOutage:
 		return true
@@ -798,6 +823,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationTakeLease:
 		return true
 	case SetRateLimitRequestOperationTerminateInstance:
+		return true
+	case SetRateLimitRequestOperationTerminateInstances:
 		return true
 	case SetRateLimitRequestOperationUpdateLoadBalancer:
 		return true
@@ -817,6 +844,7 @@ const (
 	SetRateLimitRequestOperationsCreateLoadBalancer        SetRateLimitRequestOperations = "CreateLoadBalancer"
 	SetRateLimitRequestOperationsCreateRoute               SetRateLimitRequestOperations = "CreateRoute"
 	SetRateLimitRequestOperationsCreateRouteTable          SetRateLimitRequestOperations = "CreateRouteTable"
+	SetRateLimitRequestOperationsCreateTags                SetRateLimitRequestOperations = "CreateTags"
 	SetRateLimitRequestOperationsDeleteAccount             SetRateLimitRequestOperations = "DeleteAccount"
 	SetRateLimitRequestOperationsDeleteFault               SetRateLimitRequestOperations = "DeleteFault"
 	SetRateLimitRequestOperationsDeleteLbFault             SetRateLimitRequestOperations = "DeleteLbFault"
@@ -824,9 +852,12 @@ const (
 	SetRateLimitRequestOperationsDeleteRateLimit           SetRateLimitRequestOperations = "DeleteRateLimit"
 	SetRateLimitRequestOperationsDeleteRoute               SetRateLimitRequestOperations = "DeleteRoute"
 	SetRateLimitRequestOperationsDeleteRouteTable          SetRateLimitRequestOperations = "DeleteRouteTable"
+	SetRateLimitRequestOperationsDeleteTags                SetRateLimitRequestOperations = "DeleteTags"
 	SetRateLimitRequestOperationsDescribeAvailabilityZones SetRateLimitRequestOperations = "DescribeAvailabilityZones"
 	SetRateLimitRequestOperationsDescribeInstances         SetRateLimitRequestOperations = "DescribeInstances"
+	SetRateLimitRequestOperationsDescribeRouteTables       SetRateLimitRequestOperations = "DescribeRouteTables"
 	SetRateLimitRequestOperationsDescribeSubnets           SetRateLimitRequestOperations = "DescribeSubnets"
+	SetRateLimitRequestOperationsDescribeTags              SetRateLimitRequestOperations = "DescribeTags"
 	SetRateLimitRequestOperationsDescribeVpcs              SetRateLimitRequestOperations = "DescribeVpcs"
 	SetRateLimitRequestOperationsGetAccount                SetRateLimitRequestOperations = "GetAccount"
 	SetRateLimitRequestOperationsGetInstance               SetRateLimitRequestOperations = "GetInstance"
@@ -848,26 +879,31 @@ const (
 	SetRateLimitRequestOperationsListRateLimits            SetRateLimitRequestOperations = "ListRateLimits"
 	SetRateLimitRequestOperationsListRouteTables           SetRateLimitRequestOperations = "ListRouteTables"
 	SetRateLimitRequestOperationsListRoutes                SetRateLimitRequestOperations = "ListRoutes"
+	SetRateLimitRequestOperationsModifyInstanceAttribute   SetRateLimitRequestOperations = "ModifyInstanceAttribute"
 	SetRateLimitRequestOperationsReclaimSpot               SetRateLimitRequestOperations = "ReclaimSpot"
 	SetRateLimitRequestOperationsReleaseLease              SetRateLimitRequestOperations = "ReleaseLease"
 	SetRateLimitRequestOperationsRenewLease                SetRateLimitRequestOperations = "RenewLease"
 	SetRateLimitRequestOperationsReset                     SetRateLimitRequestOperations = "Reset"
 	SetRateLimitRequestOperationsResetLbProvisioning       SetRateLimitRequestOperations = "ResetLbProvisioning"
+	SetRateLimitRequestOperationsRunInstances              SetRateLimitRequestOperations = "RunInstances"
 	SetRateLimitRequestOperationsSetLbProvisioning         SetRateLimitRequestOperations = "SetLbProvisioning"
 	SetRateLimitRequestOperationsSetQuota                  SetRateLimitRequestOperations = "SetQuota"
 	SetRateLimitRequestOperationsSetRateLimit              SetRateLimitRequestOperations = "SetRateLimit"
 	SetRateLimitRequestOperationsSnapshot                  SetRateLimitRequestOperations = "Snapshot"
 	SetRateLimitRequestOperationsStartHang                 SetRateLimitRequestOperations = "StartHang"
 	SetRateLimitRequestOperationsStartInstance             SetRateLimitRequestOperations = "StartInstance"
+	SetRateLimitRequestOperationsStartInstances            SetRateLimitRequestOperations = "StartInstances"
 	SetRateLimitRequestOperationsStartOutage               SetRateLimitRequestOperations = "StartOutage"
 	SetRateLimitRequestOperationsStartSpotRandom           SetRateLimitRequestOperations = "StartSpotRandom"
 	SetRateLimitRequestOperationsStopHang                  SetRateLimitRequestOperations = "StopHang"
 	SetRateLimitRequestOperationsStopInstance              SetRateLimitRequestOperations = "StopInstance"
+	SetRateLimitRequestOperationsStopInstances             SetRateLimitRequestOperations = "StopInstances"
 	SetRateLimitRequestOperationsStopOutage                SetRateLimitRequestOperations = "StopOutage"
 	SetRateLimitRequestOperationsStopSpotRandom            SetRateLimitRequestOperations = "StopSpotRandom"
 	SetRateLimitRequestOperationsStreamAudit               SetRateLimitRequestOperations = "StreamAudit"
 	SetRateLimitRequestOperationsTakeLease                 SetRateLimitRequestOperations = "TakeLease"
 	SetRateLimitRequestOperationsTerminateInstance         SetRateLimitRequestOperations = "TerminateInstance"
+	SetRateLimitRequestOperationsTerminateInstances        SetRateLimitRequestOperations = "TerminateInstances"
 	SetRateLimitRequestOperationsUpdateLoadBalancer        SetRateLimitRequestOperations = "UpdateLoadBalancer"
 )
 
@@ -892,6 +928,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsCreateRouteTable:
 		return true
+	case SetRateLimitRequestOperationsCreateTags:
+		return true
 	case SetRateLimitRequestOperationsDeleteAccount:
 		return true
 	case SetRateLimitRequestOperationsDeleteFault:
@@ -906,11 +944,17 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsDeleteRouteTable:
 		return true
+	case SetRateLimitRequestOperationsDeleteTags:
+		return true
 	case SetRateLimitRequestOperationsDescribeAvailabilityZones:
 		return true
 	case SetRateLimitRequestOperationsDescribeInstances:
 		return true
+	case SetRateLimitRequestOperationsDescribeRouteTables:
+		return true
 	case SetRateLimitRequestOperationsDescribeSubnets:
+		return true
+	case SetRateLimitRequestOperationsDescribeTags:
 		return true
 	case SetRateLimitRequestOperationsDescribeVpcs:
 		return true
@@ -954,6 +998,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsListRoutes:
 		return true
+	case SetRateLimitRequestOperationsModifyInstanceAttribute:
+		return true
 	case SetRateLimitRequestOperationsReclaimSpot:
 		return true
 	case SetRateLimitRequestOperationsReleaseLease:
@@ -963,6 +1009,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsReset:
 		return true
 	case SetRateLimitRequestOperationsResetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationsRunInstances:
 		return true
 	case SetRateLimitRequestOperationsSetLbProvisioning:
 		return true
@@ -976,6 +1024,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsStartInstance:
 		return true
+	case SetRateLimitRequestOperationsStartInstances:
+		return true
 	case SetRateLimitRequestOperationsStartOutage:
 		return true
 	case SetRateLimitRequestOperationsStartSpotRandom:
@@ -983,6 +1033,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsStopHang:
 		return true
 	case SetRateLimitRequestOperationsStopInstance:
+		return true
+	case SetRateLimitRequestOperationsStopInstances:
 		return true
 	case SetRateLimitRequestOperationsStopOutage:
 		return true
@@ -993,6 +1045,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsTakeLease:
 		return true
 	case SetRateLimitRequestOperationsTerminateInstance:
+		return true
+	case SetRateLimitRequestOperationsTerminateInstances:
 		return true
 	case SetRateLimitRequestOperationsUpdateLoadBalancer:
 		return true

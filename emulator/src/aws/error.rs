@@ -110,13 +110,17 @@ fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
     }
     match (kind_of(e), e.code.as_ref()) {
         (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
-        (Kind::NotFound, codes::ROUTE_TABLE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidRouteTableID.NotFound"),
+        (Kind::NotFound, codes::ROUTE_TABLE_NOT_FOUND) => {
+            fixed(StatusCode::BAD_REQUEST, "InvalidRouteTableID.NotFound")
+        }
         (Kind::NotFound, codes::ROUTE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidRoute.NotFound"),
         // A route's target that does not exist, or no longer does (terminated).
         (Kind::Invalid, codes::INVALID_ROUTE_TARGET) => fixed(StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
         (Kind::Conflict, codes::INCORRECT_INSTANCE_STATE) => fixed(StatusCode::BAD_REQUEST, "IncorrectInstanceState"),
         (Kind::Conflict, codes::ROUTE_ALREADY_EXISTS) => fixed(StatusCode::BAD_REQUEST, "RouteAlreadyExists"),
-        (Kind::Conflict, codes::IDEMPOTENCY_KEY_REUSED) => fixed(StatusCode::BAD_REQUEST, "IdempotentParameterMismatch"),
+        (Kind::Conflict, codes::IDEMPOTENCY_KEY_REUSED) => {
+            fixed(StatusCode::BAD_REQUEST, "IdempotentParameterMismatch")
+        }
         (Kind::Conflict, codes::DEPENDENCY_VIOLATION) => fixed(StatusCode::BAD_REQUEST, "DependencyViolation"),
         (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TagLimitExceeded"),
         (Kind::Exceeded, codes::INSUFFICIENT_ADDRESS_CAPACITY) => {

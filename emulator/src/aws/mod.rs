@@ -157,8 +157,8 @@ async fn judged(
         operation: action,
         stands_for: ec2::native(action),
         method: &method,
-        // Rules that match what a call is about (a resource, its zone, name or tags) match no AWS call yet:
-        // the face answers reads of lists, which the native lists are not about either.
+        // Rules that match what a call is about (a resource, its zone, name or tags) match no AWS call yet, writes
+        // included: the face does not yet tell the engine which instance or route a call is about.
         resource_id: None,
         role: Role::User,
         admin_only: false,

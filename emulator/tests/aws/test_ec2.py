@@ -15,7 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 # One try: a refusal is the answer under test, not something to retry.
-ONCE = Config(retries={"max_attempts": 1, "mode": "standard"})
+ONCE = Config(retries={"total_max_attempts": 1, "mode": "standard"})
 
 
 @pytest.fixture(scope="module")
