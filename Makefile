@@ -134,7 +134,7 @@ lint: deps docs ## rustfmt check, clippy with warnings as errors, shellcheck, th
 	kubectl kustomize deploy/farm/base >/dev/null && kubectl kustomize deploy/farm/kind >/dev/null
 	cd ccm-upstream && test -z "$$(gofmt -l .)" && go vet ./...
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
-	for crate in emulator api cli ccm controlplane e2e vpc-router; do python3 scripts/import-graph.py $$crate/src --layers ARCHITECTURE.md || exit 1; done
+	for crate in emulator api cli ccm controlplane e2e kind vpc-router; do python3 scripts/import-graph.py $$crate/src --layers ARCHITECTURE.md || exit 1; done
 	python3 scripts/import-graph.py testcontainers/src
 
 farm-kind: ## The shared fake cloud (deploy/farm: 3 emulator replicas on PostgreSQL) on make kind-up's cluster, checked replica by replica

@@ -70,7 +70,7 @@ pub fn build(s: &Settings, d: &Docker) -> anyhow::Result<()> {
         bail!("{} is missing: run fakecloud-kind node-binaries first (make kind-up does)", agnhost.display());
     }
     step(&format!("agnhost's base image {} (Debian with upstream's tools)", agnhost::base()), || {
-        agnhost::base_image(s, d)
+        agnhost::base_image(s, d, LABEL)
     })?;
     stage.image_of("agnhost", &agnhost, None)?;
     // Upstream's CCM only where it is the one deployed: its Go build is the slow part.

@@ -2,7 +2,7 @@
 //! volume, the kind network) and stops the private engine if one runs and nothing else is left in it (a user's
 //! own engine is left running). Afterwards no process, iptables rule, bridge or sysctl change of ours is left.
 
-use super::Tools;
+use super::tools::Tools;
 use crate::docker::Docker;
 use crate::engine::Engine;
 use crate::settings::Settings;

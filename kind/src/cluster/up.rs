@@ -26,7 +26,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 
 use super::config::{self, Needs};
-use super::{Tools, network};
+use super::network;
+use super::tools::Tools;
 use crate::docker::Docker;
 use crate::engine::Engine;
 use crate::run::{cmd, step, wait_for};

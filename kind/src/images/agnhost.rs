@@ -45,8 +45,8 @@ fn customize(s: &Settings, dir: &Path) -> anyhow::Result<()> {
     remove_glob(&dir.join("usr/share/i18n"), "*")
 }
 
-/// Makes sure the engine has the current agnhost base image.
-pub fn base_image(s: &Settings, d: &Docker) -> anyhow::Result<()> {
+/// Makes sure the engine has the current agnhost base image, labelled `label` (what the images prune by).
+pub fn base_image(s: &Settings, d: &Docker, label: &str) -> anyhow::Result<()> {
     let apply = |dir: &Path| customize(s, dir);
     let customization = Customization { code: &[include_str!("agnhost.rs")], apply: &apply };
     let rootfs = make_rootfs(s, "agnhost", PACKAGES, Some(&customization), &s.k8s_version)?;
@@ -57,7 +57,7 @@ pub fn base_image(s: &Settings, d: &Docker) -> anyhow::Result<()> {
         return Ok(());
     }
     let changes = [
-        format!("LABEL {}=agnhost-base", super::LABEL),
+        format!("LABEL {label}=agnhost-base"),
         format!("LABEL {LABEL_ROOTFS}={name}"),
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
     ];

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
-use super::{in_rootfs, remove_glob};
+use super::files::{in_rootfs, remove_glob};
 
 pub fn finish_rootfs(dir: &Path) -> anyhow::Result<()> {
     in_rootfs(dir, ["apt-get", "clean"]).run()?;
