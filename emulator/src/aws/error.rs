@@ -105,7 +105,7 @@ fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
     // A quota is refused with AWS's own code for it (`RouteLimitExceeded`, ...), as the aws-ec2 preset answers
     // it natively: on the AWS face, whatever preset is installed.
     if let (Kind::Exceeded, Some(quota)) = (e.kind, e.quota) {
-        let (status, code) = crate::faults::quota_refusal(fakecloud_api::RateLimitPreset::AwsEc2, quota);
+        let (status, code) = quota_refusal(RateLimitPreset::AwsEc2, quota);
         return fixed(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), code);
     }
     match (kind_of(e), e.code.as_ref()) {
@@ -128,12 +128,8 @@ fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
         }
         (Kind::Invalid | Kind::NotFound, _) => fixed(StatusCode::BAD_REQUEST, "InvalidParameterValue"),
         (Kind::Conflict, _) => fixed(StatusCode::BAD_REQUEST, "IncorrectState"),
-        // A quota's refusal as EC2 refuses it: the fault engine's table of AWS's quota codes, which a preset's
-        // refusals on the native API use too.
-        (Kind::Exceeded, _) => match e.quota {
-            Some(quota) => fixed(StatusCode::BAD_REQUEST, quota_refusal(RateLimitPreset::AwsEc2, quota).1),
-            None => fixed(StatusCode::BAD_REQUEST, "ResourceLimitExceeded"),
-        },
+        // A quota's own code comes above; an excess without one.
+        (Kind::Exceeded, _) => fixed(StatusCode::BAD_REQUEST, "ResourceLimitExceeded"),
         // EC2's throttle (its throttling guide: "you get the RequestLimitExceeded error code").
         (Kind::Throttled, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"),
         (Kind::Unavailable, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),

@@ -86,6 +86,17 @@ impl Params {
         }
     }
 
+    /// The place a `NextToken` names, the start without one. The face's tokens are its own: a number (a count of
+    /// what the pages before passed over, or the last one's position), refused as EC2 refuses a token it did not
+    /// give.
+    pub fn next_token<T: std::str::FromStr + Default>(token: Option<&str>) -> Result<T> {
+        token.map_or(Ok(T::default()), |t| {
+            t.parse().map_err(|_| {
+                AwsError::client("InvalidPaginationToken", "The pagination token is invalid or has expired")
+            })
+        })
+    }
+
     /// A boolean parameter, `false` if absent.
     pub fn bool(&mut self, name: &str) -> Result<bool> {
         Ok(self.flag(name)?.unwrap_or(false))

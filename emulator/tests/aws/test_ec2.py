@@ -154,7 +154,7 @@ def state_changes(response, key):
 
 def test_run_instances_launches_tagged_instances_the_native_api_sees(ec2):
     region = os.environ["AWS_DEFAULT_REGION"]
-    launched = ec2.run_instances(
+    launch = dict(
         ImageId="ami-0123456789abcdef0",
         InstanceType="fc.medium",
         MinCount=2,
@@ -163,6 +163,7 @@ def test_run_instances_launches_tagged_instances_the_native_api_sees(ec2):
         ClientToken="boto3-launch-1",
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "boto3"}]}],
     )
+    launched = ec2.run_instances(**launch)
     new = [i["InstanceId"] for i in launched["Instances"]]
     assert len(new) == 2 and all(i.startswith("i-") for i in new)
     for i in launched["Instances"]:
@@ -171,15 +172,7 @@ def test_run_instances_launches_tagged_instances_the_native_api_sees(ec2):
         assert i["Tags"] == [{"Key": "Name", "Value": "boto3"}]
         assert native(f"/v1/instances/{i['InstanceId']}")["tags"] == {"Name": "boto3"}
     # A retry with the client token is the same launch.
-    again = ec2.run_instances(
-        ImageId="ami-0123456789abcdef0",
-        InstanceType="fc.medium",
-        MinCount=2,
-        MaxCount=2,
-        Placement={"AvailabilityZone": f"{region}b"},
-        ClientToken="boto3-launch-1",
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "boto3"}]}],
-    )
+    again = ec2.run_instances(**launch)
     assert [i["InstanceId"] for i in again["Instances"]] == new
     assert sorted(described(ec2, Filters=[{"Name": "tag:Name", "Values": ["boto3"]}])) == sorted(new)
     with pytest.raises(ClientError) as e:

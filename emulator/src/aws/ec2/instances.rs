@@ -44,12 +44,7 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         ) || filter::is_tag(n)
     })?;
     // The token is the position of the last instance of the page before.
-    let after = match &token {
-        Some(t) => t.parse::<i64>().map_err(|_| {
-            AwsError::client("InvalidPaginationToken", "The pagination token is invalid or has expired")
-        })?,
-        None => 0,
-    };
+    let after: i64 = Params::next_token(token.as_deref())?;
     let mut all = store::instances::all(&st.db, &st.cfg).await?;
     // As the native list shows them: a dark zone's stopped, a lagging write not seen yet.
     crate::faults::effects::as_read(st.faults(), &mut all).await;

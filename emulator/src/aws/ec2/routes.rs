@@ -180,12 +180,7 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         ) || filter::is_tag(n)
     })?;
     // The token is how many tables the pages before have passed over.
-    let skip = match &token {
-        Some(t) => t.parse::<usize>().map_err(|_| {
-            AwsError::client("InvalidPaginationToken", "The pagination token is invalid or has expired")
-        })?,
-        None => 0,
-    };
+    let skip: usize = Params::next_token(token.as_deref())?;
     let tables = store::routes::list_tables(&st.db).await?;
     let routes = store::routes::list_all(&st.db).await?;
     let tags = store::tags::others(&st.db).await?;

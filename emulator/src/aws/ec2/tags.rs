@@ -155,12 +155,7 @@ pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
             || n.strip_prefix("tag:").is_some_and(|k| !k.is_empty())
     })?;
     // The token is how many tags the pages before have passed over.
-    let skip = match &token {
-        Some(t) => t.parse::<usize>().map_err(|_| {
-            AwsError::client("InvalidPaginationToken", "The pagination token is invalid or has expired")
-        })?,
-        None => 0,
-    };
+    let skip: usize = Params::next_token(token.as_deref())?;
     let instances = store::instances::all(&st.db, &st.cfg).await?;
     let others = store::tags::others(&st.db).await?;
     let mut tagged: Vec<(String, &'static str, &BTreeMap<String, String>)> =
