@@ -151,6 +151,11 @@ pub enum ScenarioCmd {
         /// `--set limit=3 --set duration=120`.
         #[arg(long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
+        /// Return once the steps at 0s are applied; a process in the background (its pid printed) runs the rest
+        /// and restores at the end. For what must come after them: `fakecloud scenario run --background FILE &&
+        /// kubectl create ...`.
+        #[arg(long, conflicts_with = "check")]
+        background: bool,
     },
 }
 
@@ -518,11 +523,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Outage(cmd) => faults::outage(&conn.client(true)?, &out, cmd).await,
         Command::Hang(cmd) => faults::hang(&conn.client(true)?, &out, cmd).await,
         Command::Spot(cmd) => faults::spot(&conn.client(true)?, &out, cmd).await,
-        Command::Scenario(ScenarioCmd::Run { file, keep, check, time_scale, set }) => {
+        Command::Scenario(ScenarioCmd::Run { file, keep, check, time_scale, set, background }) => {
             let plan = scenario::load(&file, &set)?;
             if check {
                 eprintln!("{}: ok", file.display());
                 return Ok(());
+            }
+            if background {
+                return scenario::in_background(&plan);
             }
             scenario::run(&conn.client(true)?, &plan, keep, time_scale).await
         }

@@ -507,6 +507,41 @@ async fn step(client: &Client, action: &Action, undo: &mut Undo) -> Result<Strin
     })
 }
 
+/// Set in the process `--background` starts: it says [`READY`] on its standard output once the steps at 0s are
+/// applied.
+const READY_VAR: &str = "FAKECLOUD_SCENARIO_READY";
+const READY: &str = "ready";
+
+/// `scenario run --background`: this command again without the flag, in a process of its own, returning once it
+/// says its steps at 0s are applied. Its progress and its end go to our standard error, as a foreground run's.
+pub fn in_background(plan: &Plan) -> Result<()> {
+    use std::io::BufRead as _;
+    let args = std::env::args_os().skip(1).filter(|a| a != "--background");
+    let mut child = std::process::Command::new(std::env::current_exe().context("finding the fakecloud binary")?)
+        .args(args)
+        .env(READY_VAR, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting the scenario's process")?;
+    let mut line = String::new();
+    // Bounded by the run itself: it says ready after its first steps' calls, or it ends (their timeouts).
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line).context("reading the scenario's process")?;
+    }
+    if line.trim() != READY {
+        let status = child.wait().context("waiting for the scenario's process")?;
+        bail!("scenario {}: stopped before its steps at 0s were applied ({status})", plan.name);
+    }
+    eprintln!(
+        "scenario {}: runs on in the background (pid {}); it restores at its end, or on `kill -INT {}`",
+        plan.name,
+        child.id(),
+        child.id()
+    );
+    Ok(())
+}
+
 /// Run the plan, printing each step as it happens; restore on the way out unless `keep`. `time_scale` stretches
 /// or compresses the step times (0.1 runs ten times faster); durations inside the steps are not changed.
 pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> Result<()> {
@@ -535,14 +570,29 @@ pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> R
     eprintln!("scenario {}: {} steps over {span:?}", plan.name, plan.steps.len());
     let start = Instant::now();
     let mut undo = Undo::default();
+    // A `--background` run's caller waits for this, once the steps at 0s are applied.
+    let mut tell_ready = std::env::var_os(READY_VAR).is_some();
+    let ready = || {
+        use std::io::Write as _;
+        let mut out = std::io::stdout();
+        // The caller may be gone (killed): the run goes on regardless.
+        let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
+    };
     let result = async {
         for (n, ((at, action), scaled)) in plan.steps.iter().zip(&times).enumerate() {
+            if tell_ready && !scaled.is_zero() {
+                ready();
+                tell_ready = false;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(scaled.saturating_sub(start.elapsed())) => {}
                 _ = tokio::signal::ctrl_c() => bail!("interrupted before step {}", n + 1),
             }
             let said = step(client, action, &mut undo).await.with_context(|| format!("step {} (at {at:?})", n + 1))?;
             eprintln!("[{:>7.1}s] {}/{} {said}", start.elapsed().as_secs_f64(), n + 1, plan.steps.len());
+        }
+        if tell_ready {
+            ready();
         }
         Ok(())
     }

@@ -107,6 +107,47 @@ async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
     assert_eq!(admin.get_quota(QuotaName::Instances).await.unwrap().limit, 1000);
 }
 
+/// `--background` returns once the steps at 0s are applied (so a command after it finds them in force, with no
+/// wait), and its process runs the rest and restores at the end.
+#[tokio::test]
+async fn a_background_run_returns_with_its_first_steps_applied_and_restores_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_emulator, url) = emulator(dir.path()).await;
+    let admin = Client::new(&url, ADMIN).unwrap();
+    let file = dir.path().join("s.yaml");
+    std::fs::write(
+        &file,
+        "name: bg\nsteps:\n  - at: 0s\n    set_quota: {name: load-balancers, limit: 0}\n  - at: 0s\n    set_quota: {name: instances, limit: 5}\n  - at: 1s\n    wait: true\n",
+    )
+    .unwrap();
+    // Its standard error to a file, as on a terminal: a pipe read to its end would wait for the background
+    // process too, which writes there until it ends.
+    let log = dir.path().join("background.log");
+    let status = cli(&url)
+        .args(["scenario", "run", "--background"])
+        .arg(&file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("runs on in the background (pid"), "{text}");
+    assert_eq!(admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit, 0, "step 1 applied at return");
+    assert_eq!(admin.get_quota(QuotaName::Instances).await.unwrap().limit, 5, "step 2 applied at return");
+    let restored = eventually(HANG, "the background run's restore", || async {
+        let limit = admin.get_quota(QuotaName::LoadBalancers).await.unwrap().limit;
+        (limit != 0).then_some(limit)
+    });
+    assert!(restored.await > 0);
+    assert_eq!(admin.get_quota(QuotaName::Instances).await.unwrap().limit, 1000);
+
+    // A run that cannot apply its first step says so, and fails.
+    let down = cli("http://127.0.0.1:1").args(["scenario", "run", "--background"]).arg(&file).output().await.unwrap();
+    assert!(!down.status.success());
+    assert!(String::from_utf8_lossy(&down.stderr).contains("stopped before its steps at 0s were applied"));
+}
+
 fn scenario(url: &str, name: &str, sets: &[&str]) -> tokio::process::Command {
     let mut c = cli(url);
     c.args(["scenario", "run"]).arg(repo().join("scenarios").join(name));
