@@ -15,9 +15,9 @@
 # (downloaded from the Go module proxy, checked against the checksum database). The repository is unchanged.
 #
 # A built binary is kept while its stamp (the release and a hash of controlplane/upstream's go.mod and
-# go.sum) matches, so a second run takes about a second. Measured on 2 cores after `fakecloud-kind node-binaries`, whose
-# compiled packages Go's build cache shares: ~6 min, ~20 s of it linking. The build goes to a temporary file moved into place
-# when complete. Prints the binary's path on the last line of stdout; progress goes to stderr.
+# go.sum) matches, so a second run takes about a second. Measured on 2 cores after `fakecloud-kind
+# node-binaries`, whose compiled packages Go's build cache shares: ~6 min, ~20 s of it linking. The build goes
+# to a temporary file moved into place when complete. Prints the binary's path on the last line of stdout; progress goes to stderr.
 set -euo pipefail
 
 kind_script=build-e2e-test

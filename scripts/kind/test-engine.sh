@@ -2,7 +2,8 @@
 # Tests of the private engine (`fakecloud-kind engine`, kind/src/engine/) as the host sees it: while it runs,
 # the egress guard is in place before any container and drops a container's packet toward the outside
 # (counted by the rule, refused to the container), and lookups of outside names fail locally; after `stop`,
-# no process, rule, bridge or sysctl change of the engine is left. Run as root on a machine where no other Docker engine is in use by this test.
+# no process, rule, bridge or sysctl change of the engine is left. Run as root on a machine where no other
+# Docker engine is in use by this test.
 # Ends with "N passed, N failed".
 set -uo pipefail
 kind_script=test-engine
