@@ -18,7 +18,7 @@ pub fn down(s: &Settings, all: bool) -> anyhow::Result<()> {
     }
     let c = &s.cluster;
     let engine = Engine::of(s);
-    let docker = engine.docker_host().map_or_else(Docker::from_env, Docker::at);
+    let docker = engine.docker();
     if docker.answers() {
         let tools = Tools::new(s, docker.clone(), &[]);
         if tools.cluster_exists(&c.name) {

@@ -106,7 +106,7 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     let mut undo = Undo { s, docker: None, cluster: false, emulator: false, started_engine: false, done: false };
     undo.started_engine = !Docker::from_env().answers();
     engine.start()?;
-    let docker = engine.docker_host().map_or_else(Docker::from_env, Docker::at);
+    let docker = engine.docker();
     undo.docker = Some(docker.clone());
     refuse_rootless_cgroup_v1(&docker)?;
     let node_image = std::env::var("KIND_NODE_IMAGE").ok().filter(|i| !i.is_empty()).unwrap_or(s.node_image.clone());

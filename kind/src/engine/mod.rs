@@ -85,6 +85,11 @@ impl<'a> Engine<'a> {
         (!self.users_engine() && self.pid().is_some()).then(|| self.s.private_docker_host())
     }
 
+    /// A client of the engine the kind path uses: the private one when it is that, else DOCKER_HOST's.
+    pub fn docker(&self) -> Docker {
+        self.docker_host().map_or_else(Docker::from_env, Docker::at)
+    }
+
     /// Whether the private engine runs with its egress guard in place.
     pub fn guarded(&self) -> bool {
         self.pid().is_some() && guard::in_place()
