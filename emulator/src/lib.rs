@@ -23,6 +23,7 @@ pub mod config;
 pub mod credentials;
 pub mod dataplane;
 pub mod db;
+pub mod dns;
 pub mod error;
 pub mod faults;
 pub mod http;

@@ -19,6 +19,12 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, env = "FAKECLOUD_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
+    /// Also answer the cloud's names over DNS on this address, UDP and TCP (e.g. 127.0.0.1:5353; port 0 picks a
+    /// free one): load balancers' DNS names (`*.lb.fakecloud.test`, once active) and instances' private DNS
+    /// names (`ip-10-0-1-5.<region>.compute.internal`). Authoritative for those zones only: point a resolver's
+    /// forwarding of them here (CoreDNS's `forward`, or `dig @ADDR -p PORT`).
+    #[arg(long, value_name = "ADDR")]
+    pub dns_listen: Option<String>,
     /// SQLite database file (created if missing; sqlite://PATH too), :memory: for a throwaway run, or a
     /// PostgreSQL database, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (its schema applied at start), which
     /// one emulator or several replicas serve as one cloud. Other database URLs are refused.
@@ -221,7 +227,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let (tokens, source) = credentials::load_or_create(args.user_token, args.admin_token, &cred_file, |t| {
         crate::aws::credentials::Keys::of(t).file_lines()
     })?;
-    let server = match Server::start(&args.listen, &db, cfg, tokens).await {
+    let mut server = match Server::start(&args.listen, &db, cfg, tokens).await {
         Ok(server) => server,
         Err(e) => {
             // Tokens made for a cloud that never started would outlive it: a failed start leaves nothing new.
@@ -230,6 +236,10 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             }
             return Err(e.into());
         }
+    };
+    let dns = match &args.dns_listen {
+        Some(listen) => Some(server.serve_dns(listen).await?),
+        None => None,
     };
     let url = server.url();
     let limits = &server.state.cfg.connections;
@@ -249,6 +259,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             args.region,
             f.display()
         ),
+    }
+    if let Some(dns) = dns {
+        eprintln!("fakecloud: DNS on {dns} (UDP and TCP): lb.fakecloud.test and {}.compute.internal", args.region);
     }
     let stop = server.shutdown_handle();
     tokio::spawn(async move {

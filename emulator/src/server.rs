@@ -28,6 +28,8 @@ pub struct Server {
     cloud: Cloud,
     pub accounts: Arc<Accounts>,
     janitor: tokio::task::JoinHandle<()>,
+    /// The cloud's names over DNS, when served ([`Server::serve_dns`]).
+    dns: Option<tokio::task::JoinHandle<()>>,
     shutdown: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -42,6 +44,8 @@ pub enum StartError {
     Cloud(#[from] cloud::OpenError),
     #[error(transparent)]
     Accounts(#[from] accounts::OpenError),
+    #[error("cannot serve DNS on {addr} (UDP and TCP on one port): {source}")]
+    DnsBind { addr: String, source: std::io::Error },
     #[error("cannot use {path} as the snapshot directory: {source}")]
     SnapshotDir { path: String, source: std::io::Error },
 }
@@ -68,7 +72,22 @@ impl Server {
         let shutdown = state.stopping.clone();
         let rx = shutdown.subscribe();
         let task = tokio::spawn(crate::listener::serve(listener, router, limits, rx));
-        Ok(Self { addr, state, cloud, accounts, janitor, shutdown, task })
+        Ok(Self { addr, state, cloud, accounts, janitor, dns: None, shutdown, task })
+    }
+
+    /// Answer the own cloud's names over DNS on `listen`, UDP and TCP on one port (port 0 picks a free one): see
+    /// [`crate::dns`]. The accounts' clouds have no data plane, so their names are not served. Returns the address.
+    pub async fn serve_dns(&mut self, listen: &str) -> Result<SocketAddr, StartError> {
+        let bind = |source| StartError::DnsBind { addr: listen.to_string(), source };
+        let udp = tokio::net::UdpSocket::bind(listen).await.map_err(bind)?;
+        let addr = udp.local_addr().map_err(bind)?;
+        // On UDP's port: a port 0 is chosen once, for both.
+        let tcp = TcpListener::bind(addr).await.map_err(bind)?;
+        let names = crate::dns::Names::new(self.state.db.clone(), &self.state.cfg.topology.region);
+        if let Some(old) = self.dns.replace(tokio::spawn(crate::dns::serve(names, udp, tcp))) {
+            old.abort();
+        }
+        Ok(addr)
     }
 
     pub fn url(&self) -> String {
@@ -80,6 +99,9 @@ impl Server {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         self.janitor.abort();
+        if let Some(dns) = &self.dns {
+            dns.abort();
+        }
         self.accounts.close().await;
         self.cloud.close().await;
     }

@@ -97,6 +97,20 @@ async fn fetch<'e>(exec: impl AnyExecutor<'e>, cfg: &Config, id: &str, now: i64)
     row.ok_or_else(|| not_found(id))?.into_api(&cfg.topology.region)
 }
 
+/// Whether an instance that is not terminated has `ip` for its private address: its private DNS name answers
+/// while it does.
+pub async fn holds_private_address(db: &Db, ip: IpAddr) -> Result<bool> {
+    let row: Option<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id FROM instances WHERE private_ip = $2 AND {} <> 'terminated' LIMIT 1",
+        state_at!()
+    )))
+    .bind(now_ms())
+    .bind(ip.to_string())
+    .fetch_optional(db.reader())
+    .await?;
+    Ok(row.is_some())
+}
+
 pub async fn get(db: &Db, cfg: &Config, id: &str) -> Result<Instance> {
     fetch(db.reader(), cfg, id, now_ms()).await
 }

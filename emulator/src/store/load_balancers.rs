@@ -562,6 +562,16 @@ pub async fn list(db: &Db, q: &ListLoadBalancersQuery) -> Result<LoadBalancerLis
 }
 
 /// Every active load balancer, oldest first: what the data plane serves.
+/// The address of the load balancer named `dns_name`, once it is active (its name answers from then on).
+pub async fn address_of_name(db: &Db, dns_name: &str) -> Result<Option<IpAddr>> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE dns_name = $2")))
+        .bind(now_ms())
+        .bind(dns_name)
+        .fetch_optional(db.reader())
+        .await?;
+    Ok(row.map(Row::into_api).transpose()?.flatten().and_then(|lb| lb.address))
+}
+
 pub async fn active(db: &Db) -> Result<Vec<LoadBalancer>> {
     let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY seq")))
         .bind(now_ms())

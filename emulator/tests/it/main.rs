@@ -10,6 +10,7 @@ mod common;
 mod connections;
 mod console;
 mod dataplane;
+mod dns;
 mod errors_and_auth;
 mod fail_safe;
 mod faults;
