@@ -436,13 +436,35 @@ pub async fn list(db: &Db, cfg: &Config, q: &ListInstancesQuery) -> Result<Insta
     Ok(InstanceList { items, next_page_token })
 }
 
-/// Every instance the store holds (terminated ones until they are forgotten), in the order they were made,
-/// each with its position in that order: for a face that filters and pages them itself (the AWS face).
-pub async fn all(db: &Db, cfg: &Config) -> Result<Vec<(i64, Instance)>> {
-    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY seq")))
-        .bind(now_ms())
-        .fetch_all(db.reader())
-        .await?;
+/// Which of the store's instances a face asks for: every one, or only those with one of some IDs or private
+/// addresses (what a call naming them can only be about, read without the rest of the fleet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Among {
+    All,
+    Ids(Vec<String>),
+    PrivateIps(Vec<String>),
+}
+
+/// The instances the store holds among `among` (terminated ones until they are forgotten), in the order they
+/// were made, each with its position in that order: for a face that filters and pages them itself (the AWS face).
+pub async fn all(db: &Db, cfg: &Config, among: &Among) -> Result<Vec<(i64, Instance)>> {
+    let (column, values) = match among {
+        Among::All => ("", &[][..]),
+        Among::Ids(ids) => ("id", &ids[..]),
+        Among::PrivateIps(ips) => ("private_ip", &ips[..]),
+    };
+    let filter = match values.len() {
+        0 if column.is_empty() => String::new(),
+        // Nothing can be among no values.
+        0 => " WHERE 1 = 0".to_string(),
+        n => format!(" WHERE {column} IN ({})", (2..n + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")),
+    };
+    let sql = format!("{SELECT}{filter} ORDER BY seq");
+    let mut query = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql)).bind(now_ms());
+    for v in values {
+        query = query.bind(v.clone());
+    }
+    let rows: Vec<Row> = query.fetch_all(db.reader()).await?;
     rows.into_iter().map(|r| Ok((r.seq, r.into_api(&cfg.topology.region)?))).collect()
 }
 

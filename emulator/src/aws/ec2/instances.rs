@@ -12,6 +12,7 @@ use crate::aws::xml::{Node, el, items, text};
 use crate::config::Topology;
 use crate::http::AppState;
 use crate::store;
+use crate::store::instances::Among;
 
 /// The longest instance ID looked at: far past EC2's (`i-` and 17 hex digits).
 const ID_MAX_BYTES: usize = 64;
@@ -45,7 +46,8 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     })?;
     // The token is the position of the last instance of the page before.
     let after: i64 = Params::next_token(token.as_deref())?;
-    let mut all = store::instances::all(&st.db, &st.cfg).await?;
+    let among = among(&ids, &filters, &st.cfg.topology.region);
+    let mut all = store::instances::all(&st.db, &st.cfg, &among).await?;
     // As the native list shows them: a dark zone's stopped, a lagging write not seen yet.
     crate::faults::effects::as_read(st.faults(), &mut all).await;
     let missing: Vec<&str> =
@@ -131,13 +133,37 @@ pub fn state_code(s: InstanceState) -> u8 {
     }
 }
 
-/// `ip-10-0-1-5.<region>.compute.internal` (IP-based naming); an instance whose private address is IPv6 is named
-/// by its ID (resource-based naming), as EC2 names IPv6-only instances.
 fn private_dns_name(i: &Instance) -> String {
-    match i.private_ip {
-        IpAddr::V4(v4) => format!("ip-{}.{}.compute.internal", v4.to_string().replace('.', "-"), i.region),
-        IpAddr::V6(_) => format!("{}.{}.compute.internal", i.id, i.region),
+    crate::dns::instance_name(&i.id, i.private_ip, &i.region)
+}
+
+/// The instances a call can only be about, so that naming one of thousands reads one (cloud-provider-aws finds a
+/// Node's instance by its private DNS name on each sync): those `InstanceId.N` names, else those a filter names
+/// without a wildcard by ID, private address or IP-based private DNS name. The filters are still applied after.
+fn among(ids: &[String], filters: &[Filter], region: &str) -> Among {
+    if !ids.is_empty() {
+        return Among::Ids(ids.to_vec());
     }
+    let exact = |f: &&Filter| !f.values.iter().any(|v| v.contains(['*', '?']));
+    for f in filters.iter().filter(exact) {
+        match f.name.as_str() {
+            "instance-id" => return Among::Ids(f.values.clone()),
+            "private-ip-address" => return Among::PrivateIps(f.values.clone()),
+            "private-dns-name" => {
+                let ips: Option<Vec<String>> = f
+                    .values
+                    .iter()
+                    .map(|v| crate::dns::instance_name_address(v, region).map(|ip| ip.to_string()))
+                    .collect();
+                // A name of another form (an IPv6 instance's) is matched by reading them all.
+                if let Some(ips) = ips {
+                    return Among::PrivateIps(ips);
+                }
+            }
+            _ => {}
+        }
+    }
+    Among::All
 }
 
 /// One reservation holding `i`, as EC2 answers an instance launched alone.
@@ -188,4 +214,37 @@ fn instance(i: &Instance, topo: &Topology) -> Vec<Node> {
     }
     fields.push(filter::tag_set(&i.tags));
     fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(name: &str, values: &[&str]) -> Filter {
+        Filter { name: name.into(), values: values.iter().map(|v| v.to_string()).collect() }
+    }
+
+    #[test]
+    fn a_call_naming_instances_reads_only_those() {
+        let ids = vec!["i-1".to_string()];
+        assert_eq!(among(&ids, &[filter("private-ip-address", &["10.0.1.5"])], "r"), Among::Ids(ids.clone()));
+        let dns = filter("private-dns-name", &["ip-10-0-1-5.r.compute.internal", "ip-10-0-2-6.r.compute.internal"]);
+        let state = filter("instance-state-name", &["running"]);
+        assert_eq!(
+            among(&[], &[state.clone(), dns], "r"),
+            Among::PrivateIps(vec!["10.0.1.5".into(), "10.0.2.6".into()])
+        );
+        assert_eq!(
+            among(&[], &[filter("instance-id", &["i-1", "i-2"])], "r"),
+            Among::Ids(vec!["i-1".into(), "i-2".into()])
+        );
+        // A wildcard, another region's name or an IPv6 instance's name could match what no exact key finds.
+        for unsure in [
+            filter("instance-id", &["i-*"]),
+            filter("private-dns-name", &["ip-10-0-1-5.*"]),
+            filter("private-dns-name", &["i-1.r.compute.internal"]),
+        ] {
+            assert_eq!(among(&[], &[state.clone(), unsure], "r"), Among::All);
+        }
+    }
 }

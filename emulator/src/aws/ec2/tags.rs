@@ -156,7 +156,7 @@ pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     })?;
     // The token is how many tags the pages before have passed over.
     let skip: usize = Params::next_token(token.as_deref())?;
-    let instances = store::instances::all(&st.db, &st.cfg).await?;
+    let instances = store::instances::all(&st.db, &st.cfg, &store::instances::Among::All).await?;
     let others = store::tags::others(&st.db).await?;
     let mut tagged: Vec<(String, &'static str, &BTreeMap<String, String>)> =
         instances.iter().map(|(_, i)| (i.id.clone(), "instance", &i.tags)).collect();
