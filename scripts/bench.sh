@@ -21,6 +21,9 @@ cargo bench --locked -p fakecloud-emulator --bench api -- --farm
 echo "==> load balancer data plane: what it adds, and the API during a flood of it (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- --dataplane
 
+echo "==> the AWS face beside the native API: the same lookups and writes, signed as an SDK signs (cargo bench, release)"
+cargo bench --locked -p fakecloud-emulator --bench api -- --aws-face
+
 # The CCMs side by side at scale (issue #27): fakecloud-ccm and upstream's (built once and cached), each on a
 # cluster of its own with a kwok fleet, from one run; the flags a large fleet runs with (`make up`'s).
 # FAKECLOUD_SCALE_NODES picks the fleets (default 1000), FAKECLOUD_SCALE=0 skips them. 5,000 Nodes:

@@ -11,10 +11,14 @@
 //! those three with the writes spread over 8 accounts (issue #47).
 //! `-- --farm` measures what a farm on PostgreSQL holds and how it fails (issue #47): the connections a replica
 //! holds per account, the accounts that fit a server's `max_connections`, and how soon a call is answered with
-//! the database away. `-- --dataplane` measures the load balancer data plane instead (see `dataplane.rs`). `FAKECLOUD_BENCH_BIN` serves with another build instead of this one (a
-//! `fakecloud` binary, e.g. a saved copy of the previous commit's, to compare the two back to back).
+//! the database away. `-- --dataplane` measures the load balancer data plane instead (see `dataplane.rs`), and
+//! `-- --aws-face` what the AWS face adds to native calls (see `aws_face.rs`). `FAKECLOUD_BENCH_BIN` serves with
+//! another build instead of this one (a `fakecloud` binary, e.g. a saved copy of the previous commit's, to compare
+//! the two back to back).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "api/aws_face.rs"]
+mod aws_face;
 #[path = "api/dataplane.rs"]
 mod dataplane;
 // The tests' PostgreSQL server (`initdb` into a temp dir, stopped when dropped); the bench needs no TLS.
@@ -148,6 +152,10 @@ async fn bench() {
     let dir = tempfile::tempdir().unwrap();
     if std::env::args().any(|a| a == "--dataplane") {
         dataplane::run_bench(dir.path()).await;
+        return;
+    }
+    if std::env::args().any(|a| a == "--aws-face") {
+        aws_face::run_bench(dir.path()).await;
         return;
     }
     if std::env::args().any(|a| a == "--farm") {
