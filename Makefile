@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check docs kwok test test-aws test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
+.PHONY: help up down check docs kwok aws-ccm test test-aws test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -15,7 +15,10 @@ control-plane: ## Build upstream kube-apiserver, kube-controller-manager and etc
 	@bash scripts/build-control-plane.sh
 
 kwok: ## Build kwok (the fake-node simulator, pinned in controlplane/kwok/go.mod) and its stages into the cache
-	@bash scripts/build-kwok.sh
+	@bash scripts/build-go-tool.sh controlplane/kwok
+
+aws-ccm: ## Build cloud-provider-aws's aws-cloud-controller-manager (the release pinned in ccm-aws/go.mod, unmodified) into the cache
+	@bash scripts/build-go-tool.sh ccm-aws
 
 upstream-ccm: ## Build upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/) into the cache
 	@bash scripts/build-upstream-ccm.sh

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# `make test` runs this after schemathesis (`make test-aws` alone): clients nobody here wrote against the
-# emulator's AWS face (issue #49): boto3, the AWS SDK for Python; the AWS CLI; and moto's server, the reference
-# the differential test compares the face's answers with. Installs them and pytest (pinned) into a venv under the
-# cache once, builds `fakecloud`, serves a throwaway cloud that writes its own credentials file, makes instances
-# with the CLI, and runs emulator/tests/aws/ with the AWS variables set as a user sets them (`source` the
-# credentials file). Extra arguments go to pytest.
+# `make test` runs this after schemathesis (`make test-aws` alone): clients nobody here wrote against the AWS face
+# (issue #49): boto3, the AWS CLI, and moto's server, which the differential test compares the face with. Installs
+# them and pytest (pinned) into a venv in the cache once, builds `fakecloud`, serves a throwaway cloud that writes
+# its credentials file, makes instances with the CLI, and runs emulator/tests/aws/ with the AWS variables set as a
+# user sets them (`source` the credentials file). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}

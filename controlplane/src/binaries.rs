@@ -46,7 +46,7 @@ pub struct Kwok {
     pub stages: Vec<PathBuf>,
 }
 
-/// kwok: `FAKECLOUD_KWOK`, or where `scripts/build-kwok.sh` builds it
+/// kwok: `FAKECLOUD_KWOK`, or where `scripts/build-go-tool.sh controlplane/kwok` builds it
 /// (`${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/kwok/<version>/kwok`), with the stages in `pod-stages/` beside it;
 /// checked to be there.
 pub fn kwok() -> Result<Kwok> {

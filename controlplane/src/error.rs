@@ -13,7 +13,7 @@ pub enum Error {
     BinariesMissing { dir: PathBuf, missing: String, version: String },
 
     #[error(
-        "kwok {version} or its pod stages (pod-stages/*.yaml beside it) are not at {}: run scripts/build-kwok.sh (`make kwok`) to build it into that cache, or set FAKECLOUD_KWOK to a kwok binary",
+        "kwok {version} or its pod stages (pod-stages/*.yaml beside it) are not at {}: run `make kwok` (scripts/build-go-tool.sh controlplane/kwok) to build it into that cache, or set FAKECLOUD_KWOK to a kwok binary",
         .path.display()
     )]
     KwokMissing { path: PathBuf, version: String },
