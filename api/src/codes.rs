@@ -23,6 +23,8 @@ pub const FAULT_NOT_FOUND: &str = "FaultNotFound";
 pub const HANG_NOT_FOUND: &str = "HangNotFound";
 pub const RATE_LIMIT_PRESET_NOT_FOUND: &str = "RateLimitPresetNotFound";
 pub const ACCOUNT_NOT_FOUND: &str = "AccountNotFound";
+pub const SECURITY_GROUP_NOT_FOUND: &str = "SecurityGroupNotFound";
+pub const SECURITY_GROUP_RULE_NOT_FOUND: &str = "SecurityGroupRuleNotFound";
 // 405 / 408 / 413 / 415 / 429
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";
@@ -40,6 +42,10 @@ pub const INCORRECT_LOAD_BALANCER_STATE: &str = "IncorrectLoadBalancerState";
 pub const IDEMPOTENCY_KEY_REUSED: &str = "IdempotencyKeyReused";
 pub const SNAPSHOT_EXISTS: &str = "SnapshotExists";
 pub const DEPENDENCY_VIOLATION: &str = "DependencyViolation";
+pub const SECURITY_GROUP_ALREADY_EXISTS: &str = "SecurityGroupAlreadyExists";
+pub const SECURITY_GROUP_RULE_ALREADY_EXISTS: &str = "SecurityGroupRuleAlreadyExists";
+/// A resource the cloud keeps for itself (a VPC's default security group).
+pub const CANNOT_DELETE: &str = "CannotDelete";
 pub const FAULT_EXISTS: &str = "FaultExists";
 pub const ACCOUNT_ALREADY_EXISTS: &str = "AccountAlreadyExists";
 pub const ACCOUNT_LEASED: &str = "AccountLeased";
@@ -54,6 +60,8 @@ pub const TOO_MANY_TARGETS: &str = "TooManyTargets";
 pub const ROUTE_LIMIT_EXCEEDED: &str = "RouteLimitExceeded";
 pub const ADDRESS_LIMIT_EXCEEDED: &str = "AddressLimitExceeded";
 pub const SOURCE_RANGE_LIMIT_EXCEEDED: &str = "SourceRangeLimitExceeded";
+/// EC2's own code: the native API has no security groups to refuse otherwise.
+pub const RULES_PER_SECURITY_GROUP_LIMIT_EXCEEDED: &str = "RulesPerSecurityGroupLimitExceeded";
 pub const ACCOUNT_LIMIT_EXCEEDED: &str = "AccountLimitExceeded";
 /// More tags on one resource than it may carry (`limits::TAGS_MAX`): EC2's code.
 pub const TAG_LIMIT_EXCEEDED: &str = "TagLimitExceeded";

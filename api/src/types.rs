@@ -744,10 +744,12 @@ pub enum QuotaName {
     RoutesPerRouteTable,
     PublicIps,
     SourceRangesPerLoadBalancer,
+    /// Inbound rules per security group (the AWS face's groups).
+    RulesPerSecurityGroup,
 }
 
 impl QuotaName {
-    pub const ALL: [QuotaName; 7] = [
+    pub const ALL: [QuotaName; 8] = [
         Self::Instances,
         Self::LoadBalancers,
         Self::ListenersPerLoadBalancer,
@@ -755,6 +757,7 @@ impl QuotaName {
         Self::RoutesPerRouteTable,
         Self::PublicIps,
         Self::SourceRangesPerLoadBalancer,
+        Self::RulesPerSecurityGroup,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -766,6 +769,7 @@ impl QuotaName {
             Self::RoutesPerRouteTable => "routes-per-route-table",
             Self::PublicIps => "public-ips",
             Self::SourceRangesPerLoadBalancer => "source-ranges-per-load-balancer",
+            Self::RulesPerSecurityGroup => "rules-per-security-group",
         }
     }
 
@@ -784,6 +788,8 @@ impl QuotaName {
             Self::RoutesPerRouteTable => 50,
             Self::PublicIps => 100,
             Self::SourceRangesPerLoadBalancer => 100,
+            // AWS's default inbound rules per security group.
+            Self::RulesPerSecurityGroup => 60,
         }
     }
 
@@ -798,6 +804,7 @@ impl QuotaName {
             Self::RoutesPerRouteTable => ROUTE_LIMIT_EXCEEDED,
             Self::PublicIps => ADDRESS_LIMIT_EXCEEDED,
             Self::SourceRangesPerLoadBalancer => SOURCE_RANGE_LIMIT_EXCEEDED,
+            Self::RulesPerSecurityGroup => RULES_PER_SECURITY_GROUP_LIMIT_EXCEEDED,
         }
     }
 }

@@ -439,6 +439,7 @@ const (
 	LoadBalancers               QuotaName = "load-balancers"
 	PublicIps                   QuotaName = "public-ips"
 	RoutesPerRouteTable         QuotaName = "routes-per-route-table"
+	RulesPerSecurityGroup       QuotaName = "rules-per-security-group"
 	SourceRangesPerLoadBalancer QuotaName = "source-ranges-per-load-balancer"
 )
 
@@ -456,6 +457,8 @@ func (e QuotaName) Valid() bool {
 	case PublicIps:
 		return true
 	case RoutesPerRouteTable:
+		return true
+	case RulesPerSecurityGroup:
 		return true
 	case SourceRangesPerLoadBalancer:
 		return true
@@ -610,77 +613,82 @@ func (e SessionAffinity) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperation.
 const (
-	SetRateLimitRequestOperationAddFault                  SetRateLimitRequestOperation = "AddFault"
-	SetRateLimitRequestOperationAddLbFault                SetRateLimitRequestOperation = "AddLbFault"
-	SetRateLimitRequestOperationClearFaults               SetRateLimitRequestOperation = "ClearFaults"
-	SetRateLimitRequestOperationClearRateLimitPresets     SetRateLimitRequestOperation = "ClearRateLimitPresets"
-	SetRateLimitRequestOperationCreateAccount             SetRateLimitRequestOperation = "CreateAccount"
-	SetRateLimitRequestOperationCreateInstance            SetRateLimitRequestOperation = "CreateInstance"
-	SetRateLimitRequestOperationCreateLoadBalancer        SetRateLimitRequestOperation = "CreateLoadBalancer"
-	SetRateLimitRequestOperationCreateRoute               SetRateLimitRequestOperation = "CreateRoute"
-	SetRateLimitRequestOperationCreateRouteTable          SetRateLimitRequestOperation = "CreateRouteTable"
-	SetRateLimitRequestOperationCreateTags                SetRateLimitRequestOperation = "CreateTags"
-	SetRateLimitRequestOperationDeleteAccount             SetRateLimitRequestOperation = "DeleteAccount"
-	SetRateLimitRequestOperationDeleteFault               SetRateLimitRequestOperation = "DeleteFault"
-	SetRateLimitRequestOperationDeleteLbFault             SetRateLimitRequestOperation = "DeleteLbFault"
-	SetRateLimitRequestOperationDeleteLoadBalancer        SetRateLimitRequestOperation = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationDeleteRateLimit           SetRateLimitRequestOperation = "DeleteRateLimit"
-	SetRateLimitRequestOperationDeleteRoute               SetRateLimitRequestOperation = "DeleteRoute"
-	SetRateLimitRequestOperationDeleteRouteTable          SetRateLimitRequestOperation = "DeleteRouteTable"
-	SetRateLimitRequestOperationDeleteTags                SetRateLimitRequestOperation = "DeleteTags"
-	SetRateLimitRequestOperationDescribeAvailabilityZones SetRateLimitRequestOperation = "DescribeAvailabilityZones"
-	SetRateLimitRequestOperationDescribeInstances         SetRateLimitRequestOperation = "DescribeInstances"
-	SetRateLimitRequestOperationDescribeRouteTables       SetRateLimitRequestOperation = "DescribeRouteTables"
-	SetRateLimitRequestOperationDescribeSubnets           SetRateLimitRequestOperation = "DescribeSubnets"
-	SetRateLimitRequestOperationDescribeTags              SetRateLimitRequestOperation = "DescribeTags"
-	SetRateLimitRequestOperationDescribeVpcs              SetRateLimitRequestOperation = "DescribeVpcs"
-	SetRateLimitRequestOperationGetAccount                SetRateLimitRequestOperation = "GetAccount"
-	SetRateLimitRequestOperationGetInstance               SetRateLimitRequestOperation = "GetInstance"
-	SetRateLimitRequestOperationGetLbProvisioning         SetRateLimitRequestOperation = "GetLbProvisioning"
-	SetRateLimitRequestOperationGetLoadBalancer           SetRateLimitRequestOperation = "GetLoadBalancer"
-	SetRateLimitRequestOperationGetQuota                  SetRateLimitRequestOperation = "GetQuota"
-	SetRateLimitRequestOperationGetRegion                 SetRateLimitRequestOperation = "GetRegion"
-	SetRateLimitRequestOperationInstallRateLimitPreset    SetRateLimitRequestOperation = "InstallRateLimitPreset"
-	SetRateLimitRequestOperationLessThannil               SetRateLimitRequestOperation = "<nil>"
-	SetRateLimitRequestOperationListAccounts              SetRateLimitRequestOperation = "ListAccounts"
-	SetRateLimitRequestOperationListAudit                 SetRateLimitRequestOperation = "ListAudit"
-	SetRateLimitRequestOperationListFaults                SetRateLimitRequestOperation = "ListFaults"
-	SetRateLimitRequestOperationListHangs                 SetRateLimitRequestOperation = "ListHangs"
-	SetRateLimitRequestOperationListInstances             SetRateLimitRequestOperation = "ListInstances"
-	SetRateLimitRequestOperationListLbFaults              SetRateLimitRequestOperation = "ListLbFaults"
-	SetRateLimitRequestOperationListLoadBalancers         SetRateLimitRequestOperation = "ListLoadBalancers"
-	SetRateLimitRequestOperationListOutages               SetRateLimitRequestOperation = "ListOutages"
-	SetRateLimitRequestOperationListQuotas                SetRateLimitRequestOperation = "ListQuotas"
-	SetRateLimitRequestOperationListRateLimitPresets      SetRateLimitRequestOperation = "ListRateLimitPresets"
-	SetRateLimitRequestOperationListRateLimits            SetRateLimitRequestOperation = "ListRateLimits"
-	SetRateLimitRequestOperationListRouteTables           SetRateLimitRequestOperation = "ListRouteTables"
-	SetRateLimitRequestOperationListRoutes                SetRateLimitRequestOperation = "ListRoutes"
-	SetRateLimitRequestOperationModifyInstanceAttribute   SetRateLimitRequestOperation = "ModifyInstanceAttribute"
-	SetRateLimitRequestOperationReclaimSpot               SetRateLimitRequestOperation = "ReclaimSpot"
-	SetRateLimitRequestOperationReleaseLease              SetRateLimitRequestOperation = "ReleaseLease"
-	SetRateLimitRequestOperationRenewLease                SetRateLimitRequestOperation = "RenewLease"
-	SetRateLimitRequestOperationReset                     SetRateLimitRequestOperation = "Reset"
-	SetRateLimitRequestOperationResetLbProvisioning       SetRateLimitRequestOperation = "ResetLbProvisioning"
-	SetRateLimitRequestOperationRunInstances              SetRateLimitRequestOperation = "RunInstances"
-	SetRateLimitRequestOperationSetLbProvisioning         SetRateLimitRequestOperation = "SetLbProvisioning"
-	SetRateLimitRequestOperationSetQuota                  SetRateLimitRequestOperation = "SetQuota"
-	SetRateLimitRequestOperationSetRateLimit              SetRateLimitRequestOperation = "SetRateLimit"
-	SetRateLimitRequestOperationSnapshot                  SetRateLimitRequestOperation = "Snapshot"
-	SetRateLimitRequestOperationStartHang                 SetRateLimitRequestOperation = "StartHang"
-	SetRateLimitRequestOperationStartInstance             SetRateLimitRequestOperation = "StartInstance"
-	SetRateLimitRequestOperationStartInstances            SetRateLimitRequestOperation = "StartInstances"
-	SetRateLimitRequestOperationStartOutage               SetRateLimitRequestOperation = "StartOutage"
-	SetRateLimitRequestOperationStartSpotRandom           SetRateLimitRequestOperation = "StartSpotRandom"
-	SetRateLimitRequestOperationStopHang                  SetRateLimitRequestOperation = "StopHang"
-	SetRateLimitRequestOperationStopInstance              SetRateLimitRequestOperation = "StopInstance"
-	SetRateLimitRequestOperationStopInstances             SetRateLimitRequestOperation = "StopInstances"
-	SetRateLimitRequestOperationStopOutage                SetRateLimitRequestOperation = "StopOutage"
-	SetRateLimitRequestOperationStopSpotRandom            SetRateLimitRequestOperation = "StopSpotRandom"
-	SetRateLimitRequestOperationStreamAudit               SetRateLimitRequestOperation = "StreamAudit"
-	SetRateLimitRequestOperationTakeLease                 SetRateLimitRequestOperation = "TakeLease"
-	SetRateLimitRequestOperationTerminateInstance         SetRateLimitRequestOperation = "TerminateInstance"
-	SetRateLimitRequestOperationTerminateInstances        SetRateLimitRequestOperation = "TerminateInstances"
-	SetRateLimitRequestOperationUpdateLoadBalancer        SetRateLimitRequestOperation = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationAddFault                      SetRateLimitRequestOperation = "AddFault"
+	SetRateLimitRequestOperationAddLbFault                    SetRateLimitRequestOperation = "AddLbFault"
+	SetRateLimitRequestOperationAuthorizeSecurityGroupIngress SetRateLimitRequestOperation = "AuthorizeSecurityGroupIngress"
+	SetRateLimitRequestOperationClearFaults                   SetRateLimitRequestOperation = "ClearFaults"
+	SetRateLimitRequestOperationClearRateLimitPresets         SetRateLimitRequestOperation = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationCreateAccount                 SetRateLimitRequestOperation = "CreateAccount"
+	SetRateLimitRequestOperationCreateInstance                SetRateLimitRequestOperation = "CreateInstance"
+	SetRateLimitRequestOperationCreateLoadBalancer            SetRateLimitRequestOperation = "CreateLoadBalancer"
+	SetRateLimitRequestOperationCreateRoute                   SetRateLimitRequestOperation = "CreateRoute"
+	SetRateLimitRequestOperationCreateRouteTable              SetRateLimitRequestOperation = "CreateRouteTable"
+	SetRateLimitRequestOperationCreateSecurityGroup           SetRateLimitRequestOperation = "CreateSecurityGroup"
+	SetRateLimitRequestOperationCreateTags                    SetRateLimitRequestOperation = "CreateTags"
+	SetRateLimitRequestOperationDeleteAccount                 SetRateLimitRequestOperation = "DeleteAccount"
+	SetRateLimitRequestOperationDeleteFault                   SetRateLimitRequestOperation = "DeleteFault"
+	SetRateLimitRequestOperationDeleteLbFault                 SetRateLimitRequestOperation = "DeleteLbFault"
+	SetRateLimitRequestOperationDeleteLoadBalancer            SetRateLimitRequestOperation = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationDeleteRateLimit               SetRateLimitRequestOperation = "DeleteRateLimit"
+	SetRateLimitRequestOperationDeleteRoute                   SetRateLimitRequestOperation = "DeleteRoute"
+	SetRateLimitRequestOperationDeleteRouteTable              SetRateLimitRequestOperation = "DeleteRouteTable"
+	SetRateLimitRequestOperationDeleteSecurityGroup           SetRateLimitRequestOperation = "DeleteSecurityGroup"
+	SetRateLimitRequestOperationDeleteTags                    SetRateLimitRequestOperation = "DeleteTags"
+	SetRateLimitRequestOperationDescribeAvailabilityZones     SetRateLimitRequestOperation = "DescribeAvailabilityZones"
+	SetRateLimitRequestOperationDescribeInstances             SetRateLimitRequestOperation = "DescribeInstances"
+	SetRateLimitRequestOperationDescribeRouteTables           SetRateLimitRequestOperation = "DescribeRouteTables"
+	SetRateLimitRequestOperationDescribeSecurityGroups        SetRateLimitRequestOperation = "DescribeSecurityGroups"
+	SetRateLimitRequestOperationDescribeSubnets               SetRateLimitRequestOperation = "DescribeSubnets"
+	SetRateLimitRequestOperationDescribeTags                  SetRateLimitRequestOperation = "DescribeTags"
+	SetRateLimitRequestOperationDescribeVpcs                  SetRateLimitRequestOperation = "DescribeVpcs"
+	SetRateLimitRequestOperationGetAccount                    SetRateLimitRequestOperation = "GetAccount"
+	SetRateLimitRequestOperationGetInstance                   SetRateLimitRequestOperation = "GetInstance"
+	SetRateLimitRequestOperationGetLbProvisioning             SetRateLimitRequestOperation = "GetLbProvisioning"
+	SetRateLimitRequestOperationGetLoadBalancer               SetRateLimitRequestOperation = "GetLoadBalancer"
+	SetRateLimitRequestOperationGetQuota                      SetRateLimitRequestOperation = "GetQuota"
+	SetRateLimitRequestOperationGetRegion                     SetRateLimitRequestOperation = "GetRegion"
+	SetRateLimitRequestOperationInstallRateLimitPreset        SetRateLimitRequestOperation = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationLessThannil                   SetRateLimitRequestOperation = "<nil>"
+	SetRateLimitRequestOperationListAccounts                  SetRateLimitRequestOperation = "ListAccounts"
+	SetRateLimitRequestOperationListAudit                     SetRateLimitRequestOperation = "ListAudit"
+	SetRateLimitRequestOperationListFaults                    SetRateLimitRequestOperation = "ListFaults"
+	SetRateLimitRequestOperationListHangs                     SetRateLimitRequestOperation = "ListHangs"
+	SetRateLimitRequestOperationListInstances                 SetRateLimitRequestOperation = "ListInstances"
+	SetRateLimitRequestOperationListLbFaults                  SetRateLimitRequestOperation = "ListLbFaults"
+	SetRateLimitRequestOperationListLoadBalancers             SetRateLimitRequestOperation = "ListLoadBalancers"
+	SetRateLimitRequestOperationListOutages                   SetRateLimitRequestOperation = "ListOutages"
+	SetRateLimitRequestOperationListQuotas                    SetRateLimitRequestOperation = "ListQuotas"
+	SetRateLimitRequestOperationListRateLimitPresets          SetRateLimitRequestOperation = "ListRateLimitPresets"
+	SetRateLimitRequestOperationListRateLimits                SetRateLimitRequestOperation = "ListRateLimits"
+	SetRateLimitRequestOperationListRouteTables               SetRateLimitRequestOperation = "ListRouteTables"
+	SetRateLimitRequestOperationListRoutes                    SetRateLimitRequestOperation = "ListRoutes"
+	SetRateLimitRequestOperationModifyInstanceAttribute       SetRateLimitRequestOperation = "ModifyInstanceAttribute"
+	SetRateLimitRequestOperationReclaimSpot                   SetRateLimitRequestOperation = "ReclaimSpot"
+	SetRateLimitRequestOperationReleaseLease                  SetRateLimitRequestOperation = "ReleaseLease"
+	SetRateLimitRequestOperationRenewLease                    SetRateLimitRequestOperation = "RenewLease"
+	SetRateLimitRequestOperationReset                         SetRateLimitRequestOperation = "Reset"
+	SetRateLimitRequestOperationResetLbProvisioning           SetRateLimitRequestOperation = "ResetLbProvisioning"
+	SetRateLimitRequestOperationRevokeSecurityGroupIngress    SetRateLimitRequestOperation = "RevokeSecurityGroupIngress"
+	SetRateLimitRequestOperationRunInstances                  SetRateLimitRequestOperation = "RunInstances"
+	SetRateLimitRequestOperationSetLbProvisioning             SetRateLimitRequestOperation = "SetLbProvisioning"
+	SetRateLimitRequestOperationSetQuota                      SetRateLimitRequestOperation = "SetQuota"
+	SetRateLimitRequestOperationSetRateLimit                  SetRateLimitRequestOperation = "SetRateLimit"
+	SetRateLimitRequestOperationSnapshot                      SetRateLimitRequestOperation = "Snapshot"
+	SetRateLimitRequestOperationStartHang                     SetRateLimitRequestOperation = "StartHang"
+	SetRateLimitRequestOperationStartInstance                 SetRateLimitRequestOperation = "StartInstance"
+	SetRateLimitRequestOperationStartInstances                SetRateLimitRequestOperation = "StartInstances"
+	SetRateLimitRequestOperationStartOutage                   SetRateLimitRequestOperation = "StartOutage"
+	SetRateLimitRequestOperationStartSpotRandom               SetRateLimitRequestOperation = "StartSpotRandom"
+	SetRateLimitRequestOperationStopHang                      SetRateLimitRequestOperation = "StopHang"
+	SetRateLimitRequestOperationStopInstance                  SetRateLimitRequestOperation = "StopInstance"
+	SetRateLimitRequestOperationStopInstances                 SetRateLimitRequestOperation = "StopInstances"
+	SetRateLimitRequestOperationStopOutage                    SetRateLimitRequestOperation = "StopOutage"
+	SetRateLimitRequestOperationStopSpotRandom                SetRateLimitRequestOperation = "StopSpotRandom"
+	SetRateLimitRequestOperationStreamAudit                   SetRateLimitRequestOperation = "StreamAudit"
+	SetRateLimitRequestOperationTakeLease                     SetRateLimitRequestOperation = "TakeLease"
+	SetRateLimitRequestOperationTerminateInstance             SetRateLimitRequestOperation = "TerminateInstance"
+	SetRateLimitRequestOperationTerminateInstances            SetRateLimitRequestOperation = "TerminateInstances"
+	SetRateLimitRequestOperationUpdateLoadBalancer            SetRateLimitRequestOperation = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperation enum.
@@ -689,6 +697,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationAddFault:
 		return true
 	case SetRateLimitRequestOperationAddLbFault:
+		return true
+	case SetRateLimitRequestOperationAuthorizeSecurityGroupIngress:
 		return true
 	case SetRateLimitRequestOperationClearFaults:
 		return true
@@ -703,6 +713,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationCreateRoute:
 		return true
 	case SetRateLimitRequestOperationCreateRouteTable:
+		return true
+	case SetRateLimitRequestOperationCreateSecurityGroup:
 		return true
 	case SetRateLimitRequestOperationCreateTags:
 		return true
@@ -720,6 +732,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationDeleteRouteTable:
 		return true
+	case SetRateLimitRequestOperationDeleteSecurityGroup:
+		return true
 	case SetRateLimitRequestOperationDeleteTags:
 		return true
 	case SetRateLimitRequestOperationDescribeAvailabilityZones:
@@ -727,6 +741,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationDescribeInstances:
 		return true
 	case SetRateLimitRequestOperationDescribeRouteTables:
+		return true
+	case SetRateLimitRequestOperationDescribeSecurityGroups:
 		return true
 	case SetRateLimitRequestOperationDescribeSubnets:
 		return true
@@ -788,6 +804,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationResetLbProvisioning:
 		return true
+	case SetRateLimitRequestOperationRevokeSecurityGroupIngress:
+		return true
 	case SetRateLimitRequestOperationRunInstances:
 		return true
 	case SetRateLimitRequestOperationSetLbProvisioning:
@@ -835,76 +853,81 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperations.
 const (
-	SetRateLimitRequestOperationsAddFault                  SetRateLimitRequestOperations = "AddFault"
-	SetRateLimitRequestOperationsAddLbFault                SetRateLimitRequestOperations = "AddLbFault"
-	SetRateLimitRequestOperationsClearFaults               SetRateLimitRequestOperations = "ClearFaults"
-	SetRateLimitRequestOperationsClearRateLimitPresets     SetRateLimitRequestOperations = "ClearRateLimitPresets"
-	SetRateLimitRequestOperationsCreateAccount             SetRateLimitRequestOperations = "CreateAccount"
-	SetRateLimitRequestOperationsCreateInstance            SetRateLimitRequestOperations = "CreateInstance"
-	SetRateLimitRequestOperationsCreateLoadBalancer        SetRateLimitRequestOperations = "CreateLoadBalancer"
-	SetRateLimitRequestOperationsCreateRoute               SetRateLimitRequestOperations = "CreateRoute"
-	SetRateLimitRequestOperationsCreateRouteTable          SetRateLimitRequestOperations = "CreateRouteTable"
-	SetRateLimitRequestOperationsCreateTags                SetRateLimitRequestOperations = "CreateTags"
-	SetRateLimitRequestOperationsDeleteAccount             SetRateLimitRequestOperations = "DeleteAccount"
-	SetRateLimitRequestOperationsDeleteFault               SetRateLimitRequestOperations = "DeleteFault"
-	SetRateLimitRequestOperationsDeleteLbFault             SetRateLimitRequestOperations = "DeleteLbFault"
-	SetRateLimitRequestOperationsDeleteLoadBalancer        SetRateLimitRequestOperations = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationsDeleteRateLimit           SetRateLimitRequestOperations = "DeleteRateLimit"
-	SetRateLimitRequestOperationsDeleteRoute               SetRateLimitRequestOperations = "DeleteRoute"
-	SetRateLimitRequestOperationsDeleteRouteTable          SetRateLimitRequestOperations = "DeleteRouteTable"
-	SetRateLimitRequestOperationsDeleteTags                SetRateLimitRequestOperations = "DeleteTags"
-	SetRateLimitRequestOperationsDescribeAvailabilityZones SetRateLimitRequestOperations = "DescribeAvailabilityZones"
-	SetRateLimitRequestOperationsDescribeInstances         SetRateLimitRequestOperations = "DescribeInstances"
-	SetRateLimitRequestOperationsDescribeRouteTables       SetRateLimitRequestOperations = "DescribeRouteTables"
-	SetRateLimitRequestOperationsDescribeSubnets           SetRateLimitRequestOperations = "DescribeSubnets"
-	SetRateLimitRequestOperationsDescribeTags              SetRateLimitRequestOperations = "DescribeTags"
-	SetRateLimitRequestOperationsDescribeVpcs              SetRateLimitRequestOperations = "DescribeVpcs"
-	SetRateLimitRequestOperationsGetAccount                SetRateLimitRequestOperations = "GetAccount"
-	SetRateLimitRequestOperationsGetInstance               SetRateLimitRequestOperations = "GetInstance"
-	SetRateLimitRequestOperationsGetLbProvisioning         SetRateLimitRequestOperations = "GetLbProvisioning"
-	SetRateLimitRequestOperationsGetLoadBalancer           SetRateLimitRequestOperations = "GetLoadBalancer"
-	SetRateLimitRequestOperationsGetQuota                  SetRateLimitRequestOperations = "GetQuota"
-	SetRateLimitRequestOperationsGetRegion                 SetRateLimitRequestOperations = "GetRegion"
-	SetRateLimitRequestOperationsInstallRateLimitPreset    SetRateLimitRequestOperations = "InstallRateLimitPreset"
-	SetRateLimitRequestOperationsListAccounts              SetRateLimitRequestOperations = "ListAccounts"
-	SetRateLimitRequestOperationsListAudit                 SetRateLimitRequestOperations = "ListAudit"
-	SetRateLimitRequestOperationsListFaults                SetRateLimitRequestOperations = "ListFaults"
-	SetRateLimitRequestOperationsListHangs                 SetRateLimitRequestOperations = "ListHangs"
-	SetRateLimitRequestOperationsListInstances             SetRateLimitRequestOperations = "ListInstances"
-	SetRateLimitRequestOperationsListLbFaults              SetRateLimitRequestOperations = "ListLbFaults"
-	SetRateLimitRequestOperationsListLoadBalancers         SetRateLimitRequestOperations = "ListLoadBalancers"
-	SetRateLimitRequestOperationsListOutages               SetRateLimitRequestOperations = "ListOutages"
-	SetRateLimitRequestOperationsListQuotas                SetRateLimitRequestOperations = "ListQuotas"
-	SetRateLimitRequestOperationsListRateLimitPresets      SetRateLimitRequestOperations = "ListRateLimitPresets"
-	SetRateLimitRequestOperationsListRateLimits            SetRateLimitRequestOperations = "ListRateLimits"
-	SetRateLimitRequestOperationsListRouteTables           SetRateLimitRequestOperations = "ListRouteTables"
-	SetRateLimitRequestOperationsListRoutes                SetRateLimitRequestOperations = "ListRoutes"
-	SetRateLimitRequestOperationsModifyInstanceAttribute   SetRateLimitRequestOperations = "ModifyInstanceAttribute"
-	SetRateLimitRequestOperationsReclaimSpot               SetRateLimitRequestOperations = "ReclaimSpot"
-	SetRateLimitRequestOperationsReleaseLease              SetRateLimitRequestOperations = "ReleaseLease"
-	SetRateLimitRequestOperationsRenewLease                SetRateLimitRequestOperations = "RenewLease"
-	SetRateLimitRequestOperationsReset                     SetRateLimitRequestOperations = "Reset"
-	SetRateLimitRequestOperationsResetLbProvisioning       SetRateLimitRequestOperations = "ResetLbProvisioning"
-	SetRateLimitRequestOperationsRunInstances              SetRateLimitRequestOperations = "RunInstances"
-	SetRateLimitRequestOperationsSetLbProvisioning         SetRateLimitRequestOperations = "SetLbProvisioning"
-	SetRateLimitRequestOperationsSetQuota                  SetRateLimitRequestOperations = "SetQuota"
-	SetRateLimitRequestOperationsSetRateLimit              SetRateLimitRequestOperations = "SetRateLimit"
-	SetRateLimitRequestOperationsSnapshot                  SetRateLimitRequestOperations = "Snapshot"
-	SetRateLimitRequestOperationsStartHang                 SetRateLimitRequestOperations = "StartHang"
-	SetRateLimitRequestOperationsStartInstance             SetRateLimitRequestOperations = "StartInstance"
-	SetRateLimitRequestOperationsStartInstances            SetRateLimitRequestOperations = "StartInstances"
-	SetRateLimitRequestOperationsStartOutage               SetRateLimitRequestOperations = "StartOutage"
-	SetRateLimitRequestOperationsStartSpotRandom           SetRateLimitRequestOperations = "StartSpotRandom"
-	SetRateLimitRequestOperationsStopHang                  SetRateLimitRequestOperations = "StopHang"
-	SetRateLimitRequestOperationsStopInstance              SetRateLimitRequestOperations = "StopInstance"
-	SetRateLimitRequestOperationsStopInstances             SetRateLimitRequestOperations = "StopInstances"
-	SetRateLimitRequestOperationsStopOutage                SetRateLimitRequestOperations = "StopOutage"
-	SetRateLimitRequestOperationsStopSpotRandom            SetRateLimitRequestOperations = "StopSpotRandom"
-	SetRateLimitRequestOperationsStreamAudit               SetRateLimitRequestOperations = "StreamAudit"
-	SetRateLimitRequestOperationsTakeLease                 SetRateLimitRequestOperations = "TakeLease"
-	SetRateLimitRequestOperationsTerminateInstance         SetRateLimitRequestOperations = "TerminateInstance"
-	SetRateLimitRequestOperationsTerminateInstances        SetRateLimitRequestOperations = "TerminateInstances"
-	SetRateLimitRequestOperationsUpdateLoadBalancer        SetRateLimitRequestOperations = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationsAddFault                      SetRateLimitRequestOperations = "AddFault"
+	SetRateLimitRequestOperationsAddLbFault                    SetRateLimitRequestOperations = "AddLbFault"
+	SetRateLimitRequestOperationsAuthorizeSecurityGroupIngress SetRateLimitRequestOperations = "AuthorizeSecurityGroupIngress"
+	SetRateLimitRequestOperationsClearFaults                   SetRateLimitRequestOperations = "ClearFaults"
+	SetRateLimitRequestOperationsClearRateLimitPresets         SetRateLimitRequestOperations = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationsCreateAccount                 SetRateLimitRequestOperations = "CreateAccount"
+	SetRateLimitRequestOperationsCreateInstance                SetRateLimitRequestOperations = "CreateInstance"
+	SetRateLimitRequestOperationsCreateLoadBalancer            SetRateLimitRequestOperations = "CreateLoadBalancer"
+	SetRateLimitRequestOperationsCreateRoute                   SetRateLimitRequestOperations = "CreateRoute"
+	SetRateLimitRequestOperationsCreateRouteTable              SetRateLimitRequestOperations = "CreateRouteTable"
+	SetRateLimitRequestOperationsCreateSecurityGroup           SetRateLimitRequestOperations = "CreateSecurityGroup"
+	SetRateLimitRequestOperationsCreateTags                    SetRateLimitRequestOperations = "CreateTags"
+	SetRateLimitRequestOperationsDeleteAccount                 SetRateLimitRequestOperations = "DeleteAccount"
+	SetRateLimitRequestOperationsDeleteFault                   SetRateLimitRequestOperations = "DeleteFault"
+	SetRateLimitRequestOperationsDeleteLbFault                 SetRateLimitRequestOperations = "DeleteLbFault"
+	SetRateLimitRequestOperationsDeleteLoadBalancer            SetRateLimitRequestOperations = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationsDeleteRateLimit               SetRateLimitRequestOperations = "DeleteRateLimit"
+	SetRateLimitRequestOperationsDeleteRoute                   SetRateLimitRequestOperations = "DeleteRoute"
+	SetRateLimitRequestOperationsDeleteRouteTable              SetRateLimitRequestOperations = "DeleteRouteTable"
+	SetRateLimitRequestOperationsDeleteSecurityGroup           SetRateLimitRequestOperations = "DeleteSecurityGroup"
+	SetRateLimitRequestOperationsDeleteTags                    SetRateLimitRequestOperations = "DeleteTags"
+	SetRateLimitRequestOperationsDescribeAvailabilityZones     SetRateLimitRequestOperations = "DescribeAvailabilityZones"
+	SetRateLimitRequestOperationsDescribeInstances             SetRateLimitRequestOperations = "DescribeInstances"
+	SetRateLimitRequestOperationsDescribeRouteTables           SetRateLimitRequestOperations = "DescribeRouteTables"
+	SetRateLimitRequestOperationsDescribeSecurityGroups        SetRateLimitRequestOperations = "DescribeSecurityGroups"
+	SetRateLimitRequestOperationsDescribeSubnets               SetRateLimitRequestOperations = "DescribeSubnets"
+	SetRateLimitRequestOperationsDescribeTags                  SetRateLimitRequestOperations = "DescribeTags"
+	SetRateLimitRequestOperationsDescribeVpcs                  SetRateLimitRequestOperations = "DescribeVpcs"
+	SetRateLimitRequestOperationsGetAccount                    SetRateLimitRequestOperations = "GetAccount"
+	SetRateLimitRequestOperationsGetInstance                   SetRateLimitRequestOperations = "GetInstance"
+	SetRateLimitRequestOperationsGetLbProvisioning             SetRateLimitRequestOperations = "GetLbProvisioning"
+	SetRateLimitRequestOperationsGetLoadBalancer               SetRateLimitRequestOperations = "GetLoadBalancer"
+	SetRateLimitRequestOperationsGetQuota                      SetRateLimitRequestOperations = "GetQuota"
+	SetRateLimitRequestOperationsGetRegion                     SetRateLimitRequestOperations = "GetRegion"
+	SetRateLimitRequestOperationsInstallRateLimitPreset        SetRateLimitRequestOperations = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationsListAccounts                  SetRateLimitRequestOperations = "ListAccounts"
+	SetRateLimitRequestOperationsListAudit                     SetRateLimitRequestOperations = "ListAudit"
+	SetRateLimitRequestOperationsListFaults                    SetRateLimitRequestOperations = "ListFaults"
+	SetRateLimitRequestOperationsListHangs                     SetRateLimitRequestOperations = "ListHangs"
+	SetRateLimitRequestOperationsListInstances                 SetRateLimitRequestOperations = "ListInstances"
+	SetRateLimitRequestOperationsListLbFaults                  SetRateLimitRequestOperations = "ListLbFaults"
+	SetRateLimitRequestOperationsListLoadBalancers             SetRateLimitRequestOperations = "ListLoadBalancers"
+	SetRateLimitRequestOperationsListOutages                   SetRateLimitRequestOperations = "ListOutages"
+	SetRateLimitRequestOperationsListQuotas                    SetRateLimitRequestOperations = "ListQuotas"
+	SetRateLimitRequestOperationsListRateLimitPresets          SetRateLimitRequestOperations = "ListRateLimitPresets"
+	SetRateLimitRequestOperationsListRateLimits                SetRateLimitRequestOperations = "ListRateLimits"
+	SetRateLimitRequestOperationsListRouteTables               SetRateLimitRequestOperations = "ListRouteTables"
+	SetRateLimitRequestOperationsListRoutes                    SetRateLimitRequestOperations = "ListRoutes"
+	SetRateLimitRequestOperationsModifyInstanceAttribute       SetRateLimitRequestOperations = "ModifyInstanceAttribute"
+	SetRateLimitRequestOperationsReclaimSpot                   SetRateLimitRequestOperations = "ReclaimSpot"
+	SetRateLimitRequestOperationsReleaseLease                  SetRateLimitRequestOperations = "ReleaseLease"
+	SetRateLimitRequestOperationsRenewLease                    SetRateLimitRequestOperations = "RenewLease"
+	SetRateLimitRequestOperationsReset                         SetRateLimitRequestOperations = "Reset"
+	SetRateLimitRequestOperationsResetLbProvisioning           SetRateLimitRequestOperations = "ResetLbProvisioning"
+	SetRateLimitRequestOperationsRevokeSecurityGroupIngress    SetRateLimitRequestOperations = "RevokeSecurityGroupIngress"
+	SetRateLimitRequestOperationsRunInstances                  SetRateLimitRequestOperations = "RunInstances"
+	SetRateLimitRequestOperationsSetLbProvisioning             SetRateLimitRequestOperations = "SetLbProvisioning"
+	SetRateLimitRequestOperationsSetQuota                      SetRateLimitRequestOperations = "SetQuota"
+	SetRateLimitRequestOperationsSetRateLimit                  SetRateLimitRequestOperations = "SetRateLimit"
+	SetRateLimitRequestOperationsSnapshot                      SetRateLimitRequestOperations = "Snapshot"
+	SetRateLimitRequestOperationsStartHang                     SetRateLimitRequestOperations = "StartHang"
+	SetRateLimitRequestOperationsStartInstance                 SetRateLimitRequestOperations = "StartInstance"
+	SetRateLimitRequestOperationsStartInstances                SetRateLimitRequestOperations = "StartInstances"
+	SetRateLimitRequestOperationsStartOutage                   SetRateLimitRequestOperations = "StartOutage"
+	SetRateLimitRequestOperationsStartSpotRandom               SetRateLimitRequestOperations = "StartSpotRandom"
+	SetRateLimitRequestOperationsStopHang                      SetRateLimitRequestOperations = "StopHang"
+	SetRateLimitRequestOperationsStopInstance                  SetRateLimitRequestOperations = "StopInstance"
+	SetRateLimitRequestOperationsStopInstances                 SetRateLimitRequestOperations = "StopInstances"
+	SetRateLimitRequestOperationsStopOutage                    SetRateLimitRequestOperations = "StopOutage"
+	SetRateLimitRequestOperationsStopSpotRandom                SetRateLimitRequestOperations = "StopSpotRandom"
+	SetRateLimitRequestOperationsStreamAudit                   SetRateLimitRequestOperations = "StreamAudit"
+	SetRateLimitRequestOperationsTakeLease                     SetRateLimitRequestOperations = "TakeLease"
+	SetRateLimitRequestOperationsTerminateInstance             SetRateLimitRequestOperations = "TerminateInstance"
+	SetRateLimitRequestOperationsTerminateInstances            SetRateLimitRequestOperations = "TerminateInstances"
+	SetRateLimitRequestOperationsUpdateLoadBalancer            SetRateLimitRequestOperations = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperations enum.
@@ -913,6 +936,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsAddFault:
 		return true
 	case SetRateLimitRequestOperationsAddLbFault:
+		return true
+	case SetRateLimitRequestOperationsAuthorizeSecurityGroupIngress:
 		return true
 	case SetRateLimitRequestOperationsClearFaults:
 		return true
@@ -927,6 +952,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsCreateRoute:
 		return true
 	case SetRateLimitRequestOperationsCreateRouteTable:
+		return true
+	case SetRateLimitRequestOperationsCreateSecurityGroup:
 		return true
 	case SetRateLimitRequestOperationsCreateTags:
 		return true
@@ -944,6 +971,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsDeleteRouteTable:
 		return true
+	case SetRateLimitRequestOperationsDeleteSecurityGroup:
+		return true
 	case SetRateLimitRequestOperationsDeleteTags:
 		return true
 	case SetRateLimitRequestOperationsDescribeAvailabilityZones:
@@ -951,6 +980,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsDescribeInstances:
 		return true
 	case SetRateLimitRequestOperationsDescribeRouteTables:
+		return true
+	case SetRateLimitRequestOperationsDescribeSecurityGroups:
 		return true
 	case SetRateLimitRequestOperationsDescribeSubnets:
 		return true
@@ -1009,6 +1040,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsReset:
 		return true
 	case SetRateLimitRequestOperationsResetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationsRevokeSecurityGroupIngress:
 		return true
 	case SetRateLimitRequestOperationsRunInstances:
 		return true

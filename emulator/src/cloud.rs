@@ -53,6 +53,7 @@ impl Cloud {
     ) -> Result<Self, OpenError> {
         let mut tx = db.write().await.map_err(ApiError::from)?;
         store::routes::ensure_main_table(&mut tx).await?;
+        store::security_groups::ensure_default(&mut tx, &crate::aws::vpc_id(&cfg.topology)).await?;
         store::routes::canonicalize_destinations(&mut tx).await?;
         tx.commit().await.map_err(ApiError::from)?;
         let ticker = lifecycle::spawn_ticker(db.clone(), cfg.timings.terminated_retention, Duration::from_millis(250));

@@ -114,6 +114,17 @@ fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
             fixed(StatusCode::BAD_REQUEST, "InvalidRouteTableID.NotFound")
         }
         (Kind::NotFound, codes::ROUTE_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidRoute.NotFound"),
+        (Kind::NotFound, codes::SECURITY_GROUP_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidGroup.NotFound"),
+        (Kind::NotFound, codes::SECURITY_GROUP_RULE_NOT_FOUND) => {
+            fixed(StatusCode::BAD_REQUEST, "InvalidPermission.NotFound")
+        }
+        (Kind::Conflict, codes::SECURITY_GROUP_ALREADY_EXISTS) => {
+            fixed(StatusCode::BAD_REQUEST, "InvalidGroup.Duplicate")
+        }
+        (Kind::Conflict, codes::SECURITY_GROUP_RULE_ALREADY_EXISTS) => {
+            fixed(StatusCode::BAD_REQUEST, "InvalidPermission.Duplicate")
+        }
+        (Kind::Conflict, codes::CANNOT_DELETE) => fixed(StatusCode::BAD_REQUEST, "CannotDelete"),
         // A route's target that does not exist, or no longer does (terminated).
         (Kind::Invalid, codes::INVALID_ROUTE_TARGET) => fixed(StatusCode::BAD_REQUEST, "InvalidInstanceID.NotFound"),
         (Kind::Conflict, codes::INCORRECT_INSTANCE_STATE) => fixed(StatusCode::BAD_REQUEST, "IncorrectInstanceState"),
@@ -166,6 +177,12 @@ mod tests {
         assert_eq!(AwsError::from(routes).code, "RouteLimitExceeded");
         let instances = ApiError::quota_exceeded(fakecloud_api::QuotaName::Instances, 3, "launching 4 instances");
         assert_eq!(AwsError::from(instances).code, "InstanceLimitExceeded");
+        let rules = ApiError::quota_exceeded(fakecloud_api::QuotaName::RulesPerSecurityGroup, 60, "adding a rule");
+        assert_eq!(AwsError::from(rules).code, "RulesPerSecurityGroupLimitExceeded");
+        let group = ApiError::not_found(codes::SECURITY_GROUP_NOT_FOUND, "no sg-1");
+        assert_eq!(AwsError::from(group).code, "InvalidGroup.NotFound");
+        let twice = ApiError::conflict(codes::SECURITY_GROUP_RULE_ALREADY_EXISTS, "the rule exists");
+        assert_eq!(AwsError::from(twice).code, "InvalidPermission.Duplicate");
         let reused = ApiError::conflict(codes::IDEMPOTENCY_KEY_REUSED, "the token was used for another request");
         assert_eq!(AwsError::from(reused).code, "IdempotentParameterMismatch");
         // A fault's status and code, as an SDK should take them: throttling, unavailable, a client error kept.

@@ -46,6 +46,11 @@ pub fn router(st: AppState) -> Router {
     Router::new().route("/", get(answer).post(answer)).with_state(Face { st, keys })
 }
 
+/// The EC2 ID of the cloud's one VPC, whose default security group the cloud makes.
+pub fn vpc_id(topo: &crate::config::Topology) -> String {
+    ec2::vpc_id(topo)
+}
+
 /// The face's operations (EC2's actions), which fault rules and rate limits may name beside the native API's.
 pub fn operation_names() -> Vec<String> {
     ec2::names().map(str::to_string).collect()

@@ -164,7 +164,7 @@ pub fn quota_refusal(preset: RateLimitPreset, quota: QuotaName) -> (u16, &'stati
                 Instances => "InstanceLimitExceeded",
                 RoutesPerRouteTable => "RouteLimitExceeded",
                 PublicIps => "AddressLimitExceeded",
-                SourceRangesPerLoadBalancer => "RulesPerSecurityGroupLimitExceeded",
+                SourceRangesPerLoadBalancer | RulesPerSecurityGroup => "RulesPerSecurityGroupLimitExceeded",
                 LoadBalancers => "TooManyLoadBalancers",
                 ListenersPerLoadBalancer => "TooManyListeners",
                 BackendsPerLoadBalancer => "TooManyTargets",

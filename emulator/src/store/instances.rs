@@ -13,7 +13,7 @@ use sqlx::any::AnyExecutor;
 use super::create::{self, Address};
 use super::quotas::Check;
 use super::write::begin;
-use super::{ipam, lifecycle};
+use super::{ipam, lifecycle, security_groups};
 use crate::call;
 use crate::config::{Config, Pool, Timings};
 use crate::db::{Backend, Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, params, rfc3339};
@@ -119,24 +119,28 @@ pub async fn get(db: &Db, cfg: &Config, id: &str) -> Result<Instance> {
 pub async fn create(db: &Db, cfg: &Config, req: &CreateInstanceRequest, key: Option<&str>) -> Result<(Instance, bool)> {
     validate::tags(&req.tags)?;
     let request_json = serde_json::to_string(req).map_err(|e| ApiError::internal(e.to_string()))?;
-    let new = NewInstance::new(cfg, req, new_id("i"), OPERATION_CREATE)?;
+    let new = NewInstance::new(cfg, req, new_id("i"), OPERATION_CREATE, &[])?;
     create::create(db, &new, key, &request_json).await
 }
 
 /// Create as many of `reqs` as the instance quota leaves room for, at least `min` (else `InstanceLimitExceeded`),
 /// in one transaction: a face's batch (EC2's `RunInstances`), whose request is `request_json` and whose keys
 /// are kept apart from the native API's under `scope`. Each request's name is its instance's ID, as the face
-/// chose both. Its tags are the face's to check.
+/// chose both. Its tags are the face's to check. Each instance is in the security groups `groups` (each must
+/// exist), or, with none, in its VPC's default group.
+#[allow(clippy::too_many_arguments)]
 pub async fn create_many(
     db: &Db,
     cfg: &Config,
     reqs: &[CreateInstanceRequest],
+    groups: &[String],
     min: usize,
     scope: &'static str,
     key: Option<&str>,
     request_json: &str,
 ) -> Result<(Vec<Instance>, bool)> {
-    let mut news = reqs.iter().map(|r| NewInstance::new(cfg, r, r.name.clone(), scope)).collect::<Result<Vec<_>>>()?;
+    let mut news =
+        reqs.iter().map(|r| NewInstance::new(cfg, r, r.name.clone(), scope, groups)).collect::<Result<Vec<_>>>()?;
     if let Some(lead) = news.first_mut() {
         lead.quota[0].what = format!("launching {min} instances");
     }
@@ -192,6 +196,8 @@ struct NewInstance<'a> {
     pool: &'a Pool,
     /// Where its idempotency key is kept: the operation of the face that made it.
     scope: &'static str,
+    /// Its security groups; none is its VPC's default group.
+    groups: &'a [String],
     quota: [Check; 1],
     zone: String,
     instance_type: String,
@@ -200,8 +206,15 @@ struct NewInstance<'a> {
 }
 
 impl<'a> NewInstance<'a> {
-    /// The instance `req` asks for, checked but for its tags, as `id`; its key kept under `scope`.
-    fn new(cfg: &'a Config, req: &'a CreateInstanceRequest, id: String, scope: &'static str) -> Result<Self> {
+    /// The instance `req` asks for, checked but for its tags and groups, as `id` in `groups`; its key kept under
+    /// `scope`.
+    fn new(
+        cfg: &'a Config,
+        req: &'a CreateInstanceRequest,
+        id: String,
+        scope: &'static str,
+        groups: &'a [String],
+    ) -> Result<Self> {
         let topo = &cfg.topology;
         validate::INSTANCE_NAME.check("name", &req.name)?;
         let zone = match &req.zone {
@@ -232,6 +245,7 @@ impl<'a> NewInstance<'a> {
             cfg,
             pool,
             scope,
+            groups,
             quota: [Check {
                 quota: QuotaName::Instances,
                 counter: Some("instances_live"),
@@ -301,13 +315,18 @@ impl create::NewResource for NewInstance<'_> {
         )
     }
 
-    fn inserted<'a>(
+    async fn inserted<'a>(
         &'a self,
         tx: &'a mut Tx,
         _: &'a (),
         outcome: std::result::Result<u64, NotDone<'a>>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
-        inserted(tx, &self.req.name, outcome)
+    ) -> Result<()> {
+        inserted(tx, &self.req.name, outcome).await?;
+        // Its own round trip, only for a launch into groups (the AWS face's `SecurityGroupId.N`).
+        if !self.groups.is_empty() {
+            security_groups::join(tx, &self.id, self.groups).await?;
+        }
+        Ok(())
     }
 
     /// The address the request names (checked before the write: [`check_fixed_addresses`]), or the next free one

@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod load_balancers;
 pub mod quotas;
 pub mod routes;
+pub mod security_groups;
 pub mod tags;
 mod write;
 
@@ -68,12 +69,18 @@ pub async fn counts(db: &Db, now: i64) -> Result<Vec<(String, String, i64)>> {
     .await?)
 }
 
-/// Delete every resource and the audit log; quotas go back to their defaults. The main route table is re-made.
+/// Delete every resource and the audit log; quotas go back to their defaults. The main route table and each
+/// VPC's default security group are re-made.
 pub async fn reset(db: &Db) -> Result<()> {
     let mut tx = db.write().await?;
     // Entries of calls before this one in the batch are written at its commit; written now, they go with the rest.
     tx.write_queued_audit().await?;
+    let vpcs = security_groups::default_vpcs(&mut tx).await?;
     for table in [
+        "load_balancer_security_groups",
+        "instance_security_groups",
+        "security_group_rules",
+        "security_groups",
         "routes",
         "route_tables",
         "resource_tags",
@@ -89,6 +96,9 @@ pub async fn reset(db: &Db) -> Result<()> {
         sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table}"))).execute(&mut *tx).await?;
     }
     routes::ensure_main_table(&mut tx).await?;
+    for vpc in vpcs {
+        security_groups::ensure_default(&mut tx, &vpc).await?;
+    }
     crate::call::commit(tx, "").await?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Tags on resources (issue #49): an instance's in its own column (`instances.tags`, a JSON object, what the
-//! native API shows and fault rules match), every other resource's in `resource_tags`. A call's tags are
-//! written in one transaction: a request that would take one of its resources past [`TAGS_MAX`] changes none.
+//! native API shows and fault rules match), every other resource's (route tables, the VPC and subnets, security
+//! groups) in `resource_tags`. A call's tags are written in one transaction: a request that would take one of its
+//! resources past [`TAGS_MAX`] changes none.
 
 use std::collections::BTreeMap;
 
@@ -20,12 +21,13 @@ pub enum Resource {
     RouteTable(String),
     /// A resource of the topology (the VPC, a subnet): it exists as long as the cloud does.
     Fixed(String),
+    SecurityGroup(String),
 }
 
 impl Resource {
     fn id(&self) -> &str {
         match self {
-            Self::Instance(id) | Self::RouteTable(id) | Self::Fixed(id) => id,
+            Self::Instance(id) | Self::RouteTable(id) | Self::Fixed(id) | Self::SecurityGroup(id) => id,
         }
     }
 }
@@ -59,8 +61,19 @@ impl Change<'_> {
 /// Change the tags of every one of `resources`, each of which must exist, in one transaction.
 pub async fn change(db: &Db, resources: &[Resource], change: Change<'_>) -> Result<()> {
     let (mut tx, _) = begin(db).await?;
+    change_in(&mut tx, resources, &change).await?;
+    let audited = match resources {
+        [one] => one.id(),
+        _ => "",
+    };
+    call::commit(tx, audited).await?;
+    Ok(())
+}
+
+/// [`change`] in the caller's transaction: a resource's tags made with it.
+pub async fn change_in(tx: &mut Tx, resources: &[Resource], change: &Change<'_>) -> Result<()> {
     for r in resources {
-        let mut tags = read(&mut tx, r).await?;
+        let mut tags = read(tx, r).await?;
         change.apply(&mut tags);
         if tags.len() > TAGS_MAX {
             return Err(ApiError::new(
@@ -69,13 +82,8 @@ pub async fn change(db: &Db, resources: &[Resource], change: Change<'_>) -> Resu
                 format!("resource {} would have {} tags; a resource has at most {TAGS_MAX}", r.id(), tags.len()),
             ));
         }
-        write(&mut tx, r, &tags).await?;
+        write(tx, r, &tags).await?;
     }
-    let audited = match resources {
-        [one] => one.id(),
-        _ => "",
-    };
-    call::commit(tx, audited).await?;
     Ok(())
 }
 
@@ -94,20 +102,23 @@ async fn read(tx: &mut Tx, r: &Resource) -> Result<BTreeMap<String, String>> {
                 .map_err(|_| ApiError::internal(format!("stored instance {id} has invalid tags")))
         }
         Resource::RouteTable(id) => {
-            let found: Option<String> = sqlx::query_scalar("SELECT id FROM route_tables WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?;
-            if found.is_none() {
-                return Err(ApiError::not_found(
-                    codes::ROUTE_TABLE_NOT_FOUND,
-                    format!("route table {id} does not exist"),
-                ));
-            }
+            let gone = || ApiError::not_found(codes::ROUTE_TABLE_NOT_FOUND, format!("route table {id} does not exist"));
+            exists(tx, "SELECT id FROM route_tables WHERE id = $1", id, gone).await?;
+            others_of(tx, id).await
+        }
+        Resource::SecurityGroup(id) => {
+            let gone = || super::security_groups::not_found(id);
+            exists(tx, "SELECT id FROM security_groups WHERE id = $1", id, gone).await?;
             others_of(tx, id).await
         }
         Resource::Fixed(id) => others_of(tx, id).await,
     }
+}
+
+/// `gone()` unless `select` (`$1`: the ID) finds `id`.
+async fn exists(tx: &mut Tx, select: &'static str, id: &str, gone: impl FnOnce() -> ApiError) -> Result<()> {
+    let found: Option<String> = sqlx::query_scalar(select).bind(id).fetch_optional(&mut **tx).await?;
+    found.map(drop).ok_or_else(gone)
 }
 
 async fn others_of(tx: &mut Tx, id: &str) -> Result<BTreeMap<String, String>> {
@@ -125,7 +136,7 @@ async fn write(tx: &mut Tx, r: &Resource, tags: &BTreeMap<String, String>) -> Re
             let json = serde_json::to_string(tags).map_err(|e| ApiError::internal(e.to_string()))?;
             sqlx::query("UPDATE instances SET tags = $1 WHERE id = $2").bind(json).bind(id).execute(&mut **tx).await?;
         }
-        Resource::RouteTable(id) | Resource::Fixed(id) => {
+        Resource::RouteTable(id) | Resource::Fixed(id) | Resource::SecurityGroup(id) => {
             forget(tx, id).await?;
             for (k, v) in tags {
                 sqlx::query("INSERT INTO resource_tags (resource_id, key, value) VALUES ($1, $2, $3)")

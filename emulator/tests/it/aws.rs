@@ -137,7 +137,7 @@ async fn aws_describe_calls_answer_from_the_store_and_are_audited() {
     let (status, xml) =
         ec2(&emu, USER, "Action=DescribeInstances&Version=2016-11-15&InstanceId.1=i-0000000000000000f").await;
     assert_eq!((status, code(&xml).as_str()), (400, "InvalidInstanceID.NotFound"), "{xml}");
-    let (status, xml) = ec2(&emu, USER, "Action=CreateSecurityGroup&Version=2016-11-15").await;
+    let (status, xml) = ec2(&emu, USER, "Action=CreateVpc&Version=2016-11-15").await;
     assert_eq!((status, code(&xml).as_str()), (400, "InvalidAction"), "{xml}");
     let (status, xml) = ec2(&emu, USER, "Action=DescribeInstances&Version=2016-11-15&Bogus=1").await;
     assert_eq!((status, code(&xml).as_str()), (400, "UnknownParameter"), "{xml}");
@@ -582,7 +582,8 @@ async fn tags_set_through_ec2_are_on_every_resource_and_in_every_describe() {
         (vec!["i-0000000000000000f"], "Tag.1.Key=a", "InvalidInstanceID.NotFound"),
         (vec!["vpc-0000000000000000f"], "Tag.1.Key=a", "InvalidVpcID.NotFound"),
         (vec!["rtb-0000000000000000f"], "Tag.1.Key=a", "InvalidRouteTableID.NotFound"),
-        (vec!["sg-1"], "Tag.1.Key=a", "InvalidID"),
+        (vec!["sg-0000000000000000f"], "Tag.1.Key=a", "InvalidGroup.NotFound"),
+        (vec!["igw-1"], "Tag.1.Key=a", "InvalidID"),
     ] {
         let (status, xml) = ec2(&emu, USER, &tag(&ids, tags)).await;
         assert_eq!((status, code(&xml).as_str()), (400, want), "{ids:?} {tags}: {xml}");

@@ -4,7 +4,8 @@ use std::net::IpAddr;
 
 use fakecloud_api::{Instance, InstanceState, Market};
 
-use super::{filter, network};
+use super::security_groups::Membership;
+use super::{filter, network, security_groups};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::{Filter, Params};
@@ -79,7 +80,8 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         (Some((seq, _)), Some(_)) => Some(seq.to_string()),
         _ => None,
     };
-    let reservations: Vec<Vec<Node>> = page.iter().map(|(_, i)| reservation(i, keys, topo)).collect();
+    let membership = security_groups::Membership::load(st).await?;
+    let reservations: Vec<Vec<Node>> = page.iter().map(|(_, i)| reservation(i, &membership, keys, topo)).collect();
     let mut answer = vec![items("reservationSet", reservations)];
     if let Some(next) = next {
         answer.push(text("nextToken", next));
@@ -167,23 +169,23 @@ fn among(ids: &[String], filters: &[Filter], region: &str) -> Among {
 }
 
 /// One reservation holding `i`, as EC2 answers an instance launched alone.
-fn reservation(i: &Instance, keys: &Keys, topo: &Topology) -> Vec<Node> {
-    reservation_of(std::slice::from_ref(i), keys, topo)
+fn reservation(i: &Instance, membership: &Membership, keys: &Keys, topo: &Topology) -> Vec<Node> {
+    reservation_of(std::slice::from_ref(i), membership, keys, topo)
 }
 
 /// The reservation of `launched` (at least one), named after the first: the cloud keeps no reservations, so
 /// DescribeInstances shows each instance in one of its own.
-pub fn reservation_of(launched: &[Instance], keys: &Keys, topo: &Topology) -> Vec<Node> {
+pub fn reservation_of(launched: &[Instance], membership: &Membership, keys: &Keys, topo: &Topology) -> Vec<Node> {
     let first = launched.first().map_or("", |i| i.id.strip_prefix("i-").unwrap_or(&i.id));
     vec![
         text("reservationId", format!("r-{first}")),
         text("ownerId", keys.account_id.clone()),
         items("groupSet", []),
-        items("instancesSet", launched.iter().map(|i| instance(i, topo))),
+        items("instancesSet", launched.iter().map(|i| instance(i, membership, topo))),
     ]
 }
 
-fn instance(i: &Instance, topo: &Topology) -> Vec<Node> {
+fn instance(i: &Instance, membership: &Membership, topo: &Topology) -> Vec<Node> {
     let mut fields = vec![
         text("instanceId", i.id.clone()),
         el("instanceState", vec![text("code", state_code(i.state).to_string()), text("name", state_name(i.state))]),
@@ -199,6 +201,7 @@ fn instance(i: &Instance, topo: &Topology) -> Vec<Node> {
         el("monitoring", vec![text("state", "disabled")]),
         text("subnetId", network::subnet_id(topo, &i.zone)),
         text("vpcId", network::vpc_id(topo)),
+        membership.group_set(&i.id),
     ];
     if let IpAddr::V4(v4) = i.private_ip {
         fields.push(text("privateIpAddress", v4.to_string()));

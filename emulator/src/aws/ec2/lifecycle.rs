@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::{CreateInstanceRequest, InstanceState, Market};
 
-use super::{instances, network, tags};
+use super::{instances, network, security_groups, tags};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
@@ -35,6 +35,7 @@ struct Launch {
     market: Market,
     private_ip: Option<std::net::IpAddr>,
     tags: BTreeMap<String, String>,
+    security_groups: Vec<String>,
 }
 
 pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<Node>> {
@@ -114,6 +115,8 @@ pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<
             "PrivateIpAddress can be given only when launching one instance (MaxCount 1)",
         ));
     }
+    let security_groups = params.list("SecurityGroupId")?;
+    security_groups::check_ids(&security_groups)?;
     let mut tags = BTreeMap::new();
     for mut spec in params.structures("TagSpecification")? {
         let kind = spec.required("ResourceType")?;
@@ -137,6 +140,7 @@ pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<
         market,
         private_ip: private_ip.map(Into::into),
         tags: tags.clone(),
+        security_groups,
     };
     let request_json = serde_json::to_string(&launch).map_err(|e| AwsError::internal(e.to_string()))?;
     // Each instance is named by its ID, as EC2's resource-based hostnames are: the name is the native API's
@@ -152,10 +156,20 @@ pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<
             ipv6_address: None,
         })
         .collect();
-    let (launched, _) =
-        store::instances::create_many(&st.db, &st.cfg, &reqs, min as usize, KEY_SCOPE, token.as_deref(), &request_json)
-            .await?;
-    Ok(instances::reservation_of(&launched, keys, topo))
+    let groups = &launch.security_groups;
+    let (launched, _) = store::instances::create_many(
+        &st.db,
+        &st.cfg,
+        &reqs,
+        groups,
+        min as usize,
+        KEY_SCOPE,
+        token.as_deref(),
+        &request_json,
+    )
+    .await?;
+    let membership = security_groups::Membership::load(st).await?;
+    Ok(instances::reservation_of(&launched, &membership, keys, topo))
 }
 
 /// StartInstances, StopInstances or TerminateInstances: each instance's state before and after.

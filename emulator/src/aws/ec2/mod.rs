@@ -7,6 +7,7 @@ mod lifecycle;
 mod network;
 mod operations;
 mod routes;
+mod security_groups;
 mod tags;
 mod zones;
 
@@ -20,6 +21,7 @@ use crate::http::AppState;
 use crate::store;
 use crate::store::instances::Action;
 
+pub use self::network::vpc_id;
 pub use self::operations::{names, native, reads};
 
 /// The service name EC2 requests are signed for.
@@ -30,17 +32,22 @@ pub const XMLNS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 
 /// The actions answered, by name (what the audit log and metrics call them too).
 const ACTIONS: &[&str] = &[
+    "AuthorizeSecurityGroupIngress",
     "CreateRoute",
+    "CreateSecurityGroup",
     "CreateTags",
     "DeleteRoute",
+    "DeleteSecurityGroup",
     "DeleteTags",
     "DescribeAvailabilityZones",
     "DescribeInstances",
     "DescribeRouteTables",
+    "DescribeSecurityGroups",
     "DescribeSubnets",
     "DescribeTags",
     "DescribeVpcs",
     "ModifyInstanceAttribute",
+    "RevokeSecurityGroupIngress",
     "RunInstances",
     "StartInstances",
     "StopInstances",
@@ -65,17 +72,22 @@ pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: 
     let cfg = &st.cfg;
     let p = &mut params;
     let answer = match action {
+        "AuthorizeSecurityGroupIngress" => security_groups::authorize(st, p).await?,
         "CreateRoute" => routes::create(st, p).await?,
+        "CreateSecurityGroup" => security_groups::create(st, keys, p).await?,
         "CreateTags" => tags::create(st, p).await?,
         "DeleteRoute" => routes::delete(st, p).await?,
+        "DeleteSecurityGroup" => security_groups::delete(st, p).await?,
         "DeleteTags" => tags::delete(st, p).await?,
         "DescribeAvailabilityZones" => zones::describe(cfg, p)?,
         "DescribeInstances" => instances::describe(st, keys, p).await?,
         "DescribeRouteTables" => routes::describe(st, keys, p).await?,
+        "DescribeSecurityGroups" => security_groups::describe(st, keys, p).await?,
         "DescribeSubnets" => network::describe_subnets(cfg, keys, &store::tags::others(&st.db).await?, p)?,
         "DescribeTags" => tags::describe(st, p).await?,
         "DescribeVpcs" => network::describe_vpcs(cfg, keys, &store::tags::others(&st.db).await?, p)?,
         "ModifyInstanceAttribute" => lifecycle::modify_attribute(st, p).await?,
+        "RevokeSecurityGroupIngress" => security_groups::revoke(st, p).await?,
         "RunInstances" => lifecycle::run(st, keys, p).await?,
         "StartInstances" => lifecycle::change_state(st, Action::Start, p).await?,
         "StopInstances" => lifecycle::change_state(st, Action::Stop, p).await?,

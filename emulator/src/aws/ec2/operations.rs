@@ -4,21 +4,26 @@
 
 /// Each action the face answers (`super::ACTIONS`, every one: a test checks) and the native operation it does;
 /// `None` where the native API has none (tags, which it sets only with an instance; the source/destination check,
-/// which nothing in the cloud models).
+/// which nothing in the cloud models; security groups, which only this face has).
 const STANDS_FOR: &[(&str, Option<&str>)] = &[
+    ("AuthorizeSecurityGroupIngress", None),
     ("CreateRoute", Some("CreateRoute")),
+    ("CreateSecurityGroup", None),
     ("CreateTags", None),
     ("DeleteRoute", Some("DeleteRoute")),
+    ("DeleteSecurityGroup", None),
     ("DeleteTags", None),
     // The region's zones, its VPC and its subnets are what the native API's region tells.
     ("DescribeAvailabilityZones", Some("GetRegion")),
     // Whether it names instances or not: it answers a list, as the native list does.
     ("DescribeInstances", Some("ListInstances")),
     ("DescribeRouteTables", Some("ListRouteTables")),
+    ("DescribeSecurityGroups", None),
     ("DescribeSubnets", Some("GetRegion")),
     ("DescribeTags", None),
     ("DescribeVpcs", Some("GetRegion")),
     ("ModifyInstanceAttribute", None),
+    ("RevokeSecurityGroupIngress", None),
     ("RunInstances", Some("CreateInstance")),
     ("StartInstances", Some("StartInstance")),
     ("StopInstances", Some("StopInstance")),

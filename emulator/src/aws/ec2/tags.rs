@@ -1,6 +1,6 @@
-//! Tags: CreateTags, DeleteTags and DescribeTags on instances, route tables, the VPC and its subnets, kept by
-//! the store (`store::tags`: an instance's are the native API's `tags`); and the tag rules EC2 checks, which
-//! RunInstances' tag specifications follow too.
+//! Tags: CreateTags, DeleteTags and DescribeTags on instances, route tables, the VPC and its subnets, security
+//! groups, kept by the store (`store::tags`: an instance's are the native API's `tags`); and the tag rules EC2
+//! checks, which RunInstances' and CreateSecurityGroup's tag specifications follow too.
 
 use std::collections::BTreeMap;
 
@@ -92,6 +92,8 @@ fn resource(topo: &Topology, tables: &[RouteTable], id: &str) -> Result<Resource
     match kind {
         Some("i") => Ok(Resource::Instance(id.to_string())),
         Some("rtb") => Ok(Resource::RouteTable(routes::native_table(topo, tables, id)?.id.clone())),
+        // The store says whether it exists (`InvalidGroup.NotFound`).
+        Some("sg") => Ok(Resource::SecurityGroup(id.to_string())),
         Some("vpc") if *id == network::vpc_id(topo) => Ok(Resource::Fixed(id.to_string())),
         Some("vpc") => Err(AwsError::client("InvalidVpcID.NotFound", format!("The vpc ID '{id}' does not exist"))),
         Some("subnet") if topo.zones.iter().any(|(z, _)| network::subnet_id(topo, z) == id) => {
@@ -166,6 +168,7 @@ pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
             Some("rtb") => (routes::table_id(topo, id), "route-table"),
             Some("vpc") => (id.clone(), "vpc"),
             Some("subnet") => (id.clone(), "subnet"),
+            Some("sg") => (id.clone(), "security-group"),
             _ => continue,
         };
         tagged.push((ec2_id, kind, tags));
