@@ -29,22 +29,41 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Who may connect to a listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sources {
+    /// Every client: a load balancer with neither source ranges nor security groups.
+    Any,
+    /// Clients in these networks (canonical form); none, no client (a load balancer's security groups with no
+    /// rule for the listener).
+    Only(Vec<IpNet>),
+}
+
+impl Sources {
+    /// Whether a client at `source` may connect.
+    pub fn allow(&self, source: IpAddr) -> bool {
+        let source = fakecloud_api::net::canonical(source);
+        match self {
+            Self::Any => true,
+            Self::Only(nets) => nets.iter().any(|r| r.contains(&source)),
+        }
+    }
+}
+
 /// Where a listener sends connections, besides the healthy backends of its load balancer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     /// The load balancer, as fault rules match it.
     pub subject: LbSubject,
     pub backend_port: u16,
-    /// Empty: every source is allowed.
-    pub source_ranges: Vec<IpNet>,
+    pub sources: Sources,
     pub affinity: SessionAffinity,
 }
 
 impl Route {
-    /// Whether a client at `source` may connect (ranges and source both in their canonical form).
+    /// Whether a client at `source` may connect.
     pub fn allows(&self, source: IpAddr) -> bool {
-        let source = fakecloud_api::net::canonical(source);
-        self.source_ranges.is_empty() || self.source_ranges.iter().any(|r| r.contains(&source))
+        self.sources.allow(source)
     }
 
     /// Which of `healthy` backends a new connection (UDP session) from `client` goes to first: the next in
@@ -128,14 +147,16 @@ mod tests {
         let any = Route {
             subject: LbSubject::default(),
             backend_port: 80,
-            source_ranges: vec![],
+            sources: Sources::Any,
             affinity: SessionAffinity::None,
         };
         assert!(any.allows("198.51.100.7".parse().unwrap()));
+        let none = Route { sources: Sources::Only(vec![]), ..any.clone() };
+        assert!(!none.allows("198.51.100.7".parse().unwrap()), "no network admits no client");
         let some = Route {
             subject: LbSubject::default(),
             backend_port: 80,
-            source_ranges: vec!["127.90.0.0/16".parse().unwrap(), "2001:db8::/32".parse().unwrap()],
+            sources: Sources::Only(vec!["127.90.0.0/16".parse().unwrap(), "2001:db8::/32".parse().unwrap()]),
             affinity: SessionAffinity::None,
         };
         assert!(some.allows("127.90.3.4".parse().unwrap()));
@@ -148,7 +169,7 @@ mod tests {
     #[test]
     fn client_ip_affinity_keeps_a_client_on_one_backend_and_spreads_clients() {
         let route =
-            |affinity| Route { subject: LbSubject::default(), backend_port: 80, source_ranges: vec![], affinity };
+            |affinity| Route { subject: LbSubject::default(), backend_port: 80, sources: Sources::Any, affinity };
         let (mut turn, client) = (0, "172.18.0.1".parse().unwrap());
         let sticky = route(SessionAffinity::ClientIp);
         let first = sticky.pick(3, client, &mut turn);

@@ -4,9 +4,10 @@
 //! It follows the database. The supervisor reads the active load balancers and the instances' addresses
 //! after every successful change through the API (the gatekeeper pokes it) and every [`RESYNC`] besides (timed
 //! transitions, such as provisioning to active, happen without a call), and makes the running listeners match:
-//! new listeners are bound, gone ones closed, and the ones that stay get their route (backend port, source
-//! ranges) and their load balancer's healthy backends swapped in place through watch channels — their sockets
-//! and established connections are untouched. Health checks run per load balancer (see [`health`]).
+//! new listeners are bound, gone ones closed, and the ones that stay get their route (backend port, who may
+//! connect: the source ranges, or the load balancer's security groups' rules) and their load balancer's healthy
+//! backends swapped in place through watch channels — their sockets and established connections are untouched.
+//! Health checks run per load balancer (see [`health`]).
 //!
 //! On a PostgreSQL database other emulators share, what it shows is published there for them (see
 //! [`published`]).
@@ -40,7 +41,7 @@ use ipnet::IpNet;
 use tokio::sync::{Notify, watch};
 
 use self::budget::{Budget, Caps};
-use self::context::{AbortOnDrop, Route, Shared};
+use self::context::{AbortOnDrop, Route, Shared, Sources};
 pub use self::faults::Faults;
 use self::health::Healthy;
 use self::published::Publisher;
@@ -53,6 +54,7 @@ use crate::error::Result;
 use crate::faults::LbSubject;
 use crate::metrics::{BackendLabels, DataPlaneMetrics};
 use crate::store;
+use crate::store::security_groups::Rule;
 
 /// How often the supervisor reads the database when nothing pokes it.
 pub const RESYNC: Duration = Duration::from_millis(500);
@@ -158,6 +160,8 @@ impl Supervisor {
         // Only the instances behind a load balancer: the table may hold thousands more.
         let backends: Vec<&str> = lbs.iter().flat_map(|lb| lb.backends.iter().map(String::as_str)).collect();
         let instances = store::instances::addresses(&self.db, &backends).await?;
+        // Who reaches a load balancer with security groups is its groups' rules' business.
+        let guarded = store::security_groups::load_balancer_rules(&self.db).await?;
         // Every resync: a backend's address is checked against this host's as they are now.
         let host = if lbs.is_empty() { HostAddresses::default() } else { HostAddresses::read() };
         let mut seen = HashSet::new();
@@ -201,15 +205,14 @@ impl Supervisor {
                 }
                 changed
             });
-            let source_ranges = source_ranges(lb);
+            let sources = sources(lb, guarded.get(&lb.id).map(Vec::as_slice));
             let route = match lb.forwarding {
                 Forwarding::Proxy => None,
                 Forwarding::Passthrough => {
-                    let listeners = lb.listeners.iter().map(|l| (l.protocol, l.port));
                     let want = {
                         // Not held across the kernel's calls below.
                         let healthy = served.healthy.borrow();
-                        passthrough::Want::new(listeners, &source_ranges, healthy.iter().map(|(_, ip)| *ip))
+                        passthrough::Want::new(&sources, healthy.iter().map(|(_, ip)| *ip))
                     };
                     let result = match address {
                         IpAddr::V4(vip) => {
@@ -230,7 +233,7 @@ impl Supervisor {
                 caps: served.caps.clone(),
                 status: self.status.clone(),
             };
-            sync_listeners(lb, served, shared, source_ranges, route).await;
+            sync_listeners(lb, served, shared, &sources, route).await;
         }
         if let Some(kernel) = &mut self.kernel {
             kernel.retain(&routed).await;
@@ -310,6 +313,33 @@ impl Supervisor {
     }
 }
 
+/// Who may reach each of `lb`'s listeners: with security groups (`groups`: their rules, together), the
+/// networks whose rules cover the listener's protocol and port, no one if none does (as AWS admits); without,
+/// its source ranges (none: every client).
+fn sources(lb: &LoadBalancer, groups: Option<&[Rule]>) -> Vec<(Protocol, u16, Sources)> {
+    let ranges = match groups {
+        Some(_) => Vec::new(),
+        None => source_ranges(lb),
+    };
+    lb.listeners
+        .iter()
+        .map(|l| {
+            let sources = match groups {
+                Some(rules) => Sources::Only(
+                    rules
+                        .iter()
+                        .filter_map(|r| r.admits(l.protocol, l.port))
+                        .map(fakecloud_api::net::canonical_net)
+                        .collect(),
+                ),
+                None if ranges.is_empty() => Sources::Any,
+                None => Sources::Only(ranges.clone()),
+            };
+            (l.protocol, l.port, sources)
+        })
+        .collect()
+}
+
 /// `lb`'s source ranges as networks.
 fn source_ranges(lb: &LoadBalancer) -> Vec<IpNet> {
     lb.source_ranges
@@ -332,7 +362,7 @@ async fn sync_listeners(
     lb: &LoadBalancer,
     served: &mut Served,
     shared: Shared,
-    source_ranges: Vec<IpNet>,
+    sources: &[(Protocol, u16, Sources)],
     routed: Option<Option<String>>,
 ) {
     let status = &shared.status;
@@ -358,8 +388,9 @@ async fn sync_listeners(
             continue;
         }
         let subject = LbSubject { id: lb.id.clone(), name: lb.name.clone() };
-        let route =
-            Route { subject, backend_port, source_ranges: source_ranges.clone(), affinity: lb.session_affinity };
+        let sources =
+            sources.iter().find(|(p, n, _)| (*p, *n) == (protocol, port)).map_or(Sources::Any, |(_, _, s)| s.clone());
+        let route = Route { subject, backend_port, sources, affinity: lb.session_affinity };
         if let Some(Slot::Listening(l)) = served.listeners.get(&(protocol, port)) {
             l.update(route);
             continue;

@@ -31,7 +31,7 @@ use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage, Rule
 use rtnetlink::packet_route::{AddressFamily, IpProtocol};
 use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
 
-use super::context::AbortOnDrop;
+use super::context::{AbortOnDrop, Sources};
 
 /// Where the passthrough rules sit: before the `local` table's rule.
 pub const RULE_PRIORITY: u32 = 100;
@@ -51,21 +51,22 @@ pub struct Want {
 }
 
 impl Want {
-    /// `listeners` from any client in `ranges` (the IPv4 ones; none is every client), to `healthy`.
-    pub fn new(
-        listeners: impl Iterator<Item = (Protocol, u16)>,
-        ranges: &[ipnet::IpNet],
-        healthy: impl Iterator<Item = IpAddr>,
-    ) -> Self {
-        let v4: Vec<Ipv4Net> =
-            ranges.iter().filter_map(|r| if let ipnet::IpNet::V4(n) = r { Some(*n) } else { None }).collect();
+    /// `listeners`, each from the clients its sources admit (the IPv4 ones), to `healthy`.
+    pub fn new(listeners: &[(Protocol, u16, Sources)], healthy: impl Iterator<Item = IpAddr>) -> Self {
         let mut matches = BTreeSet::new();
-        for (protocol, port) in listeners {
-            if ranges.is_empty() {
-                matches.insert((protocol, port, None));
+        for (protocol, port, sources) in listeners {
+            match sources {
+                Sources::Any => {
+                    matches.insert((*protocol, *port, None));
+                }
+                // IPv6 ranges admit no client of an IPv4 address: only the IPv4 ones become rules; none, no rule,
+                // so the address's packets find nothing listening.
+                Sources::Only(nets) => matches.extend(
+                    nets.iter()
+                        .filter_map(|r| if let ipnet::IpNet::V4(n) = r { Some(*n) } else { None })
+                        .map(|r| (*protocol, *port, Some(r))),
+                ),
             }
-            // IPv6 ranges admit no client of an IPv4 address: only the IPv4 ones become rules.
-            matches.extend(v4.iter().map(|r| (protocol, port, Some(*r))));
         }
         let nexthops = healthy.filter_map(|ip| if let IpAddr::V4(v4) = ip { Some(v4) } else { None }).collect();
         Self { matches, nexthops }

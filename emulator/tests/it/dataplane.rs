@@ -1416,3 +1416,86 @@ fn hostile_load_balancers_and_clients_never_take_the_emulator_down() {
     let log = log.lock().unwrap().clone();
     assert!(!log.contains("panicked"), "the emulator panicked: {log}");
 }
+
+/// An EC2 call to the emulator at `c`'s endpoint, signed with its user's key: the body of its answer.
+async fn ec2_call(c: &Client, form: &str) -> String {
+    let keys = fakecloud_emulator::aws::credentials::Keys::of(&fakecloud_emulator::auth::Tokens {
+        user: USER.into(),
+        admin: String::new(),
+    });
+    let url = c.endpoint().trim_end_matches('/').to_string();
+    let signer =
+        (keys.access_key_id.as_str(), keys.secret_access_key.as_str(), "local-1", std::time::SystemTime::now());
+    let resp =
+        crate::aws::signed(&url, signer, "POST", "", &format!("{form}&Version=2016-11-15")).send().await.unwrap();
+    let (status, body) = (resp.status(), resp.text().await.unwrap());
+    assert!(status.is_success(), "{form}: {body}");
+    body
+}
+
+/// A load balancer attached to a security group admits whom the group's rules admit to each listener's port,
+/// instead of its source ranges: no rule, no client; a rule for its network, the client; a rule for another
+/// port, or ICMP, not. Each rule change reaches the running listener as an update of source ranges does.
+#[tokio::test]
+async fn a_load_balancers_security_groups_decide_who_reaches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fc.db");
+    let (_emu, c, _log) = emulator(&db, 30).await;
+    let bs = backends(&c, 30, &["b1"]).await;
+    let lb = create_lb(
+        &c,
+        CreateLoadBalancerRequest {
+            name: "guarded".into(),
+            listeners: vec![tcp(18030, bs.port)],
+            backends: bs.instances.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let to = SocketAddr::new(lb.address.unwrap(), 18030);
+    let (inside, outside) = (Some(ip("127.79.30.10")), Some(ip("127.79.30.200")));
+    // No groups: its source ranges (none) decide, and every client gets in.
+    eventually(FOLLOW, "a client to get an answer", || async { hello_from(outside, to).await.map(drop) }).await;
+
+    let xml = ec2_call(&c, "Action=CreateSecurityGroup&GroupName=k8s-elb-guarded&GroupDescription=guard").await;
+    let group = crate::aws::all(&xml, "groupId").concat();
+    // As the classic ELB and ELBv2 faces attach a load balancer's groups, in a transaction of the database.
+    let store =
+        fakecloud_emulator::db::Db::open(&fakecloud_emulator::config::DbLocation::File(db.clone())).await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    fakecloud_emulator::store::security_groups::attach_load_balancer(&mut tx, &lb.id, std::slice::from_ref(&group))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    store.close().await;
+    refuses(to).await;
+
+    // A rule for another port and ICMP's path-MTU rule admit no one to this listener.
+    let permission = |n: u8, protocol: &str, from: u16, to: u16, cidr: &str| {
+        format!(
+            "&IpPermissions.{n}.IpProtocol={protocol}&IpPermissions.{n}.FromPort={from}&IpPermissions.{n}.ToPort={to}\
+             &IpPermissions.{n}.IpRanges.1.CidrIp={cidr}"
+        )
+    };
+    let other = format!(
+        "Action=AuthorizeSecurityGroupIngress&GroupId={group}{}{}",
+        permission(1, "tcp", 18031, 18040, "127.79.30.0%2F24"),
+        permission(2, "icmp", 3, 4, "0.0.0.0%2F0")
+    );
+    ec2_call(&c, &other).await;
+    let rule = format!("GroupId={group}{}", permission(1, "tcp", 18000, 18030, "127.79.30.0%2F25"));
+    ec2_call(&c, &format!("Action=AuthorizeSecurityGroupIngress&{rule}")).await;
+    eventually(FOLLOW, "a client in the rule's network to be let in", || async {
+        hello_from(inside, to).await.map(drop)
+    })
+    .await;
+    assert!(hello_from(outside, to).await.is_none(), "a client outside the group's rules got an answer");
+    assert!(metrics(&c).await.contains("outcome=\"refused_source\""));
+
+    // Revoked, the listener follows: no one again.
+    ec2_call(&c, &format!("Action=RevokeSecurityGroupIngress&{rule}")).await;
+    eventually(FOLLOW, "the revoked client to be refused", || async {
+        hello_from(inside, to).await.is_none().then_some(())
+    })
+    .await;
+}
