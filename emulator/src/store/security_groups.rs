@@ -129,7 +129,7 @@ pub struct Group {
     pub tags: BTreeMap<String, String>,
 }
 
-pub(super) fn not_found(id: &str) -> ApiError {
+fn not_found(id: &str) -> ApiError {
     ApiError::not_found(codes::SECURITY_GROUP_NOT_FOUND, format!("The security group '{id}' does not exist"))
 }
 

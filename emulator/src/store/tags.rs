@@ -107,7 +107,13 @@ async fn read(tx: &mut Tx, r: &Resource) -> Result<BTreeMap<String, String>> {
             others_of(tx, id).await
         }
         Resource::SecurityGroup(id) => {
-            let gone = || super::security_groups::not_found(id);
+            // (Not `security_groups`' error: that module writes its groups' tags through this one.)
+            let gone = || {
+                ApiError::not_found(
+                    codes::SECURITY_GROUP_NOT_FOUND,
+                    format!("The security group '{id}' does not exist"),
+                )
+            };
             exists(tx, "SELECT id FROM security_groups WHERE id = $1", id, gone).await?;
             others_of(tx, id).await
         }
