@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use axum::http::StatusCode;
 use fakecloud_api::{RateLimitPreset, codes};
 
+use super::api::Api;
 use super::sigv4::Refusal;
 use crate::error::{ApiError, Kind};
 use crate::faults::quota_refusal;
@@ -63,15 +64,10 @@ impl From<Refusal> for AwsError {
     }
 }
 
-/// The AWS API a call is answered in. Each has its own codes for the cloud's kinds of error: a throttled call is
-/// EC2's `RequestLimitExceeded` 503 but Elastic Load Balancing's `Throttling` 400, which comes with that API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    Ec2,
-}
-
 impl AwsError {
-    /// The cloud's error `e` (a store's, or a fault's) as `api` answers it.
+    /// The cloud's error `e` (a store's, or a fault's) as `api` answers it: each API has its own codes for the
+    /// cloud's kinds of error (a throttled call is EC2's `RequestLimitExceeded` 503 but Elastic Load Balancing's
+    /// `Throttling` 400).
     pub fn of(e: ApiError, api: Api) -> Self {
         let (status, code): (StatusCode, Cow<'static, str>) = match api {
             Api::Ec2 => ec2(&e),

@@ -8,8 +8,10 @@
 //! - [`credentials`]: each cloud's key pair, derived from its user token.
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
 //! - `error`: AWS's codes, for the face's refusals and the cloud's errors alike.
+//! - `api`: which API a call is to, and what its table says of an action.
 //! - `ec2`: EC2's operations.
 
+mod api;
 pub mod credentials;
 mod ec2;
 mod error;
@@ -25,8 +27,9 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::get;
 
+use self::api::{Api, Style};
 use self::credentials::Keys;
-use self::error::{Api, AwsError};
+use self::error::AwsError;
 use self::query::Params;
 use crate::auth::{Role, Tokens};
 use crate::error::{ApiError, Kind};
@@ -51,9 +54,14 @@ pub fn vpc_id(topo: &crate::config::Topology) -> String {
     ec2::vpc_id(topo)
 }
 
-/// The face's operations (EC2's actions), which fault rules and rate limits may name beside the native API's.
+/// The face's operations (every API's actions), which fault rules and rate limits may name beside the native
+/// API's.
 pub fn operation_names() -> Vec<String> {
-    ec2::names().map(str::to_string).collect()
+    let mut names: Vec<String> = Api::ALL.into_iter().flat_map(Api::names).map(str::to_string).collect();
+    // Elastic Load Balancing's two versions share names (`DescribeLoadBalancers`).
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Whether `authorization` is a SigV4 header naming the key of the cloud whose tokens are `tokens`: where the
@@ -79,9 +87,10 @@ async fn answer(State(face): State<Face>, req: Request) -> Response {
     let mut learned = Learned::default();
     let resp = recorder
         .run(async {
-            match call(&face, req, &request_id, &mut learned).await {
+            let mut style = Style::Ec2;
+            match call(&face, req, &request_id, &mut learned, &mut style).await {
                 Ok(resp) => resp,
-                Err(e) => xml::error(&e, &request_id),
+                Err(e) => xml::error(style, &e, &request_id),
             }
         })
         .await;
@@ -94,7 +103,14 @@ async fn answer(State(face): State<Face>, req: Request) -> Response {
     recorder.close(&face.st, resp, None, learned.fault).await
 }
 
-async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned) -> Result<Response, AwsError> {
+/// Answer `req`; a refusal is written in `style`, the dialect of the API it was to once that is known.
+async fn call(
+    face: &Face,
+    req: Request,
+    request_id: &str,
+    learned: &mut Learned,
+    style: &mut Style,
+) -> Result<Response, AwsError> {
     let (parts, body) = req.into_parts();
     // Within the native API's bound; a body cut off by its deadline is answered by the recorder (408).
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
@@ -111,9 +127,19 @@ async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned
     if !form.is_empty() && !is_form(parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())) {
         return Err(AwsError::invalid_value("The request body must be application/x-www-form-urlencoded"));
     }
-    // Parsed before the signature is checked only so that the audit log names the action of a refused call.
+    // Parsed before the signature is checked only so that a refusal is in the dialect of the API the call is to
+    // and the audit log names its action; the signature then proves the scope these are read from.
     let params = Params::parse(query, form);
-    learned.action = params.as_ref().ok().and_then(|p| p.peek("Action")).and_then(ec2::action);
+    let api = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(sigv4::service)
+        .and_then(|service| Api::of(service, params.as_ref().ok().and_then(|p| p.peek("Version"))));
+    if let Some(api) = api {
+        *style = api.style();
+    }
+    learned.action = api.zip(params.as_ref().ok().and_then(|p| p.peek("Action"))).and_then(|(api, a)| api.action(a));
     let signed = sigv4::Signed {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -122,32 +148,45 @@ async fn call(face: &Face, req: Request, request_id: &str, learned: &mut Learned
         body: &body,
     };
     let st = &face.st;
-    sigv4::verify(&signed, &face.keys, &st.cfg.topology.region, &[ec2::SERVICE], jiff::Timestamp::now())?;
+    sigv4::verify(&signed, &face.keys, &st.cfg.topology.region, &Api::services(), jiff::Timestamp::now())?;
     learned.signed = true;
+    // A verified signature is scoped to one of the services the APIs sign as.
+    let api = api.ok_or_else(|| AwsError::internal("a verified signature names no API the face answers"))?;
     let mut params = params?;
     let action = params
         .take("Action")
         .ok_or_else(|| AwsError::client("MissingAction", "The request must contain the parameter Action"))?;
-    let known = ec2::action(&action).ok_or_else(|| ec2::invalid_action(&action))?;
+    let known = api.action(&action).ok_or_else(|| invalid_action(&action))?;
     crate::call::learned(known, Role::User.as_str());
     match params.take("Version") {
         None => return Err(AwsError::client("MissingParameter", "The request must contain the parameter Version")),
-        Some(v) if v != ec2::VERSION => {
+        Some(v) if v != api.version() => {
+            let answered: Vec<&str> =
+                Api::ALL.iter().filter(|a| a.service() == api.service()).map(|a| a.version()).collect();
             return Err(AwsError::client(
                 "InvalidAction",
-                format!("The action {action} is not valid for version {v}; this endpoint answers EC2 {}", ec2::VERSION),
+                format!(
+                    "The action {action} is not valid for version {v}; this endpoint answers {} version {}",
+                    api.service(),
+                    answered.join(" and ")
+                ),
             ));
         }
         Some(_) => {}
     }
-    Ok(judged(face, known, params, request_id, learned).await)
+    Ok(judged(face, api, known, params, request_id, learned).await)
+}
+
+fn invalid_action(action: &str) -> AwsError {
+    AwsError::client("InvalidAction", format!("The action {action} is not valid for this web service."))
 }
 
 /// The fault engine's verdict on a call to `action`, carried out around its answer: judged as a native call of the
 /// user's (the same rules, rate limits and their buckets, outages), by the action's name and by the native
-/// operation it stands for, and refused in EC2's words.
+/// operation it stands for, and refused in `api`'s words.
 async fn judged(
     face: &Face,
+    api: Api,
     action: &'static str,
     params: Params,
     request_id: &str,
@@ -157,10 +196,10 @@ async fn judged(
     let faults = st.faults();
     // Faults set through another replica on the same database hold here too.
     faults.sync().await;
-    let method = if ec2::reads(action) { Method::GET } else { Method::POST };
+    let method = if api.reads(action) { Method::GET } else { Method::POST };
     let call = Call {
         operation: action,
-        stands_for: ec2::native(action),
+        stands_for: api.native(action),
         method: &method,
         // Rules that match what a call is about (a resource, its zone, name or tags) match no AWS call yet, writes
         // included: the face does not yet tell the engine which instance or route a call is about.
@@ -172,22 +211,24 @@ async fn judged(
     };
     let (verdict, remaining) = faults.judge(&call).await;
     let verdict = match verdict {
-        // The limit's own status and code are the native API's: here it is EC2's throttling.
+        // The limit's own status and code are the native API's: here it is the API's own throttling.
         Verdict::Throttle { error, fault } => {
             Verdict::Refuse { error: ApiError { kind: Kind::Throttled, ..error }, fault }
         }
         verdict => verdict,
     };
     let run = async {
-        let answer = ec2::call(st, &face.keys, action, params).await;
+        let answer = match api {
+            Api::Ec2 => ec2::call(st, &face.keys, action, params).await,
+        };
         answer
-            .and_then(|a| xml::response(action, ec2::XMLNS, request_id, a))
-            .unwrap_or_else(|e| xml::error(&e, request_id))
+            .and_then(|a| xml::response(api.style(), api.xmlns(), action, request_id, a))
+            .unwrap_or_else(|e| xml::error(api.style(), &e, request_id))
     };
     let refuse = |mut e: ApiError| {
         // A fault's headers (an outage's Retry-After, a rule's own) as the native answer has them.
         let headers = std::mem::take(&mut e.headers);
-        let mut resp = xml::error(&AwsError::of(e, Api::Ec2), request_id);
+        let mut resp = xml::error(api.style(), &AwsError::of(e, api), request_id);
         effects::put_headers(&mut resp, headers);
         resp
     };
@@ -196,9 +237,9 @@ async fn judged(
     resp
 }
 
-/// An error of the call's record (a body too late), in EC2's shape.
+/// An error of the call's record (a body too late), before its API is known: in EC2's shape.
 fn answer_error(e: ApiError) -> Response {
-    xml::error(&AwsError::from(e), &crate::call::request_id())
+    xml::error(Style::Ec2, &AwsError::from(e), &crate::call::request_id())
 }
 
 /// `application/x-www-form-urlencoded`, with or without parameters (`; charset=utf-8`, as botocore sends).

@@ -73,6 +73,11 @@ pub fn key_id(authorization: &str) -> Option<&str> {
     parse(authorization).ok().map(|a| a.key_id)
 }
 
+/// The service an `Authorization` header's credential is scoped to, nothing verified yet: which API a call is to.
+pub fn service(authorization: &str) -> Option<&str> {
+    parse(authorization).ok().map(|a| a.service)
+}
+
 fn parse(header: &str) -> Result<Authorization<'_>, Refusal> {
     let incomplete = |why: &str| Refusal::Incomplete(format!("{why} in the Authorization header"));
     let rest = header.strip_prefix(ALGORITHM).filter(|r| r.starts_with(' ')).ok_or(Refusal::Missing)?;

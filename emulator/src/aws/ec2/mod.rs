@@ -92,12 +92,8 @@ pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: 
         "StartInstances" => lifecycle::change_state(st, Action::Start, p).await?,
         "StopInstances" => lifecycle::change_state(st, Action::Stop, p).await?,
         "TerminateInstances" => lifecycle::change_state(st, Action::Terminate, p).await?,
-        _ => return Err(invalid_action(action)),
+        _ => return Err(AwsError::client("InvalidAction", format!("The action {action} is not valid for EC2"))),
     };
     params.finish()?;
     Ok(answer)
-}
-
-pub fn invalid_action(action: &str) -> AwsError {
-    AwsError::client("InvalidAction", format!("The action {action} is not valid for this web service."))
 }
