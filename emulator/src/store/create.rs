@@ -86,6 +86,12 @@ pub trait NewResource: Sync {
     /// The new resource as the create answers it.
     fn made(&self, now: i64, address: Option<IpAddr>, found: Self::Found) -> Result<Self::Made>;
 
+    /// What it writes beside its row once inserted, in the create's transaction (an AWS face's own record of
+    /// it, `load_balancers::Beside`).
+    fn write_beside<'a>(&'a self, _tx: &'a mut Tx) -> impl Future<Output = Result<()>> + Send + 'a {
+        async { Ok(()) }
+    }
+
     /// The resource an earlier create with the same key made (a replay).
     fn fetch<'a>(
         &'a self,
@@ -187,6 +193,7 @@ pub async fn create<R: NewResource>(
             lease_and_insert(&mut tx, new, &found, now, first.usual.is_some(), record).await?
         }
     };
+    new.write_beside(&mut tx).await?;
     call::commit(tx, new.id()).await?;
     Ok((new.made(now, address, found)?, false))
 }
@@ -274,6 +281,7 @@ pub async fn create_all<R: NewResource>(
             made: &made_ids,
         });
         let address = lease_and_insert(&mut tx, new, &found, now, false, record).await?;
+        new.write_beside(&mut tx).await?;
         made.push(new.made(now, address, found)?);
     }
     call::commit(tx, ids.first().filter(|_| count == 1).copied().unwrap_or_default()).await?;

@@ -13,6 +13,11 @@ use crate::error::Result;
 pub const ANY_DUE: &str = "SELECT CAST(COALESCE((SELECT MIN(next_state_at) FROM instances WHERE next_state_at IS NOT NULL) <= $1, FALSE) \
      OR COALESCE((SELECT MIN(next_state_at) FROM load_balancers WHERE next_state_at IS NOT NULL) <= $1, FALSE) AS INTEGER)";
 
+/// The tables the AWS faces keep beside a load balancer's row (`load_balancers::Beside`), by the column naming
+/// it: deleted with the row, here or by an immediate delete.
+pub const LB_BESIDE: [(&str, &str); 2] =
+    [("classic_load_balancers", "load_balancer_id"), ("resource_tags", "resource_id")];
+
 /// Write down every transition due at `now`.
 pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
     let due: i64 = sqlx::query_scalar(ANY_DUE).bind(now).fetch_one(&mut **tx).await?;
@@ -34,6 +39,13 @@ pub async fn apply_due(tx: &mut Tx, now: i64) -> Result<()> {
     .bind(now)
     .execute(&mut **tx)
     .await?;
+    for (table, column) in LB_BESIDE {
+        let sql = format!(
+            "DELETE FROM {table} WHERE {column} IN \
+             (SELECT id FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= $1)"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).execute(&mut **tx).await?;
+    }
     sqlx::query("DELETE FROM load_balancers WHERE next_state = 'deleted' AND next_state_at <= $1")
         .bind(now)
         .execute(&mut **tx)

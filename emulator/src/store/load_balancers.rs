@@ -27,14 +27,16 @@ use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
 
-const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) AS state, \
+/// Every load balancer's columns, as the native API reads them (its state at `$1`); a face's listing reads it as a
+/// subquery beside its own table (`classic_elb`).
+pub(super) const SELECT: &str = "SELECT seq, id, name, scheme, (CASE WHEN next_state_at <= $1 THEN next_state ELSE state END) AS state, \
      listeners, backends, health_check, source_ranges, session_affinity, forwarding, requested_ip, address, dns_name, created_at, \
      (CASE WHEN next_state_at <= $1 THEN next_state_at ELSE updated_at END) AS updated_at FROM load_balancers";
 
 #[derive(sqlx::FromRow, Clone)]
-struct Row {
-    seq: i64,
-    id: String,
+pub(super) struct Row {
+    pub(super) seq: i64,
+    pub(super) id: String,
     name: String,
     scheme: String,
     state: String,
@@ -53,7 +55,7 @@ struct Row {
 
 impl Row {
     /// `None` for a load balancer that is already gone (its deletion is due).
-    fn into_api(self) -> Result<Option<LoadBalancer>> {
+    pub(super) fn into_api(self) -> Result<Option<LoadBalancer>> {
         let corrupt =
             |what: &str| ApiError::internal(format!("stored load balancer {} has an invalid {what}", self.id));
         let state = match self.state.as_str() {
@@ -127,9 +129,11 @@ fn json<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| ApiError::internal(e.to_string()))
 }
 
-fn check_listeners(listeners: &[Listener]) -> Result<()> {
-    if listeners.len() < LISTENERS_MIN {
-        return Err(ApiError::invalid("listeners", format!("at least {LISTENERS_MIN} listener is needed")));
+/// `min`: the native API's [`LISTENERS_MIN`]; classic ELB's load balancers may have none (its
+/// DeleteLoadBalancerListeners may remove the last, and the data plane then serves no port).
+fn check_listeners(listeners: &[Listener], min: usize) -> Result<()> {
+    if listeners.len() < min {
+        return Err(ApiError::invalid("listeners", format!("at least {min} listener is needed")));
     }
     let mut seen = HashSet::new();
     for (i, l) in listeners.iter().enumerate() {
@@ -270,8 +274,51 @@ pub async fn create(
     req: &CreateLoadBalancerRequest,
     key: Option<&str>,
 ) -> Result<(LoadBalancer, bool)> {
+    create_with(db, cfg, req, key, &Native).await
+}
+
+/// What a face writes beside a new load balancer's row, in its create's transaction, and whether the load
+/// balancer is there at once: the native API writes nothing and waits the provisioning delay; an AWS face may
+/// keep its own record of what the native model has no column for (`classic_elb`).
+pub trait Beside: Sync {
+    /// Whether the load balancer skips `provisioning` (classic ELB has no such state: AWS answers it at once).
+    fn immediate(&self) -> bool;
+
+    /// Write its record of the load balancer `id`, just inserted.
+    fn write<'a>(&'a self, tx: &'a mut Tx, id: &'a str) -> impl Future<Output = Result<()>> + Send + 'a;
+}
+
+/// The native API's: nothing beside the row, and the provisioning delay.
+pub struct Native;
+
+impl Beside for Native {
+    fn immediate(&self) -> bool {
+        false
+    }
+
+    async fn write(&self, _: &mut Tx, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Drop what the faces keep of the load balancer `id`, in the transaction that deletes its row.
+async fn forget_beside(tx: &mut Tx, id: &str) -> Result<()> {
+    for (table, column) in lifecycle::LB_BESIDE {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE {column} = $1"))).bind(id).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// [`create`], with what `beside` writes in the same transaction.
+pub async fn create_with<B: Beside>(
+    db: &Db,
+    cfg: &Config,
+    req: &CreateLoadBalancerRequest,
+    key: Option<&str>,
+    beside: &B,
+) -> Result<(LoadBalancer, bool)> {
     validate::NAME.check("name", &req.name)?;
-    check_listeners(&req.listeners)?;
+    check_listeners(&req.listeners, LISTENERS_MIN)?;
     let source_ranges = check_source_ranges(&req.source_ranges)?;
     if let Some(hc) = &req.health_check {
         check_health(hc)?;
@@ -313,13 +360,14 @@ pub async fn create(
         created_at: 0,
         updated_at: 0,
     };
-    let provision_delay = lb_provisioning::delay_for(db, cfg, &req.name).await?;
-    let new = NewLoadBalancer { row, req, pool: pool_for(cfg, req.scheme), quota, provision_delay };
+    let provision_delay =
+        if beside.immediate() { Duration::ZERO } else { lb_provisioning::delay_for(db, cfg, &req.name).await? };
+    let new = NewLoadBalancer { row, req, pool: pool_for(cfg, req.scheme), quota, provision_delay, beside };
     create::create(db, &new, key, &request_json).await
 }
 
 /// A new load balancer, as the create writes it (see [`create::NewResource`]): its row's request fields.
-struct NewLoadBalancer<'a> {
+struct NewLoadBalancer<'a, B> {
     row: Row,
     req: &'a CreateLoadBalancerRequest,
     /// Where its address comes from: the public pool or the internal load balancers' subnet.
@@ -327,16 +375,17 @@ struct NewLoadBalancer<'a> {
     quota: Vec<Check>,
     /// How long it stays `provisioning` (see [`lb_provisioning`]).
     provision_delay: Duration,
+    beside: &'a B,
 }
 
-impl NewLoadBalancer<'_> {
+impl<B> NewLoadBalancer<'_, B> {
     /// Its state at `now`, as the provisioning delay gives it.
     fn schedule(&self, now: i64) -> (&'static str, Option<&'static str>, Option<i64>) {
         lifecycle::schedule(now, "provisioning", "active", self.provision_delay)
     }
 }
 
-impl create::NewResource for NewLoadBalancer<'_> {
+impl<B: Beside> create::NewResource for NewLoadBalancer<'_, B> {
     type Made = LoadBalancer;
     type Found = ();
 
@@ -450,18 +499,36 @@ impl create::NewResource for NewLoadBalancer<'_> {
     ) -> impl Future<Output = Result<LoadBalancer>> + Send + 'a {
         fetch(&mut **tx, id, now)
     }
+
+    fn write_beside<'a>(&'a self, tx: &'a mut Tx) -> impl Future<Output = Result<()>> + Send + 'a {
+        self.beside.write(tx, &self.row.id)
+    }
 }
 
 pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Result<LoadBalancer> {
+    let (mut tx, now) = begin(db).await?;
+    let lb = update_in(&mut tx, now, id, req, LISTENERS_MIN).await?;
+    call::commit(tx, id).await?;
+    Ok(lb)
+}
+
+/// [`update`] in the write `tx` begun at `now`, which the caller commits (a face that changes its own record of
+/// the load balancer in the same transaction); `listeners_min` as [`check_listeners`] takes it.
+pub async fn update_in(
+    tx: &mut Tx,
+    now: i64,
+    id: &str,
+    req: &UpdateLoadBalancerRequest,
+    listeners_min: usize,
+) -> Result<LoadBalancer> {
     if let Some(l) = &req.listeners {
-        check_listeners(l)?;
+        check_listeners(l, listeners_min)?;
     }
     let source_ranges = req.source_ranges.as_deref().map(check_source_ranges).transpose()?;
     if let Some(hc) = &req.health_check {
         check_health(hc)?;
     }
-    let (mut tx, now) = begin(db).await?;
-    let current = fetch(&mut *tx, id, now).await?;
+    let current = fetch(&mut **tx, id, now).await?;
     if current.state == LoadBalancerState::Deleting {
         return Err(ApiError::conflict(
             codes::INCORRECT_LOAD_BALANCER_STATE,
@@ -469,7 +536,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
         ));
     }
     if let Some(b) = &req.backends {
-        check_backends(&mut tx, now, b, &current.backends).await?;
+        check_backends(tx, now, b, &current.backends).await?;
     }
     let listeners = req.listeners.as_ref().unwrap_or(&current.listeners);
     let backends = req.backends.as_ref().unwrap_or(&current.backends);
@@ -477,7 +544,7 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     let health = req.health_check.as_ref().or(current.health_check.as_ref());
     let affinity = req.session_affinity.unwrap_or(current.session_affinity);
     let forwarding = req.forwarding.unwrap_or(current.forwarding);
-    quotas::check_all(&mut tx, &per_lb_checks(&current.name, listeners.len(), backends.len(), ranges.len())).await?;
+    quotas::check_all(tx, &per_lb_checks(&current.name, listeners.len(), backends.len(), ranges.len())).await?;
     sqlx::query(
         "UPDATE load_balancers SET listeners = $1, backends = $2, source_ranges = $3, health_check = $4, updated_at = $5, \
          session_affinity = $7, forwarding = $8 WHERE id = $6",
@@ -490,11 +557,9 @@ pub async fn update(db: &Db, id: &str, req: &UpdateLoadBalancerRequest) -> Resul
     .bind(id)
     .bind(affinity.as_str())
     .bind(forwarding.as_str())
-    .execute(&mut *tx)
+    .execute(&mut **tx)
     .await?;
-    let lb = fetch(&mut *tx, id, now).await?;
-    call::commit(tx, id).await?;
-    Ok(lb)
+    fetch(&mut **tx, id, now).await
 }
 
 pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
@@ -506,6 +571,7 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
     if cfg.timings.lb_delete_delay.is_zero() {
         sqlx::query("DELETE FROM load_balancers WHERE id = $1").bind(id).execute(&mut *tx).await?;
         ipam::release(&mut tx, id).await?;
+        forget_beside(&mut tx, id).await?;
     } else {
         sqlx::query(
             "UPDATE load_balancers SET state = 'deleting', next_state = 'deleted', next_state_at = $1, updated_at = $2 WHERE id = $3",

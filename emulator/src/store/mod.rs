@@ -2,6 +2,7 @@
 //! (quota, uniqueness, address free) and the write it guards can never be split by another request.
 
 pub mod accounts;
+pub mod classic_elb;
 mod create;
 pub mod faults;
 pub mod hangs;
@@ -84,6 +85,7 @@ pub async fn reset(db: &Db) -> Result<()> {
         "routes",
         "route_tables",
         "resource_tags",
+        "classic_load_balancers",
         "load_balancers",
         "instances",
         "hangs",

@@ -22,12 +22,16 @@ pub enum Resource {
     /// A resource of the topology (the VPC, a subnet): it exists as long as the cloud does.
     Fixed(String),
     SecurityGroup(String),
+    /// A load balancer, by its native ID (Elastic Load Balancing's tags; deleted with it).
+    LoadBalancer(String),
 }
 
 impl Resource {
     fn id(&self) -> &str {
         match self {
-            Self::Instance(id) | Self::RouteTable(id) | Self::Fixed(id) | Self::SecurityGroup(id) => id,
+            Self::Instance(id) | Self::RouteTable(id) | Self::Fixed(id) | Self::SecurityGroup(id) | Self::LoadBalancer(id) => {
+                id
+            }
         }
     }
 }
@@ -73,18 +77,23 @@ pub async fn change(db: &Db, resources: &[Resource], change: Change<'_>) -> Resu
 /// [`change`] in the caller's transaction: a resource's tags made with it.
 pub async fn change_in(tx: &mut Tx, resources: &[Resource], change: &Change<'_>) -> Result<()> {
     for r in resources {
-        let mut tags = read(tx, r).await?;
-        change.apply(&mut tags);
-        if tags.len() > TAGS_MAX {
-            return Err(ApiError::new(
-                Kind::Exceeded,
-                codes::TAG_LIMIT_EXCEEDED,
-                format!("resource {} would have {} tags; a resource has at most {TAGS_MAX}", r.id(), tags.len()),
-            ));
-        }
-        write(tx, r, &tags).await?;
+        change_one_in(tx, r, change).await?;
     }
     Ok(())
+}
+
+/// Change the tags of `r`, which must exist, in the write `tx`.
+pub async fn change_one_in(tx: &mut Tx, r: &Resource, change: &Change<'_>) -> Result<()> {
+    let mut tags = read(tx, r).await?;
+    change.apply(&mut tags);
+    if tags.len() > TAGS_MAX {
+        return Err(ApiError::new(
+            Kind::Exceeded,
+            codes::TAG_LIMIT_EXCEEDED,
+            format!("resource {} would have {} tags; a resource has at most {TAGS_MAX}", r.id(), tags.len()),
+        ));
+    }
+    write(tx, r, &tags).await
 }
 
 /// The tags `r` has now; an error if it does not exist.
@@ -118,6 +127,19 @@ async fn read(tx: &mut Tx, r: &Resource) -> Result<BTreeMap<String, String>> {
             others_of(tx, id).await
         }
         Resource::Fixed(id) => others_of(tx, id).await,
+        Resource::LoadBalancer(id) => {
+            let found: Option<String> = sqlx::query_scalar("SELECT id FROM load_balancers WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?;
+            if found.is_none() {
+                return Err(ApiError::not_found(
+                    codes::LOAD_BALANCER_NOT_FOUND,
+                    format!("load balancer {id} does not exist"),
+                ));
+            }
+            others_of(tx, id).await
+        }
     }
 }
 
@@ -142,7 +164,7 @@ async fn write(tx: &mut Tx, r: &Resource, tags: &BTreeMap<String, String>) -> Re
             let json = serde_json::to_string(tags).map_err(|e| ApiError::internal(e.to_string()))?;
             sqlx::query("UPDATE instances SET tags = $1 WHERE id = $2").bind(json).bind(id).execute(&mut **tx).await?;
         }
-        Resource::RouteTable(id) | Resource::Fixed(id) | Resource::SecurityGroup(id) => {
+        Resource::RouteTable(id) | Resource::Fixed(id) | Resource::SecurityGroup(id) | Resource::LoadBalancer(id) => {
             forget(tx, id).await?;
             for (k, v) in tags {
                 sqlx::query("INSERT INTO resource_tags (resource_id, key, value) VALUES ($1, $2, $3)")
@@ -161,6 +183,26 @@ async fn write(tx: &mut Tx, r: &Resource, tags: &BTreeMap<String, String>) -> Re
 pub async fn forget(tx: &mut Tx, id: &str) -> Result<()> {
     sqlx::query("DELETE FROM resource_tags WHERE resource_id = $1").bind(id).execute(&mut **tx).await?;
     Ok(())
+}
+
+/// The tags of each of `ids` (resources of `resource_tags`) that has any, by ID.
+pub async fn of(db: &Db, ids: &[String]) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let sql = format!(
+        "SELECT resource_id, key, value FROM resource_tags WHERE resource_id IN ({}) ORDER BY resource_id, key",
+        crate::db::params(1, ids.len())
+    );
+    let mut q = sqlx::query_as::<_, (String, String, String)>(sqlx::AssertSqlSafe(sql));
+    for id in ids {
+        q = q.bind(id);
+    }
+    for (id, k, v) in q.fetch_all(db.reader()).await? {
+        out.entry(id).or_default().insert(k, v);
+    }
+    Ok(out)
 }
 
 /// The tags of every resource but the instances (whose tags come with them), by resource ID.
