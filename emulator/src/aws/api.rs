@@ -3,12 +3,14 @@
 //! versions), by its `Version`. What each API's table says of an action (its name, the native operation it
 //! stands for, whether it reads) is asked here, so that the face's one path serves them all.
 
-use super::ec2;
+use super::{ec2, elb};
 
 /// An AWS API answered by the face.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
     Ec2,
+    /// Classic Elastic Load Balancing (2012-06-01).
+    Elb,
 }
 
 /// How an API writes its answers (the Query protocol has two dialects).
@@ -22,12 +24,13 @@ pub enum Style {
 }
 
 impl Api {
-    pub const ALL: [Api; 1] = [Api::Ec2];
+    pub const ALL: [Api; 2] = [Api::Ec2, Api::Elb];
 
     /// The service name its requests are signed for.
     pub fn service(self) -> &'static str {
         match self {
             Api::Ec2 => ec2::SERVICE,
+            Api::Elb => elb::SERVICE,
         }
     }
 
@@ -35,6 +38,7 @@ impl Api {
     pub fn version(self) -> &'static str {
         match self {
             Api::Ec2 => ec2::VERSION,
+            Api::Elb => elb::VERSION,
         }
     }
 
@@ -42,12 +46,14 @@ impl Api {
     pub fn xmlns(self) -> &'static str {
         match self {
             Api::Ec2 => ec2::XMLNS,
+            Api::Elb => elb::XMLNS,
         }
     }
 
     pub fn style(self) -> Style {
         match self {
             Api::Ec2 => Style::Ec2,
+            Api::Elb => Style::Query,
         }
     }
 
@@ -55,6 +61,7 @@ impl Api {
     pub fn action(self, action: &str) -> Option<&'static str> {
         match self {
             Api::Ec2 => ec2::action(action),
+            Api::Elb => elb::action(action),
         }
     }
 
@@ -62,6 +69,7 @@ impl Api {
     pub fn native(self, action: &str) -> Option<&'static str> {
         match self {
             Api::Ec2 => ec2::native(action),
+            Api::Elb => elb::native(action),
         }
     }
 
@@ -69,6 +77,7 @@ impl Api {
     pub fn reads(self, action: &str) -> bool {
         match self {
             Api::Ec2 => ec2::reads(action),
+            Api::Elb => elb::reads(action),
         }
     }
 
@@ -76,6 +85,7 @@ impl Api {
     pub fn names(self) -> Vec<&'static str> {
         match self {
             Api::Ec2 => ec2::names().collect(),
+            Api::Elb => elb::names().collect(),
         }
     }
 
@@ -111,6 +121,7 @@ mod tests {
         assert_eq!(Api::of("ec2", Some("2010-01-01")), Some(Api::Ec2));
         assert_eq!(Api::of("ec2", None), Some(Api::Ec2));
         assert_eq!(Api::of("s3", Some(ec2::VERSION)), None);
-        assert_eq!(Api::services(), ["ec2"]);
+        assert_eq!(Api::of("elasticloadbalancing", Some(elb::VERSION)), Some(Api::Elb));
+        assert_eq!(Api::services(), ["ec2", "elasticloadbalancing"]);
     }
 }

@@ -71,6 +71,7 @@ impl AwsError {
     pub fn of(e: ApiError, api: Api) -> Self {
         let (status, code): (StatusCode, Cow<'static, str>) = match api {
             Api::Ec2 => ec2(&e),
+            Api::Elb => elb(&e),
         };
         Self::new(status, code, e.message)
     }
@@ -150,6 +151,43 @@ fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
     }
 }
 
+/// Classic Elastic Load Balancing's status and code for the cloud's error `e` (botocore's `elb/2012-06-01`
+/// model: its errors are client errors, 400, but `InvalidConfigurationRequest`, 409). It throttles with 400
+/// `Throttling` (the ELB throttling guide), which botocore's standard retryer and aws-sdk-go-v2's take for
+/// throttling; the cloud unavailable is 503 `ServiceUnavailable`, a bug 500 `InternalFailure`, both retried.
+fn elb(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
+    let fixed = |status: StatusCode, code: &'static str| (status, Cow::Borrowed(code));
+    if let (Kind::Exceeded, Some(quota)) = (e.kind, e.quota) {
+        let (status, code) = quota_refusal(RateLimitPreset::AwsElb, quota);
+        return fixed(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), code);
+    }
+    match (kind_of(e), e.code.as_ref()) {
+        (Kind::NotFound, codes::LOAD_BALANCER_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "LoadBalancerNotFound"),
+        (Kind::Conflict, codes::LOAD_BALANCER_ALREADY_EXISTS) => {
+            fixed(StatusCode::BAD_REQUEST, "DuplicateLoadBalancerName")
+        }
+        // An instance that does not exist, or cannot be registered (not running).
+        (Kind::Invalid, codes::INVALID_TARGET) | (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => {
+            fixed(StatusCode::BAD_REQUEST, "InvalidInstance")
+        }
+        (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TooManyTags"),
+        // The scheme's pool has no address left.
+        (Kind::Exceeded, codes::INSUFFICIENT_ADDRESS_CAPACITY) => fixed(StatusCode::BAD_REQUEST, "InvalidSubnet"),
+        (Kind::Invalid | Kind::NotFound, _) => fixed(StatusCode::BAD_REQUEST, "ValidationError"),
+        (Kind::Conflict, _) => fixed(StatusCode::CONFLICT, "InvalidConfigurationRequest"),
+        (Kind::Exceeded, _) => fixed(StatusCode::BAD_REQUEST, "LimitExceeded"),
+        (Kind::Throttled, _) => fixed(StatusCode::BAD_REQUEST, "Throttling"),
+        (Kind::Unavailable, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+        (Kind::Status(401), _) => fixed(StatusCode::UNAUTHORIZED, "AuthFailure"),
+        (Kind::Status(408), _) => fixed(StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
+        (Kind::Status(s), code) if (400..500).contains(&s) => (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string())),
+        (Kind::Status(s), _) => {
+            fixed(StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "InternalFailure")
+        }
+        (Kind::Internal, _) => fixed(StatusCode::INTERNAL_SERVER_ERROR, "InternalFailure"),
+    }
+}
+
 /// EC2's, the API of every call the face answers so far (`AwsError::of` names the API).
 impl From<ApiError> for AwsError {
     fn from(e: ApiError) -> Self {
@@ -197,6 +235,29 @@ mod tests {
         assert_eq!((routes.status, routes.code.as_ref()), (StatusCode::BAD_REQUEST, "RouteLimitExceeded"));
         let limited = AwsError::from(ApiError::new(Kind::Throttled, "SlowDown", "a rate limit"));
         assert_eq!((limited.status, limited.code.as_ref()), (StatusCode::SERVICE_UNAVAILABLE, "RequestLimitExceeded"));
+        // Classic ELB's words for the same errors.
+        let elb = |e: ApiError| {
+            let e = AwsError::of(e, Api::Elb);
+            (e.status.as_u16(), e.code.into_owned())
+        };
+        let missing = ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, "no load balancer x");
+        assert_eq!(elb(missing), (400, "LoadBalancerNotFound".into()));
+        let taken = ApiError::conflict(codes::LOAD_BALANCER_ALREADY_EXISTS, "name x is in use");
+        assert_eq!(elb(taken), (400, "DuplicateLoadBalancerName".into()));
+        assert_eq!(elb(ApiError::bad_request(codes::INVALID_TARGET, "no i-1")), (400, "InvalidInstance".into()));
+        let lbs = ApiError::quota_exceeded(fakecloud_api::QuotaName::LoadBalancers, 1, "a load balancer");
+        assert_eq!(elb(lbs), (400, "TooManyLoadBalancers".into()));
+        let listeners = ApiError::quota_exceeded(fakecloud_api::QuotaName::ListenersPerLoadBalancer, 1, "a listener");
+        assert_eq!(elb(listeners), (400, "TooManyListeners".into()));
+        let tags = ApiError::new(Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED, "51 tags");
+        assert_eq!(elb(tags), (400, "TooManyTags".into()));
+        assert_eq!(elb(ApiError::new(Kind::Throttled, "SlowDown", "a rate limit")), (400, "Throttling".into()));
+        assert_eq!(elb(ApiError::new(Kind::Status(429), "TooManyRequests", "a rule")), (400, "Throttling".into()));
+        assert_eq!(elb(ApiError::new(Kind::Status(503), "Unavailable", "a rule")), (503, "ServiceUnavailable".into()));
+        assert_eq!(elb(ApiError::new(Kind::Unavailable, "Busy", "busy")), (503, "ServiceUnavailable".into()));
+        assert_eq!(elb(ApiError::internal("a bug")), (500, "InternalFailure".into()));
+        let state = ApiError::conflict(codes::INCORRECT_LOAD_BALANCER_STATE, "being deleted");
+        assert_eq!(elb(state), (409, "InvalidConfigurationRequest".into()));
         let bad = AwsError::from(Refusal::Mismatch);
         assert_eq!(
             (bad.status, bad.code.as_ref(), bad.message.as_str()),

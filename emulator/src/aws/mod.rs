@@ -9,11 +9,12 @@
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
 //! - `error`: AWS's codes, for the face's refusals and the cloud's errors alike.
 //! - `api`: which API a call is to, and what its table says of an action.
-//! - `ec2`: EC2's operations.
+//! - `ec2`: EC2's operations. `elb`: classic Elastic Load Balancing's.
 
 mod api;
 pub mod credentials;
 mod ec2;
+mod elb;
 mod error;
 mod query;
 pub mod sigv4;
@@ -220,6 +221,7 @@ async fn judged(
     let run = async {
         let answer = match api {
             Api::Ec2 => ec2::call(st, &face.keys, action, params).await,
+            Api::Elb => elb::call(st, &face.keys, action, params).await,
         };
         answer
             .and_then(|a| xml::response(api.style(), api.xmlns(), action, request_id, a))

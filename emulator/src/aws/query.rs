@@ -129,6 +129,53 @@ impl Params {
         Ok(found.into_values().collect())
     }
 
+    /// The list `prefix.member.1`, `prefix.member.2`, … (the Query protocol's lists outside EC2); `prefix=` alone is
+    /// an empty list, as the SDKs send one (botocore's and aws-sdk-go-v2's query serializers).
+    pub fn members(&mut self, prefix: &str) -> Result<Vec<String>> {
+        let empty = self.take_empty(prefix)?;
+        let found = self.list(&format!("{prefix}.member"))?;
+        self.not_both(prefix, empty, found.is_empty())?;
+        Ok(found)
+    }
+
+    /// The list of structures `prefix.member.N.…`, in index order; `prefix=` alone is an empty list.
+    pub fn member_structures(&mut self, prefix: &str) -> Result<Vec<Params>> {
+        let empty = self.take_empty(prefix)?;
+        let found = self.structures(&format!("{prefix}.member"))?;
+        self.not_both(prefix, empty, found.is_empty())?;
+        Ok(found)
+    }
+
+    /// Whether `prefix` is given as an empty list (`prefix=`); a value there is not a list.
+    fn take_empty(&mut self, prefix: &str) -> Result<bool> {
+        match self.map.get(prefix).map(String::as_str) {
+            None => Ok(false),
+            Some("") => {
+                self.map.remove(prefix);
+                Ok(true)
+            }
+            Some(_) => Err(AwsError::invalid_value(format!(
+                "The parameter {} is a list: give its members as {0}.member.N",
+                self.name_of(prefix)
+            ))),
+        }
+    }
+
+    fn not_both(&self, prefix: &str, empty: bool, none: bool) -> Result<()> {
+        if empty && !none {
+            return Err(AwsError::invalid_value(format!(
+                "The list {} is given both empty and with members",
+                self.name_of(prefix)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether nothing was given (a structure none of whose members the request has).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     /// `Filter.N.Name` and `Filter.N.Value.M`, in index order; a filter needs a name and a value.
     pub fn filters(&mut self) -> Result<Vec<Filter>> {
         let mut by_index: BTreeMap<usize, (Option<String>, BTreeMap<usize, String>)> = BTreeMap::new();
@@ -280,6 +327,23 @@ mod tests {
         assert_eq!(p.structures("Tag").unwrap_err().code, "InvalidParameterValue");
         let mut p = Params::parse("", b"Tag.1=a").unwrap();
         assert_eq!(p.structures("Tag").unwrap_err().code, "UnknownParameter");
+    }
+
+    #[test]
+    fn member_lists_are_read_in_index_order_and_an_empty_one_is_given_bare() {
+        let form = b"Names.member.2=b&Names.member.1=a&Empty=&L.member.1.Key=k&L.member.1.Value=v";
+        let mut p = Params::parse("", form).unwrap();
+        assert_eq!(p.members("Names").unwrap(), ["a", "b"]);
+        assert!(p.members("Empty").unwrap().is_empty());
+        assert!(p.members("Absent").unwrap().is_empty());
+        let mut l = p.member_structures("L").unwrap();
+        assert_eq!((l[0].take("Key").as_deref(), l[0].take("Value").as_deref()), (Some("k"), Some("v")));
+        assert!(l[0].is_empty());
+        p.finish().unwrap();
+        let mut p = Params::parse("", b"Names=a").unwrap();
+        assert_eq!(p.members("Names").unwrap_err().code, "InvalidParameterValue");
+        let mut p = Params::parse("", b"Names=&Names.member.1=a").unwrap();
+        assert_eq!(p.members("Names").unwrap_err().code, "InvalidParameterValue");
     }
 
     #[test]

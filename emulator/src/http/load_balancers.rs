@@ -117,8 +117,9 @@ async fn delete_load_balancer(State(st): State<AppState>, ApiPath(id): ApiPath<S
 /// Load balancers as every call answers them: with the data plane on, their `ip_mode` (from their forwarding),
 /// listeners' states and backends' health — the same from a create, an update or a delete as from a get, since
 /// a CCM builds a Service's status from whichever answer it has last. Through a replica without the data
-/// plane, on a database another replica serves it from, what that one published.
-async fn show(st: &AppState, lbs: &mut [LoadBalancer]) {
+/// plane, on a database another replica serves it from, what that one published. (Classic ELB's
+/// DescribeInstanceHealth reads its backends' health from here too.)
+pub(crate) async fn show(st: &AppState, lbs: &mut [LoadBalancer]) {
     if let Some(dataplane) = &st.dataplane {
         lbs.iter_mut().for_each(|lb| dataplane.annotate(lb));
     } else if st.db.backend() == Backend::Postgres {

@@ -19,6 +19,7 @@ mod quotas;
 mod reply;
 mod state;
 
+pub(crate) use self::load_balancers::show;
 pub use self::state::{AppState, Registry};
 // For the other faces of the cloud (`crate::aws`): the bound on a request body, and how a call is recorded.
 pub(crate) use self::extract::MAX_BODY_BYTES;

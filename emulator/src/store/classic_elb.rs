@@ -238,10 +238,12 @@ async fn put(tx: &mut Tx, id: &str, classic: &Classic) -> Result<()> {
 }
 
 /// Change the load balancer named `name` in one transaction: `change` edits its record and says what its native
-/// row becomes (`None`: as it is). A refusal changes neither. A classic load balancer may lose its last listener.
-pub async fn change<F>(db: &Db, name: &str, change: F) -> Result<Listed>
+/// row becomes (`None`: as it is). A refusal, the store's or `change`'s own, changes neither. A classic load
+/// balancer may lose its last listener.
+pub async fn change<F, E>(db: &Db, name: &str, change: F) -> std::result::Result<Listed, E>
 where
-    F: FnOnce(&LoadBalancer, &mut Classic) -> Result<Option<UpdateLoadBalancerRequest>>,
+    F: FnOnce(&LoadBalancer, &mut Classic) -> std::result::Result<Option<UpdateLoadBalancerRequest>, E>,
+    E: From<ApiError>,
 {
     let (mut tx, now) = begin(db).await?;
     let names = [name.to_string()];
@@ -250,6 +252,6 @@ where
         listed.lb = load_balancers::update_in(&mut tx, now, &listed.lb.id, &req, 0).await?;
     }
     put(&mut tx, &listed.lb.id, &listed.classic).await?;
-    call::commit(tx, &listed.lb.id).await?;
+    call::commit(tx, &listed.lb.id).await.map_err(ApiError::from)?;
     Ok(listed)
 }

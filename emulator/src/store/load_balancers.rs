@@ -304,7 +304,10 @@ impl Beside for Native {
 /// Drop what the faces keep of the load balancer `id`, in the transaction that deletes its row.
 async fn forget_beside(tx: &mut Tx, id: &str) -> Result<()> {
     for (table, column) in lifecycle::LB_BESIDE {
-        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE {column} = $1"))).bind(id).execute(&mut **tx).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE {column} = $1")))
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }

@@ -21,6 +21,8 @@ use crate::http::AppState;
 use crate::store;
 use crate::store::instances::Action;
 
+pub(super) use self::network::subnet_id;
+/// The VPC and its subnets, as classic ELB names them too (and the VPC's ID, whose default group the cloud makes).
 pub use self::network::vpc_id;
 pub use self::operations::{names, native, reads};
 
