@@ -48,6 +48,18 @@ async fn send_signed(
 /// The request [`send_signed`] sends.
 pub(crate) fn signed(
     url: &str,
+    signer: (&str, &str, &str, SystemTime),
+    method: &str,
+    query: &str,
+    form: &str,
+) -> reqwest::RequestBuilder {
+    signed_for("ec2", url, signer, method, query, form)
+}
+
+/// [`signed`], signed for `service` (Elastic Load Balancing's calls are signed for `elasticloadbalancing`).
+pub(crate) fn signed_for(
+    service: &str,
+    url: &str,
     (key_id, secret, region, signed_at): (&str, &str, &str, SystemTime),
     method: &str,
     query: &str,
@@ -58,7 +70,7 @@ pub(crate) fn signed(
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region(region)
-        .name("ec2")
+        .name(service)
         .time(signed_at)
         .settings(SigningSettings::default())
         .build()

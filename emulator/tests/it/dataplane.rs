@@ -21,7 +21,7 @@ use tokio::process::Child;
 use tokio::task::JoinHandle;
 
 /// How long the data plane may take to follow a change (it promises a second): only a hang takes this long.
-const FOLLOW: Duration = HANG;
+pub(crate) const FOLLOW: Duration = HANG;
 /// How long one exchange with the data plane (a connect, a greeting, an echo) may take. The checks on what
 /// comes back depend on it, so only a hang reaches it; a connection refused or closed at once ends sooner.
 const IO: Duration = HANG;
@@ -30,7 +30,7 @@ const TRY: Duration = Duration::from_secs(3);
 
 /// A backend: greets each connection with its name and a newline, then echoes lines; and answers HTTP 200 on
 /// its health port.
-struct Backend {
+pub(crate) struct Backend {
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -67,7 +67,7 @@ impl Backend {
     }
 
     /// Close both listening sockets (connections already open stay).
-    fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.tasks.iter().for_each(JoinHandle::abort);
     }
 }
@@ -91,14 +91,14 @@ fn ip(s: &str) -> IpAddr {
 
 /// Backends named `names` on `127.78.<net>.1`, `.2`, … (one test's own addresses), on the same traffic and health
 /// ports, each the private IP of an instance `node-1`, `node-2`, …
-struct Backends {
-    port: u16,
-    health_port: u16,
-    servers: Vec<Backend>,
-    instances: Vec<String>,
+pub(crate) struct Backends {
+    pub(crate) port: u16,
+    pub(crate) health_port: u16,
+    pub(crate) servers: Vec<Backend>,
+    pub(crate) instances: Vec<String>,
 }
 
-async fn backends(c: &Client, net: u8, names: &[&'static str]) -> Backends {
+pub(crate) async fn backends(c: &Client, net: u8, names: &[&'static str]) -> Backends {
     let ips: Vec<IpAddr> = (1..=names.len()).map(|k| ip(&format!("127.78.{net}.{k}"))).collect();
     let (port, health_port) = free_ports(ips[0]).await;
     let (mut servers, mut instances) = (Vec::new(), Vec::new());
@@ -123,7 +123,7 @@ async fn hello_from(from: Option<IpAddr>, to: SocketAddr) -> Option<(String, Tcp
     (n > 0).then(|| (line.trim_end().to_string(), stream))
 }
 
-async fn hello(to: SocketAddr) -> Option<String> {
+pub(crate) async fn hello(to: SocketAddr) -> Option<String> {
     hello_from(None, to).await.map(|(name, _)| name)
 }
 
@@ -181,7 +181,7 @@ async fn create_lb(c: &Client, req: CreateLoadBalancerRequest) -> LoadBalancer {
 }
 
 /// Wait until `to` is answered by one of `names`.
-async fn answers(to: SocketAddr, names: &[&str]) {
+pub(crate) async fn answers(to: SocketAddr, names: &[&str]) {
     eventually(FOLLOW, &format!("{to} to answer from {names:?}"), || async {
         hello(to).await.filter(|n| names.contains(&n.as_str())).map(drop)
     })

@@ -4,6 +4,7 @@
 mod accounts;
 mod audit_and_metrics;
 mod aws;
+mod aws_elb;
 mod aws_faults;
 mod aws_security_groups;
 mod body_props;
