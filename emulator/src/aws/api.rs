@@ -89,6 +89,15 @@ impl Api {
         }
     }
 
+    /// Every action it answers.
+    #[cfg(test)]
+    fn actions(self) -> &'static [&'static str] {
+        match self {
+            Api::Ec2 => ec2::ACTIONS,
+            Api::Elb => elb::ACTIONS,
+        }
+    }
+
     /// The API a call signed for `service` is to: the one that signs as `service` with the call's `version`, or,
     /// failing that, the first that signs as `service`, which then refuses the version in its own words. `None`
     /// for a service the face does not answer.
@@ -113,6 +122,30 @@ impl Api {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every action an API answers has one row in its table (`ec2/operations.rs`, `elb/operations.rs`), naming
+    /// one of the native API's operations or none; the table names no other action.
+    #[test]
+    fn every_action_stands_for_one_native_operation() {
+        let natives = crate::http::operation_names();
+        for api in Api::ALL {
+            let names = api.names();
+            for action in api.actions() {
+                assert_eq!(names.iter().filter(|a| *a == action).count(), 1, "{action} has one row in {api:?}'s table");
+                if let Some(native) = api.native(action) {
+                    assert!(
+                        natives.iter().any(|n| n == native),
+                        "{action} stands for {native}, not a native operation"
+                    );
+                }
+            }
+            for action in names {
+                assert!(api.actions().contains(&action), "{action} is in {api:?}'s table but not answered");
+            }
+        }
+        assert!(Api::Ec2.reads("DescribeInstances") && !Api::Ec2.reads("RunInstances"));
+        assert!(Api::Elb.reads("DescribeInstanceHealth") && !Api::Elb.reads("AddTags"));
+    }
 
     #[test]
     fn a_call_is_to_the_api_its_signature_and_version_name() {

@@ -86,6 +86,16 @@ impl Params {
         }
     }
 
+    /// An integer parameter within `min..=max`, which the operation needs.
+    pub fn required_int(&mut self, name: &str, min: u32, max: u32) -> Result<u32> {
+        self.int(name, min, max)?.ok_or_else(|| {
+            AwsError::client(
+                "MissingParameter",
+                format!("The request must contain the parameter {}", self.name_of(name)),
+            )
+        })
+    }
+
     /// The place a `NextToken` names, the start without one. The face's tokens are its own: a number (a count of
     /// what the pages before passed over, or the last one's position), refused as EC2 refuses a token it did not
     /// give.

@@ -128,16 +128,8 @@ async fn read(tx: &mut Tx, r: &Resource) -> Result<BTreeMap<String, String>> {
         }
         Resource::Fixed(id) => others_of(tx, id).await,
         Resource::LoadBalancer(id) => {
-            let found: Option<String> = sqlx::query_scalar("SELECT id FROM load_balancers WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?;
-            if found.is_none() {
-                return Err(ApiError::not_found(
-                    codes::LOAD_BALANCER_NOT_FOUND,
-                    format!("load balancer {id} does not exist"),
-                ));
-            }
+            let gone = || ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"));
+            exists(tx, "SELECT id FROM load_balancers WHERE id = $1", id, gone).await?;
             others_of(tx, id).await
         }
     }

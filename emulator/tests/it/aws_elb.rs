@@ -124,7 +124,7 @@ async fn a_classic_load_balancer_is_a_native_row_there_at_once_and_described_as_
     assert_eq!(all(&xml, "VPCId").len(), 1);
     assert_eq!(all(&xml, "CanonicalHostedZoneNameID")[0].len(), 14);
     assert!(all(&xml, "CanonicalHostedZoneName").is_empty(), "an internal load balancer has none");
-    assert_eq!(all(&xml, "CreatedTime"), [lb.created_at.clone()]);
+    assert_eq!(all(&xml, "CreatedTime"), std::slice::from_ref(&lb.created_at));
     assert_eq!(all(&xml, "GroupName"), ["sg-0123456789abcdef0"]);
     let tags = ok(&emu, "Action=DescribeTags&LoadBalancerNames.member.1=a1b2c3").await;
     assert_eq!(
@@ -265,7 +265,7 @@ async fn listeners_checks_instances_attributes_and_policies_change_the_load_bala
         &format!("Action=DeregisterInstancesFromLoadBalancer&LoadBalancerName=svc&Instances.member.1.InstanceId={a}"),
     )
     .await;
-    assert_eq!(all(&xml, "InstanceId"), [b.clone()]);
+    assert_eq!(all(&xml, "InstanceId"), std::slice::from_ref(&b));
 
     // Subnets and security groups.
     let xml =

@@ -33,7 +33,7 @@ pub const VERSION: &str = "2016-11-15";
 pub const XMLNS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 
 /// The actions answered, by name (what the audit log and metrics call them too).
-const ACTIONS: &[&str] = &[
+pub(super) const ACTIONS: &[&str] = &[
     "AuthorizeSecurityGroupIngress",
     "CreateRoute",
     "CreateSecurityGroup",

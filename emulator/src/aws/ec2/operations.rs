@@ -2,7 +2,7 @@
 //! it reads. A fault rule or rate limit naming either the action (`DescribeInstances`) or its native operation
 //! (`ListInstances`) applies to it; a service outage follows the native operation's service.
 
-/// Each action the face answers (`super::ACTIONS`, every one: a test checks) and the native operation it does;
+/// Each action the face answers (`super::ACTIONS`, every one: `api.rs`'s test checks) and the native operation it does;
 /// `None` where the native API has none (tags, which it sets only with an instance; the source/destination check,
 /// which nothing in the cloud models; security groups, which only this face has).
 const STANDS_FOR: &[(&str, Option<&str>)] = &[
@@ -45,26 +45,4 @@ pub fn reads(action: &str) -> bool {
 /// The actions' names, which fault rules and rate limits may use beside the native operations'.
 pub fn names() -> impl Iterator<Item = &'static str> {
     STANDS_FOR.iter().map(|(action, _)| *action)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every action answered has one row, naming one of the native API's operations or none; the table names
-    /// no other action.
-    #[test]
-    fn every_action_stands_for_one_native_operation() {
-        let natives = crate::http::operation_names();
-        for action in super::super::ACTIONS {
-            assert_eq!(names().filter(|a| a == action).count(), 1, "{action} has one row in STANDS_FOR");
-            if let Some(native) = native(action) {
-                assert!(natives.iter().any(|n| n == native), "{action} stands for {native}, not a native operation");
-            }
-        }
-        for action in names() {
-            assert!(super::super::ACTIONS.contains(&action), "{action} is in STANDS_FOR but not answered");
-        }
-        assert!(reads("DescribeInstances") && !reads("RunInstances") && !reads("CreateRoute"));
-    }
 }

@@ -8,7 +8,7 @@
 use fakecloud_api::{BackendState, HealthCheck, HealthCheckProtocol, LoadBalancer, UpdateLoadBalancerRequest};
 
 use super::{elb, name, validation};
-use crate::aws::error::{AwsError, Result};
+use crate::aws::error::Result;
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
 use crate::http::AppState;
@@ -47,19 +47,11 @@ fn target(t: &str) -> Result<(HealthCheckProtocol, u16, Option<String>)> {
 pub async fn configure(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let name = name(params)?;
     let mut hc = params.structure("HealthCheck");
-    let required = |hc: &mut Params, field: &str, min: u32, max: u32| -> Result<u32> {
-        hc.int(field, min, max)?.ok_or_else(|| {
-            AwsError::client(
-                "MissingParameter",
-                format!("The request must contain the parameter {}", hc.name_of(field)),
-            )
-        })
-    };
     let given = hc.required("Target")?;
-    let interval = required(&mut hc, "Interval", 5, 300)?;
-    let timeout = required(&mut hc, "Timeout", 2, 60)?;
-    let unhealthy = required(&mut hc, "UnhealthyThreshold", 2, 10)?;
-    let healthy = required(&mut hc, "HealthyThreshold", 2, 10)?;
+    let interval = hc.required_int("Interval", 5, 300)?;
+    let timeout = hc.required_int("Timeout", 2, 60)?;
+    let unhealthy = hc.required_int("UnhealthyThreshold", 2, 10)?;
+    let healthy = hc.required_int("HealthyThreshold", 2, 10)?;
     hc.finish()?;
     params.finish()?;
     if timeout >= interval {

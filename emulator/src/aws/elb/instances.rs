@@ -3,7 +3,7 @@
 
 use fakecloud_api::UpdateLoadBalancerRequest;
 
-use super::name;
+use super::{missing, name};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
@@ -34,7 +34,7 @@ fn answer(backends: &[String]) -> Vec<Node> {
 fn requested(params: &mut Params) -> Result<Vec<String>> {
     let ids = ids(params)?;
     if ids.is_empty() {
-        return Err(AwsError::client("MissingParameter", "The request must contain the parameter Instances.member.1"));
+        return Err(missing("Instances.member.1"));
     }
     Ok(ids)
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::{LoadBalancer, Protocol, UpdateLoadBalancerRequest};
 
-use super::{name, validation};
+use super::{missing, name, validation};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, el, text};
@@ -31,12 +31,7 @@ fn parse(mut l: Params) -> Result<(fakecloud_api::Listener, ListenerMeta)> {
     let port = port.parse::<u32>().ok().filter(|p| allowed_port(*p)).ok_or_else(|| {
         validation(format!("LoadBalancerPort {port} is not valid: it must be 25, 80, 443, 465, 587 or 1024 to 65535"))
     })?;
-    let instance_port = l.int("InstancePort", 1, 65535)?.ok_or_else(|| {
-        AwsError::client(
-            "MissingParameter",
-            format!("The request must contain the parameter {}", l.name_of("InstancePort")),
-        )
-    })?;
+    let instance_port = l.required_int("InstancePort", 1, 65535)?;
     let instance_protocol = l.take("InstanceProtocol").map(|p| p.to_ascii_uppercase());
     let certificate = l.take("SSLCertificateId");
     l.finish()?;
@@ -136,7 +131,7 @@ pub async fn create(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let name = name(params)?;
     let (new, metas) = parse_all(params.member_structures("Listeners")?)?;
     if new.is_empty() {
-        return Err(AwsError::client("MissingParameter", "The request must contain the parameter Listeners.member.1"));
+        return Err(missing("Listeners.member.1"));
     }
     params.finish()?;
     super::change(st, &name, |lb, classic| {
@@ -174,10 +169,7 @@ pub async fn delete(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         .map(|p| p.parse::<u16>().map_err(|_| validation(format!("Invalid LoadBalancerPorts value '{p}'"))))
         .collect::<Result<Vec<u16>>>()?;
     if ports.is_empty() {
-        return Err(AwsError::client(
-            "MissingParameter",
-            "The request must contain the parameter LoadBalancerPorts.member.1",
-        ));
+        return Err(missing("LoadBalancerPorts.member.1"));
     }
     params.finish()?;
     super::change(st, &name, |lb, classic| {

@@ -33,7 +33,7 @@ pub const XMLNS: &str = "http://elasticloadbalancing.amazonaws.com/doc/2012-06-0
 
 /// The actions answered, by name: every call cloud-provider-aws v1.37.1 makes on classic ELB (its `ELB`
 /// interface in `aws.go`), and the reads and tags a user's test makes beside them.
-const ACTIONS: &[&str] = &[
+pub(super) const ACTIONS: &[&str] = &[
     "AddTags",
     "ApplySecurityGroupsToLoadBalancer",
     "AttachLoadBalancerToSubnets",
@@ -134,6 +134,11 @@ fn validation(message: impl Into<String>) -> AwsError {
 /// A change classic ELB refuses for the load balancer's configuration: 409, as botocore's model gives it.
 fn invalid_configuration(message: impl Into<String>) -> AwsError {
     AwsError::new(axum::http::StatusCode::CONFLICT, "InvalidConfigurationRequest", message)
+}
+
+/// A parameter the call needs and lacks (`name` as the request would give it).
+fn missing(name: &str) -> AwsError {
+    AwsError::client("MissingParameter", format!("The request must contain the parameter {name}"))
 }
 
 /// The `LoadBalancerName` a call is about.

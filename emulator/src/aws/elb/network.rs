@@ -7,7 +7,7 @@
 //! `security_groups` column) for the security groups' own link to load balancers, which the data plane is to
 //! enforce; until then they are answered and allow every client.
 
-use super::{invalid_configuration, name, validation};
+use super::{invalid_configuration, missing, name, validation};
 use crate::aws::ec2::subnet_id;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
@@ -95,7 +95,7 @@ fn subnets_answer(subnets: &[String]) -> Vec<Node> {
 fn requested_subnets(params: &mut Params) -> Result<Vec<String>> {
     let subnets = params.members("Subnets")?;
     if subnets.is_empty() {
-        return Err(AwsError::client("MissingParameter", "The request must contain the parameter Subnets.member.1"));
+        return Err(missing("Subnets.member.1"));
     }
     Ok(subnets)
 }
@@ -135,10 +135,7 @@ pub async fn apply_security_groups(st: &AppState, params: &mut Params) -> Result
     let name = name(params)?;
     let given = groups(params.members("SecurityGroups")?)?;
     if given.is_empty() {
-        return Err(AwsError::client(
-            "MissingParameter",
-            "The request must contain the parameter SecurityGroups.member.1",
-        ));
+        return Err(missing("SecurityGroups.member.1"));
     }
     params.finish()?;
     let listed = super::change(st, &name, |_, classic| {

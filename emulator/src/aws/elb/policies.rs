@@ -117,10 +117,7 @@ pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
 }
 
 fn port(params: &mut Params, field: &str) -> Result<u16> {
-    let p = params.int(field, 1, 65535)?.ok_or_else(|| {
-        AwsError::client("MissingParameter", format!("The request must contain the parameter {field}"))
-    })?;
-    Ok(p as u16)
+    Ok(params.required_int(field, 1, 65535)? as u16)
 }
 
 /// The policies given replace the listener's; an empty list removes them.

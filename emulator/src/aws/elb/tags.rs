@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::limits::TAGS_MAX;
 
-use super::{elb, load_balancers, validation};
+use super::{elb, load_balancers, missing, validation};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
@@ -79,7 +79,7 @@ async fn the_one(st: &AppState, params: &mut Params) -> Result<Resource> {
 pub async fn add(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let tags = parse(params.member_structures("Tags")?)?;
     if tags.is_empty() {
-        return Err(AwsError::client("MissingParameter", "The request must contain the parameter Tags.member.1"));
+        return Err(missing("Tags.member.1"));
     }
     let target = the_one(st, params).await?;
     params.finish()?;
@@ -94,7 +94,7 @@ pub async fn remove(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         tag.finish()?;
     }
     if keys.is_empty() {
-        return Err(AwsError::client("MissingParameter", "The request must contain the parameter Tags.member.1"));
+        return Err(missing("Tags.member.1"));
     }
     let target = the_one(st, params).await?;
     params.finish()?;
