@@ -613,82 +613,101 @@ func (e SessionAffinity) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperation.
 const (
-	SetRateLimitRequestOperationAddFault                      SetRateLimitRequestOperation = "AddFault"
-	SetRateLimitRequestOperationAddLbFault                    SetRateLimitRequestOperation = "AddLbFault"
-	SetRateLimitRequestOperationAuthorizeSecurityGroupIngress SetRateLimitRequestOperation = "AuthorizeSecurityGroupIngress"
-	SetRateLimitRequestOperationClearFaults                   SetRateLimitRequestOperation = "ClearFaults"
-	SetRateLimitRequestOperationClearRateLimitPresets         SetRateLimitRequestOperation = "ClearRateLimitPresets"
-	SetRateLimitRequestOperationCreateAccount                 SetRateLimitRequestOperation = "CreateAccount"
-	SetRateLimitRequestOperationCreateInstance                SetRateLimitRequestOperation = "CreateInstance"
-	SetRateLimitRequestOperationCreateLoadBalancer            SetRateLimitRequestOperation = "CreateLoadBalancer"
-	SetRateLimitRequestOperationCreateRoute                   SetRateLimitRequestOperation = "CreateRoute"
-	SetRateLimitRequestOperationCreateRouteTable              SetRateLimitRequestOperation = "CreateRouteTable"
-	SetRateLimitRequestOperationCreateSecurityGroup           SetRateLimitRequestOperation = "CreateSecurityGroup"
-	SetRateLimitRequestOperationCreateTags                    SetRateLimitRequestOperation = "CreateTags"
-	SetRateLimitRequestOperationDeleteAccount                 SetRateLimitRequestOperation = "DeleteAccount"
-	SetRateLimitRequestOperationDeleteFault                   SetRateLimitRequestOperation = "DeleteFault"
-	SetRateLimitRequestOperationDeleteLbFault                 SetRateLimitRequestOperation = "DeleteLbFault"
-	SetRateLimitRequestOperationDeleteLoadBalancer            SetRateLimitRequestOperation = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationDeleteRateLimit               SetRateLimitRequestOperation = "DeleteRateLimit"
-	SetRateLimitRequestOperationDeleteRoute                   SetRateLimitRequestOperation = "DeleteRoute"
-	SetRateLimitRequestOperationDeleteRouteTable              SetRateLimitRequestOperation = "DeleteRouteTable"
-	SetRateLimitRequestOperationDeleteSecurityGroup           SetRateLimitRequestOperation = "DeleteSecurityGroup"
-	SetRateLimitRequestOperationDeleteTags                    SetRateLimitRequestOperation = "DeleteTags"
-	SetRateLimitRequestOperationDescribeAvailabilityZones     SetRateLimitRequestOperation = "DescribeAvailabilityZones"
-	SetRateLimitRequestOperationDescribeInstances             SetRateLimitRequestOperation = "DescribeInstances"
-	SetRateLimitRequestOperationDescribeRouteTables           SetRateLimitRequestOperation = "DescribeRouteTables"
-	SetRateLimitRequestOperationDescribeSecurityGroups        SetRateLimitRequestOperation = "DescribeSecurityGroups"
-	SetRateLimitRequestOperationDescribeSubnets               SetRateLimitRequestOperation = "DescribeSubnets"
-	SetRateLimitRequestOperationDescribeTags                  SetRateLimitRequestOperation = "DescribeTags"
-	SetRateLimitRequestOperationDescribeVpcs                  SetRateLimitRequestOperation = "DescribeVpcs"
-	SetRateLimitRequestOperationGetAccount                    SetRateLimitRequestOperation = "GetAccount"
-	SetRateLimitRequestOperationGetInstance                   SetRateLimitRequestOperation = "GetInstance"
-	SetRateLimitRequestOperationGetLbProvisioning             SetRateLimitRequestOperation = "GetLbProvisioning"
-	SetRateLimitRequestOperationGetLoadBalancer               SetRateLimitRequestOperation = "GetLoadBalancer"
-	SetRateLimitRequestOperationGetQuota                      SetRateLimitRequestOperation = "GetQuota"
-	SetRateLimitRequestOperationGetRegion                     SetRateLimitRequestOperation = "GetRegion"
-	SetRateLimitRequestOperationInstallRateLimitPreset        SetRateLimitRequestOperation = "InstallRateLimitPreset"
-	SetRateLimitRequestOperationLessThannil                   SetRateLimitRequestOperation = "<nil>"
-	SetRateLimitRequestOperationListAccounts                  SetRateLimitRequestOperation = "ListAccounts"
-	SetRateLimitRequestOperationListAudit                     SetRateLimitRequestOperation = "ListAudit"
-	SetRateLimitRequestOperationListFaults                    SetRateLimitRequestOperation = "ListFaults"
-	SetRateLimitRequestOperationListHangs                     SetRateLimitRequestOperation = "ListHangs"
-	SetRateLimitRequestOperationListInstances                 SetRateLimitRequestOperation = "ListInstances"
-	SetRateLimitRequestOperationListLbFaults                  SetRateLimitRequestOperation = "ListLbFaults"
-	SetRateLimitRequestOperationListLoadBalancers             SetRateLimitRequestOperation = "ListLoadBalancers"
-	SetRateLimitRequestOperationListOutages                   SetRateLimitRequestOperation = "ListOutages"
-	SetRateLimitRequestOperationListQuotas                    SetRateLimitRequestOperation = "ListQuotas"
-	SetRateLimitRequestOperationListRateLimitPresets          SetRateLimitRequestOperation = "ListRateLimitPresets"
-	SetRateLimitRequestOperationListRateLimits                SetRateLimitRequestOperation = "ListRateLimits"
-	SetRateLimitRequestOperationListRouteTables               SetRateLimitRequestOperation = "ListRouteTables"
-	SetRateLimitRequestOperationListRoutes                    SetRateLimitRequestOperation = "ListRoutes"
-	SetRateLimitRequestOperationModifyInstanceAttribute       SetRateLimitRequestOperation = "ModifyInstanceAttribute"
-	SetRateLimitRequestOperationReclaimSpot                   SetRateLimitRequestOperation = "ReclaimSpot"
-	SetRateLimitRequestOperationReleaseLease                  SetRateLimitRequestOperation = "ReleaseLease"
-	SetRateLimitRequestOperationRenewLease                    SetRateLimitRequestOperation = "RenewLease"
-	SetRateLimitRequestOperationReset                         SetRateLimitRequestOperation = "Reset"
-	SetRateLimitRequestOperationResetLbProvisioning           SetRateLimitRequestOperation = "ResetLbProvisioning"
-	SetRateLimitRequestOperationRevokeSecurityGroupIngress    SetRateLimitRequestOperation = "RevokeSecurityGroupIngress"
-	SetRateLimitRequestOperationRunInstances                  SetRateLimitRequestOperation = "RunInstances"
-	SetRateLimitRequestOperationSetLbProvisioning             SetRateLimitRequestOperation = "SetLbProvisioning"
-	SetRateLimitRequestOperationSetQuota                      SetRateLimitRequestOperation = "SetQuota"
-	SetRateLimitRequestOperationSetRateLimit                  SetRateLimitRequestOperation = "SetRateLimit"
-	SetRateLimitRequestOperationSnapshot                      SetRateLimitRequestOperation = "Snapshot"
-	SetRateLimitRequestOperationStartHang                     SetRateLimitRequestOperation = "StartHang"
-	SetRateLimitRequestOperationStartInstance                 SetRateLimitRequestOperation = "StartInstance"
-	SetRateLimitRequestOperationStartInstances                SetRateLimitRequestOperation = "StartInstances"
-	SetRateLimitRequestOperationStartOutage                   SetRateLimitRequestOperation = "StartOutage"
-	SetRateLimitRequestOperationStartSpotRandom               SetRateLimitRequestOperation = "StartSpotRandom"
-	SetRateLimitRequestOperationStopHang                      SetRateLimitRequestOperation = "StopHang"
-	SetRateLimitRequestOperationStopInstance                  SetRateLimitRequestOperation = "StopInstance"
-	SetRateLimitRequestOperationStopInstances                 SetRateLimitRequestOperation = "StopInstances"
-	SetRateLimitRequestOperationStopOutage                    SetRateLimitRequestOperation = "StopOutage"
-	SetRateLimitRequestOperationStopSpotRandom                SetRateLimitRequestOperation = "StopSpotRandom"
-	SetRateLimitRequestOperationStreamAudit                   SetRateLimitRequestOperation = "StreamAudit"
-	SetRateLimitRequestOperationTakeLease                     SetRateLimitRequestOperation = "TakeLease"
-	SetRateLimitRequestOperationTerminateInstance             SetRateLimitRequestOperation = "TerminateInstance"
-	SetRateLimitRequestOperationTerminateInstances            SetRateLimitRequestOperation = "TerminateInstances"
-	SetRateLimitRequestOperationUpdateLoadBalancer            SetRateLimitRequestOperation = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationAddFault                                SetRateLimitRequestOperation = "AddFault"
+	SetRateLimitRequestOperationAddLbFault                              SetRateLimitRequestOperation = "AddLbFault"
+	SetRateLimitRequestOperationAddTags                                 SetRateLimitRequestOperation = "AddTags"
+	SetRateLimitRequestOperationApplySecurityGroupsToLoadBalancer       SetRateLimitRequestOperation = "ApplySecurityGroupsToLoadBalancer"
+	SetRateLimitRequestOperationAttachLoadBalancerToSubnets             SetRateLimitRequestOperation = "AttachLoadBalancerToSubnets"
+	SetRateLimitRequestOperationAuthorizeSecurityGroupIngress           SetRateLimitRequestOperation = "AuthorizeSecurityGroupIngress"
+	SetRateLimitRequestOperationClearFaults                             SetRateLimitRequestOperation = "ClearFaults"
+	SetRateLimitRequestOperationClearRateLimitPresets                   SetRateLimitRequestOperation = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationConfigureHealthCheck                    SetRateLimitRequestOperation = "ConfigureHealthCheck"
+	SetRateLimitRequestOperationCreateAccount                           SetRateLimitRequestOperation = "CreateAccount"
+	SetRateLimitRequestOperationCreateInstance                          SetRateLimitRequestOperation = "CreateInstance"
+	SetRateLimitRequestOperationCreateLoadBalancer                      SetRateLimitRequestOperation = "CreateLoadBalancer"
+	SetRateLimitRequestOperationCreateLoadBalancerListeners             SetRateLimitRequestOperation = "CreateLoadBalancerListeners"
+	SetRateLimitRequestOperationCreateLoadBalancerPolicy                SetRateLimitRequestOperation = "CreateLoadBalancerPolicy"
+	SetRateLimitRequestOperationCreateRoute                             SetRateLimitRequestOperation = "CreateRoute"
+	SetRateLimitRequestOperationCreateRouteTable                        SetRateLimitRequestOperation = "CreateRouteTable"
+	SetRateLimitRequestOperationCreateSecurityGroup                     SetRateLimitRequestOperation = "CreateSecurityGroup"
+	SetRateLimitRequestOperationCreateTags                              SetRateLimitRequestOperation = "CreateTags"
+	SetRateLimitRequestOperationDeleteAccount                           SetRateLimitRequestOperation = "DeleteAccount"
+	SetRateLimitRequestOperationDeleteFault                             SetRateLimitRequestOperation = "DeleteFault"
+	SetRateLimitRequestOperationDeleteLbFault                           SetRateLimitRequestOperation = "DeleteLbFault"
+	SetRateLimitRequestOperationDeleteLoadBalancer                      SetRateLimitRequestOperation = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationDeleteLoadBalancerListeners             SetRateLimitRequestOperation = "DeleteLoadBalancerListeners"
+	SetRateLimitRequestOperationDeleteLoadBalancerPolicy                SetRateLimitRequestOperation = "DeleteLoadBalancerPolicy"
+	SetRateLimitRequestOperationDeleteRateLimit                         SetRateLimitRequestOperation = "DeleteRateLimit"
+	SetRateLimitRequestOperationDeleteRoute                             SetRateLimitRequestOperation = "DeleteRoute"
+	SetRateLimitRequestOperationDeleteRouteTable                        SetRateLimitRequestOperation = "DeleteRouteTable"
+	SetRateLimitRequestOperationDeleteSecurityGroup                     SetRateLimitRequestOperation = "DeleteSecurityGroup"
+	SetRateLimitRequestOperationDeleteTags                              SetRateLimitRequestOperation = "DeleteTags"
+	SetRateLimitRequestOperationDeregisterInstancesFromLoadBalancer     SetRateLimitRequestOperation = "DeregisterInstancesFromLoadBalancer"
+	SetRateLimitRequestOperationDescribeAvailabilityZones               SetRateLimitRequestOperation = "DescribeAvailabilityZones"
+	SetRateLimitRequestOperationDescribeInstanceHealth                  SetRateLimitRequestOperation = "DescribeInstanceHealth"
+	SetRateLimitRequestOperationDescribeInstances                       SetRateLimitRequestOperation = "DescribeInstances"
+	SetRateLimitRequestOperationDescribeLoadBalancerAttributes          SetRateLimitRequestOperation = "DescribeLoadBalancerAttributes"
+	SetRateLimitRequestOperationDescribeLoadBalancerPolicies            SetRateLimitRequestOperation = "DescribeLoadBalancerPolicies"
+	SetRateLimitRequestOperationDescribeLoadBalancers                   SetRateLimitRequestOperation = "DescribeLoadBalancers"
+	SetRateLimitRequestOperationDescribeRouteTables                     SetRateLimitRequestOperation = "DescribeRouteTables"
+	SetRateLimitRequestOperationDescribeSecurityGroups                  SetRateLimitRequestOperation = "DescribeSecurityGroups"
+	SetRateLimitRequestOperationDescribeSubnets                         SetRateLimitRequestOperation = "DescribeSubnets"
+	SetRateLimitRequestOperationDescribeTags                            SetRateLimitRequestOperation = "DescribeTags"
+	SetRateLimitRequestOperationDescribeVpcs                            SetRateLimitRequestOperation = "DescribeVpcs"
+	SetRateLimitRequestOperationDetachLoadBalancerFromSubnets           SetRateLimitRequestOperation = "DetachLoadBalancerFromSubnets"
+	SetRateLimitRequestOperationGetAccount                              SetRateLimitRequestOperation = "GetAccount"
+	SetRateLimitRequestOperationGetInstance                             SetRateLimitRequestOperation = "GetInstance"
+	SetRateLimitRequestOperationGetLbProvisioning                       SetRateLimitRequestOperation = "GetLbProvisioning"
+	SetRateLimitRequestOperationGetLoadBalancer                         SetRateLimitRequestOperation = "GetLoadBalancer"
+	SetRateLimitRequestOperationGetQuota                                SetRateLimitRequestOperation = "GetQuota"
+	SetRateLimitRequestOperationGetRegion                               SetRateLimitRequestOperation = "GetRegion"
+	SetRateLimitRequestOperationInstallRateLimitPreset                  SetRateLimitRequestOperation = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationLessThannil                             SetRateLimitRequestOperation = "<nil>"
+	SetRateLimitRequestOperationListAccounts                            SetRateLimitRequestOperation = "ListAccounts"
+	SetRateLimitRequestOperationListAudit                               SetRateLimitRequestOperation = "ListAudit"
+	SetRateLimitRequestOperationListFaults                              SetRateLimitRequestOperation = "ListFaults"
+	SetRateLimitRequestOperationListHangs                               SetRateLimitRequestOperation = "ListHangs"
+	SetRateLimitRequestOperationListInstances                           SetRateLimitRequestOperation = "ListInstances"
+	SetRateLimitRequestOperationListLbFaults                            SetRateLimitRequestOperation = "ListLbFaults"
+	SetRateLimitRequestOperationListLoadBalancers                       SetRateLimitRequestOperation = "ListLoadBalancers"
+	SetRateLimitRequestOperationListOutages                             SetRateLimitRequestOperation = "ListOutages"
+	SetRateLimitRequestOperationListQuotas                              SetRateLimitRequestOperation = "ListQuotas"
+	SetRateLimitRequestOperationListRateLimitPresets                    SetRateLimitRequestOperation = "ListRateLimitPresets"
+	SetRateLimitRequestOperationListRateLimits                          SetRateLimitRequestOperation = "ListRateLimits"
+	SetRateLimitRequestOperationListRouteTables                         SetRateLimitRequestOperation = "ListRouteTables"
+	SetRateLimitRequestOperationListRoutes                              SetRateLimitRequestOperation = "ListRoutes"
+	SetRateLimitRequestOperationModifyInstanceAttribute                 SetRateLimitRequestOperation = "ModifyInstanceAttribute"
+	SetRateLimitRequestOperationModifyLoadBalancerAttributes            SetRateLimitRequestOperation = "ModifyLoadBalancerAttributes"
+	SetRateLimitRequestOperationReclaimSpot                             SetRateLimitRequestOperation = "ReclaimSpot"
+	SetRateLimitRequestOperationRegisterInstancesWithLoadBalancer       SetRateLimitRequestOperation = "RegisterInstancesWithLoadBalancer"
+	SetRateLimitRequestOperationReleaseLease                            SetRateLimitRequestOperation = "ReleaseLease"
+	SetRateLimitRequestOperationRemoveTags                              SetRateLimitRequestOperation = "RemoveTags"
+	SetRateLimitRequestOperationRenewLease                              SetRateLimitRequestOperation = "RenewLease"
+	SetRateLimitRequestOperationReset                                   SetRateLimitRequestOperation = "Reset"
+	SetRateLimitRequestOperationResetLbProvisioning                     SetRateLimitRequestOperation = "ResetLbProvisioning"
+	SetRateLimitRequestOperationRevokeSecurityGroupIngress              SetRateLimitRequestOperation = "RevokeSecurityGroupIngress"
+	SetRateLimitRequestOperationRunInstances                            SetRateLimitRequestOperation = "RunInstances"
+	SetRateLimitRequestOperationSetLbProvisioning                       SetRateLimitRequestOperation = "SetLbProvisioning"
+	SetRateLimitRequestOperationSetLoadBalancerPoliciesForBackendServer SetRateLimitRequestOperation = "SetLoadBalancerPoliciesForBackendServer"
+	SetRateLimitRequestOperationSetLoadBalancerPoliciesOfListener       SetRateLimitRequestOperation = "SetLoadBalancerPoliciesOfListener"
+	SetRateLimitRequestOperationSetQuota                                SetRateLimitRequestOperation = "SetQuota"
+	SetRateLimitRequestOperationSetRateLimit                            SetRateLimitRequestOperation = "SetRateLimit"
+	SetRateLimitRequestOperationSnapshot                                SetRateLimitRequestOperation = "Snapshot"
+	SetRateLimitRequestOperationStartHang                               SetRateLimitRequestOperation = "StartHang"
+	SetRateLimitRequestOperationStartInstance                           SetRateLimitRequestOperation = "StartInstance"
+	SetRateLimitRequestOperationStartInstances                          SetRateLimitRequestOperation = "StartInstances"
+	SetRateLimitRequestOperationStartOutage                             SetRateLimitRequestOperation = "StartOutage"
+	SetRateLimitRequestOperationStartSpotRandom                         SetRateLimitRequestOperation = "StartSpotRandom"
+	SetRateLimitRequestOperationStopHang                                SetRateLimitRequestOperation = "StopHang"
+	SetRateLimitRequestOperationStopInstance                            SetRateLimitRequestOperation = "StopInstance"
+	SetRateLimitRequestOperationStopInstances                           SetRateLimitRequestOperation = "StopInstances"
+	SetRateLimitRequestOperationStopOutage                              SetRateLimitRequestOperation = "StopOutage"
+	SetRateLimitRequestOperationStopSpotRandom                          SetRateLimitRequestOperation = "StopSpotRandom"
+	SetRateLimitRequestOperationStreamAudit                             SetRateLimitRequestOperation = "StreamAudit"
+	SetRateLimitRequestOperationTakeLease                               SetRateLimitRequestOperation = "TakeLease"
+	SetRateLimitRequestOperationTerminateInstance                       SetRateLimitRequestOperation = "TerminateInstance"
+	SetRateLimitRequestOperationTerminateInstances                      SetRateLimitRequestOperation = "TerminateInstances"
+	SetRateLimitRequestOperationUpdateLoadBalancer                      SetRateLimitRequestOperation = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperation enum.
@@ -698,17 +717,29 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationAddLbFault:
 		return true
+	case SetRateLimitRequestOperationAddTags:
+		return true
+	case SetRateLimitRequestOperationApplySecurityGroupsToLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationAttachLoadBalancerToSubnets:
+		return true
 	case SetRateLimitRequestOperationAuthorizeSecurityGroupIngress:
 		return true
 	case SetRateLimitRequestOperationClearFaults:
 		return true
 	case SetRateLimitRequestOperationClearRateLimitPresets:
 		return true
+	case SetRateLimitRequestOperationConfigureHealthCheck:
+		return true
 	case SetRateLimitRequestOperationCreateAccount:
 		return true
 	case SetRateLimitRequestOperationCreateInstance:
 		return true
 	case SetRateLimitRequestOperationCreateLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationCreateLoadBalancerListeners:
+		return true
+	case SetRateLimitRequestOperationCreateLoadBalancerPolicy:
 		return true
 	case SetRateLimitRequestOperationCreateRoute:
 		return true
@@ -726,6 +757,10 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationDeleteLoadBalancer:
 		return true
+	case SetRateLimitRequestOperationDeleteLoadBalancerListeners:
+		return true
+	case SetRateLimitRequestOperationDeleteLoadBalancerPolicy:
+		return true
 	case SetRateLimitRequestOperationDeleteRateLimit:
 		return true
 	case SetRateLimitRequestOperationDeleteRoute:
@@ -736,9 +771,19 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationDeleteTags:
 		return true
+	case SetRateLimitRequestOperationDeregisterInstancesFromLoadBalancer:
+		return true
 	case SetRateLimitRequestOperationDescribeAvailabilityZones:
 		return true
+	case SetRateLimitRequestOperationDescribeInstanceHealth:
+		return true
 	case SetRateLimitRequestOperationDescribeInstances:
+		return true
+	case SetRateLimitRequestOperationDescribeLoadBalancerAttributes:
+		return true
+	case SetRateLimitRequestOperationDescribeLoadBalancerPolicies:
+		return true
+	case SetRateLimitRequestOperationDescribeLoadBalancers:
 		return true
 	case SetRateLimitRequestOperationDescribeRouteTables:
 		return true
@@ -749,6 +794,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationDescribeTags:
 		return true
 	case SetRateLimitRequestOperationDescribeVpcs:
+		return true
+	case SetRateLimitRequestOperationDetachLoadBalancerFromSubnets:
 		return true
 	case SetRateLimitRequestOperationGetAccount:
 		return true
@@ -794,9 +841,15 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationModifyInstanceAttribute:
 		return true
+	case SetRateLimitRequestOperationModifyLoadBalancerAttributes:
+		return true
 	case SetRateLimitRequestOperationReclaimSpot:
 		return true
+	case SetRateLimitRequestOperationRegisterInstancesWithLoadBalancer:
+		return true
 	case SetRateLimitRequestOperationReleaseLease:
+		return true
+	case SetRateLimitRequestOperationRemoveTags:
 		return true
 	case SetRateLimitRequestOperationRenewLease:
 		return true
@@ -809,6 +862,10 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationRunInstances:
 		return true
 	case SetRateLimitRequestOperationSetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationSetLoadBalancerPoliciesForBackendServer:
+		return true
+	case SetRateLimitRequestOperationSetLoadBalancerPoliciesOfListener:
 		return true
 	case SetRateLimitRequestOperationSetQuota:
 		return true
@@ -853,81 +910,100 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 
 // Defines values for SetRateLimitRequestOperations.
 const (
-	SetRateLimitRequestOperationsAddFault                      SetRateLimitRequestOperations = "AddFault"
-	SetRateLimitRequestOperationsAddLbFault                    SetRateLimitRequestOperations = "AddLbFault"
-	SetRateLimitRequestOperationsAuthorizeSecurityGroupIngress SetRateLimitRequestOperations = "AuthorizeSecurityGroupIngress"
-	SetRateLimitRequestOperationsClearFaults                   SetRateLimitRequestOperations = "ClearFaults"
-	SetRateLimitRequestOperationsClearRateLimitPresets         SetRateLimitRequestOperations = "ClearRateLimitPresets"
-	SetRateLimitRequestOperationsCreateAccount                 SetRateLimitRequestOperations = "CreateAccount"
-	SetRateLimitRequestOperationsCreateInstance                SetRateLimitRequestOperations = "CreateInstance"
-	SetRateLimitRequestOperationsCreateLoadBalancer            SetRateLimitRequestOperations = "CreateLoadBalancer"
-	SetRateLimitRequestOperationsCreateRoute                   SetRateLimitRequestOperations = "CreateRoute"
-	SetRateLimitRequestOperationsCreateRouteTable              SetRateLimitRequestOperations = "CreateRouteTable"
-	SetRateLimitRequestOperationsCreateSecurityGroup           SetRateLimitRequestOperations = "CreateSecurityGroup"
-	SetRateLimitRequestOperationsCreateTags                    SetRateLimitRequestOperations = "CreateTags"
-	SetRateLimitRequestOperationsDeleteAccount                 SetRateLimitRequestOperations = "DeleteAccount"
-	SetRateLimitRequestOperationsDeleteFault                   SetRateLimitRequestOperations = "DeleteFault"
-	SetRateLimitRequestOperationsDeleteLbFault                 SetRateLimitRequestOperations = "DeleteLbFault"
-	SetRateLimitRequestOperationsDeleteLoadBalancer            SetRateLimitRequestOperations = "DeleteLoadBalancer"
-	SetRateLimitRequestOperationsDeleteRateLimit               SetRateLimitRequestOperations = "DeleteRateLimit"
-	SetRateLimitRequestOperationsDeleteRoute                   SetRateLimitRequestOperations = "DeleteRoute"
-	SetRateLimitRequestOperationsDeleteRouteTable              SetRateLimitRequestOperations = "DeleteRouteTable"
-	SetRateLimitRequestOperationsDeleteSecurityGroup           SetRateLimitRequestOperations = "DeleteSecurityGroup"
-	SetRateLimitRequestOperationsDeleteTags                    SetRateLimitRequestOperations = "DeleteTags"
-	SetRateLimitRequestOperationsDescribeAvailabilityZones     SetRateLimitRequestOperations = "DescribeAvailabilityZones"
-	SetRateLimitRequestOperationsDescribeInstances             SetRateLimitRequestOperations = "DescribeInstances"
-	SetRateLimitRequestOperationsDescribeRouteTables           SetRateLimitRequestOperations = "DescribeRouteTables"
-	SetRateLimitRequestOperationsDescribeSecurityGroups        SetRateLimitRequestOperations = "DescribeSecurityGroups"
-	SetRateLimitRequestOperationsDescribeSubnets               SetRateLimitRequestOperations = "DescribeSubnets"
-	SetRateLimitRequestOperationsDescribeTags                  SetRateLimitRequestOperations = "DescribeTags"
-	SetRateLimitRequestOperationsDescribeVpcs                  SetRateLimitRequestOperations = "DescribeVpcs"
-	SetRateLimitRequestOperationsGetAccount                    SetRateLimitRequestOperations = "GetAccount"
-	SetRateLimitRequestOperationsGetInstance                   SetRateLimitRequestOperations = "GetInstance"
-	SetRateLimitRequestOperationsGetLbProvisioning             SetRateLimitRequestOperations = "GetLbProvisioning"
-	SetRateLimitRequestOperationsGetLoadBalancer               SetRateLimitRequestOperations = "GetLoadBalancer"
-	SetRateLimitRequestOperationsGetQuota                      SetRateLimitRequestOperations = "GetQuota"
-	SetRateLimitRequestOperationsGetRegion                     SetRateLimitRequestOperations = "GetRegion"
-	SetRateLimitRequestOperationsInstallRateLimitPreset        SetRateLimitRequestOperations = "InstallRateLimitPreset"
-	SetRateLimitRequestOperationsListAccounts                  SetRateLimitRequestOperations = "ListAccounts"
-	SetRateLimitRequestOperationsListAudit                     SetRateLimitRequestOperations = "ListAudit"
-	SetRateLimitRequestOperationsListFaults                    SetRateLimitRequestOperations = "ListFaults"
-	SetRateLimitRequestOperationsListHangs                     SetRateLimitRequestOperations = "ListHangs"
-	SetRateLimitRequestOperationsListInstances                 SetRateLimitRequestOperations = "ListInstances"
-	SetRateLimitRequestOperationsListLbFaults                  SetRateLimitRequestOperations = "ListLbFaults"
-	SetRateLimitRequestOperationsListLoadBalancers             SetRateLimitRequestOperations = "ListLoadBalancers"
-	SetRateLimitRequestOperationsListOutages                   SetRateLimitRequestOperations = "ListOutages"
-	SetRateLimitRequestOperationsListQuotas                    SetRateLimitRequestOperations = "ListQuotas"
-	SetRateLimitRequestOperationsListRateLimitPresets          SetRateLimitRequestOperations = "ListRateLimitPresets"
-	SetRateLimitRequestOperationsListRateLimits                SetRateLimitRequestOperations = "ListRateLimits"
-	SetRateLimitRequestOperationsListRouteTables               SetRateLimitRequestOperations = "ListRouteTables"
-	SetRateLimitRequestOperationsListRoutes                    SetRateLimitRequestOperations = "ListRoutes"
-	SetRateLimitRequestOperationsModifyInstanceAttribute       SetRateLimitRequestOperations = "ModifyInstanceAttribute"
-	SetRateLimitRequestOperationsReclaimSpot                   SetRateLimitRequestOperations = "ReclaimSpot"
-	SetRateLimitRequestOperationsReleaseLease                  SetRateLimitRequestOperations = "ReleaseLease"
-	SetRateLimitRequestOperationsRenewLease                    SetRateLimitRequestOperations = "RenewLease"
-	SetRateLimitRequestOperationsReset                         SetRateLimitRequestOperations = "Reset"
-	SetRateLimitRequestOperationsResetLbProvisioning           SetRateLimitRequestOperations = "ResetLbProvisioning"
-	SetRateLimitRequestOperationsRevokeSecurityGroupIngress    SetRateLimitRequestOperations = "RevokeSecurityGroupIngress"
-	SetRateLimitRequestOperationsRunInstances                  SetRateLimitRequestOperations = "RunInstances"
-	SetRateLimitRequestOperationsSetLbProvisioning             SetRateLimitRequestOperations = "SetLbProvisioning"
-	SetRateLimitRequestOperationsSetQuota                      SetRateLimitRequestOperations = "SetQuota"
-	SetRateLimitRequestOperationsSetRateLimit                  SetRateLimitRequestOperations = "SetRateLimit"
-	SetRateLimitRequestOperationsSnapshot                      SetRateLimitRequestOperations = "Snapshot"
-	SetRateLimitRequestOperationsStartHang                     SetRateLimitRequestOperations = "StartHang"
-	SetRateLimitRequestOperationsStartInstance                 SetRateLimitRequestOperations = "StartInstance"
-	SetRateLimitRequestOperationsStartInstances                SetRateLimitRequestOperations = "StartInstances"
-	SetRateLimitRequestOperationsStartOutage                   SetRateLimitRequestOperations = "StartOutage"
-	SetRateLimitRequestOperationsStartSpotRandom               SetRateLimitRequestOperations = "StartSpotRandom"
-	SetRateLimitRequestOperationsStopHang                      SetRateLimitRequestOperations = "StopHang"
-	SetRateLimitRequestOperationsStopInstance                  SetRateLimitRequestOperations = "StopInstance"
-	SetRateLimitRequestOperationsStopInstances                 SetRateLimitRequestOperations = "StopInstances"
-	SetRateLimitRequestOperationsStopOutage                    SetRateLimitRequestOperations = "StopOutage"
-	SetRateLimitRequestOperationsStopSpotRandom                SetRateLimitRequestOperations = "StopSpotRandom"
-	SetRateLimitRequestOperationsStreamAudit                   SetRateLimitRequestOperations = "StreamAudit"
-	SetRateLimitRequestOperationsTakeLease                     SetRateLimitRequestOperations = "TakeLease"
-	SetRateLimitRequestOperationsTerminateInstance             SetRateLimitRequestOperations = "TerminateInstance"
-	SetRateLimitRequestOperationsTerminateInstances            SetRateLimitRequestOperations = "TerminateInstances"
-	SetRateLimitRequestOperationsUpdateLoadBalancer            SetRateLimitRequestOperations = "UpdateLoadBalancer"
+	SetRateLimitRequestOperationsAddFault                                SetRateLimitRequestOperations = "AddFault"
+	SetRateLimitRequestOperationsAddLbFault                              SetRateLimitRequestOperations = "AddLbFault"
+	SetRateLimitRequestOperationsAddTags                                 SetRateLimitRequestOperations = "AddTags"
+	SetRateLimitRequestOperationsApplySecurityGroupsToLoadBalancer       SetRateLimitRequestOperations = "ApplySecurityGroupsToLoadBalancer"
+	SetRateLimitRequestOperationsAttachLoadBalancerToSubnets             SetRateLimitRequestOperations = "AttachLoadBalancerToSubnets"
+	SetRateLimitRequestOperationsAuthorizeSecurityGroupIngress           SetRateLimitRequestOperations = "AuthorizeSecurityGroupIngress"
+	SetRateLimitRequestOperationsClearFaults                             SetRateLimitRequestOperations = "ClearFaults"
+	SetRateLimitRequestOperationsClearRateLimitPresets                   SetRateLimitRequestOperations = "ClearRateLimitPresets"
+	SetRateLimitRequestOperationsConfigureHealthCheck                    SetRateLimitRequestOperations = "ConfigureHealthCheck"
+	SetRateLimitRequestOperationsCreateAccount                           SetRateLimitRequestOperations = "CreateAccount"
+	SetRateLimitRequestOperationsCreateInstance                          SetRateLimitRequestOperations = "CreateInstance"
+	SetRateLimitRequestOperationsCreateLoadBalancer                      SetRateLimitRequestOperations = "CreateLoadBalancer"
+	SetRateLimitRequestOperationsCreateLoadBalancerListeners             SetRateLimitRequestOperations = "CreateLoadBalancerListeners"
+	SetRateLimitRequestOperationsCreateLoadBalancerPolicy                SetRateLimitRequestOperations = "CreateLoadBalancerPolicy"
+	SetRateLimitRequestOperationsCreateRoute                             SetRateLimitRequestOperations = "CreateRoute"
+	SetRateLimitRequestOperationsCreateRouteTable                        SetRateLimitRequestOperations = "CreateRouteTable"
+	SetRateLimitRequestOperationsCreateSecurityGroup                     SetRateLimitRequestOperations = "CreateSecurityGroup"
+	SetRateLimitRequestOperationsCreateTags                              SetRateLimitRequestOperations = "CreateTags"
+	SetRateLimitRequestOperationsDeleteAccount                           SetRateLimitRequestOperations = "DeleteAccount"
+	SetRateLimitRequestOperationsDeleteFault                             SetRateLimitRequestOperations = "DeleteFault"
+	SetRateLimitRequestOperationsDeleteLbFault                           SetRateLimitRequestOperations = "DeleteLbFault"
+	SetRateLimitRequestOperationsDeleteLoadBalancer                      SetRateLimitRequestOperations = "DeleteLoadBalancer"
+	SetRateLimitRequestOperationsDeleteLoadBalancerListeners             SetRateLimitRequestOperations = "DeleteLoadBalancerListeners"
+	SetRateLimitRequestOperationsDeleteLoadBalancerPolicy                SetRateLimitRequestOperations = "DeleteLoadBalancerPolicy"
+	SetRateLimitRequestOperationsDeleteRateLimit                         SetRateLimitRequestOperations = "DeleteRateLimit"
+	SetRateLimitRequestOperationsDeleteRoute                             SetRateLimitRequestOperations = "DeleteRoute"
+	SetRateLimitRequestOperationsDeleteRouteTable                        SetRateLimitRequestOperations = "DeleteRouteTable"
+	SetRateLimitRequestOperationsDeleteSecurityGroup                     SetRateLimitRequestOperations = "DeleteSecurityGroup"
+	SetRateLimitRequestOperationsDeleteTags                              SetRateLimitRequestOperations = "DeleteTags"
+	SetRateLimitRequestOperationsDeregisterInstancesFromLoadBalancer     SetRateLimitRequestOperations = "DeregisterInstancesFromLoadBalancer"
+	SetRateLimitRequestOperationsDescribeAvailabilityZones               SetRateLimitRequestOperations = "DescribeAvailabilityZones"
+	SetRateLimitRequestOperationsDescribeInstanceHealth                  SetRateLimitRequestOperations = "DescribeInstanceHealth"
+	SetRateLimitRequestOperationsDescribeInstances                       SetRateLimitRequestOperations = "DescribeInstances"
+	SetRateLimitRequestOperationsDescribeLoadBalancerAttributes          SetRateLimitRequestOperations = "DescribeLoadBalancerAttributes"
+	SetRateLimitRequestOperationsDescribeLoadBalancerPolicies            SetRateLimitRequestOperations = "DescribeLoadBalancerPolicies"
+	SetRateLimitRequestOperationsDescribeLoadBalancers                   SetRateLimitRequestOperations = "DescribeLoadBalancers"
+	SetRateLimitRequestOperationsDescribeRouteTables                     SetRateLimitRequestOperations = "DescribeRouteTables"
+	SetRateLimitRequestOperationsDescribeSecurityGroups                  SetRateLimitRequestOperations = "DescribeSecurityGroups"
+	SetRateLimitRequestOperationsDescribeSubnets                         SetRateLimitRequestOperations = "DescribeSubnets"
+	SetRateLimitRequestOperationsDescribeTags                            SetRateLimitRequestOperations = "DescribeTags"
+	SetRateLimitRequestOperationsDescribeVpcs                            SetRateLimitRequestOperations = "DescribeVpcs"
+	SetRateLimitRequestOperationsDetachLoadBalancerFromSubnets           SetRateLimitRequestOperations = "DetachLoadBalancerFromSubnets"
+	SetRateLimitRequestOperationsGetAccount                              SetRateLimitRequestOperations = "GetAccount"
+	SetRateLimitRequestOperationsGetInstance                             SetRateLimitRequestOperations = "GetInstance"
+	SetRateLimitRequestOperationsGetLbProvisioning                       SetRateLimitRequestOperations = "GetLbProvisioning"
+	SetRateLimitRequestOperationsGetLoadBalancer                         SetRateLimitRequestOperations = "GetLoadBalancer"
+	SetRateLimitRequestOperationsGetQuota                                SetRateLimitRequestOperations = "GetQuota"
+	SetRateLimitRequestOperationsGetRegion                               SetRateLimitRequestOperations = "GetRegion"
+	SetRateLimitRequestOperationsInstallRateLimitPreset                  SetRateLimitRequestOperations = "InstallRateLimitPreset"
+	SetRateLimitRequestOperationsListAccounts                            SetRateLimitRequestOperations = "ListAccounts"
+	SetRateLimitRequestOperationsListAudit                               SetRateLimitRequestOperations = "ListAudit"
+	SetRateLimitRequestOperationsListFaults                              SetRateLimitRequestOperations = "ListFaults"
+	SetRateLimitRequestOperationsListHangs                               SetRateLimitRequestOperations = "ListHangs"
+	SetRateLimitRequestOperationsListInstances                           SetRateLimitRequestOperations = "ListInstances"
+	SetRateLimitRequestOperationsListLbFaults                            SetRateLimitRequestOperations = "ListLbFaults"
+	SetRateLimitRequestOperationsListLoadBalancers                       SetRateLimitRequestOperations = "ListLoadBalancers"
+	SetRateLimitRequestOperationsListOutages                             SetRateLimitRequestOperations = "ListOutages"
+	SetRateLimitRequestOperationsListQuotas                              SetRateLimitRequestOperations = "ListQuotas"
+	SetRateLimitRequestOperationsListRateLimitPresets                    SetRateLimitRequestOperations = "ListRateLimitPresets"
+	SetRateLimitRequestOperationsListRateLimits                          SetRateLimitRequestOperations = "ListRateLimits"
+	SetRateLimitRequestOperationsListRouteTables                         SetRateLimitRequestOperations = "ListRouteTables"
+	SetRateLimitRequestOperationsListRoutes                              SetRateLimitRequestOperations = "ListRoutes"
+	SetRateLimitRequestOperationsModifyInstanceAttribute                 SetRateLimitRequestOperations = "ModifyInstanceAttribute"
+	SetRateLimitRequestOperationsModifyLoadBalancerAttributes            SetRateLimitRequestOperations = "ModifyLoadBalancerAttributes"
+	SetRateLimitRequestOperationsReclaimSpot                             SetRateLimitRequestOperations = "ReclaimSpot"
+	SetRateLimitRequestOperationsRegisterInstancesWithLoadBalancer       SetRateLimitRequestOperations = "RegisterInstancesWithLoadBalancer"
+	SetRateLimitRequestOperationsReleaseLease                            SetRateLimitRequestOperations = "ReleaseLease"
+	SetRateLimitRequestOperationsRemoveTags                              SetRateLimitRequestOperations = "RemoveTags"
+	SetRateLimitRequestOperationsRenewLease                              SetRateLimitRequestOperations = "RenewLease"
+	SetRateLimitRequestOperationsReset                                   SetRateLimitRequestOperations = "Reset"
+	SetRateLimitRequestOperationsResetLbProvisioning                     SetRateLimitRequestOperations = "ResetLbProvisioning"
+	SetRateLimitRequestOperationsRevokeSecurityGroupIngress              SetRateLimitRequestOperations = "RevokeSecurityGroupIngress"
+	SetRateLimitRequestOperationsRunInstances                            SetRateLimitRequestOperations = "RunInstances"
+	SetRateLimitRequestOperationsSetLbProvisioning                       SetRateLimitRequestOperations = "SetLbProvisioning"
+	SetRateLimitRequestOperationsSetLoadBalancerPoliciesForBackendServer SetRateLimitRequestOperations = "SetLoadBalancerPoliciesForBackendServer"
+	SetRateLimitRequestOperationsSetLoadBalancerPoliciesOfListener       SetRateLimitRequestOperations = "SetLoadBalancerPoliciesOfListener"
+	SetRateLimitRequestOperationsSetQuota                                SetRateLimitRequestOperations = "SetQuota"
+	SetRateLimitRequestOperationsSetRateLimit                            SetRateLimitRequestOperations = "SetRateLimit"
+	SetRateLimitRequestOperationsSnapshot                                SetRateLimitRequestOperations = "Snapshot"
+	SetRateLimitRequestOperationsStartHang                               SetRateLimitRequestOperations = "StartHang"
+	SetRateLimitRequestOperationsStartInstance                           SetRateLimitRequestOperations = "StartInstance"
+	SetRateLimitRequestOperationsStartInstances                          SetRateLimitRequestOperations = "StartInstances"
+	SetRateLimitRequestOperationsStartOutage                             SetRateLimitRequestOperations = "StartOutage"
+	SetRateLimitRequestOperationsStartSpotRandom                         SetRateLimitRequestOperations = "StartSpotRandom"
+	SetRateLimitRequestOperationsStopHang                                SetRateLimitRequestOperations = "StopHang"
+	SetRateLimitRequestOperationsStopInstance                            SetRateLimitRequestOperations = "StopInstance"
+	SetRateLimitRequestOperationsStopInstances                           SetRateLimitRequestOperations = "StopInstances"
+	SetRateLimitRequestOperationsStopOutage                              SetRateLimitRequestOperations = "StopOutage"
+	SetRateLimitRequestOperationsStopSpotRandom                          SetRateLimitRequestOperations = "StopSpotRandom"
+	SetRateLimitRequestOperationsStreamAudit                             SetRateLimitRequestOperations = "StreamAudit"
+	SetRateLimitRequestOperationsTakeLease                               SetRateLimitRequestOperations = "TakeLease"
+	SetRateLimitRequestOperationsTerminateInstance                       SetRateLimitRequestOperations = "TerminateInstance"
+	SetRateLimitRequestOperationsTerminateInstances                      SetRateLimitRequestOperations = "TerminateInstances"
+	SetRateLimitRequestOperationsUpdateLoadBalancer                      SetRateLimitRequestOperations = "UpdateLoadBalancer"
 )
 
 // Valid indicates whether the value is a known member of the SetRateLimitRequestOperations enum.
@@ -937,17 +1013,29 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsAddLbFault:
 		return true
+	case SetRateLimitRequestOperationsAddTags:
+		return true
+	case SetRateLimitRequestOperationsApplySecurityGroupsToLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsAttachLoadBalancerToSubnets:
+		return true
 	case SetRateLimitRequestOperationsAuthorizeSecurityGroupIngress:
 		return true
 	case SetRateLimitRequestOperationsClearFaults:
 		return true
 	case SetRateLimitRequestOperationsClearRateLimitPresets:
 		return true
+	case SetRateLimitRequestOperationsConfigureHealthCheck:
+		return true
 	case SetRateLimitRequestOperationsCreateAccount:
 		return true
 	case SetRateLimitRequestOperationsCreateInstance:
 		return true
 	case SetRateLimitRequestOperationsCreateLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsCreateLoadBalancerListeners:
+		return true
+	case SetRateLimitRequestOperationsCreateLoadBalancerPolicy:
 		return true
 	case SetRateLimitRequestOperationsCreateRoute:
 		return true
@@ -965,6 +1053,10 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsDeleteLoadBalancer:
 		return true
+	case SetRateLimitRequestOperationsDeleteLoadBalancerListeners:
+		return true
+	case SetRateLimitRequestOperationsDeleteLoadBalancerPolicy:
+		return true
 	case SetRateLimitRequestOperationsDeleteRateLimit:
 		return true
 	case SetRateLimitRequestOperationsDeleteRoute:
@@ -975,9 +1067,19 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsDeleteTags:
 		return true
+	case SetRateLimitRequestOperationsDeregisterInstancesFromLoadBalancer:
+		return true
 	case SetRateLimitRequestOperationsDescribeAvailabilityZones:
 		return true
+	case SetRateLimitRequestOperationsDescribeInstanceHealth:
+		return true
 	case SetRateLimitRequestOperationsDescribeInstances:
+		return true
+	case SetRateLimitRequestOperationsDescribeLoadBalancerAttributes:
+		return true
+	case SetRateLimitRequestOperationsDescribeLoadBalancerPolicies:
+		return true
+	case SetRateLimitRequestOperationsDescribeLoadBalancers:
 		return true
 	case SetRateLimitRequestOperationsDescribeRouteTables:
 		return true
@@ -988,6 +1090,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsDescribeTags:
 		return true
 	case SetRateLimitRequestOperationsDescribeVpcs:
+		return true
+	case SetRateLimitRequestOperationsDetachLoadBalancerFromSubnets:
 		return true
 	case SetRateLimitRequestOperationsGetAccount:
 		return true
@@ -1031,9 +1135,15 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsModifyInstanceAttribute:
 		return true
+	case SetRateLimitRequestOperationsModifyLoadBalancerAttributes:
+		return true
 	case SetRateLimitRequestOperationsReclaimSpot:
 		return true
+	case SetRateLimitRequestOperationsRegisterInstancesWithLoadBalancer:
+		return true
 	case SetRateLimitRequestOperationsReleaseLease:
+		return true
+	case SetRateLimitRequestOperationsRemoveTags:
 		return true
 	case SetRateLimitRequestOperationsRenewLease:
 		return true
@@ -1046,6 +1156,10 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsRunInstances:
 		return true
 	case SetRateLimitRequestOperationsSetLbProvisioning:
+		return true
+	case SetRateLimitRequestOperationsSetLoadBalancerPoliciesForBackendServer:
+		return true
+	case SetRateLimitRequestOperationsSetLoadBalancerPoliciesOfListener:
 		return true
 	case SetRateLimitRequestOperationsSetQuota:
 		return true

@@ -166,6 +166,7 @@ fn elb(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
         (Kind::Conflict, codes::LOAD_BALANCER_ALREADY_EXISTS) => {
             fixed(StatusCode::BAD_REQUEST, "DuplicateLoadBalancerName")
         }
+        (Kind::NotFound, codes::SECURITY_GROUP_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidSecurityGroup"),
         // An instance that does not exist, or cannot be registered (not running).
         (Kind::Invalid, codes::INVALID_TARGET) | (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => {
             fixed(StatusCode::BAD_REQUEST, "InvalidInstance")

@@ -8,9 +8,10 @@
 //! - [`credentials`]: each cloud's key pair, derived from its user token.
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
 //! - `error`: AWS's codes, for the face's refusals and the cloud's errors alike.
-//! - `api`: which API a call is to, and what its table says of an action.
+//! - `api`: which API a call is to; `actions`: what its table says of an action.
 //! - `ec2`: EC2's operations. `elb`: classic Elastic Load Balancing's.
 
+mod actions;
 mod api;
 pub mod credentials;
 mod ec2;
@@ -58,7 +59,7 @@ pub fn vpc_id(topo: &crate::config::Topology) -> String {
 /// The face's operations (every API's actions), which fault rules and rate limits may name beside the native
 /// API's.
 pub fn operation_names() -> Vec<String> {
-    let mut names: Vec<String> = Api::ALL.into_iter().flat_map(Api::names).map(str::to_string).collect();
+    let mut names: Vec<String> = Api::ALL.into_iter().flat_map(actions::names).map(str::to_string).collect();
     // Elastic Load Balancing's two versions share names (`DescribeLoadBalancers`).
     names.sort();
     names.dedup();
@@ -140,7 +141,8 @@ async fn call(
     if let Some(api) = api {
         *style = api.style();
     }
-    learned.action = api.zip(params.as_ref().ok().and_then(|p| p.peek("Action"))).and_then(|(api, a)| api.action(a));
+    learned.action =
+        api.zip(params.as_ref().ok().and_then(|p| p.peek("Action"))).and_then(|(api, a)| actions::action(api, a));
     let signed = sigv4::Signed {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -157,7 +159,7 @@ async fn call(
     let action = params
         .take("Action")
         .ok_or_else(|| AwsError::client("MissingAction", "The request must contain the parameter Action"))?;
-    let known = api.action(&action).ok_or_else(|| invalid_action(&action))?;
+    let known = actions::action(api, &action).ok_or_else(|| invalid_action(&action))?;
     crate::call::learned(known, Role::User.as_str());
     match params.take("Version") {
         None => return Err(AwsError::client("MissingParameter", "The request must contain the parameter Version")),
@@ -197,10 +199,10 @@ async fn judged(
     let faults = st.faults();
     // Faults set through another replica on the same database hold here too.
     faults.sync().await;
-    let method = if api.reads(action) { Method::GET } else { Method::POST };
+    let method = if actions::reads(api, action) { Method::GET } else { Method::POST };
     let call = Call {
         operation: action,
-        stands_for: api.native(action),
+        stands_for: actions::native(api, action),
         method: &method,
         // Rules that match what a call is about (a resource, its zone, name or tags) match no AWS call yet, writes
         // included: the face does not yet tell the engine which instance or route a call is about.

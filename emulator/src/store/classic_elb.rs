@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::AnyExecutor;
 
 use super::load_balancers::{self, Beside, Row};
+use super::security_groups;
 use super::tags::{self, Change, Resource};
 use super::write::begin;
 use crate::call;
@@ -24,7 +25,8 @@ use crate::error::{ApiError, Result};
 pub struct Classic {
     /// The subnets it was given (or its zones'), in order.
     pub subnets: Vec<String>,
-    /// The security groups it was given. Kept here until the security groups' own link to load balancers.
+    /// Its security groups: the security groups' own link to load balancers (`security_groups`), which the data
+    /// plane enforces, read and written with the record.
     pub security_groups: Vec<String>,
     pub extras: Extras,
 }
@@ -121,7 +123,6 @@ struct ListedRow {
     #[sqlx(flatten)]
     lb: Row,
     subnets: Option<String>,
-    security_groups: Option<String>,
     extras: Option<String>,
 }
 
@@ -137,10 +138,10 @@ impl ListedRow {
     fn into_listed(self) -> Result<Option<Listed>> {
         let (seq, id) = (self.lb.seq, self.lb.id.clone());
         let Some(lb) = self.lb.into_api()? else { return Ok(None) };
-        let classic = match (self.subnets, self.security_groups, self.extras) {
-            (Some(subnets), Some(groups), Some(extras)) => Classic {
+        let classic = match (self.subnets, self.extras) {
+            (Some(subnets), Some(extras)) => Classic {
                 subnets: serde_json::from_str(&subnets).map_err(|_| corrupt(&id))?,
-                security_groups: serde_json::from_str(&groups).map_err(|_| corrupt(&id))?,
+                security_groups: Vec::new(),
                 extras: serde_json::from_str(&extras).map_err(|_| corrupt(&id))?,
             },
             _ => Classic::default(),
@@ -157,12 +158,12 @@ pub fn not_found(name: &str) -> ApiError {
 /// Load balancers as classic ELB lists them, the one query every classic read and write goes through: those
 /// named (`names` empty: all) past `after` (a `seq`), oldest first, at most `limit`. Every load balancer of the
 /// native table is classic's (the native model is classic's), but one being deleted: AWS's is gone from the API
-/// at once.
+/// at once. Their security groups are left for [`with_groups`].
 async fn select<'e>(exec: impl AnyExecutor<'e>, names: &[String], after: i64, limit: i64) -> Result<Vec<Listed>> {
     let now = now_ms();
     let named = if names.is_empty() { String::new() } else { format!(" AND l.name IN ({})", params(4, names.len())) };
     let sql = format!(
-        "SELECT l.*, c.subnets, c.security_groups, c.extras FROM ({}) AS l \
+        "SELECT l.*, c.subnets, c.extras FROM ({}) AS l \
          LEFT JOIN classic_load_balancers c ON c.load_balancer_id = l.id \
          WHERE l.state IN ('provisioning', 'active') AND l.seq > $2{named} ORDER BY l.seq LIMIT $3",
         load_balancers::SELECT
@@ -179,15 +180,26 @@ async fn select<'e>(exec: impl AnyExecutor<'e>, names: &[String], after: i64, li
     Ok(out)
 }
 
+/// `listed` with their security groups.
+async fn with_groups(db: &Db, mut listed: Vec<Listed>) -> Result<Vec<Listed>> {
+    let ids: Vec<String> = listed.iter().map(|l| l.lb.id.clone()).collect();
+    let mut groups = security_groups::of_load_balancers(db, &ids).await?;
+    for l in &mut listed {
+        l.classic.security_groups = groups.remove(&l.lb.id).unwrap_or_default();
+    }
+    Ok(listed)
+}
+
 /// A page of load balancers (see [`select`]).
 pub async fn list(db: &Db, names: &[String], after: i64, limit: i64) -> Result<Vec<Listed>> {
-    select(db.reader(), names, after, limit).await
+    with_groups(db, select(db.reader(), names, after, limit).await?).await
 }
 
 /// The load balancer named `name`.
 pub async fn get(db: &Db, name: &str) -> Result<Listed> {
     let names = [name.to_string()];
-    select(db.reader(), &names, 0, 1).await?.into_iter().next().ok_or_else(|| not_found(name))
+    let found = with_groups(db, select(db.reader(), &names, 0, 1).await?).await?;
+    found.into_iter().next().ok_or_else(|| not_found(name))
 }
 
 /// A new load balancer's record and tags, written in its create's transaction; there at once.
@@ -204,7 +216,7 @@ impl Beside for New<'_> {
     async fn write(&self, tx: &mut Tx, id: &str) -> Result<()> {
         put(tx, id, self.classic).await?;
         if !self.tags.is_empty() {
-            tags::change_in(tx, &Resource::LoadBalancer(id.to_string()), &Change::Set(self.tags)).await?;
+            tags::change_one_in(tx, &Resource::LoadBalancer(id.to_string()), &Change::Set(self.tags)).await?;
         }
         Ok(())
     }
@@ -222,19 +234,18 @@ pub async fn create(
     Ok(lb)
 }
 
-/// Write `classic` as the record of the load balancer `id`.
+/// Write `classic` as the record of the load balancer `id`, and link it to its security groups (each must exist).
 async fn put(tx: &mut Tx, id: &str, classic: &Classic) -> Result<()> {
     sqlx::query(
-        "INSERT INTO classic_load_balancers (load_balancer_id, subnets, security_groups, extras) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT(load_balancer_id) DO UPDATE SET subnets = $2, security_groups = $3, extras = $4",
+        "INSERT INTO classic_load_balancers (load_balancer_id, subnets, extras) VALUES ($1, $2, $3) \
+         ON CONFLICT(load_balancer_id) DO UPDATE SET subnets = $2, extras = $3",
     )
     .bind(id)
     .bind(json(&classic.subnets)?)
-    .bind(json(&classic.security_groups)?)
     .bind(json(&classic.extras)?)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    security_groups::attach_load_balancer(tx, id, &classic.security_groups).await
 }
 
 /// Change the load balancer named `name` in one transaction: `change` edits its record and says what its native
@@ -248,6 +259,7 @@ where
     let (mut tx, now) = begin(db).await?;
     let names = [name.to_string()];
     let mut listed = select(&mut *tx, &names, 0, 1).await?.into_iter().next().ok_or_else(|| not_found(name))?;
+    listed.classic.security_groups = security_groups::of_load_balancer(&mut tx, &listed.lb.id).await?;
     if let Some(req) = change(&listed.lb, &mut listed.classic)? {
         listed.lb = load_balancers::update_in(&mut tx, now, &listed.lb.id, &req, 0).await?;
     }

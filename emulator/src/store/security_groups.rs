@@ -426,6 +426,27 @@ pub async fn of_load_balancer(tx: &mut Tx, lb_id: &str) -> Result<Vec<String>> {
     .await?)
 }
 
+/// The groups of each of the load balancers `ids` that has some (in one read).
+pub async fn of_load_balancers(db: &Db, ids: &[String]) -> Result<HashMap<String, Vec<String>>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let sql = format!(
+        "SELECT load_balancer_id, group_id FROM load_balancer_security_groups WHERE load_balancer_id IN ({}) \
+         ORDER BY group_id",
+        crate::db::params(1, ids.len())
+    );
+    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
+    for id in ids {
+        q = q.bind(id);
+    }
+    let mut groups: HashMap<String, Vec<String>> = HashMap::new();
+    for (lb, group) in q.fetch_all(db.reader()).await? {
+        groups.entry(lb).or_default().push(group);
+    }
+    Ok(groups)
+}
+
 /// The ingress rules of every load balancer that has groups (all its groups' together, possibly none): what the
 /// data plane admits clients by. A load balancer without groups is not in it.
 pub async fn load_balancer_rules(db: &Db) -> Result<HashMap<String, Vec<Rule>>> {

@@ -29,9 +29,11 @@ pub enum Resource {
 impl Resource {
     fn id(&self) -> &str {
         match self {
-            Self::Instance(id) | Self::RouteTable(id) | Self::Fixed(id) | Self::SecurityGroup(id) | Self::LoadBalancer(id) => {
-                id
-            }
+            Self::Instance(id)
+            | Self::RouteTable(id)
+            | Self::Fixed(id)
+            | Self::SecurityGroup(id)
+            | Self::LoadBalancer(id) => id,
         }
     }
 }
@@ -128,7 +130,8 @@ async fn read(tx: &mut Tx, r: &Resource) -> Result<BTreeMap<String, String>> {
         }
         Resource::Fixed(id) => others_of(tx, id).await,
         Resource::LoadBalancer(id) => {
-            let gone = || ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"));
+            let gone =
+                || ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"));
             exists(tx, "SELECT id FROM load_balancers WHERE id = $1", id, gone).await?;
             others_of(tx, id).await
         }

@@ -56,22 +56,29 @@ def listener(port, instance_port, protocol="TCP"):
     return {"Protocol": protocol, "LoadBalancerPort": port, "InstanceProtocol": protocol, "InstancePort": instance_port}
 
 
+@pytest.fixture(scope="module")
+def group():
+    """The VPC's default security group, which admits what its own members send (no load balancer client)."""
+    ec2 = boto3.client("ec2", config=ONCE)
+    return ec2.describe_security_groups(GroupNames=["default"])["SecurityGroups"][0]["GroupId"]
+
+
 @pytest.fixture
-def lb(elb, subnets):
+def lb(elb, subnets, group):
     """A load balancer as cloud-provider-aws makes one; deleted after the test."""
     name = "a" + os.urandom(8).hex()
     dns = elb.create_load_balancer(
         LoadBalancerName=name,
         Listeners=[listener(80, 30080), listener(8080, 30081, "HTTP")],
         Subnets=[subnets[sorted(subnets)[0]]],
-        SecurityGroups=["sg-0123456789abcdef0"],
+        SecurityGroups=[group],
         Tags=[{"Key": "kubernetes.io/service-name", "Value": "default/web"}],
     )["DNSName"]
     yield name, dns
     elb.delete_load_balancer(LoadBalancerName=name)
 
 
-def test_a_load_balancer_is_described_at_once_and_is_the_native_apis(elb, lb, subnets):
+def test_a_load_balancer_is_described_at_once_and_is_the_native_apis(elb, lb, subnets, group):
     name, dns = lb
     [d] = elb.describe_load_balancers(LoadBalancerNames=[name])["LoadBalancerDescriptions"]
     assert d["DNSName"] == dns and d["Scheme"] == "internet-facing"
@@ -85,7 +92,7 @@ def test_a_load_balancer_is_described_at_once_and_is_the_native_apis(elb, lb, su
     }
     zone = sorted(subnets)[0]
     assert (d["Subnets"], d["AvailabilityZones"]) == ([subnets[zone]], [zone])
-    assert d["SecurityGroups"] == ["sg-0123456789abcdef0"]
+    assert d["SecurityGroups"] == [group]
     assert d["VPCId"].startswith("vpc-") and d["CanonicalHostedZoneNameID"].startswith("Z")
     assert d["CreatedTime"].year >= 2024
     [row] = native_named(name)
@@ -202,8 +209,13 @@ def test_tags_subnets_and_security_groups(elb, lb, subnets):
     assert elb.detach_load_balancer_from_subnets(LoadBalancerName=name, Subnets=[subnets[zones[0]]])["Subnets"] == [
         subnets[zones[1]]
     ]
-    groups = elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=["sg-12345678"])
-    assert groups["SecurityGroups"] == ["sg-12345678"]
+    ec2 = boto3.client("ec2", config=ONCE)
+    mine = ec2.create_security_group(GroupName=f"k8s-elb-{name}", Description="the Service's")["GroupId"]
+    groups = elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=[mine])
+    assert groups["SecurityGroups"] == [mine]
+    with pytest.raises(ClientError) as e:
+        elb.apply_security_groups_to_load_balancer(LoadBalancerName=name, SecurityGroups=["sg-0123456789abcdef0"])
+    assert error_code(e) == "InvalidSecurityGroup"
 
 
 def test_the_paginator_lists_every_load_balancer_and_errors_are_elbs(elb, subnets):

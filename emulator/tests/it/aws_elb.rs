@@ -14,7 +14,7 @@ use fakecloud_api::{
 use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::aws::credentials::Keys;
 
-use crate::aws::{all, code, signed_for};
+use crate::aws::{all, code, ec2, signed_for};
 use crate::common::{Emu, USER, eventually, spawn_emulator_with};
 use crate::dataplane;
 
@@ -26,6 +26,14 @@ async fn call_at(url: &str, region: &str, form: &str) -> (u16, String) {
     let signer = (keys.access_key_id.as_str(), keys.secret_access_key.as_str(), region, SystemTime::now());
     let resp = signed_for("elasticloadbalancing", url, signer, "POST", "", form).send().await.unwrap();
     (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// A security group made through EC2, as the CCM makes one for a Service: its ID.
+async fn group(emu: &Emu, name: &str) -> String {
+    let form = format!("Action=CreateSecurityGroup&Version=2016-11-15&GroupName={name}&GroupDescription=for+{name}");
+    let (status, xml) = ec2(emu, USER, &form).await;
+    assert_eq!(status, 200, "{xml}");
+    all(&xml, "groupId").remove(0)
 }
 
 async fn call(emu: &Emu, form: &str) -> (u16, String) {
@@ -80,9 +88,10 @@ async fn a_classic_load_balancer_is_a_native_row_there_at_once_and_described_as_
     };
     let emu = Emu::with_timings(timings).await;
     let subnets = subnets(&emu).await;
+    let sg = group(&emu, "k8s-elb-a1b2c3").await;
     let form = format!(
         "{}&Listeners.member.2.Protocol=http&Listeners.member.2.LoadBalancerPort=80&Listeners.member.2.InstancePort=30080\
-         &Scheme=internal&SecurityGroups.member.1=sg-0123456789abcdef0\
+         &Scheme=internal&SecurityGroups.member.1={sg}\
          &Tags.member.1.Key=kubernetes.io%2Fservice-name&Tags.member.1.Value=default%2Fweb",
         create_form(&subnets[0], "a1b2c3", 8443, 30443)
     );
@@ -120,12 +129,12 @@ async fn a_classic_load_balancer_is_a_native_row_there_at_once_and_described_as_
     assert!(xml.contains(&format!("<Subnets><member>{}</member></Subnets>", subnets[0])), "{xml}");
     let zone = &emu.cfg.topology.zones[0].0;
     assert!(xml.contains(&format!("<AvailabilityZones><member>{zone}</member></AvailabilityZones>")), "{xml}");
-    assert!(xml.contains("<SecurityGroups><member>sg-0123456789abcdef0</member></SecurityGroups>"), "{xml}");
+    assert!(xml.contains(&format!("<SecurityGroups><member>{sg}</member></SecurityGroups>")), "{xml}");
     assert_eq!(all(&xml, "VPCId").len(), 1);
     assert_eq!(all(&xml, "CanonicalHostedZoneNameID")[0].len(), 14);
     assert!(all(&xml, "CanonicalHostedZoneName").is_empty(), "an internal load balancer has none");
     assert_eq!(all(&xml, "CreatedTime"), std::slice::from_ref(&lb.created_at));
-    assert_eq!(all(&xml, "GroupName"), ["sg-0123456789abcdef0"]);
+    assert_eq!(all(&xml, "GroupName"), [sg]);
     let tags = ok(&emu, "Action=DescribeTags&LoadBalancerNames.member.1=a1b2c3").await;
     assert_eq!(
         (all(&tags, "Key"), all(&tags, "Value")),
@@ -276,10 +285,13 @@ async fn listeners_checks_instances_attributes_and_policies_change_the_load_bala
         ok(&emu, &format!("Action=DetachLoadBalancerFromSubnets&LoadBalancerName=svc&Subnets.member.1={}", subnets[0]))
             .await;
     assert_eq!(all(&xml, "member"), [subnets[1].clone()]);
-    let xml =
-        ok(&emu, "Action=ApplySecurityGroupsToLoadBalancer&LoadBalancerName=svc&SecurityGroups.member.1=sg-12345678")
-            .await;
-    assert_eq!(all(&xml, "member"), ["sg-12345678"]);
+    let sg = group(&emu, "k8s-elb-svc").await;
+    let xml = ok(
+        &emu,
+        &format!("Action=ApplySecurityGroupsToLoadBalancer&LoadBalancerName=svc&SecurityGroups.member.1={sg}"),
+    )
+    .await;
+    assert_eq!(all(&xml, "member"), [sg]);
 
     // Attributes: AWS's defaults, then each structure as last given, which the CCM then finds equal.
     let xml = ok(&emu, "Action=DescribeLoadBalancerAttributes&LoadBalancerName=svc").await;

@@ -26,12 +26,6 @@ pub(super) use self::network::subnet_id;
 pub use self::network::vpc_id;
 pub use self::operations::{names, native, reads};
 
-/// The service name EC2 requests are signed for.
-pub const SERVICE: &str = "ec2";
-/// The API version the SDKs send, and the namespace of its answers.
-pub const VERSION: &str = "2016-11-15";
-pub const XMLNS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
-
 /// The actions answered, by name (what the audit log and metrics call them too).
 pub(super) const ACTIONS: &[&str] = &[
     "AuthorizeSecurityGroupIngress",

@@ -6,7 +6,7 @@
 //! connections idle for `fakecloud serve --lb-idle-timeout` (350 s; not the attribute's), does not drain a
 //! deregistered instance's connections, and writes no access log (there is no S3).
 
-use super::{invalid_configuration, name, validation};
+use super::common::{change, elb, invalid_configuration, name, validation};
 use crate::aws::error::Result;
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, el, members, text};
@@ -44,7 +44,7 @@ fn described(a: &Attributes) -> Node {
 pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let name = name(params)?;
     params.finish()?;
-    let listed = classic_elb::get(&st.db, &name).await.map_err(super::elb)?;
+    let listed = classic_elb::get(&st.db, &name).await.map_err(elb)?;
     Ok(vec![described(&listed.classic.extras.attributes)])
 }
 
@@ -141,7 +141,7 @@ pub async fn modify(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let name = name(params)?;
     let patch = patch(&mut params.structure("LoadBalancerAttributes"))?;
     params.finish()?;
-    let listed = super::change(st, &name, |_, classic| {
+    let listed = change(st, &name, |_, classic| {
         patch.apply(&mut classic.extras.attributes);
         Ok(None)
     })

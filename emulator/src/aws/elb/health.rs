@@ -7,7 +7,7 @@
 
 use fakecloud_api::{BackendState, HealthCheck, HealthCheckProtocol, LoadBalancer, UpdateLoadBalancerRequest};
 
-use super::{elb, name, validation};
+use super::common::{change, elb, name, validation};
 use crate::aws::error::Result;
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
@@ -60,7 +60,7 @@ pub async fn configure(st: &AppState, params: &mut Params) -> Result<Vec<Node>> 
     let (protocol, port, path) = target(&given)?;
     let native = HealthCheck { protocol, port, path, interval_seconds: interval };
     let meta = HealthMeta { target: given, timeout, healthy_threshold: healthy, unhealthy_threshold: unhealthy };
-    let listed = super::change(st, &name, |_, classic| {
+    let listed = change(st, &name, |_, classic| {
         classic.extras.health_check = Some(meta);
         Ok(Some(UpdateLoadBalancerRequest { health_check: Some(native), ..Default::default() }))
     })

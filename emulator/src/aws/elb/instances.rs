@@ -3,7 +3,7 @@
 
 use fakecloud_api::UpdateLoadBalancerRequest;
 
-use super::{missing, name};
+use super::common::{change, missing, name};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
@@ -44,7 +44,7 @@ pub async fn register(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let name = name(params)?;
     let ids = requested(params)?;
     params.finish()?;
-    let listed = super::change(st, &name, |lb, _| {
+    let listed = change(st, &name, |lb, _| {
         let mut backends = lb.backends.clone();
         for id in ids {
             if !backends.contains(&id) {
@@ -62,7 +62,7 @@ pub async fn deregister(st: &AppState, params: &mut Params) -> Result<Vec<Node>>
     let name = name(params)?;
     let ids = requested(params)?;
     params.finish()?;
-    let listed = super::change(st, &name, |lb, _| {
+    let listed = change(st, &name, |lb, _| {
         if let Some(id) = ids.iter().find(|i| !lb.backends.contains(i)) {
             return Err(invalid(id));
         }

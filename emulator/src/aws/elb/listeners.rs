@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::{LoadBalancer, Protocol, UpdateLoadBalancerRequest};
 
-use super::{missing, name, validation};
+use super::common::{change, members_of, missing, name, validation};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, el, text};
@@ -119,7 +119,7 @@ pub(super) fn described(lb: &LoadBalancer, extras: &Extras) -> Vec<Vec<Node>> {
                         text("InstancePort", l.backend_port.to_string()),
                     ],
                 ),
-                super::load_balancers::members_of("PolicyNames", &meta.policies),
+                members_of("PolicyNames", &meta.policies),
             ]
         })
         .collect()
@@ -134,7 +134,7 @@ pub async fn create(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         return Err(missing("Listeners.member.1"));
     }
     params.finish()?;
-    super::change(st, &name, |lb, classic| {
+    change(st, &name, |lb, classic| {
         let mut listeners = lb.listeners.clone();
         for l in new {
             let meta = &metas[&l.port];
@@ -172,7 +172,7 @@ pub async fn delete(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         return Err(missing("LoadBalancerPorts.member.1"));
     }
     params.finish()?;
-    super::change(st, &name, |lb, classic| {
+    change(st, &name, |lb, classic| {
         let listeners = lb.listeners.iter().filter(|l| !ports.contains(&l.port)).cloned().collect();
         for port in &ports {
             classic.extras.listeners.remove(port);

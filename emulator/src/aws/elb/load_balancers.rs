@@ -1,14 +1,11 @@
 //! CreateLoadBalancer, DescribeLoadBalancers and DeleteLoadBalancer, and a load balancer as classic ELB
 //! describes it (`LoadBalancerDescription`, botocore's `elb/2012-06-01` model).
 
-use std::collections::BTreeMap;
-
-use fakecloud_api::{
-    CreateLoadBalancerRequest, Forwarding, HealthCheck, HealthCheckProtocol, LoadBalancer, Scheme, SessionAffinity,
-};
+use fakecloud_api::{CreateLoadBalancerRequest, Forwarding, HealthCheck, HealthCheckProtocol, Scheme, SessionAffinity};
 use sha2::{Digest, Sha256};
 
-use super::{elb, health, listeners, name, network, tags, validation};
+use super::common::{elb, members_of, name, validation};
+use super::{health, listeners, network, tags};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
@@ -195,21 +192,6 @@ fn description(topo: &Topology, keys: &Keys, listed: &Listed) -> Vec<Node> {
     d.push(text("CreatedTime", lb.created_at.clone()));
     d.push(text("Scheme", lb.scheme.as_str()));
     d
-}
-
-/// A list of strings: `<name><member>…</member>…</name>`.
-pub(super) fn members_of(name: &'static str, values: &[String]) -> Node {
-    el(name, values.iter().map(|v| text("member", v.clone())).collect())
-}
-
-/// Every load balancer the caller names, or a refusal for the first that is not there.
-pub(super) async fn named(st: &AppState, names: &[String]) -> Result<BTreeMap<String, LoadBalancer>> {
-    let found = classic_elb::list(&st.db, names, 0, names.len() as i64).await.map_err(elb)?;
-    let by_name: BTreeMap<String, LoadBalancer> = found.into_iter().map(|l| (l.lb.name.clone(), l.lb)).collect();
-    match names.iter().find(|n| !by_name.contains_key(*n)) {
-        Some(missing) => Err(elb(classic_elb::not_found(missing))),
-        None => Ok(by_name),
-    }
 }
 
 #[cfg(test)]

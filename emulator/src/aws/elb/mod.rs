@@ -5,6 +5,7 @@
 //! lacks is `store::classic_elb`'s record beside it.
 
 mod attributes;
+mod common;
 mod health;
 mod instances;
 mod listeners;
@@ -14,22 +15,13 @@ mod operations;
 mod policies;
 mod tags;
 
-use super::api::Api;
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
 use super::query::Params;
 use super::xml::Node;
-use crate::error::ApiError;
 use crate::http::AppState;
-use crate::store::classic_elb::{self, Classic, Listed};
-use fakecloud_api::{LoadBalancer, UpdateLoadBalancerRequest};
 
 pub use self::operations::{names, native, reads};
-
-/// The service name both Elastic Load Balancing APIs are signed for (told apart by `Version`).
-pub const SERVICE: &str = "elasticloadbalancing";
-pub const VERSION: &str = "2012-06-01";
-pub const XMLNS: &str = "http://elasticloadbalancing.amazonaws.com/doc/2012-06-01/";
 
 /// The actions answered, by name: every call cloud-provider-aws v1.37.1 makes on classic ELB (its `ELB`
 /// interface in `aws.go`), and the reads and tags a user's test makes beside them.
@@ -93,55 +85,4 @@ pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: 
     };
     params.finish()?;
     Ok(answer)
-}
-
-/// The cloud's error as classic ELB answers it (the face's `?` would make it EC2's).
-pub(super) fn elb(e: ApiError) -> AwsError {
-    AwsError::of(e, Api::Elb)
-}
-
-/// A refusal of a change: the cloud's (answered as ELB answers it) or the face's own.
-enum Refusal {
-    Cloud(ApiError),
-    Face(AwsError),
-}
-
-impl From<ApiError> for Refusal {
-    fn from(e: ApiError) -> Self {
-        Self::Cloud(e)
-    }
-}
-
-/// Change the load balancer named `name` and its record in one transaction (`store::classic_elb::change`), with
-/// `change` refusing in ELB's words.
-async fn change<F>(st: &AppState, name: &str, change: F) -> Result<Listed>
-where
-    F: FnOnce(&LoadBalancer, &mut Classic) -> Result<Option<UpdateLoadBalancerRequest>>,
-{
-    classic_elb::change(&st.db, name, |lb, classic| change(lb, classic).map_err(Refusal::Face)).await.map_err(|r| {
-        match r {
-            Refusal::Cloud(e) => elb(e),
-            Refusal::Face(e) => e,
-        }
-    })
-}
-
-/// A request ELB refuses as malformed: `ValidationError`, its common code for a bad parameter.
-fn validation(message: impl Into<String>) -> AwsError {
-    AwsError::client("ValidationError", message)
-}
-
-/// A change classic ELB refuses for the load balancer's configuration: 409, as botocore's model gives it.
-fn invalid_configuration(message: impl Into<String>) -> AwsError {
-    AwsError::new(axum::http::StatusCode::CONFLICT, "InvalidConfigurationRequest", message)
-}
-
-/// A parameter the call needs and lacks (`name` as the request would give it).
-fn missing(name: &str) -> AwsError {
-    AwsError::client("MissingParameter", format!("The request must contain the parameter {name}"))
-}
-
-/// The `LoadBalancerName` a call is about.
-fn name(params: &mut Params) -> Result<String> {
-    params.required("LoadBalancerName")
 }

@@ -7,7 +7,7 @@
 //! `security_groups` column) for the security groups' own link to load balancers, which the data plane is to
 //! enforce; until then they are answered and allow every client.
 
-use super::{invalid_configuration, missing, name, validation};
+use super::common::{change, invalid_configuration, members_of, missing, name, validation};
 use crate::aws::ec2::subnet_id;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
@@ -89,7 +89,7 @@ pub(super) fn groups(given: Vec<String>) -> Result<Vec<String>> {
 }
 
 fn subnets_answer(subnets: &[String]) -> Vec<Node> {
-    vec![super::load_balancers::members_of("Subnets", subnets)]
+    vec![members_of("Subnets", subnets)]
 }
 
 fn requested_subnets(params: &mut Params) -> Result<Vec<String>> {
@@ -106,7 +106,7 @@ pub async fn attach_subnets(st: &AppState, params: &mut Params) -> Result<Vec<No
     let name = name(params)?;
     let subnets = requested_subnets(params)?;
     params.finish()?;
-    let listed = super::change(st, &name, |_, classic| {
+    let listed = change(st, &name, |_, classic| {
         let mut all = classic.subnets.clone();
         all.extend(subnets.into_iter().filter(|s| !classic.subnets.contains(s)));
         check_subnets(topo, &all)?;
@@ -122,7 +122,7 @@ pub async fn detach_subnets(st: &AppState, params: &mut Params) -> Result<Vec<No
     let name = name(params)?;
     let subnets = requested_subnets(params)?;
     params.finish()?;
-    let listed = super::change(st, &name, |_, classic| {
+    let listed = change(st, &name, |_, classic| {
         classic.subnets.retain(|s| !subnets.contains(s));
         Ok(None)
     })
@@ -138,12 +138,12 @@ pub async fn apply_security_groups(st: &AppState, params: &mut Params) -> Result
         return Err(missing("SecurityGroups.member.1"));
     }
     params.finish()?;
-    let listed = super::change(st, &name, |_, classic| {
+    let listed = change(st, &name, |_, classic| {
         classic.security_groups = given;
         Ok(None)
     })
     .await?;
-    Ok(vec![super::load_balancers::members_of("SecurityGroups", &listed.classic.security_groups)])
+    Ok(vec![members_of("SecurityGroups", &listed.classic.security_groups)])
 }
 
 #[cfg(test)]

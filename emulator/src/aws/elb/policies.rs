@@ -7,7 +7,7 @@
 //! instances see the connection's bytes as a TCP listener forwards them. SSL negotiation policies apply to
 //! HTTPS and SSL listeners, which this cloud has none of (no certificates).
 
-use super::{invalid_configuration, name, validation};
+use super::common::{change, elb, invalid_configuration, name, validation};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
@@ -61,7 +61,7 @@ pub async fn create(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         ));
     }
     let new = Policy { name: policy_name, type_name, attributes };
-    super::change(st, &lb, |_, classic| {
+    change(st, &lb, |_, classic| {
         match classic.extras.policies.iter().find(|p| p.name == new.name) {
             Some(kept) if *kept == new => {}
             Some(_) => {
@@ -90,7 +90,7 @@ pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     let names = params.members("PolicyNames")?;
     params.finish()?;
     let policies = match lb {
-        Some(lb) => classic_elb::get(&st.db, &lb).await.map_err(super::elb)?.classic.extras.policies,
+        Some(lb) => classic_elb::get(&st.db, &lb).await.map_err(elb)?.classic.extras.policies,
         None => Vec::new(),
     };
     let chosen: Vec<&Policy> = if names.is_empty() {
@@ -126,7 +126,7 @@ pub async fn set_of_listener(st: &AppState, params: &mut Params) -> Result<Vec<N
     let port = port(params, "LoadBalancerPort")?;
     let names = params.members("PolicyNames")?;
     params.finish()?;
-    super::change(st, &lb, |lb, classic| {
+    change(st, &lb, |lb, classic| {
         if !lb.listeners.iter().any(|l| l.port == port) {
             return Err(AwsError::client("ListenerNotFound", format!("There is no listener on port {port}")));
         }
@@ -155,7 +155,7 @@ pub async fn set_for_backend(st: &AppState, params: &mut Params) -> Result<Vec<N
     let port = port(params, "InstancePort")?;
     let names = params.members("PolicyNames")?;
     params.finish()?;
-    super::change(st, &lb, |_, classic| {
+    change(st, &lb, |_, classic| {
         for n in &names {
             let policy = find(&classic.extras, n)?;
             if !BACKEND_TYPES.contains(&policy.type_name.as_str()) {
@@ -184,7 +184,7 @@ pub async fn delete(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
     if policy.is_empty() {
         return Err(validation("PolicyName must not be empty"));
     }
-    super::change(st, &lb, |_, classic| {
+    change(st, &lb, |_, classic| {
         let extras = &mut classic.extras;
         let in_use = extras.listeners.values().any(|l| l.policies.contains(&policy))
             || extras.backend_policies.values().any(|p| p.contains(&policy));

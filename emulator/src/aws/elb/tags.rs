@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::limits::TAGS_MAX;
 
-use super::{elb, load_balancers, missing, validation};
+use super::common::{elb, missing, named, validation};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::{Node, members, text};
@@ -72,7 +72,7 @@ async fn the_one(st: &AppState, params: &mut Params) -> Result<Resource> {
     let [name] = names.as_slice() else {
         return Err(validation("LoadBalancerNames must name one load balancer"));
     };
-    let lbs = load_balancers::named(st, std::slice::from_ref(name)).await?;
+    let lbs = named(st, std::slice::from_ref(name)).await?;
     Ok(Resource::LoadBalancer(lbs[name].id.clone()))
 }
 
@@ -108,7 +108,7 @@ pub async fn describe(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         return Err(validation(format!("LoadBalancerNames must name 1 to {DESCRIBED_MAX} load balancers")));
     }
     params.finish()?;
-    let lbs = load_balancers::named(st, &names).await?;
+    let lbs = named(st, &names).await?;
     let ids: Vec<String> = lbs.values().map(|lb| lb.id.clone()).collect();
     let mut tags = store::tags::of(&st.db, &ids).await.map_err(elb)?;
     let described = names.iter().map(|name| {
