@@ -624,6 +624,7 @@ const (
 	SetRateLimitRequestOperationConfigureHealthCheck                    SetRateLimitRequestOperation = "ConfigureHealthCheck"
 	SetRateLimitRequestOperationCreateAccount                           SetRateLimitRequestOperation = "CreateAccount"
 	SetRateLimitRequestOperationCreateInstance                          SetRateLimitRequestOperation = "CreateInstance"
+	SetRateLimitRequestOperationCreateListener                          SetRateLimitRequestOperation = "CreateListener"
 	SetRateLimitRequestOperationCreateLoadBalancer                      SetRateLimitRequestOperation = "CreateLoadBalancer"
 	SetRateLimitRequestOperationCreateLoadBalancerListeners             SetRateLimitRequestOperation = "CreateLoadBalancerListeners"
 	SetRateLimitRequestOperationCreateLoadBalancerPolicy                SetRateLimitRequestOperation = "CreateLoadBalancerPolicy"
@@ -631,9 +632,11 @@ const (
 	SetRateLimitRequestOperationCreateRouteTable                        SetRateLimitRequestOperation = "CreateRouteTable"
 	SetRateLimitRequestOperationCreateSecurityGroup                     SetRateLimitRequestOperation = "CreateSecurityGroup"
 	SetRateLimitRequestOperationCreateTags                              SetRateLimitRequestOperation = "CreateTags"
+	SetRateLimitRequestOperationCreateTargetGroup                       SetRateLimitRequestOperation = "CreateTargetGroup"
 	SetRateLimitRequestOperationDeleteAccount                           SetRateLimitRequestOperation = "DeleteAccount"
 	SetRateLimitRequestOperationDeleteFault                             SetRateLimitRequestOperation = "DeleteFault"
 	SetRateLimitRequestOperationDeleteLbFault                           SetRateLimitRequestOperation = "DeleteLbFault"
+	SetRateLimitRequestOperationDeleteListener                          SetRateLimitRequestOperation = "DeleteListener"
 	SetRateLimitRequestOperationDeleteLoadBalancer                      SetRateLimitRequestOperation = "DeleteLoadBalancer"
 	SetRateLimitRequestOperationDeleteLoadBalancerListeners             SetRateLimitRequestOperation = "DeleteLoadBalancerListeners"
 	SetRateLimitRequestOperationDeleteLoadBalancerPolicy                SetRateLimitRequestOperation = "DeleteLoadBalancerPolicy"
@@ -642,10 +645,13 @@ const (
 	SetRateLimitRequestOperationDeleteRouteTable                        SetRateLimitRequestOperation = "DeleteRouteTable"
 	SetRateLimitRequestOperationDeleteSecurityGroup                     SetRateLimitRequestOperation = "DeleteSecurityGroup"
 	SetRateLimitRequestOperationDeleteTags                              SetRateLimitRequestOperation = "DeleteTags"
+	SetRateLimitRequestOperationDeleteTargetGroup                       SetRateLimitRequestOperation = "DeleteTargetGroup"
 	SetRateLimitRequestOperationDeregisterInstancesFromLoadBalancer     SetRateLimitRequestOperation = "DeregisterInstancesFromLoadBalancer"
+	SetRateLimitRequestOperationDeregisterTargets                       SetRateLimitRequestOperation = "DeregisterTargets"
 	SetRateLimitRequestOperationDescribeAvailabilityZones               SetRateLimitRequestOperation = "DescribeAvailabilityZones"
 	SetRateLimitRequestOperationDescribeInstanceHealth                  SetRateLimitRequestOperation = "DescribeInstanceHealth"
 	SetRateLimitRequestOperationDescribeInstances                       SetRateLimitRequestOperation = "DescribeInstances"
+	SetRateLimitRequestOperationDescribeListeners                       SetRateLimitRequestOperation = "DescribeListeners"
 	SetRateLimitRequestOperationDescribeLoadBalancerAttributes          SetRateLimitRequestOperation = "DescribeLoadBalancerAttributes"
 	SetRateLimitRequestOperationDescribeLoadBalancerPolicies            SetRateLimitRequestOperation = "DescribeLoadBalancerPolicies"
 	SetRateLimitRequestOperationDescribeLoadBalancers                   SetRateLimitRequestOperation = "DescribeLoadBalancers"
@@ -653,6 +659,9 @@ const (
 	SetRateLimitRequestOperationDescribeSecurityGroups                  SetRateLimitRequestOperation = "DescribeSecurityGroups"
 	SetRateLimitRequestOperationDescribeSubnets                         SetRateLimitRequestOperation = "DescribeSubnets"
 	SetRateLimitRequestOperationDescribeTags                            SetRateLimitRequestOperation = "DescribeTags"
+	SetRateLimitRequestOperationDescribeTargetGroupAttributes           SetRateLimitRequestOperation = "DescribeTargetGroupAttributes"
+	SetRateLimitRequestOperationDescribeTargetGroups                    SetRateLimitRequestOperation = "DescribeTargetGroups"
+	SetRateLimitRequestOperationDescribeTargetHealth                    SetRateLimitRequestOperation = "DescribeTargetHealth"
 	SetRateLimitRequestOperationDescribeVpcs                            SetRateLimitRequestOperation = "DescribeVpcs"
 	SetRateLimitRequestOperationDetachLoadBalancerFromSubnets           SetRateLimitRequestOperation = "DetachLoadBalancerFromSubnets"
 	SetRateLimitRequestOperationGetAccount                              SetRateLimitRequestOperation = "GetAccount"
@@ -677,9 +686,13 @@ const (
 	SetRateLimitRequestOperationListRouteTables                         SetRateLimitRequestOperation = "ListRouteTables"
 	SetRateLimitRequestOperationListRoutes                              SetRateLimitRequestOperation = "ListRoutes"
 	SetRateLimitRequestOperationModifyInstanceAttribute                 SetRateLimitRequestOperation = "ModifyInstanceAttribute"
+	SetRateLimitRequestOperationModifyListener                          SetRateLimitRequestOperation = "ModifyListener"
 	SetRateLimitRequestOperationModifyLoadBalancerAttributes            SetRateLimitRequestOperation = "ModifyLoadBalancerAttributes"
+	SetRateLimitRequestOperationModifyTargetGroup                       SetRateLimitRequestOperation = "ModifyTargetGroup"
+	SetRateLimitRequestOperationModifyTargetGroupAttributes             SetRateLimitRequestOperation = "ModifyTargetGroupAttributes"
 	SetRateLimitRequestOperationReclaimSpot                             SetRateLimitRequestOperation = "ReclaimSpot"
 	SetRateLimitRequestOperationRegisterInstancesWithLoadBalancer       SetRateLimitRequestOperation = "RegisterInstancesWithLoadBalancer"
+	SetRateLimitRequestOperationRegisterTargets                         SetRateLimitRequestOperation = "RegisterTargets"
 	SetRateLimitRequestOperationReleaseLease                            SetRateLimitRequestOperation = "ReleaseLease"
 	SetRateLimitRequestOperationRemoveTags                              SetRateLimitRequestOperation = "RemoveTags"
 	SetRateLimitRequestOperationRenewLease                              SetRateLimitRequestOperation = "RenewLease"
@@ -692,6 +705,7 @@ const (
 	SetRateLimitRequestOperationSetLoadBalancerPoliciesOfListener       SetRateLimitRequestOperation = "SetLoadBalancerPoliciesOfListener"
 	SetRateLimitRequestOperationSetQuota                                SetRateLimitRequestOperation = "SetQuota"
 	SetRateLimitRequestOperationSetRateLimit                            SetRateLimitRequestOperation = "SetRateLimit"
+	SetRateLimitRequestOperationSetSecurityGroups                       SetRateLimitRequestOperation = "SetSecurityGroups"
 	SetRateLimitRequestOperationSnapshot                                SetRateLimitRequestOperation = "Snapshot"
 	SetRateLimitRequestOperationStartHang                               SetRateLimitRequestOperation = "StartHang"
 	SetRateLimitRequestOperationStartInstance                           SetRateLimitRequestOperation = "StartInstance"
@@ -735,6 +749,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationCreateInstance:
 		return true
+	case SetRateLimitRequestOperationCreateListener:
+		return true
 	case SetRateLimitRequestOperationCreateLoadBalancer:
 		return true
 	case SetRateLimitRequestOperationCreateLoadBalancerListeners:
@@ -749,11 +765,15 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationCreateTags:
 		return true
+	case SetRateLimitRequestOperationCreateTargetGroup:
+		return true
 	case SetRateLimitRequestOperationDeleteAccount:
 		return true
 	case SetRateLimitRequestOperationDeleteFault:
 		return true
 	case SetRateLimitRequestOperationDeleteLbFault:
+		return true
+	case SetRateLimitRequestOperationDeleteListener:
 		return true
 	case SetRateLimitRequestOperationDeleteLoadBalancer:
 		return true
@@ -771,13 +791,19 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationDeleteTags:
 		return true
+	case SetRateLimitRequestOperationDeleteTargetGroup:
+		return true
 	case SetRateLimitRequestOperationDeregisterInstancesFromLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationDeregisterTargets:
 		return true
 	case SetRateLimitRequestOperationDescribeAvailabilityZones:
 		return true
 	case SetRateLimitRequestOperationDescribeInstanceHealth:
 		return true
 	case SetRateLimitRequestOperationDescribeInstances:
+		return true
+	case SetRateLimitRequestOperationDescribeListeners:
 		return true
 	case SetRateLimitRequestOperationDescribeLoadBalancerAttributes:
 		return true
@@ -792,6 +818,12 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationDescribeSubnets:
 		return true
 	case SetRateLimitRequestOperationDescribeTags:
+		return true
+	case SetRateLimitRequestOperationDescribeTargetGroupAttributes:
+		return true
+	case SetRateLimitRequestOperationDescribeTargetGroups:
+		return true
+	case SetRateLimitRequestOperationDescribeTargetHealth:
 		return true
 	case SetRateLimitRequestOperationDescribeVpcs:
 		return true
@@ -841,11 +873,19 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationModifyInstanceAttribute:
 		return true
+	case SetRateLimitRequestOperationModifyListener:
+		return true
 	case SetRateLimitRequestOperationModifyLoadBalancerAttributes:
+		return true
+	case SetRateLimitRequestOperationModifyTargetGroup:
+		return true
+	case SetRateLimitRequestOperationModifyTargetGroupAttributes:
 		return true
 	case SetRateLimitRequestOperationReclaimSpot:
 		return true
 	case SetRateLimitRequestOperationRegisterInstancesWithLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationRegisterTargets:
 		return true
 	case SetRateLimitRequestOperationReleaseLease:
 		return true
@@ -870,6 +910,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationSetQuota:
 		return true
 	case SetRateLimitRequestOperationSetRateLimit:
+		return true
+	case SetRateLimitRequestOperationSetSecurityGroups:
 		return true
 	case SetRateLimitRequestOperationSnapshot:
 		return true
@@ -921,6 +963,7 @@ const (
 	SetRateLimitRequestOperationsConfigureHealthCheck                    SetRateLimitRequestOperations = "ConfigureHealthCheck"
 	SetRateLimitRequestOperationsCreateAccount                           SetRateLimitRequestOperations = "CreateAccount"
 	SetRateLimitRequestOperationsCreateInstance                          SetRateLimitRequestOperations = "CreateInstance"
+	SetRateLimitRequestOperationsCreateListener                          SetRateLimitRequestOperations = "CreateListener"
 	SetRateLimitRequestOperationsCreateLoadBalancer                      SetRateLimitRequestOperations = "CreateLoadBalancer"
 	SetRateLimitRequestOperationsCreateLoadBalancerListeners             SetRateLimitRequestOperations = "CreateLoadBalancerListeners"
 	SetRateLimitRequestOperationsCreateLoadBalancerPolicy                SetRateLimitRequestOperations = "CreateLoadBalancerPolicy"
@@ -928,9 +971,11 @@ const (
 	SetRateLimitRequestOperationsCreateRouteTable                        SetRateLimitRequestOperations = "CreateRouteTable"
 	SetRateLimitRequestOperationsCreateSecurityGroup                     SetRateLimitRequestOperations = "CreateSecurityGroup"
 	SetRateLimitRequestOperationsCreateTags                              SetRateLimitRequestOperations = "CreateTags"
+	SetRateLimitRequestOperationsCreateTargetGroup                       SetRateLimitRequestOperations = "CreateTargetGroup"
 	SetRateLimitRequestOperationsDeleteAccount                           SetRateLimitRequestOperations = "DeleteAccount"
 	SetRateLimitRequestOperationsDeleteFault                             SetRateLimitRequestOperations = "DeleteFault"
 	SetRateLimitRequestOperationsDeleteLbFault                           SetRateLimitRequestOperations = "DeleteLbFault"
+	SetRateLimitRequestOperationsDeleteListener                          SetRateLimitRequestOperations = "DeleteListener"
 	SetRateLimitRequestOperationsDeleteLoadBalancer                      SetRateLimitRequestOperations = "DeleteLoadBalancer"
 	SetRateLimitRequestOperationsDeleteLoadBalancerListeners             SetRateLimitRequestOperations = "DeleteLoadBalancerListeners"
 	SetRateLimitRequestOperationsDeleteLoadBalancerPolicy                SetRateLimitRequestOperations = "DeleteLoadBalancerPolicy"
@@ -939,10 +984,13 @@ const (
 	SetRateLimitRequestOperationsDeleteRouteTable                        SetRateLimitRequestOperations = "DeleteRouteTable"
 	SetRateLimitRequestOperationsDeleteSecurityGroup                     SetRateLimitRequestOperations = "DeleteSecurityGroup"
 	SetRateLimitRequestOperationsDeleteTags                              SetRateLimitRequestOperations = "DeleteTags"
+	SetRateLimitRequestOperationsDeleteTargetGroup                       SetRateLimitRequestOperations = "DeleteTargetGroup"
 	SetRateLimitRequestOperationsDeregisterInstancesFromLoadBalancer     SetRateLimitRequestOperations = "DeregisterInstancesFromLoadBalancer"
+	SetRateLimitRequestOperationsDeregisterTargets                       SetRateLimitRequestOperations = "DeregisterTargets"
 	SetRateLimitRequestOperationsDescribeAvailabilityZones               SetRateLimitRequestOperations = "DescribeAvailabilityZones"
 	SetRateLimitRequestOperationsDescribeInstanceHealth                  SetRateLimitRequestOperations = "DescribeInstanceHealth"
 	SetRateLimitRequestOperationsDescribeInstances                       SetRateLimitRequestOperations = "DescribeInstances"
+	SetRateLimitRequestOperationsDescribeListeners                       SetRateLimitRequestOperations = "DescribeListeners"
 	SetRateLimitRequestOperationsDescribeLoadBalancerAttributes          SetRateLimitRequestOperations = "DescribeLoadBalancerAttributes"
 	SetRateLimitRequestOperationsDescribeLoadBalancerPolicies            SetRateLimitRequestOperations = "DescribeLoadBalancerPolicies"
 	SetRateLimitRequestOperationsDescribeLoadBalancers                   SetRateLimitRequestOperations = "DescribeLoadBalancers"
@@ -950,6 +998,9 @@ const (
 	SetRateLimitRequestOperationsDescribeSecurityGroups                  SetRateLimitRequestOperations = "DescribeSecurityGroups"
 	SetRateLimitRequestOperationsDescribeSubnets                         SetRateLimitRequestOperations = "DescribeSubnets"
 	SetRateLimitRequestOperationsDescribeTags                            SetRateLimitRequestOperations = "DescribeTags"
+	SetRateLimitRequestOperationsDescribeTargetGroupAttributes           SetRateLimitRequestOperations = "DescribeTargetGroupAttributes"
+	SetRateLimitRequestOperationsDescribeTargetGroups                    SetRateLimitRequestOperations = "DescribeTargetGroups"
+	SetRateLimitRequestOperationsDescribeTargetHealth                    SetRateLimitRequestOperations = "DescribeTargetHealth"
 	SetRateLimitRequestOperationsDescribeVpcs                            SetRateLimitRequestOperations = "DescribeVpcs"
 	SetRateLimitRequestOperationsDetachLoadBalancerFromSubnets           SetRateLimitRequestOperations = "DetachLoadBalancerFromSubnets"
 	SetRateLimitRequestOperationsGetAccount                              SetRateLimitRequestOperations = "GetAccount"
@@ -973,9 +1024,13 @@ const (
 	SetRateLimitRequestOperationsListRouteTables                         SetRateLimitRequestOperations = "ListRouteTables"
 	SetRateLimitRequestOperationsListRoutes                              SetRateLimitRequestOperations = "ListRoutes"
 	SetRateLimitRequestOperationsModifyInstanceAttribute                 SetRateLimitRequestOperations = "ModifyInstanceAttribute"
+	SetRateLimitRequestOperationsModifyListener                          SetRateLimitRequestOperations = "ModifyListener"
 	SetRateLimitRequestOperationsModifyLoadBalancerAttributes            SetRateLimitRequestOperations = "ModifyLoadBalancerAttributes"
+	SetRateLimitRequestOperationsModifyTargetGroup                       SetRateLimitRequestOperations = "ModifyTargetGroup"
+	SetRateLimitRequestOperationsModifyTargetGroupAttributes             SetRateLimitRequestOperations = "ModifyTargetGroupAttributes"
 	SetRateLimitRequestOperationsReclaimSpot                             SetRateLimitRequestOperations = "ReclaimSpot"
 	SetRateLimitRequestOperationsRegisterInstancesWithLoadBalancer       SetRateLimitRequestOperations = "RegisterInstancesWithLoadBalancer"
+	SetRateLimitRequestOperationsRegisterTargets                         SetRateLimitRequestOperations = "RegisterTargets"
 	SetRateLimitRequestOperationsReleaseLease                            SetRateLimitRequestOperations = "ReleaseLease"
 	SetRateLimitRequestOperationsRemoveTags                              SetRateLimitRequestOperations = "RemoveTags"
 	SetRateLimitRequestOperationsRenewLease                              SetRateLimitRequestOperations = "RenewLease"
@@ -988,6 +1043,7 @@ const (
 	SetRateLimitRequestOperationsSetLoadBalancerPoliciesOfListener       SetRateLimitRequestOperations = "SetLoadBalancerPoliciesOfListener"
 	SetRateLimitRequestOperationsSetQuota                                SetRateLimitRequestOperations = "SetQuota"
 	SetRateLimitRequestOperationsSetRateLimit                            SetRateLimitRequestOperations = "SetRateLimit"
+	SetRateLimitRequestOperationsSetSecurityGroups                       SetRateLimitRequestOperations = "SetSecurityGroups"
 	SetRateLimitRequestOperationsSnapshot                                SetRateLimitRequestOperations = "Snapshot"
 	SetRateLimitRequestOperationsStartHang                               SetRateLimitRequestOperations = "StartHang"
 	SetRateLimitRequestOperationsStartInstance                           SetRateLimitRequestOperations = "StartInstance"
@@ -1031,6 +1087,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsCreateInstance:
 		return true
+	case SetRateLimitRequestOperationsCreateListener:
+		return true
 	case SetRateLimitRequestOperationsCreateLoadBalancer:
 		return true
 	case SetRateLimitRequestOperationsCreateLoadBalancerListeners:
@@ -1045,11 +1103,15 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsCreateTags:
 		return true
+	case SetRateLimitRequestOperationsCreateTargetGroup:
+		return true
 	case SetRateLimitRequestOperationsDeleteAccount:
 		return true
 	case SetRateLimitRequestOperationsDeleteFault:
 		return true
 	case SetRateLimitRequestOperationsDeleteLbFault:
+		return true
+	case SetRateLimitRequestOperationsDeleteListener:
 		return true
 	case SetRateLimitRequestOperationsDeleteLoadBalancer:
 		return true
@@ -1067,13 +1129,19 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsDeleteTags:
 		return true
+	case SetRateLimitRequestOperationsDeleteTargetGroup:
+		return true
 	case SetRateLimitRequestOperationsDeregisterInstancesFromLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsDeregisterTargets:
 		return true
 	case SetRateLimitRequestOperationsDescribeAvailabilityZones:
 		return true
 	case SetRateLimitRequestOperationsDescribeInstanceHealth:
 		return true
 	case SetRateLimitRequestOperationsDescribeInstances:
+		return true
+	case SetRateLimitRequestOperationsDescribeListeners:
 		return true
 	case SetRateLimitRequestOperationsDescribeLoadBalancerAttributes:
 		return true
@@ -1088,6 +1156,12 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsDescribeSubnets:
 		return true
 	case SetRateLimitRequestOperationsDescribeTags:
+		return true
+	case SetRateLimitRequestOperationsDescribeTargetGroupAttributes:
+		return true
+	case SetRateLimitRequestOperationsDescribeTargetGroups:
+		return true
+	case SetRateLimitRequestOperationsDescribeTargetHealth:
 		return true
 	case SetRateLimitRequestOperationsDescribeVpcs:
 		return true
@@ -1135,11 +1209,19 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 		return true
 	case SetRateLimitRequestOperationsModifyInstanceAttribute:
 		return true
+	case SetRateLimitRequestOperationsModifyListener:
+		return true
 	case SetRateLimitRequestOperationsModifyLoadBalancerAttributes:
+		return true
+	case SetRateLimitRequestOperationsModifyTargetGroup:
+		return true
+	case SetRateLimitRequestOperationsModifyTargetGroupAttributes:
 		return true
 	case SetRateLimitRequestOperationsReclaimSpot:
 		return true
 	case SetRateLimitRequestOperationsRegisterInstancesWithLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsRegisterTargets:
 		return true
 	case SetRateLimitRequestOperationsReleaseLease:
 		return true
@@ -1164,6 +1246,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsSetQuota:
 		return true
 	case SetRateLimitRequestOperationsSetRateLimit:
+		return true
+	case SetRateLimitRequestOperationsSetSecurityGroups:
 		return true
 	case SetRateLimitRequestOperationsSnapshot:
 		return true

@@ -1,15 +1,16 @@
 //! What each AWS API's table says of an action: whether the API answers it, the native operation it stands for
 //! (for the fault engine) and whether it only reads. Each API keeps its own table (`ec2/operations.rs`,
-//! `elb/operations.rs`); this is where the face's one path asks them.
+//! `elb/operations.rs`, `elbv2/operations.rs`); this is where the face's one path asks them.
 
 use super::api::Api;
-use super::{ec2, elb};
+use super::{ec2, elb, elbv2};
 
 /// `action` if `api` answers it, as a name that outlives the request.
 pub fn action(api: Api, action: &str) -> Option<&'static str> {
     match api {
         Api::Ec2 => ec2::action(action),
         Api::Elb => elb::action(action),
+        Api::Elbv2 => elbv2::action(action),
     }
 }
 
@@ -18,6 +19,7 @@ pub fn native(api: Api, action: &str) -> Option<&'static str> {
     match api {
         Api::Ec2 => ec2::native(action),
         Api::Elb => elb::native(action),
+        Api::Elbv2 => elbv2::native(action),
     }
 }
 
@@ -26,6 +28,7 @@ pub fn reads(api: Api, action: &str) -> bool {
     match api {
         Api::Ec2 => ec2::reads(action),
         Api::Elb => elb::reads(action),
+        Api::Elbv2 => elbv2::reads(action),
     }
 }
 
@@ -34,6 +37,7 @@ pub fn names(api: Api) -> Vec<&'static str> {
     match api {
         Api::Ec2 => ec2::names().collect(),
         Api::Elb => elb::names().collect(),
+        Api::Elbv2 => elbv2::names().collect(),
     }
 }
 
@@ -46,6 +50,7 @@ mod tests {
         match api {
             Api::Ec2 => ec2::ACTIONS,
             Api::Elb => elb::ACTIONS,
+            Api::Elbv2 => elbv2::ACTIONS,
         }
     }
 

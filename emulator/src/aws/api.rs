@@ -8,6 +8,8 @@ pub enum Api {
     Ec2,
     /// Classic Elastic Load Balancing (2012-06-01).
     Elb,
+    /// Elastic Load Balancing v2 (2015-12-01): network load balancers.
+    Elbv2,
 }
 
 /// How an API writes its answers (the Query protocol has two dialects).
@@ -21,13 +23,13 @@ pub enum Style {
 }
 
 impl Api {
-    pub const ALL: [Api; 2] = [Api::Ec2, Api::Elb];
+    pub const ALL: [Api; 3] = [Api::Ec2, Api::Elb, Api::Elbv2];
 
     /// The service name its requests are signed for (both Elastic Load Balancing APIs are `elasticloadbalancing`).
     pub fn service(self) -> &'static str {
         match self {
             Api::Ec2 => "ec2",
-            Api::Elb => "elasticloadbalancing",
+            Api::Elb | Api::Elbv2 => "elasticloadbalancing",
         }
     }
 
@@ -36,6 +38,7 @@ impl Api {
         match self {
             Api::Ec2 => "2016-11-15",
             Api::Elb => "2012-06-01",
+            Api::Elbv2 => "2015-12-01",
         }
     }
 
@@ -44,13 +47,14 @@ impl Api {
         match self {
             Api::Ec2 => "http://ec2.amazonaws.com/doc/2016-11-15/",
             Api::Elb => "http://elasticloadbalancing.amazonaws.com/doc/2012-06-01/",
+            Api::Elbv2 => "http://elasticloadbalancing.amazonaws.com/doc/2015-12-01/",
         }
     }
 
     pub fn style(self) -> Style {
         match self {
             Api::Ec2 => Style::Ec2,
-            Api::Elb => Style::Query,
+            Api::Elb | Api::Elbv2 => Style::Query,
         }
     }
 
@@ -87,6 +91,7 @@ mod tests {
         assert_eq!(Api::of("ec2", None), Some(Api::Ec2));
         assert_eq!(Api::of("s3", Some("2016-11-15")), None);
         assert_eq!(Api::of("elasticloadbalancing", Some("2012-06-01")), Some(Api::Elb));
+        assert_eq!(Api::of("elasticloadbalancing", Some("2015-12-01")), Some(Api::Elbv2));
         assert_eq!(Api::services(), ["ec2", "elasticloadbalancing"]);
     }
 }

@@ -10,6 +10,7 @@ use super::api::Api;
 use super::sigv4::Refusal;
 use crate::error::{ApiError, Kind};
 use crate::faults::quota_refusal;
+use crate::store::elbv2::code as elbv2_codes;
 
 /// An error as an AWS service answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +73,7 @@ impl AwsError {
         let (status, code): (StatusCode, Cow<'static, str>) = match api {
             Api::Ec2 => ec2(&e),
             Api::Elb => elb(&e),
+            Api::Elbv2 => elbv2(&e),
         };
         Self::new(status, code, e.message)
     }
@@ -189,6 +191,46 @@ fn elb(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
     }
 }
 
+/// Elastic Load Balancing v2's status and code for the cloud's error `e` (botocore's ELBv2 model: every client
+/// error 400, each with its own code). Throttling is `Throttling` 400, which botocore's standard retryer
+/// (`botocore/retries/standard.py`) and aws-sdk-go-v2's (`aws/retry/standard.go`) count among the throttling
+/// codes; the rest of a fault's statuses as for [`ec2`].
+fn elbv2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
+    let fixed = |status: StatusCode, code: &'static str| (status, Cow::Borrowed(code));
+    if let (Kind::Exceeded, Some(quota)) = (e.kind, e.quota) {
+        let (status, code) = quota_refusal(RateLimitPreset::AwsElb, quota);
+        return fixed(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), code);
+    }
+    match (kind_of(e), e.code.as_ref()) {
+        (Kind::NotFound, codes::LOAD_BALANCER_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "LoadBalancerNotFound"),
+        (Kind::Conflict, codes::LOAD_BALANCER_ALREADY_EXISTS) => {
+            fixed(StatusCode::BAD_REQUEST, "DuplicateLoadBalancerName")
+        }
+        (Kind::NotFound, codes::SECURITY_GROUP_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidSecurityGroup"),
+        (Kind::Conflict, codes::INCORRECT_LOAD_BALANCER_STATE) => {
+            fixed(StatusCode::BAD_REQUEST, "OperationNotPermitted")
+        }
+        (_, codes::INVALID_TARGET) => fixed(StatusCode::BAD_REQUEST, "InvalidTarget"),
+        (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TooManyTags"),
+        // The store's NLB errors carry ELB's own codes (`store::elbv2::code`).
+        (Kind::Invalid | Kind::NotFound | Kind::Conflict, code) if elbv2_codes::ALL.contains(&code) => {
+            (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string()))
+        }
+        (Kind::Invalid | Kind::NotFound, _) => fixed(StatusCode::BAD_REQUEST, "ValidationError"),
+        (Kind::Conflict, _) => fixed(StatusCode::BAD_REQUEST, "OperationNotPermitted"),
+        (Kind::Exceeded, _) => fixed(StatusCode::BAD_REQUEST, "InvalidConfigurationRequest"),
+        (Kind::Throttled, _) => fixed(StatusCode::BAD_REQUEST, "Throttling"),
+        (Kind::Unavailable, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+        (Kind::Status(401), _) => fixed(StatusCode::FORBIDDEN, "InvalidClientTokenId"),
+        (Kind::Status(408), _) => fixed(StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
+        (Kind::Status(s), code) if (400..500).contains(&s) => (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string())),
+        (Kind::Status(s), _) => {
+            fixed(StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "InternalFailure")
+        }
+        (Kind::Internal, _) => fixed(StatusCode::INTERNAL_SERVER_ERROR, "InternalFailure"),
+    }
+}
+
 /// EC2's, the API of every call the face answers so far (`AwsError::of` names the API).
 impl From<ApiError> for AwsError {
     fn from(e: ApiError) -> Self {
@@ -264,5 +306,32 @@ mod tests {
             (bad.status, bad.code.as_ref(), bad.message.as_str()),
             (StatusCode::UNAUTHORIZED, "AuthFailure", NOT_VALIDATED)
         );
+    }
+
+    #[test]
+    fn the_clouds_errors_get_elbv2s_codes() {
+        let elb = |e: ApiError| {
+            let e = AwsError::of(e, Api::Elbv2);
+            (e.status.as_u16(), e.code.into_owned())
+        };
+        assert_eq!(elb(ApiError::new(Kind::Throttled, "SlowDown", "a rate limit")), (400, "Throttling".into()));
+        assert_eq!(elb(ApiError::new(Kind::Status(429), "TooManyRequests", "a rule")), (400, "Throttling".into()));
+        assert_eq!(elb(ApiError::new(Kind::Unavailable, "x", "busy")), (503, "ServiceUnavailable".into()));
+        assert_eq!(elb(ApiError::new(Kind::Status(503), "x", "an outage")), (503, "ServiceUnavailable".into()));
+        assert_eq!(elb(ApiError::internal("a bug")), (500, "InternalFailure".into()));
+        let listeners = ApiError::quota_exceeded(fakecloud_api::QuotaName::ListenersPerLoadBalancer, 5, "x");
+        assert_eq!(elb(listeners), (400, "TooManyListeners".into()));
+        let targets = ApiError::quota_exceeded(fakecloud_api::QuotaName::BackendsPerLoadBalancer, 5, "x");
+        assert_eq!(elb(targets), (400, "TooManyTargets".into()));
+        let lbs = ApiError::quota_exceeded(fakecloud_api::QuotaName::LoadBalancers, 5, "x");
+        assert_eq!(elb(lbs), (400, "TooManyLoadBalancers".into()));
+        let taken = ApiError::conflict(codes::LOAD_BALANCER_ALREADY_EXISTS, "in use");
+        assert_eq!(elb(taken), (400, "DuplicateLoadBalancerName".into()));
+        let gone = ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, "gone");
+        assert_eq!(elb(gone), (400, "LoadBalancerNotFound".into()));
+        let in_use = ApiError::conflict(elbv2_codes::RESOURCE_IN_USE, "in use");
+        assert_eq!(elb(in_use), (400, "ResourceInUse".into()));
+        let tags = ApiError::new(Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED, "51 tags");
+        assert_eq!(elb(tags), (400, "TooManyTags".into()));
     }
 }

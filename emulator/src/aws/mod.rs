@@ -9,13 +9,15 @@
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
 //! - `error`: AWS's codes, for the face's refusals and the cloud's errors alike.
 //! - `api`: which API a call is to; `actions`: what its table says of an action.
-//! - `ec2`: EC2's operations. `elb`: classic Elastic Load Balancing's.
+//! - `ec2`: EC2's operations. `elb`: classic Elastic Load Balancing's. `elbv2`: Elastic Load Balancing v2's,
+//!   network load balancers.
 
 mod actions;
 mod api;
 pub mod credentials;
 mod ec2;
 mod elb;
+mod elbv2;
 mod error;
 mod query;
 pub mod sigv4;
@@ -224,6 +226,7 @@ async fn judged(
         let answer = match api {
             Api::Ec2 => ec2::call(st, &face.keys, action, params).await,
             Api::Elb => elb::call(st, &face.keys, action, params).await,
+            Api::Elbv2 => elbv2::call(st, &face.keys, action, params).await,
         };
         answer
             .and_then(|a| xml::response(api.style(), api.xmlns(), action, request_id, a))

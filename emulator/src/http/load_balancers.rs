@@ -135,7 +135,7 @@ pub(crate) async fn show(st: &AppState, lbs: &mut [LoadBalancer]) {
     }
 }
 
-async fn shown(st: &AppState, mut lb: LoadBalancer) -> LoadBalancer {
+pub(crate) async fn shown(st: &AppState, mut lb: LoadBalancer) -> LoadBalancer {
     show(st, std::slice::from_mut(&mut lb)).await;
     lb
 }

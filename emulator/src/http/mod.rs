@@ -19,7 +19,9 @@ mod quotas;
 mod reply;
 mod state;
 
-pub(crate) use self::load_balancers::show;
+/// How the native API shows load balancers (the data plane's listener states and backend health), for the AWS
+/// face's DescribeInstanceHealth and DescribeTargetHealth.
+pub(crate) use self::load_balancers::{show, shown as shown_load_balancer};
 pub use self::state::{AppState, Registry};
 // For the other faces of the cloud (`crate::aws`): the bound on a request body, and how a call is recorded.
 pub(crate) use self::extract::MAX_BODY_BYTES;

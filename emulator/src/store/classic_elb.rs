@@ -13,7 +13,7 @@ use sqlx::any::AnyExecutor;
 
 use super::load_balancers::{self, Beside, Row};
 use super::security_groups;
-use super::tags::{self, Change, Resource};
+use super::tags::{self, Resource};
 use super::write::begin;
 use crate::call;
 use crate::config::Config;
@@ -157,15 +157,16 @@ pub fn not_found(name: &str) -> ApiError {
 
 /// Load balancers as classic ELB lists them, the one query every classic read and write goes through: those
 /// named (`names` empty: all) past `after` (a `seq`), oldest first, at most `limit`. Every load balancer of the
-/// native table is classic's (the native model is classic's), but one being deleted: AWS's is gone from the API
-/// at once. Their security groups are left for [`with_groups`].
+/// native table is classic's (the native model is classic's), but one being deleted (AWS's is gone from the API
+/// at once) and the ELBv2 face's NLBs. Their security groups are left for [`with_groups`].
 async fn select<'e>(exec: impl AnyExecutor<'e>, names: &[String], after: i64, limit: i64) -> Result<Vec<Listed>> {
     let now = now_ms();
     let named = if names.is_empty() { String::new() } else { format!(" AND l.name IN ({})", params(4, names.len())) };
     let sql = format!(
         "SELECT l.*, c.subnets, c.extras FROM ({}) AS l \
          LEFT JOIN classic_load_balancers c ON c.load_balancer_id = l.id \
-         WHERE l.state IN ('provisioning', 'active') AND l.seq > $2{named} ORDER BY l.seq LIMIT $3",
+         WHERE l.state IN ('provisioning', 'active') AND l.seq > $2{named} \
+         AND l.id NOT IN (SELECT lb_id FROM elbv2_load_balancers) ORDER BY l.seq LIMIT $3",
         load_balancers::SELECT
     );
     let mut q = sqlx::query_as::<_, ListedRow>(sqlx::AssertSqlSafe(sql)).bind(now).bind(after).bind(limit);
@@ -216,7 +217,7 @@ impl Beside for New<'_> {
     async fn write(&self, tx: &mut Tx, id: &str) -> Result<()> {
         put(tx, id, self.classic).await?;
         if !self.tags.is_empty() {
-            tags::change_one_in(tx, &Resource::LoadBalancer(id.to_string()), &Change::Set(self.tags)).await?;
+            tags::write_new(tx, &Resource::LoadBalancer(id.to_string()), self.tags).await?;
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ use crate::call;
 use crate::config::{Config, Pool};
 use crate::db::{Db, NotDone, Ran, Script, Step, Tx, ms, new_id, now_ms, params, rfc3339};
 use crate::error::{ApiError, Result, is_unique_violation};
+use crate::store::elbv2::rows::forget_load_balancer;
 use crate::validate;
 
 pub const OPERATION_CREATE: &str = "CreateLoadBalancer";
@@ -121,6 +122,11 @@ async fn fetch<'e>(exec: impl AnyExecutor<'e>, id: &str, now: i64) -> Result<Loa
     row.ok_or_else(|| not_found(id))?.into_api()?.ok_or_else(|| not_found(id))
 }
 
+/// The load balancer `id` as a write sees it at `now`.
+pub(super) async fn fetch_in(tx: &mut Tx, id: &str, now: i64) -> Result<LoadBalancer> {
+    fetch(&mut **tx, id, now).await
+}
+
 pub async fn get(db: &Db, id: &str) -> Result<LoadBalancer> {
     fetch(db.reader(), id, now_ms()).await
 }
@@ -191,6 +197,14 @@ async fn check_backends(tx: &mut Tx, now: i64, backends: &[String], registered: 
     let mut script = Script::new();
     let states = push_backend_states(&mut script, backends, now);
     judge_backends(backends, tx.run(script).await.rows(states)?, registered)
+}
+
+/// Each of `ids` and its instance's state at `now` (`None`: no such instance), for the AWS face's targets.
+pub(super) async fn instance_states(tx: &mut Tx, now: i64, ids: &[String]) -> Result<HashMap<String, Option<String>>> {
+    let mut script = Script::new();
+    let states = push_backend_states(&mut script, ids, now);
+    let rows = tx.run(script).await;
+    Ok(rows.rows(states)?.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect::<Result<_, sqlx::Error>>()?)
 }
 
 /// Each backend and its instance's state at `now` (NULL: no such instance), pushed onto a write's list: see
@@ -284,6 +298,12 @@ pub trait Beside: Sync {
     /// Whether the load balancer skips `provisioning` (classic ELB has no such state: AWS answers it at once).
     fn immediate(&self) -> bool;
 
+    /// The fewest listeners it is made with: the native API's [`LISTENERS_MIN`]; none for an NLB, which AWS makes
+    /// before its listeners.
+    fn listeners_min(&self) -> usize {
+        LISTENERS_MIN
+    }
+
     /// Write its record of the load balancer `id`, just inserted.
     fn write<'a>(&'a self, tx: &'a mut Tx, id: &'a str) -> impl Future<Output = Result<()>> + Send + 'a;
 }
@@ -321,7 +341,7 @@ pub async fn create_with<B: Beside>(
     beside: &B,
 ) -> Result<(LoadBalancer, bool)> {
     validate::NAME.check("name", &req.name)?;
-    check_listeners(&req.listeners, LISTENERS_MIN)?;
+    check_listeners(&req.listeners, beside.listeners_min())?;
     let source_ranges = check_source_ranges(&req.source_ranges)?;
     if let Some(hc) = &req.health_check {
         check_health(hc)?;
@@ -571,6 +591,9 @@ pub async fn delete(db: &Db, cfg: &Config, id: &str) -> Result<LoadBalancer> {
     if current.state == LoadBalancerState::Deleting {
         return Ok(current);
     }
+    // An NLB's listeners and own row go now, whichever face deletes it: its target groups are free at once, as
+    // AWS's are once DeleteLoadBalancer answers.
+    forget_load_balancer(&mut tx, id).await?;
     if cfg.timings.lb_delete_delay.is_zero() {
         sqlx::query("DELETE FROM load_balancers WHERE id = $1").bind(id).execute(&mut *tx).await?;
         ipam::release(&mut tx, id).await?;

@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod classic_elb;
 mod create;
+pub mod elbv2;
 pub mod faults;
 pub mod hangs;
 pub mod idempotency;
@@ -86,6 +87,9 @@ pub async fn reset(db: &Db) -> Result<()> {
         "route_tables",
         "resource_tags",
         "classic_load_balancers",
+        "elbv2_listeners",
+        "elbv2_target_groups",
+        "elbv2_load_balancers",
         "load_balancers",
         "instances",
         "hangs",

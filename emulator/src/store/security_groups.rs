@@ -234,7 +234,7 @@ pub async fn create(
         .map_err(conflict_on_unique(codes::SECURITY_GROUP_ALREADY_EXISTS, || {
             format!("The security group '{name}' already exists for VPC '{vpc_id}'")
         }))?;
-    tags::change_in(&mut tx, &[Resource::SecurityGroup(id.clone())], &tags::Change::Set(tags)).await?;
+    tags::write_new(&mut tx, &Resource::SecurityGroup(id.clone()), tags).await?;
     call::commit(tx, &id).await?;
     Ok(Group {
         id,

@@ -1,7 +1,7 @@
 //! Tags on resources (issue #49): an instance's in its own column (`instances.tags`, a JSON object, what the
 //! native API shows and fault rules match), every other resource's (route tables, the VPC and subnets, security
-//! groups) in `resource_tags`. A call's tags are written in one transaction: a request that would take one of its
-//! resources past [`TAGS_MAX`] changes none.
+//! groups, load balancers, target groups, listeners) in `resource_tags`. A call's tags are written in one
+//! transaction: a request that would take one of its resources past [`TAGS_MAX`] changes none.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +12,7 @@ use super::write::begin;
 use crate::call;
 use crate::db::{Db, Tx};
 use crate::error::{ApiError, Kind, Result};
+use crate::store::elbv2::code::{LISTENER_NOT_FOUND, TARGET_GROUP_NOT_FOUND};
 
 /// A resource that can carry tags, by the ID the store knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,16 +25,54 @@ pub enum Resource {
     SecurityGroup(String),
     /// A load balancer, by its native ID (Elastic Load Balancing's tags; deleted with it).
     LoadBalancer(String),
+    /// An ELBv2 target group and listener (`store::elbv2`), by their IDs there.
+    TargetGroup(String),
+    Listener(String),
 }
 
 impl Resource {
-    fn id(&self) -> &str {
+    pub fn id(&self) -> &str {
         match self {
             Self::Instance(id)
             | Self::RouteTable(id)
             | Self::Fixed(id)
             | Self::SecurityGroup(id)
-            | Self::LoadBalancer(id) => id,
+            | Self::LoadBalancer(id)
+            | Self::TargetGroup(id)
+            | Self::Listener(id) => id,
+        }
+    }
+
+    /// Its table and ID column, for those kept elsewhere than `resource_tags`' own.
+    fn table(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::Instance(_) | Self::Fixed(_) => None,
+            Self::RouteTable(_) => Some(("route_tables", "id")),
+            Self::SecurityGroup(_) => Some(("security_groups", "id")),
+            Self::LoadBalancer(_) => Some(("load_balancers", "id")),
+            Self::TargetGroup(_) => Some(("elbv2_target_groups", "id")),
+            Self::Listener(_) => Some(("elbv2_listeners", "id")),
+        }
+    }
+
+    fn not_found(&self) -> ApiError {
+        let id = self.id();
+        match self {
+            Self::RouteTable(_) => {
+                ApiError::not_found(codes::ROUTE_TABLE_NOT_FOUND, format!("route table {id} does not exist"))
+            }
+            Self::SecurityGroup(_) => ApiError::not_found(
+                codes::SECURITY_GROUP_NOT_FOUND,
+                format!("The security group '{id}' does not exist"),
+            ),
+            Self::LoadBalancer(_) => {
+                ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"))
+            }
+            Self::TargetGroup(_) => {
+                ApiError::not_found(TARGET_GROUP_NOT_FOUND, format!("target group {id} does not exist"))
+            }
+            Self::Listener(_) => ApiError::not_found(LISTENER_NOT_FOUND, format!("listener {id} does not exist")),
+            Self::Instance(_) | Self::Fixed(_) => ApiError::internal(format!("resource {id} cannot be missing")),
         }
     }
 }
@@ -67,35 +106,20 @@ impl Change<'_> {
 /// Change the tags of every one of `resources`, each of which must exist, in one transaction.
 pub async fn change(db: &Db, resources: &[Resource], change: Change<'_>) -> Result<()> {
     let (mut tx, _) = begin(db).await?;
-    change_in(&mut tx, resources, &change).await?;
+    for r in resources {
+        let mut tags = read(&mut tx, r).await?;
+        change.apply(&mut tags);
+        if tags.len() > TAGS_MAX {
+            return Err(too_many(r, tags.len()));
+        }
+        write(&mut tx, r, &tags).await?;
+    }
     let audited = match resources {
         [one] => one.id(),
         _ => "",
     };
     call::commit(tx, audited).await?;
     Ok(())
-}
-
-/// [`change`] in the caller's transaction: a resource's tags made with it.
-pub async fn change_in(tx: &mut Tx, resources: &[Resource], change: &Change<'_>) -> Result<()> {
-    for r in resources {
-        change_one_in(tx, r, change).await?;
-    }
-    Ok(())
-}
-
-/// Change the tags of `r`, which must exist, in the write `tx`.
-pub async fn change_one_in(tx: &mut Tx, r: &Resource, change: &Change<'_>) -> Result<()> {
-    let mut tags = read(tx, r).await?;
-    change.apply(&mut tags);
-    if tags.len() > TAGS_MAX {
-        return Err(ApiError::new(
-            Kind::Exceeded,
-            codes::TAG_LIMIT_EXCEEDED,
-            format!("resource {} would have {} tags; a resource has at most {TAGS_MAX}", r.id(), tags.len()),
-        ));
-    }
-    write(tx, r, &tags).await
 }
 
 /// The tags `r` has now; an error if it does not exist.
@@ -112,36 +136,20 @@ async fn read(tx: &mut Tx, r: &Resource) -> Result<BTreeMap<String, String>> {
             serde_json::from_str(&json)
                 .map_err(|_| ApiError::internal(format!("stored instance {id} has invalid tags")))
         }
-        Resource::RouteTable(id) => {
-            let gone = || ApiError::not_found(codes::ROUTE_TABLE_NOT_FOUND, format!("route table {id} does not exist"));
-            exists(tx, "SELECT id FROM route_tables WHERE id = $1", id, gone).await?;
-            others_of(tx, id).await
-        }
-        Resource::SecurityGroup(id) => {
-            // (Not `security_groups`' error: that module writes its groups' tags through this one.)
-            let gone = || {
-                ApiError::not_found(
-                    codes::SECURITY_GROUP_NOT_FOUND,
-                    format!("The security group '{id}' does not exist"),
-                )
-            };
-            exists(tx, "SELECT id FROM security_groups WHERE id = $1", id, gone).await?;
-            others_of(tx, id).await
-        }
         Resource::Fixed(id) => others_of(tx, id).await,
-        Resource::LoadBalancer(id) => {
-            let gone =
-                || ApiError::not_found(codes::LOAD_BALANCER_NOT_FOUND, format!("load balancer {id} does not exist"));
-            exists(tx, "SELECT id FROM load_balancers WHERE id = $1", id, gone).await?;
-            others_of(tx, id).await
+        other => {
+            let (table, column) = other.table().ok_or_else(|| ApiError::internal("a resource without a table"))?;
+            let found: Option<String> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {column} FROM {table} WHERE {column} = $1")))
+                    .bind(other.id())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+            if found.is_none() {
+                return Err(other.not_found());
+            }
+            others_of(tx, other.id()).await
         }
     }
-}
-
-/// `gone()` unless `select` (`$1`: the ID) finds `id`.
-async fn exists(tx: &mut Tx, select: &'static str, id: &str, gone: impl FnOnce() -> ApiError) -> Result<()> {
-    let found: Option<String> = sqlx::query_scalar(select).bind(id).fetch_optional(&mut **tx).await?;
-    found.map(drop).ok_or_else(gone)
 }
 
 async fn others_of(tx: &mut Tx, id: &str) -> Result<BTreeMap<String, String>> {
@@ -159,7 +167,8 @@ async fn write(tx: &mut Tx, r: &Resource, tags: &BTreeMap<String, String>) -> Re
             let json = serde_json::to_string(tags).map_err(|e| ApiError::internal(e.to_string()))?;
             sqlx::query("UPDATE instances SET tags = $1 WHERE id = $2").bind(json).bind(id).execute(&mut **tx).await?;
         }
-        Resource::RouteTable(id) | Resource::Fixed(id) | Resource::SecurityGroup(id) | Resource::LoadBalancer(id) => {
+        other => {
+            let id = other.id();
             forget(tx, id).await?;
             for (k, v) in tags {
                 sqlx::query("INSERT INTO resource_tags (resource_id, key, value) VALUES ($1, $2, $3)")
@@ -172,6 +181,22 @@ async fn write(tx: &mut Tx, r: &Resource, tags: &BTreeMap<String, String>) -> Re
         }
     }
     Ok(())
+}
+
+/// The tags of a resource made in `tx`, which has none yet.
+pub async fn write_new(tx: &mut Tx, r: &Resource, tags: &BTreeMap<String, String>) -> Result<()> {
+    if tags.len() > TAGS_MAX {
+        return Err(too_many(r, tags.len()));
+    }
+    write(tx, r, tags).await
+}
+
+fn too_many(r: &Resource, n: usize) -> ApiError {
+    ApiError::new(
+        Kind::Exceeded,
+        codes::TAG_LIMIT_EXCEEDED,
+        format!("resource {} would have {n} tags; a resource has at most {TAGS_MAX}", r.id()),
+    )
 }
 
 /// Drop the tags of `id` (a resource of `resource_tags`), in the transaction that deletes it.

@@ -45,7 +45,7 @@ async fn send_signed(
     (status, request_id, resp.text().await.unwrap())
 }
 
-/// The request [`send_signed`] sends.
+/// The request [`send_signed`] sends, to EC2.
 pub(crate) fn signed(
     url: &str,
     signer: (&str, &str, &str, SystemTime),

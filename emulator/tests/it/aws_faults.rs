@@ -18,7 +18,7 @@ use crate::common::{Emu, HANG, USER};
 const DESCRIBE_INSTANCES: &str = "Action=DescribeInstances&Version=2016-11-15";
 const DESCRIBE_VPCS: &str = "Action=DescribeVpcs&Version=2016-11-15";
 
-fn rule(op: &str, action: FaultAction, times: Option<u64>) -> CreateFaultRuleRequest {
+pub(crate) fn rule(op: &str, action: FaultAction, times: Option<u64>) -> CreateFaultRuleRequest {
     CreateFaultRuleRequest {
         id: None,
         matcher: FaultMatch { operations: vec![op.into()], ..Default::default() },
@@ -28,7 +28,7 @@ fn rule(op: &str, action: FaultAction, times: Option<u64>) -> CreateFaultRuleReq
     }
 }
 
-fn error(status: u16, code: &str) -> FaultAction {
+pub(crate) fn error(status: u16, code: &str) -> FaultAction {
     FaultAction::Error { status, code: code.into(), message: None, headers: Default::default() }
 }
 

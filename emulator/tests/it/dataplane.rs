@@ -136,7 +136,10 @@ async fn echo(stream: &mut TcpStream, text: &str) -> Option<String> {
 }
 
 /// The emulator serving load balancers from the pool `127.77.{net}.0/24`.
-async fn emulator(db: &std::path::Path, net: u8) -> (Child, Client, std::sync::Arc<std::sync::Mutex<String>>) {
+pub(crate) async fn emulator(
+    db: &std::path::Path,
+    net: u8,
+) -> (Child, Client, std::sync::Arc<std::sync::Mutex<String>>) {
     emulator_with(db, net, &[]).await
 }
 

@@ -5,6 +5,7 @@ mod accounts;
 mod audit_and_metrics;
 mod aws;
 mod aws_elb;
+mod aws_elbv2;
 mod aws_faults;
 mod aws_security_groups;
 mod body_props;

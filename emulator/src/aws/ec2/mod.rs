@@ -4,7 +4,7 @@
 mod filter;
 mod instances;
 mod lifecycle;
-mod network;
+pub(super) mod network;
 mod operations;
 mod routes;
 mod security_groups;
