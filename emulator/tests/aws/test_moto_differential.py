@@ -1,6 +1,7 @@
-"""The differential test (issue #49): one scripted session of boto3 calls against moto's server and against a fresh
-fakecloud, the answers compared shape by shape: every field's path and type (IDs, names, addresses and times are
-values, not compared) and every refusal's error code. moto is a reference nobody here wrote; where fakecloud
+"""The differential test (issue #49): one scripted session of boto3 calls (EC2, then classic ELB's and ELBv2's,
+named `ELB …` and `ELBv2 …`) against moto's server and against a fresh fakecloud, the answers compared shape by
+shape: every field's path and type (IDs, names, addresses and times are values, not compared) and every
+refusal's error code. moto is a reference nobody here wrote; where fakecloud
 differs on purpose (moto is wrong against AWS's documentation, or fakecloud models what moto does not), the README
 says so in its table of intended differences, which this test reads: a difference not in the table fails it, and
 so does a row of the table that no longer differs.
@@ -85,8 +86,103 @@ def ec2_session(ec2, instance_type):
     yield "TerminateInstances", answer(ec2.terminate_instances, InstanceIds=ids)
 
 
+def launched(ec2, instance_type, zone):
+    """Two running instances in `zone`, for the load balancers' sessions (their launch is EC2's session's)."""
+    subnet = next(
+        s["SubnetId"] for s in ec2.describe_subnets()["Subnets"] if s["AvailabilityZone"] == zone
+    )
+    run = ec2.run_instances(
+        ImageId="ami-0123456789abcdef0", InstanceType=instance_type, MinCount=2, MaxCount=2, SubnetId=subnet
+    )
+    return subnet, [i["InstanceId"] for i in run["Instances"]]
+
+
+def elb_session(ec2, elb, instance_type):
+    """What cloud-provider-aws does on classic ELB for a Service, and a test's reads beside it."""
+    zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
+    subnet, ids = launched(ec2, instance_type, zone)
+    name = "a0123456789abcdef0123456789abcd"
+    listener = {"Protocol": "TCP", "LoadBalancerPort": 80, "InstanceProtocol": "TCP", "InstancePort": 30080}
+    service = [{"Key": "kubernetes.io/service-name", "Value": "default/web"}]
+    yield "ELB CreateLoadBalancer", answer(
+        elb.create_load_balancer, LoadBalancerName=name, Listeners=[listener], Subnets=[subnet], Tags=service
+    )
+    yield "ELB DescribeLoadBalancers", answer(elb.describe_load_balancers, LoadBalancerNames=[name])
+    yield "ELB DescribeLoadBalancers", answer(elb.describe_load_balancers, LoadBalancerNames=["nope"])
+    check = {"Target": "TCP:30080", "Interval": 10, "Timeout": 5, "UnhealthyThreshold": 6, "HealthyThreshold": 2}
+    yield "ELB ConfigureHealthCheck", answer(elb.configure_health_check, LoadBalancerName=name, HealthCheck=check)
+    instances = [{"InstanceId": i} for i in ids]
+    yield "ELB RegisterInstancesWithLoadBalancer", answer(
+        elb.register_instances_with_load_balancer, LoadBalancerName=name, Instances=instances
+    )
+    yield "ELB DescribeInstanceHealth", answer(elb.describe_instance_health, LoadBalancerName=name)
+    cross_zone = {"CrossZoneLoadBalancing": {"Enabled": True}}
+    yield "ELB ModifyLoadBalancerAttributes", answer(
+        elb.modify_load_balancer_attributes, LoadBalancerName=name, LoadBalancerAttributes=cross_zone
+    )
+    yield "ELB DescribeLoadBalancerAttributes", answer(elb.describe_load_balancer_attributes, LoadBalancerName=name)
+    proxy = [{"AttributeName": "ProxyProtocol", "AttributeValue": "true"}]
+    yield "ELB CreateLoadBalancerPolicy", answer(
+        elb.create_load_balancer_policy,
+        LoadBalancerName=name,
+        PolicyName="k8s-proxyprotocol-enabled",
+        PolicyTypeName="ProxyProtocolPolicyType",
+        PolicyAttributes=proxy,
+    )
+    yield "ELB DescribeLoadBalancerPolicies", answer(elb.describe_load_balancer_policies, LoadBalancerName=name)
+    yield "ELB AddTags", answer(elb.add_tags, LoadBalancerNames=[name], Tags=[{"Key": "team", "Value": "web"}])
+    yield "ELB DescribeTags", answer(elb.describe_tags, LoadBalancerNames=[name])
+    yield "ELB DeregisterInstancesFromLoadBalancer", answer(
+        elb.deregister_instances_from_load_balancer, LoadBalancerName=name, Instances=instances[:1]
+    )
+    yield "ELB DeleteLoadBalancer", answer(elb.delete_load_balancer, LoadBalancerName=name)
+    ec2.terminate_instances(InstanceIds=ids)
+
+
+def elbv2_session(ec2, elbv2, instance_type):
+    """What cloud-provider-aws does on ELBv2 for a Service of `aws-load-balancer-type: nlb`."""
+    zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
+    subnet, ids = launched(ec2, instance_type, zone)
+    vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    made = answer(elbv2.create_load_balancer, Name="k8s-nlb", Type="network", Subnets=[subnet], Scheme="internal")
+    yield "ELBv2 CreateLoadBalancer", made
+    lb = made["LoadBalancers"][0]["LoadBalancerArn"]
+    yield "ELBv2 DescribeLoadBalancers", answer(elbv2.describe_load_balancers, Names=["k8s-nlb"])
+    group = answer(
+        elbv2.create_target_group,
+        Name="k8s-tg-30080",
+        Protocol="TCP",
+        Port=30080,
+        VpcId=vpc,
+        TargetType="instance",
+        HealthCheckProtocol="TCP",
+    )
+    yield "ELBv2 CreateTargetGroup", group
+    tg = group["TargetGroups"][0]["TargetGroupArn"]
+    targets = [{"Id": i, "Port": 30080} for i in ids]
+    yield "ELBv2 RegisterTargets", answer(elbv2.register_targets, TargetGroupArn=tg, Targets=targets)
+    forward = [{"Type": "forward", "TargetGroupArn": tg}]
+    yield "ELBv2 CreateListener", answer(
+        elbv2.create_listener, LoadBalancerArn=lb, Protocol="TCP", Port=80, DefaultActions=forward
+    )
+    yield "ELBv2 DescribeListeners", answer(elbv2.describe_listeners, LoadBalancerArn=lb)
+    yield "ELBv2 DescribeTargetGroups", answer(elbv2.describe_target_groups, LoadBalancerArn=lb)
+    yield "ELBv2 DescribeTargetGroups", answer(elbv2.describe_target_groups, Names=["nope"])
+    yield "ELBv2 DescribeTargetHealth", answer(elbv2.describe_target_health, TargetGroupArn=tg)
+    delay = [{"Key": "deregistration_delay.timeout_seconds", "Value": "30"}]
+    yield "ELBv2 ModifyTargetGroupAttributes", answer(
+        elbv2.modify_target_group_attributes, TargetGroupArn=tg, Attributes=delay
+    )
+    yield "ELBv2 DescribeLoadBalancerAttributes", answer(elbv2.describe_load_balancer_attributes, LoadBalancerArn=lb)
+    yield "ELBv2 AddTags", answer(elbv2.add_tags, ResourceArns=[lb, tg], Tags=[{"Key": "team", "Value": "web"}])
+    yield "ELBv2 DescribeTags", answer(elbv2.describe_tags, ResourceArns=[lb, tg])
+    yield "ELBv2 DeleteLoadBalancer", answer(elbv2.delete_load_balancer, LoadBalancerArn=lb)
+    yield "ELBv2 DeleteTargetGroup", answer(elbv2.delete_target_group, TargetGroupArn=tg)
+    ec2.terminate_instances(InstanceIds=ids)
+
+
 def shape(value, path=""):
-    """Each field's path (lists as `[]`, their items merged) and type; an error code is its value."""
+    """Each field's path (a list's items under `list[]`, merged) and type; an error code is its value."""
     if isinstance(value, dict):
         fields = {}
         for key, item in value.items():
@@ -94,7 +190,8 @@ def shape(value, path=""):
                 fields.update(shape(item, f"{path}.{key}" if path else key))
         return fields
     if isinstance(value, list):
-        fields = {f"{path}[]": "list"}
+        # The list itself, then its items' fields: an empty list and a list of some differ by the items.
+        fields = {path: "list"}
         for item in value:
             fields.update(shape(item, f"{path}[]"))
         return fields
@@ -153,12 +250,21 @@ def covers(row, found):
     return action in actions and difference == what and any(names(path, f) for f in fields)
 
 
+def session(url, region, key_id, secret, instance_type):
+    """The whole scripted session against one server: EC2's, classic ELB's, then ELBv2's calls."""
+    c = {name: client(name, url, region, key_id, secret) for name in ("ec2", "elb", "elbv2")}
+    return [
+        *ec2_session(c["ec2"], instance_type),
+        *elb_session(c["ec2"], c["elb"], instance_type),
+        *elbv2_session(c["ec2"], c["elbv2"], instance_type),
+    ]
+
+
 @pytest.fixture(scope="module")
 def sessions():
     with fresh_cloud() as (url, keys), moto() as reference:
-        ours = client("ec2", url, "local-1", keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"])
-        theirs = client("ec2", reference, "us-east-1", "testing", "testing")
-        yield list(ec2_session(ours, "fc.medium")), list(ec2_session(theirs, "t3.medium"))
+        ours = session(url, "local-1", keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], "fc.medium")
+        yield ours, session(reference, "us-east-1", "testing", "testing", "t3.medium")
 
 
 def test_fakecloud_answers_as_moto_does_but_where_the_readme_says_why(sessions):
