@@ -72,8 +72,8 @@ impl AwsError {
     pub fn of(e: ApiError, api: Api) -> Self {
         let (status, code): (StatusCode, Cow<'static, str>) = match api {
             Api::Ec2 => ec2(&e),
-            Api::Elb => elb(&e),
-            Api::Elbv2 => elbv2(&e),
+            Api::Elb => elb(&e, false),
+            Api::Elbv2 => elb(&e, true),
         };
         Self::new(status, code, e.message)
     }
@@ -153,11 +153,13 @@ fn ec2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
     }
 }
 
-/// Classic Elastic Load Balancing's status and code for the cloud's error `e` (botocore's `elb/2012-06-01`
-/// model: its errors are client errors, 400, but `InvalidConfigurationRequest`, 409). It throttles with 400
-/// `Throttling` (the ELB throttling guide), which botocore's standard retryer and aws-sdk-go-v2's take for
-/// throttling; the cloud unavailable is 503 `ServiceUnavailable`, a bug 500 `InternalFailure`, both retried.
-fn elb(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
+/// Elastic Load Balancing's status and code for the cloud's error `e`, classic's (`v2` false) or ELBv2's. Both
+/// throttle with 400 `Throttling` (the ELB throttling guide), which botocore's standard retryer
+/// (`botocore/retries/standard.py`) and aws-sdk-go-v2's (`aws/retry/standard.go`) take for throttling; the cloud
+/// unavailable is 503 `ServiceUnavailable`, a bug 500 `InternalFailure`, both retried. Their client errors are
+/// 400 (botocore's models), but classic's `InvalidConfigurationRequest`, 409; ELBv2's store errors carry its own
+/// codes (`store::elbv2::code`).
+fn elb(e: &ApiError, v2: bool) -> (StatusCode, Cow<'static, str>) {
     let fixed = |status: StatusCode, code: &'static str| (status, Cow::Borrowed(code));
     if let (Kind::Exceeded, Some(quota)) = (e.kind, e.quota) {
         let (status, code) = quota_refusal(RateLimitPreset::AwsElb, quota);
@@ -169,59 +171,31 @@ fn elb(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
             fixed(StatusCode::BAD_REQUEST, "DuplicateLoadBalancerName")
         }
         (Kind::NotFound, codes::SECURITY_GROUP_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidSecurityGroup"),
-        // An instance that does not exist, or cannot be registered (not running).
-        (Kind::Invalid, codes::INVALID_TARGET) | (Kind::NotFound, codes::INSTANCE_NOT_FOUND) => {
+        (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TooManyTags"),
+        // Classic's: an instance that does not exist, or cannot be registered (not running); ELBv2's targets.
+        (_, codes::INVALID_TARGET) if v2 => fixed(StatusCode::BAD_REQUEST, "InvalidTarget"),
+        (Kind::Invalid, codes::INVALID_TARGET) | (Kind::NotFound, codes::INSTANCE_NOT_FOUND) if !v2 => {
             fixed(StatusCode::BAD_REQUEST, "InvalidInstance")
         }
-        (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TooManyTags"),
-        // The scheme's pool has no address left.
-        (Kind::Exceeded, codes::INSUFFICIENT_ADDRESS_CAPACITY) => fixed(StatusCode::BAD_REQUEST, "InvalidSubnet"),
-        (Kind::Invalid | Kind::NotFound, _) => fixed(StatusCode::BAD_REQUEST, "ValidationError"),
-        (Kind::Conflict, _) => fixed(StatusCode::CONFLICT, "InvalidConfigurationRequest"),
-        (Kind::Exceeded, _) => fixed(StatusCode::BAD_REQUEST, "LimitExceeded"),
-        (Kind::Throttled, _) => fixed(StatusCode::BAD_REQUEST, "Throttling"),
-        (Kind::Unavailable, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
-        (Kind::Status(401), _) => fixed(StatusCode::UNAUTHORIZED, "AuthFailure"),
-        (Kind::Status(408), _) => fixed(StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
-        (Kind::Status(s), code) if (400..500).contains(&s) => (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string())),
-        (Kind::Status(s), _) => {
-            fixed(StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "InternalFailure")
+        // Classic's: the scheme's pool has no address left.
+        (Kind::Exceeded, codes::INSUFFICIENT_ADDRESS_CAPACITY) if !v2 => {
+            fixed(StatusCode::BAD_REQUEST, "InvalidSubnet")
         }
-        (Kind::Internal, _) => fixed(StatusCode::INTERNAL_SERVER_ERROR, "InternalFailure"),
-    }
-}
-
-/// Elastic Load Balancing v2's status and code for the cloud's error `e` (botocore's ELBv2 model: every client
-/// error 400, each with its own code). Throttling is `Throttling` 400, which botocore's standard retryer
-/// (`botocore/retries/standard.py`) and aws-sdk-go-v2's (`aws/retry/standard.go`) count among the throttling
-/// codes; the rest of a fault's statuses as for [`ec2`].
-fn elbv2(e: &ApiError) -> (StatusCode, Cow<'static, str>) {
-    let fixed = |status: StatusCode, code: &'static str| (status, Cow::Borrowed(code));
-    if let (Kind::Exceeded, Some(quota)) = (e.kind, e.quota) {
-        let (status, code) = quota_refusal(RateLimitPreset::AwsElb, quota);
-        return fixed(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), code);
-    }
-    match (kind_of(e), e.code.as_ref()) {
-        (Kind::NotFound, codes::LOAD_BALANCER_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "LoadBalancerNotFound"),
-        (Kind::Conflict, codes::LOAD_BALANCER_ALREADY_EXISTS) => {
-            fixed(StatusCode::BAD_REQUEST, "DuplicateLoadBalancerName")
-        }
-        (Kind::NotFound, codes::SECURITY_GROUP_NOT_FOUND) => fixed(StatusCode::BAD_REQUEST, "InvalidSecurityGroup"),
-        (Kind::Conflict, codes::INCORRECT_LOAD_BALANCER_STATE) => {
+        (Kind::Conflict, codes::INCORRECT_LOAD_BALANCER_STATE) if v2 => {
             fixed(StatusCode::BAD_REQUEST, "OperationNotPermitted")
         }
-        (_, codes::INVALID_TARGET) => fixed(StatusCode::BAD_REQUEST, "InvalidTarget"),
-        (Kind::Exceeded, codes::TAG_LIMIT_EXCEEDED) => fixed(StatusCode::BAD_REQUEST, "TooManyTags"),
-        // The store's NLB errors carry ELB's own codes (`store::elbv2::code`).
-        (Kind::Invalid | Kind::NotFound | Kind::Conflict, code) if elbv2_codes::ALL.contains(&code) => {
+        (Kind::Invalid | Kind::NotFound | Kind::Conflict, code) if v2 && elbv2_codes::ALL.contains(&code) => {
             (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string()))
         }
         (Kind::Invalid | Kind::NotFound, _) => fixed(StatusCode::BAD_REQUEST, "ValidationError"),
-        (Kind::Conflict, _) => fixed(StatusCode::BAD_REQUEST, "OperationNotPermitted"),
-        (Kind::Exceeded, _) => fixed(StatusCode::BAD_REQUEST, "InvalidConfigurationRequest"),
+        (Kind::Conflict, _) if v2 => fixed(StatusCode::BAD_REQUEST, "OperationNotPermitted"),
+        (Kind::Conflict, _) => fixed(StatusCode::CONFLICT, "InvalidConfigurationRequest"),
+        (Kind::Exceeded, _) if v2 => fixed(StatusCode::BAD_REQUEST, "InvalidConfigurationRequest"),
+        (Kind::Exceeded, _) => fixed(StatusCode::BAD_REQUEST, "LimitExceeded"),
         (Kind::Throttled, _) => fixed(StatusCode::BAD_REQUEST, "Throttling"),
         (Kind::Unavailable, _) => fixed(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
-        (Kind::Status(401), _) => fixed(StatusCode::FORBIDDEN, "InvalidClientTokenId"),
+        (Kind::Status(401), _) if v2 => fixed(StatusCode::FORBIDDEN, "InvalidClientTokenId"),
+        (Kind::Status(401), _) => fixed(StatusCode::UNAUTHORIZED, "AuthFailure"),
         (Kind::Status(408), _) => fixed(StatusCode::REQUEST_TIMEOUT, "RequestTimeout"),
         (Kind::Status(s), code) if (400..500).contains(&s) => (StatusCode::BAD_REQUEST, Cow::Owned(code.to_string())),
         (Kind::Status(s), _) => {
