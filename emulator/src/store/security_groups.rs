@@ -468,17 +468,48 @@ pub async fn load_balancer_rules(db: &Db) -> Result<HashMap<String, Vec<Rule>>> 
     Ok(out)
 }
 
-/// The groups of each instance that was launched into groups (the others are in their VPC's default group).
-pub async fn of_instances(db: &Db) -> Result<HashMap<String, Vec<String>>> {
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT instance_id, group_id FROM instance_security_groups ORDER BY instance_id, group_id")
-            .fetch_all(db.reader())
-            .await?;
+/// The groups of each of the instances `ids` that was launched into some (an instance launched into none is in
+/// its VPC's default group, which [`names`] finds).
+pub async fn of_instances(db: &Db, ids: &[String]) -> Result<HashMap<String, Vec<String>>> {
     let mut out: HashMap<String, Vec<String>> = HashMap::new();
-    for (instance, group) in rows {
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let sql = format!(
+        "SELECT instance_id, group_id FROM instance_security_groups WHERE instance_id IN ({}) \
+         ORDER BY instance_id, group_id",
+        crate::db::params(1, ids.len())
+    );
+    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
+    for id in ids {
+        q = q.bind(id);
+    }
+    for (instance, group) in q.fetch_all(db.reader()).await? {
         out.entry(instance).or_default().push(group);
     }
     Ok(out)
+}
+
+/// The names of the groups `ids`, and the ID of VPC `vpc_id`'s default group: what an instance's `groupSet` shows,
+/// in one read however many groups the cloud has.
+pub async fn names(db: &Db, ids: &[String], vpc_id: &str) -> Result<(HashMap<String, String>, Option<String>)> {
+    let sql = format!(
+        "SELECT id, name, vpc_id FROM security_groups WHERE (name = $1 AND vpc_id = $2){}",
+        if ids.is_empty() { String::new() } else { format!(" OR id IN ({})", crate::db::params(3, ids.len())) }
+    );
+    let mut q = sqlx::query_as::<_, (String, String, String)>(sqlx::AssertSqlSafe(sql)).bind(DEFAULT).bind(vpc_id);
+    for id in ids {
+        q = q.bind(id);
+    }
+    let mut default = None;
+    let mut names = HashMap::new();
+    for (id, name, vpc) in q.fetch_all(db.reader()).await? {
+        if name == DEFAULT && vpc == vpc_id {
+            default = Some(id.clone());
+        }
+        names.insert(id, name);
+    }
+    Ok((names, default))
 }
 
 /// Put instance `id` in `groups`, each of which must exist, in the transaction that launches it.

@@ -80,7 +80,8 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         (Some((seq, _)), Some(_)) => Some(seq.to_string()),
         _ => None,
     };
-    let membership = security_groups::Membership::load(st).await?;
+    let ids: Vec<String> = page.iter().map(|(_, i)| i.id.clone()).collect();
+    let membership = security_groups::Membership::load(st, &ids).await?;
     let reservations: Vec<Vec<Node>> = page.iter().map(|(_, i)| reservation(i, &membership, keys, topo)).collect();
     let mut answer = vec![items("reservationSet", reservations)];
     if let Some(next) = next {

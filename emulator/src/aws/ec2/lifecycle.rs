@@ -168,7 +168,8 @@ pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<
         &request_json,
     )
     .await?;
-    let membership = security_groups::Membership::load(st).await?;
+    let ids: Vec<String> = launched.iter().map(|i| i.id.clone()).collect();
+    let membership = security_groups::Membership::load(st, &ids).await?;
     Ok(instances::reservation_of(&launched, &membership, keys, topo))
 }
 

@@ -14,7 +14,7 @@ use crate::aws::query::{Filter, Params};
 use crate::aws::xml::{Node, items, text};
 use crate::http::AppState;
 use crate::store;
-use crate::store::security_groups::{DEFAULT, Group, IpProtocol, Rule, Source};
+use crate::store::security_groups::{Group, IpProtocol, Rule, Source};
 
 /// The longest group ID looked at: far past EC2's (`sg-` and 17 hex digits).
 const ID_MAX_BYTES: usize = 64;
@@ -47,12 +47,15 @@ pub struct Membership {
 }
 
 impl Membership {
-    pub async fn load(st: &AppState) -> Result<Self> {
-        let groups = store::security_groups::list(&st.db).await?;
+    /// The groups of the instances `ids`, read for them alone (a page of DescribeInstances, a launch).
+    pub async fn load(st: &AppState, ids: &[String]) -> Result<Self> {
+        let joined = store::security_groups::of_instances(&st.db, ids).await?;
+        let mut groups: Vec<String> = joined.values().flatten().cloned().collect();
+        groups.sort();
+        groups.dedup();
         let vpc = network::vpc_id(&st.cfg.topology);
-        let default = groups.iter().find(|g| g.name == DEFAULT && g.vpc_id == vpc).map(|g| g.id.clone());
-        let names = groups.into_iter().map(|g| (g.id, g.name)).collect();
-        Ok(Self { names, default, joined: store::security_groups::of_instances(&st.db).await? })
+        let (names, default) = store::security_groups::names(&st.db, &groups, &vpc).await?;
+        Ok(Self { names, default, joined })
     }
 
     /// `<groupSet>` of instance `id`.
