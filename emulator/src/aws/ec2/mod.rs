@@ -24,7 +24,7 @@ use crate::store::instances::Action;
 pub(super) use self::network::subnet_id;
 /// The VPC and its subnets, as classic ELB names them too (and the VPC's ID, whose default group the cloud makes).
 pub use self::network::vpc_id;
-pub use self::operations::{names, native, reads};
+pub(super) use self::operations::STANDS_FOR;
 
 /// The actions answered, by name (what the audit log and metrics call them too).
 pub(super) const ACTIONS: &[&str] = &[
@@ -49,11 +49,6 @@ pub(super) const ACTIONS: &[&str] = &[
     "StopInstances",
     "TerminateInstances",
 ];
-
-/// `action` if the face answers it, as a name that outlives the request.
-pub fn action(action: &str) -> Option<&'static str> {
-    ACTIONS.iter().find(|a| **a == action).copied()
-}
 
 /// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken): the elements of its answer.
 pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {

@@ -21,7 +21,7 @@ use super::query::Params;
 use super::xml::Node;
 use crate::http::AppState;
 
-pub use self::operations::{names, native, reads};
+pub(super) use self::operations::STANDS_FOR;
 
 /// The actions answered, by name: every call cloud-provider-aws v1.37.1 makes on classic ELB (its `ELB`
 /// interface in `aws.go`), and the reads and tags a user's test makes beside them.
@@ -49,11 +49,6 @@ pub(super) const ACTIONS: &[&str] = &[
     "SetLoadBalancerPoliciesForBackendServer",
     "SetLoadBalancerPoliciesOfListener",
 ];
-
-/// `action` if the face answers it, as a name that outlives the request.
-pub fn action(action: &str) -> Option<&'static str> {
-    ACTIONS.iter().find(|a| **a == action).copied()
-}
 
 /// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken): the elements of its result.
 pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {

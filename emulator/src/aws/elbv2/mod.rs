@@ -19,7 +19,7 @@ use super::query::Params;
 use super::xml::Node;
 use crate::http::AppState;
 
-pub use self::operations::{names, native, reads};
+pub(super) use self::operations::STANDS_FOR;
 
 /// The actions answered, by name.
 pub(super) const ACTIONS: &[&str] = &[
@@ -46,11 +46,6 @@ pub(super) const ACTIONS: &[&str] = &[
     "RemoveTags",
     "SetSecurityGroups",
 ];
-
-/// `action` if the face answers it, as a name that outlives the request.
-pub fn action(action: &str) -> Option<&'static str> {
-    ACTIONS.iter().find(|a| **a == action).copied()
-}
 
 /// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken).
 pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {
