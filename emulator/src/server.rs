@@ -79,10 +79,7 @@ impl Server {
     /// [`crate::dns`]. The accounts' clouds have no data plane, so their names are not served. Returns the address.
     pub async fn serve_dns(&mut self, listen: &str) -> Result<SocketAddr, StartError> {
         let bind = |source| StartError::DnsBind { addr: listen.to_string(), source };
-        let udp = tokio::net::UdpSocket::bind(listen).await.map_err(bind)?;
-        let addr = udp.local_addr().map_err(bind)?;
-        // On UDP's port: a port 0 is chosen once, for both.
-        let tcp = TcpListener::bind(addr).await.map_err(bind)?;
+        let (udp, tcp, addr) = bind_both(listen).await.map_err(bind)?;
         let names = crate::dns::Names::new(self.state.db.clone(), &self.state.cfg.topology.region);
         if let Some(old) = self.dns.replace(tokio::spawn(crate::dns::serve(names, udp, tcp))) {
             old.abort();
@@ -113,6 +110,22 @@ impl Server {
 
     pub fn shutdown_handle(&self) -> tokio::sync::watch::Sender<bool> {
         self.shutdown.clone()
+    }
+}
+
+/// A UDP socket and a TCP listener on one port of `listen`. Port 0 is picked by UDP, and the pick may be taken
+/// on TCP by another program: then another pick, a few times.
+async fn bind_both(listen: &str) -> std::io::Result<(tokio::net::UdpSocket, TcpListener, SocketAddr)> {
+    const PICKS: usize = 20;
+    let any_port = listen.ends_with(":0");
+    let mut picks = 1;
+    loop {
+        let udp = tokio::net::UdpSocket::bind(listen).await?;
+        let addr = udp.local_addr()?;
+        match TcpListener::bind(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && any_port && picks < PICKS => picks += 1,
+            tcp => return Ok((udp, tcp?, addr)),
+        }
     }
 }
 
