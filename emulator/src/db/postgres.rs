@@ -5,8 +5,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{Connection, Executor as _};
 
 use super::schema::{self, OpenError};
 
@@ -86,6 +86,12 @@ pub async fn hold_faults_lock(pool: &sqlx::AnyPool) -> Result<Held, sqlx::Error>
 /// How long connecting may take before the host is said not to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The migrating connection's bounds. sqlx's migrator holds a session-level advisory lock while it applies the
+/// schema; an emulator frozen part way holds it on, and another opening a cloud (an account it catches up with,
+/// on the path of a call) would wait for it without end: the wait ends after `lock_timeout` and the open fails,
+/// to be tried again. A frozen migrator's open transaction is ended by the server, which releases the lock.
+const MIGRATION_BOUNDS: &str = "SET lock_timeout = '10s'; SET idle_in_transaction_session_timeout = '10s'";
+
 /// Apply the schema to the database at `url`; its schema version after.
 pub async fn migrate(url: &str) -> Result<i64, OpenError> {
     let label = crate::config::redact(url);
@@ -100,6 +106,10 @@ pub async fn migrate(url: &str) -> Result<i64, OpenError> {
             )));
         }
     };
+    if let Err(e) = conn.execute(MIGRATION_BOUNDS).await {
+        let _ = conn.close().await;
+        return Err(open_err(explain(&e)));
+    }
     if let Some(name) = schema_of(&opts) {
         // (A plain identifier: `schema_of` takes no other.)
         let create = sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {name}"));
@@ -108,10 +118,16 @@ pub async fn migrate(url: &str) -> Result<i64, OpenError> {
             return Err(open_err(explain(&e)));
         }
     }
-    let applied = sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(&mut conn).await;
-    if let Err(e) = schema::refuse_newer(&MIGRATOR, applied.unwrap_or(None), &label) {
+    let applied = sqlx::query_scalar(schema::APPLIED_VERSION).fetch_one(&mut conn).await.unwrap_or(None);
+    if let Err(e) = schema::refuse_newer(&MIGRATOR, applied, &label) {
         let _ = conn.close().await;
         return Err(e);
+    }
+    // Already this build's schema (every open of an account's cloud after the first): nothing to apply, and the
+    // migrator's lock is not taken.
+    if applied == Some(schema::known_version(&MIGRATOR)) {
+        let _ = conn.close().await;
+        return Ok(schema::known_version(&MIGRATOR));
     }
     // (`run_direct`: sqlx's own way round "implementation of `Acquire` is not general enough", which `run` on a
     // connection meets in a future that must be `Send`.)

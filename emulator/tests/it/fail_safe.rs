@@ -7,6 +7,7 @@
 //! server here is a real PostgreSQL and every call a real HTTP call.
 #![allow(clippy::unwrap_used)]
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{
@@ -473,6 +474,8 @@ struct Slot {
     url: String,
     healthy: bool,
     epoch: u64,
+    /// The replica's log (see `spawn_emulator`), shown when a call to it went unanswered.
+    log: Arc<Mutex<String>>,
 }
 
 /// What the chaos test's load saw.
@@ -480,10 +483,14 @@ struct Slot {
 struct Seen {
     /// Creates answered 2xx: (account, instance ID).
     created: Vec<(usize, String)>,
-    /// Terminates answered 2xx.
+    /// Terminates answered 2xx, and those that may have been applied: no answer (the replica killed, the
+    /// database restarted after the commit), or a 5xx. A terminate refused 4xx was not.
     terminated: std::collections::HashSet<String>,
-    /// Calls to a replica healthy from start to end that got no answer within [`BOUND`].
-    unanswered: Vec<String>,
+    maybe_terminated: std::collections::HashSet<String>,
+    /// Calls to a replica healthy from start to end that got no answer within [`BOUND`], with the replica.
+    unanswered: Vec<(String, usize)>,
+    /// What the farm is going through, for the unanswered calls' story.
+    phase: String,
     /// A leased account that showed what its holder did not make.
     leaked: Vec<String>,
     calls: usize,
@@ -497,7 +504,6 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
 
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
@@ -508,9 +514,9 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
     let mut processes = Vec::new();
     let mut slots = Vec::new();
     for _ in 0..3 {
-        let (process, replica, _) = spawn_emulator(&url).await;
+        let (process, replica, log) = spawn_emulator(&url).await;
         processes.push(process);
-        slots.push(Slot { url: replica, healthy: true, epoch: 0 });
+        slots.push(Slot { url: replica, healthy: true, epoch: 0, log });
     }
     let slots = Arc::new(Mutex::new(slots));
     let operator = client(&slots.lock().unwrap()[0].url, ADMIN);
@@ -522,39 +528,49 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
     }
     operator.create_account("pool-1").await.unwrap();
     let tokens = Arc::new(tokens);
-    let seen = Arc::new(Mutex::new(Seen::default()));
+    let seen = Arc::new(Mutex::new(Seen { phase: "the load starting".into(), ..Seen::default() }));
     let stop = Arc::new(AtomicBool::new(false));
 
-    // A call through replica `n % 3`: its outcome, and whether the replica was healthy throughout.
+    /// A call through one replica: its outcome, and whether the replica was healthy throughout.
+    struct Through<T> {
+        outcome: Result<T, fakecloud_api::ClientError>,
+        replica: usize,
+        held_to_it: bool,
+        took: Duration,
+    }
+    // A call through replica `n % 3`.
     async fn through<T>(
         slots: &Mutex<Vec<Slot>>,
         n: usize,
         token: &str,
         call: impl AsyncFnOnce(Client) -> Result<T, fakecloud_api::ClientError>,
-    ) -> (Result<T, fakecloud_api::ClientError>, bool) {
+    ) -> Through<T> {
+        let replica = n % 3;
         let (url, epoch, healthy) = {
-            let s = &slots.lock().unwrap()[n % 3];
+            let s = &slots.lock().unwrap()[replica];
             (s.url.clone(), s.epoch, s.healthy)
         };
         let started = Instant::now();
         let outcome = call(client(&url, token)).await;
-        let s = &slots.lock().unwrap()[n % 3];
-        let outcome = outcome.map_err(|e| match e.status() {
-            Some(_) => e,
-            // (How long it took says whether it was a hang.)
-            None => fakecloud_api::ClientError::InvalidEndpoint(format!("{url} after {:?}: {e}", started.elapsed())),
-        });
-        (outcome, healthy && s.healthy && s.epoch == epoch)
+        let s = &slots.lock().unwrap()[replica];
+        Through { outcome, replica, held_to_it: healthy && s.healthy && s.epoch == epoch, took: started.elapsed() }
     }
-    fn note<T>(seen: &Mutex<Seen>, what: &str, outcome: &Result<T, fakecloud_api::ClientError>, held_to_it: bool) {
+    // Count the call, keep it if it went unanswered, and hand its outcome on.
+    fn note<T>(seen: &Mutex<Seen>, what: &str, call: Through<T>) -> Result<T, fakecloud_api::ClientError> {
         let mut seen = seen.lock().unwrap();
         seen.calls += 1;
-        if let Err(e) = outcome
-            && held_to_it
+        if let Err(e) = &call.outcome
+            && call.held_to_it
             && e.status().is_none()
         {
-            seen.unanswered.push(format!("{what}: {e}"));
+            // (How long it took says whether it was a hang.)
+            let said = format!(
+                "{what} through replica {}, noted during {}, after {:?}: {e}",
+                call.replica, seen.phase, call.took
+            );
+            seen.unanswered.push((said, call.replica));
         }
+        call.outcome
     }
 
     let workers: Vec<_> = (0..8)
@@ -572,29 +588,37 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
                         // A fault edit: a rule added and deleted, on an operation the load does not call.
                         9 => {
                             let rule = idle_rule(format!("chaos-{w}-{n}"));
-                            let (added, held) = through(&slots, n, admin, async |c| c.add_fault(&rule).await).await;
-                            note(&seen, "add a fault rule", &added, held);
+                            let added = note(
+                                &seen,
+                                "add a fault rule",
+                                through(&slots, n, admin, async |c| c.add_fault(&rule).await).await,
+                            );
                             if let Ok(rule) = added {
-                                let (gone, held) =
-                                    through(&slots, n + 1, admin, async |c| c.delete_fault(&rule.id).await).await;
-                                note(&seen, "delete a fault rule", &gone, held);
+                                let gone = through(&slots, n + 1, admin, async |c| c.delete_fault(&rule.id).await);
+                                note(&seen, "delete a fault rule", gone.await).ok();
                             }
                         }
                         // A terminate of one this worker made.
                         4 if !mine.is_empty() => {
                             let (of, id) = mine.swap_remove(n % mine.len());
-                            let (done, held) =
-                                through(&slots, n, &tokens[of].0, async |c| c.terminate_instance(&id).await).await;
-                            note(&seen, "terminate", &done, held);
-                            if done.is_ok() {
-                                seen.lock().unwrap().terminated.insert(id);
-                            }
+                            let done = note(
+                                &seen,
+                                "terminate",
+                                through(&slots, n, &tokens[of].0, async |c| c.terminate_instance(&id).await).await,
+                            );
+                            match done.map_err(|e| e.status()) {
+                                Ok(_) => seen.lock().unwrap().terminated.insert(id),
+                                Err(Some(400..500)) => false,
+                                Err(_) => seen.lock().unwrap().maybe_terminated.insert(id),
+                            };
                         }
                         _ => {
                             let name = format!("w{w}-{n}");
-                            let (made, held) =
-                                through(&slots, n, user, async |c| c.create_instance(&node(&name), None).await).await;
-                            note(&seen, "create", &made, held);
+                            let made = note(
+                                &seen,
+                                "create",
+                                through(&slots, n, user, async |c| c.create_instance(&node(&name), None).await).await,
+                            );
                             if let Ok(i) = made {
                                 mine.push((account, i.id.clone()));
                                 seen.lock().unwrap().created.push((account, i.id));
@@ -615,19 +639,19 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
                 }
                 let req =
                     LeaseRequest { holder: format!("job-{n}"), ttl_seconds: 60.0, account: Some("pool-1".into()) };
-                let (lease, held) = through(&slots, n, ADMIN, async |c| c.take_lease(&req).await).await;
-                note(&seen, "take a lease", &lease, held);
+                let lease =
+                    note(&seen, "take a lease", through(&slots, n, ADMIN, async |c| c.take_lease(&req).await).await);
                 let Ok(lease) = lease else { continue };
                 let name = format!("job-{n}");
-                let (made, held) =
+                let made =
                     through(&slots, n + 1, &lease.user_token, async |c| c.create_instance(&node(&name), None).await)
                         .await;
-                note(&seen, "create in a lease", &made, held);
-                let (listed, held) = through(&slots, n + 2, &lease.user_token, async |c| {
+                note(&seen, "create in a lease", made).ok();
+                let listed = through(&slots, n + 2, &lease.user_token, async |c| {
                     c.list_all_instances(&ListInstancesQuery::default()).await
                 })
                 .await;
-                note(&seen, "list in a lease", &listed, held);
+                let listed = note(&seen, "list in a lease", listed);
                 if let Ok(listed) = listed {
                     let foreign: Vec<String> = listed.into_iter().map(|i| i.name).filter(|m| *m != name).collect();
                     if !foreign.is_empty() {
@@ -636,8 +660,11 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
                 }
                 // Until released: a lease left held would keep the next job out for its TTL.
                 loop {
-                    let (released, held) = through(&slots, n, ADMIN, async |c| c.release_lease("pool-1").await).await;
-                    note(&seen, "release a lease", &released, held);
+                    let released = note(
+                        &seen,
+                        "release a lease",
+                        through(&slots, n, ADMIN, async |c| c.release_lease("pool-1").await).await,
+                    );
                     if released.is_ok() || stop.load(Ordering::Relaxed) {
                         break;
                     }
@@ -647,6 +674,7 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
     };
 
     let acked = || seen.lock().unwrap().created.len();
+    let phase = |now: String| seen.lock().unwrap().phase = now;
     let set = |n: usize, healthy: bool, url: Option<String>| {
         let mut slots = slots.lock().unwrap();
         let slot = &mut slots[n];
@@ -682,24 +710,32 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
 
         let frozen = Pid::from_raw(processes[0].id().unwrap() as i32);
         set(0, false, None);
+        phase(format!("round {round}: replica 0 frozen"));
         pause_holding(frozen, &url).await;
         // Longer than a call's bound: without the database's bounds, the calls it holds locks for would wait it out.
         tokio::time::sleep(BOUND + Duration::from_secs(5)).await;
         kill(frozen, Signal::SIGCONT).unwrap();
         set(0, true, None);
+        phase(format!("round {round}: replica 0 thawed"));
         serving().await;
 
         set(1, false, None);
+        phase(format!("round {round}: replica 1 killed"));
         processes[1].kill().await.unwrap();
-        let (process, replica, _) = spawn_emulator(&url).await;
+        let (process, replica, log) = spawn_emulator(&url).await;
         processes[1] = process;
+        slots.lock().unwrap()[1].log = log;
         set(1, true, Some(replica));
+        phase(format!("round {round}: replica 1 started again"));
         serving().await;
 
+        phase(format!("round {round}: PostgreSQL stopped"));
         pg.stop();
         tokio::time::sleep(Duration::from_secs(3)).await;
         pg.start_again();
+        phase(format!("round {round}: PostgreSQL started again"));
         serving().await;
+        phase(format!("round {round}: after the faults"));
         eprintln!("chaos round {round}: {} creates acknowledged", acked());
     }
     stop.store(true, Ordering::Relaxed);
@@ -709,12 +745,15 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
     leaser.await.unwrap();
 
     let seen = std::mem::take(&mut *seen.lock().unwrap());
+    if let Some((_, replica)) = seen.unanswered.first() {
+        eprintln!("replica {replica}'s log:\n{}", slots.lock().unwrap()[*replica].log.lock().unwrap());
+    }
     assert!(
         seen.unanswered.is_empty(),
-        "{} of {} calls to healthy replicas unanswered: {:?}",
+        "{} of {} calls to healthy replicas unanswered (the first one's replica's log is above): {:#?}",
         seen.unanswered.len(),
         seen.calls,
-        seen.unanswered
+        seen.unanswered.iter().map(|(said, _)| said).collect::<Vec<_>>()
     );
     assert!(seen.leaked.is_empty(), "a leased account showed another holder's data: {:?}", seen.leaked);
     let urls: Vec<String> = slots.lock().unwrap().iter().map(|s| s.url.clone()).collect();
@@ -733,8 +772,9 @@ async fn the_farm_under_load_through_a_freeze_a_kill_and_a_database_restart() {
                     continue;
                 }
                 let state = listed.get(id);
-                assert!(state.is_some() || seen.terminated.contains(id), "{id} acknowledged, then lost ({url})");
-                if !seen.terminated.contains(id) {
+                let terminated = seen.terminated.contains(id) || seen.maybe_terminated.contains(id);
+                assert!(state.is_some() || terminated, "{id} acknowledged, then lost ({url})");
+                if !terminated {
                     assert_ne!(state, Some(&fakecloud_api::InstanceState::Terminated), "{id} terminated by no one");
                 }
             }
