@@ -32,6 +32,17 @@ pub fn deserialize_canonical<'de, D: Deserializer<'de>>(d: D) -> Result<Option<I
     Ok(Option::<IpAddr>::deserialize(d)?.map(canonical))
 }
 
+/// An instance's private DNS name, as EC2 names it: `ip-10-0-1-5.<region>.compute.internal` (IP-based naming), or
+/// `<id>.<region>.compute.internal` for one whose private address is IPv6 (resource-based naming, as EC2 names
+/// IPv6-only instances). What the emulator's DNS resolves and its EC2 face answers, and what a simulated kubelet
+/// names its Node for cloud-provider-aws, as a kubelet on EC2 does.
+pub fn private_dns_name(id: &str, private_ip: IpAddr, region: &str) -> String {
+    match private_ip {
+        IpAddr::V4(v4) => format!("ip-{}.{region}.compute.internal", v4.to_string().replace('.', "-")),
+        IpAddr::V6(_) => format!("{id}.{region}.compute.internal"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

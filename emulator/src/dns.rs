@@ -74,16 +74,6 @@ impl Names {
     }
 }
 
-/// An instance's private DNS name, as EC2 names it: `ip-10-0-1-5.<region>.compute.internal` (IP-based naming), or
-/// `<id>.<region>.compute.internal` for one whose private address is IPv6 (resource-based naming, as EC2 names
-/// IPv6-only instances). What the EC2 face answers and this server resolves.
-pub fn instance_name(id: &str, private_ip: IpAddr, region: &str) -> String {
-    match private_ip {
-        IpAddr::V4(v4) => format!("ip-{}.{region}.compute.internal", v4.to_string().replace('.', "-")),
-        IpAddr::V6(_) => format!("{id}.{region}.compute.internal"),
-    }
-}
-
 /// The address an IP-based private DNS name (`ip-10-0-1-5.<region>.compute.internal`) names, if `name` is one.
 pub fn instance_name_address(name: &str, region: &str) -> Option<IpAddr> {
     let host = name.strip_suffix(".compute.internal")?.strip_suffix(region)?.strip_suffix('.')?;
@@ -169,6 +159,8 @@ pub async fn serve(names: Names, udp: UdpSocket, tcp: TcpListener) {
 
 #[cfg(test)]
 mod tests {
+    use fakecloud_api::net::private_dns_name;
+
     use super::*;
 
     #[test]
@@ -183,11 +175,11 @@ mod tests {
     #[test]
     fn an_instances_name_reads_back_as_its_address() {
         let ip: IpAddr = "10.0.1.5".parse().unwrap();
-        let name = instance_name("i-1", ip, "local-1");
+        let name = private_dns_name("i-1", ip, "local-1");
         assert_eq!(name, "ip-10-0-1-5.local-1.compute.internal");
         assert_eq!(instance_name_address(&name, "local-1"), Some(ip));
         assert_eq!(instance_name_address(&name, "local-2"), None);
-        let v6 = instance_name("i-1", "fd00::5".parse().unwrap(), "local-1");
+        let v6 = private_dns_name("i-1", "fd00::5".parse().unwrap(), "local-1");
         assert_eq!((v6.as_str(), instance_name_address(&v6, "local-1")), ("i-1.local-1.compute.internal", None));
     }
 

@@ -102,7 +102,7 @@ pub async fn run_bench(dir: &Path) {
     .await;
     let target = c.create_instance(&CreateInstanceRequest { name: "target".into(), ..Default::default() }, None).await;
     let target = target.unwrap();
-    let dns = fakecloud_emulator::dns::instance_name(&target.id, target.private_ip, &target.region);
+    let dns = fakecloud_api::net::private_dns_name(&target.id, target.private_ip, &target.region);
     let keys = Keys::of(&Tokens { user: TOKEN.into(), admin: TOKEN.into() });
     let face = Face { url: c.endpoint().to_string(), http: reqwest::Client::new(), keys: keys.into() };
 

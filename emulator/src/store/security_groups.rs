@@ -77,16 +77,25 @@ impl Source {
     }
 }
 
-/// One ingress rule: a protocol, a port range (an ICMP type and code; `-1` for any) and one source.
+/// One ingress rule: a protocol, a port range (an ICMP type and code; `-1` for any) and one source; and the
+/// description its writer gave it, which is not part of what it admits (see [`Rule::same`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Rule {
     pub protocol: IpProtocol,
     pub from_port: i64,
     pub to_port: i64,
     pub source: Source,
+    pub description: String,
 }
 
 impl Rule {
+    /// Whether it is `other` whatever each one's description says: EC2 refuses it as a duplicate, and revokes
+    /// it when named without its description.
+    pub fn same(&self, other: &Rule) -> bool {
+        (self.protocol, self.from_port, self.to_port, &self.source)
+            == (other.protocol, other.from_port, other.to_port, &other.source)
+    }
+
     /// Whether it admits traffic to a listener of `protocol` on `port`: a rule of every protocol does, a TCP or
     /// UDP rule when the port is in its range; an ICMP rule admits no listener's traffic.
     pub fn covers(&self, protocol: Protocol, port: u16) -> bool {
@@ -152,7 +161,13 @@ pub async fn ensure_default(tx: &mut Tx, vpc_id: &str) -> Result<()> {
         insert_rule(
             tx,
             &id,
-            &Rule { protocol: IpProtocol::All, from_port: -1, to_port: -1, source: Source::Group(id.clone()) },
+            &Rule {
+                protocol: IpProtocol::All,
+                from_port: -1,
+                to_port: -1,
+                source: Source::Group(id.clone()),
+                description: String::new(),
+            },
         )
         .await?;
     }
@@ -190,10 +205,11 @@ pub async fn list(db: &Db) -> Result<Vec<Group>> {
 }
 
 async fn rules_by_group(db: &Db) -> Result<HashMap<String, Vec<Rule>>> {
-    let rows =
-        sqlx::query("SELECT group_id, protocol, from_port, to_port, source FROM security_group_rules ORDER BY seq")
-            .fetch_all(db.reader())
-            .await?;
+    let rows = sqlx::query(
+        "SELECT group_id, protocol, from_port, to_port, source, description FROM security_group_rules ORDER BY seq",
+    )
+    .fetch_all(db.reader())
+    .await?;
     let mut out: HashMap<String, Vec<Rule>> = HashMap::new();
     for r in rows {
         out.entry(r.try_get(0)?).or_default().push(rule_of(&r, 1)?);
@@ -201,7 +217,7 @@ async fn rules_by_group(db: &Db) -> Result<HashMap<String, Vec<Rule>>> {
     Ok(out)
 }
 
-/// The rule in `row`'s columns from `at`: protocol, from port, to port, source.
+/// The rule in `row`'s columns from `at`: protocol, from port, to port, source, description.
 fn rule_of(row: &sqlx::any::AnyRow, at: usize) -> Result<Rule> {
     let protocol: String = row.try_get(at)?;
     Ok(Rule {
@@ -210,6 +226,7 @@ fn rule_of(row: &sqlx::any::AnyRow, at: usize) -> Result<Rule> {
         from_port: row.try_get(at + 1)?,
         to_port: row.try_get(at + 2)?,
         source: Source::read(row.try_get(at + 3)?)?,
+        description: row.try_get(at + 4)?,
     })
 }
 
@@ -306,13 +323,15 @@ pub async fn delete(db: &Db, id: &str) -> Result<()> {
 
 async fn insert_rule(tx: &mut Tx, group: &str, r: &Rule) -> Result<()> {
     sqlx::query(
-        "INSERT INTO security_group_rules (group_id, protocol, from_port, to_port, source) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO security_group_rules (group_id, protocol, from_port, to_port, source, description) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
     )
     .bind(group)
     .bind(r.protocol.as_str())
     .bind(r.from_port)
     .bind(r.to_port)
     .bind(r.source.stored())
+    .bind(&r.description)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -321,10 +340,12 @@ async fn insert_rule(tx: &mut Tx, group: &str, r: &Rule) -> Result<()> {
 /// The rules of group `id` now, in `tx`; an error if there is no such group.
 async fn rules_of(tx: &mut Tx, id: &str) -> Result<Vec<Rule>> {
     name_of(tx, id).await?.ok_or_else(|| not_found(id))?;
-    let rows = sqlx::query("SELECT protocol, from_port, to_port, source FROM security_group_rules WHERE group_id = $1")
-        .bind(id)
-        .fetch_all(&mut **tx)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT protocol, from_port, to_port, source, description FROM security_group_rules WHERE group_id = $1",
+    )
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
     rows.iter().map(|r| rule_of(r, 0)).collect()
 }
 
@@ -342,7 +363,7 @@ pub async fn authorize(db: &Db, id: &str, rules: &[Rule]) -> Result<()> {
         .collect();
     check_exist(&mut tx, &sources).await?;
     for (i, r) in rules.iter().enumerate() {
-        if current.contains(r) || rules[..i].contains(r) {
+        if current.iter().chain(&rules[..i]).any(|c| c.same(r)) {
             return Err(ApiError::conflict(
                 codes::SECURITY_GROUP_RULE_ALREADY_EXISTS,
                 format!("the specified rule \"{}\" already exists", r.describe()),
@@ -366,7 +387,7 @@ pub async fn authorize(db: &Db, id: &str, rules: &[Rule]) -> Result<()> {
 pub async fn revoke(db: &Db, id: &str, rules: &[Rule]) -> Result<()> {
     let (mut tx, _) = begin(db).await?;
     let current = rules_of(&mut tx, id).await?;
-    if let Some(missing) = rules.iter().find(|r| !current.contains(r)) {
+    if let Some(missing) = rules.iter().find(|r| !current.iter().any(|c| c.same(r))) {
         return Err(ApiError::not_found(
             codes::SECURITY_GROUP_RULE_NOT_FOUND,
             format!("The specified rule \"{}\" does not exist in this security group", missing.describe()),
@@ -451,7 +472,8 @@ pub async fn of_load_balancers(db: &Db, ids: &[String]) -> Result<HashMap<String
 /// data plane admits clients by. A load balancer without groups is not in it.
 pub async fn load_balancer_rules(db: &Db) -> Result<HashMap<String, Vec<Rule>>> {
     let rows = sqlx::query(
-        "SELECT l.load_balancer_id, r.protocol, r.from_port, r.to_port, r.source FROM load_balancer_security_groups l \
+        "SELECT l.load_balancer_id, r.protocol, r.from_port, r.to_port, r.source, r.description \
+         FROM load_balancer_security_groups l \
          LEFT JOIN security_group_rules r ON r.group_id = l.group_id ORDER BY l.load_balancer_id, r.seq",
     )
     .fetch_all(db.reader())
@@ -525,7 +547,13 @@ mod tests {
     use super::*;
 
     fn rule(protocol: IpProtocol, from: i64, to: i64) -> Rule {
-        Rule { protocol, from_port: from, to_port: to, source: Source::Cidr("10.0.0.0/8".parse().unwrap()) }
+        Rule {
+            protocol,
+            from_port: from,
+            to_port: to,
+            source: Source::Cidr("10.0.0.0/8".parse().unwrap()),
+            description: String::new(),
+        }
     }
 
     #[test]

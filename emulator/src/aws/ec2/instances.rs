@@ -91,6 +91,23 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
 }
 
 /// Instance IDs as EC2 takes them (`i-…`), else `InvalidInstanceID.Malformed`.
+/// DescribeInstanceTopology: where instances sit in AWS's network (its blocks and spines). AWS answers it only
+/// for some accelerated instance types and lists none of another type; the cloud's types are none of those, so
+/// the answer is an empty `instanceSet`, and cloud-provider-aws, which asks when it initializes a Node, marks the
+/// type as having no topology, as on AWS.
+pub fn describe_topology(params: &mut Params) -> Result<Vec<Node>> {
+    let ids = params.list("InstanceId")?;
+    check_ids(&ids)?;
+    params.list("GroupName")?;
+    let filters = params.filters()?;
+    filter::check(&filters, |n| matches!(n, "availability-zone" | "instance-type" | "zone-id"))?;
+    params.int("MaxResults", 1, 100)?;
+    if params.take("NextToken").is_some() {
+        return Err(AwsError::client("InvalidPaginationToken", "The pagination token is invalid or has expired"));
+    }
+    Ok(vec![items("instanceSet", [])])
+}
+
 pub fn check_ids(ids: &[String]) -> Result<()> {
     match ids.iter().find(|id| !id.starts_with("i-") || id.len() > ID_MAX_BYTES) {
         Some(bad) => {
@@ -137,7 +154,7 @@ pub fn state_code(s: InstanceState) -> u8 {
 }
 
 fn private_dns_name(i: &Instance) -> String {
-    crate::dns::instance_name(&i.id, i.private_ip, &i.region)
+    fakecloud_api::net::private_dns_name(&i.id, i.private_ip, &i.region)
 }
 
 /// The instances a call can only be about, so that naming one of thousands reads one (cloud-provider-aws finds a
@@ -182,11 +199,11 @@ pub fn reservation_of(launched: &[Instance], membership: &Membership, keys: &Key
         text("reservationId", format!("r-{first}")),
         text("ownerId", keys.account_id.clone()),
         items("groupSet", []),
-        items("instancesSet", launched.iter().map(|i| instance(i, membership, topo))),
+        items("instancesSet", launched.iter().map(|i| instance(i, membership, keys, topo))),
     ]
 }
 
-fn instance(i: &Instance, membership: &Membership, topo: &Topology) -> Vec<Node> {
+fn instance(i: &Instance, membership: &Membership, keys: &Keys, topo: &Topology) -> Vec<Node> {
     let mut fields = vec![
         text("instanceId", i.id.clone()),
         el("instanceState", vec![text("code", state_code(i.state).to_string()), text("name", state_name(i.state))]),
@@ -210,6 +227,7 @@ fn instance(i: &Instance, membership: &Membership, topo: &Topology) -> Vec<Node>
     if let Some(v6) = i.ipv6_address.map(IpAddr::V6).or(i.private_ip.is_ipv6().then_some(i.private_ip)) {
         fields.push(text("ipv6Address", v6.to_string()));
     }
+    fields.push(items("networkInterfaceSet", network_interface(i, membership, keys, topo)));
     if i.market == Market::Spot {
         fields.push(text("instanceLifecycle", "spot"));
     }
@@ -218,6 +236,63 @@ fn instance(i: &Instance, membership: &Membership, topo: &Topology) -> Vec<Node>
     }
     fields.push(filter::tag_set(&i.tags));
     fields
+}
+
+/// The instance's one network interface, its primary (device 0), in use until it is terminated, as EC2 answers
+/// it: cloud-provider-aws reads a Node's internal addresses from the interfaces in use
+/// (`extractIPv4NodeAddresses`), not from `privateIpAddress`.
+fn network_interface(i: &Instance, membership: &Membership, keys: &Keys, topo: &Topology) -> Option<Vec<Node>> {
+    if matches!(i.state, InstanceState::Terminated) {
+        return None;
+    }
+    let eni = network::id("eni", &[&topo.region, &i.id]);
+    // A locally administered unicast MAC (02:…), from the interface ID's hex digits.
+    let hex = &eni["eni-".len()..];
+    let mac: Vec<&str> = std::iter::once("02").chain((0..5).map(|i| &hex[2 * i..2 * i + 2])).collect();
+    let dns = private_dns_name(i);
+    let (v4, v6) = match i.private_ip {
+        IpAddr::V4(v4) => (Some(v4), i.ipv6_address),
+        IpAddr::V6(v6) => (None, Some(v6)),
+    };
+    let mut fields = vec![
+        text("networkInterfaceId", eni.clone()),
+        text("subnetId", network::subnet_id(topo, &i.zone)),
+        text("vpcId", network::vpc_id(topo)),
+        text("ownerId", keys.account_id.clone()),
+        // An instance's primary interface has an empty description on AWS.
+        text("description", ""),
+        text("status", "in-use"),
+        text("macAddress", mac.join(":")),
+        text("privateDnsName", dns.clone()),
+        membership.group_set(&i.id),
+        el(
+            "attachment",
+            vec![
+                text("attachmentId", network::id("eni-attach", &[&topo.region, &i.id])),
+                text("deviceIndex", "0"),
+                text("networkCardIndex", "0"),
+                text("status", "attached"),
+                text("attachTime", i.created_at.clone()),
+                text("deleteOnTermination", "true"),
+            ],
+        ),
+        items(
+            "privateIpAddressesSet",
+            v4.map(|a| {
+                vec![
+                    text("privateIpAddress", a.to_string()),
+                    text("privateDnsName", dns.clone()),
+                    text("primary", "true"),
+                ]
+            }),
+        ),
+        items("ipv6AddressesSet", v6.map(|a| vec![text("ipv6Address", a.to_string())])),
+        text("interfaceType", "interface"),
+    ];
+    if let Some(v4) = v4 {
+        fields.push(text("privateIpAddress", v4.to_string()));
+    }
+    Some(fields)
 }
 
 #[cfg(test)]

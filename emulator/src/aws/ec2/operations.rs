@@ -15,6 +15,8 @@ pub(crate) const STANDS_FOR: &[(&str, Option<&str>)] = &[
     ("DeleteTags", None),
     // The region's zones, its VPC and its subnets are what the native API's region tells.
     ("DescribeAvailabilityZones", Some("GetRegion")),
+    // The instances' place in the network: the cloud models none (an empty answer, as AWS's for most types).
+    ("DescribeInstanceTopology", Some("ListInstances")),
     // Whether it names instances or not: it answers a list, as the native list does.
     ("DescribeInstances", Some("ListInstances")),
     ("DescribeRouteTables", Some("ListRouteTables")),

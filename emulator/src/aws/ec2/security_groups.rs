@@ -81,6 +81,9 @@ fn passes(f: &Filter, g: &Group, owner: &str) -> bool {
         "vpc-id" => one(&g.vpc_id),
         "description" => one(&g.description),
         "owner-id" => one(owner),
+        // A group whose ingress admits another group's members (cloud-provider-aws looks up which node groups
+        // admit a load balancer's).
+        "ip-permission.group-id" => g.rules.iter().any(|r| matches!(&r.source, Source::Group(id) if one(id))),
         _ => filter::tags_pass(f, &g.tags),
     }
 }
@@ -93,7 +96,8 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     let token = params.take("NextToken");
     check_ids(&ids)?;
     filter::check(&filters, |n| {
-        matches!(n, "group-id" | "group-name" | "vpc-id" | "description" | "owner-id") || filter::is_tag(n)
+        matches!(n, "group-id" | "group-name" | "vpc-id" | "description" | "owner-id" | "ip-permission.group-id")
+            || filter::is_tag(n)
     })?;
     // The token is how many groups the pages before have passed over.
     let skip: usize = Params::next_token(token.as_deref())?;
@@ -156,9 +160,9 @@ fn group(g: &Group, region: &str, owner: &str) -> Vec<Node> {
 
 /// `rules` as EC2 shows them: one permission per protocol and port range, its sources listed in it.
 fn permissions(rules: &[Rule], owner: &str) -> Vec<Vec<Node>> {
-    let mut by_range: BTreeMap<(IpProtocol, i64, i64), Vec<&Source>> = BTreeMap::new();
+    let mut by_range: BTreeMap<(IpProtocol, i64, i64), Vec<&Rule>> = BTreeMap::new();
     for r in rules {
-        by_range.entry((r.protocol, r.from_port, r.to_port)).or_default().push(&r.source);
+        by_range.entry((r.protocol, r.from_port, r.to_port)).or_default().push(r);
     }
     by_range
         .into_iter()
@@ -170,12 +174,17 @@ fn permissions(rules: &[Rule], owner: &str) -> Vec<Vec<Node>> {
                 fields.push(text("toPort", to.to_string()));
             }
             let (mut groups, mut v4, mut v6) = (Vec::new(), Vec::new(), Vec::new());
-            for s in sources {
-                match s {
-                    Source::Group(id) => groups.push(vec![text("userId", owner), text("groupId", id.clone())]),
-                    Source::Cidr(net @ IpNet::V4(_)) => v4.push(vec![text("cidrIp", net.to_string())]),
-                    Source::Cidr(net @ IpNet::V6(_)) => v6.push(vec![text("cidrIpv6", net.to_string())]),
+            for r in sources {
+                let (list, mut item) = match &r.source {
+                    Source::Group(id) => (&mut groups, vec![text("userId", owner), text("groupId", id.clone())]),
+                    Source::Cidr(net @ IpNet::V4(_)) => (&mut v4, vec![text("cidrIp", net.to_string())]),
+                    Source::Cidr(net @ IpNet::V6(_)) => (&mut v6, vec![text("cidrIpv6", net.to_string())]),
+                };
+                // EC2 leaves out a description never given.
+                if !r.description.is_empty() {
+                    item.push(text("description", r.description.clone()));
                 }
+                list.push(item);
             }
             fields.push(items("groups", groups));
             fields.push(items("ipRanges", v4));
@@ -320,6 +329,7 @@ fn rules(params: &mut Params) -> Result<Vec<Rule>> {
                 from_port: from,
                 to_port: to,
                 source: Source::Cidr(network_of(&cidr, "CidrIp", true)?),
+                description: String::new(),
             }]
         }
         (false, false) => {
@@ -340,12 +350,14 @@ fn permission(p: &mut Params) -> Result<Vec<Rule>> {
     let mut sources = Vec::new();
     for mut r in p.structures("IpRanges")? {
         let cidr = r.required("CidrIp")?;
-        sources.push(Source::Cidr(network_of(&cidr, &r.name_of("CidrIp"), true)?));
+        let source = Source::Cidr(network_of(&cidr, &r.name_of("CidrIp"), true)?);
+        sources.push((source, rule_description(&mut r)?));
         r.finish()?;
     }
     for mut r in p.structures("Ipv6Ranges")? {
         let cidr = r.required("CidrIpv6")?;
-        sources.push(Source::Cidr(network_of(&cidr, &r.name_of("CidrIpv6"), false)?));
+        let source = Source::Cidr(network_of(&cidr, &r.name_of("CidrIpv6"), false)?);
+        sources.push((source, rule_description(&mut r)?));
         r.finish()?;
     }
     // `UserIdGroupPairs` is `Groups` on the wire, as the SDKs send it.
@@ -359,7 +371,7 @@ fn permission(p: &mut Params) -> Result<Vec<Rule>> {
         }
         let id = g.required("GroupId")?;
         check_ids(std::slice::from_ref(&id))?;
-        sources.push(Source::Group(id));
+        sources.push((Source::Group(id), rule_description(&mut g)?));
         g.finish()?;
     }
     if sources.is_empty() {
@@ -368,7 +380,24 @@ fn permission(p: &mut Params) -> Result<Vec<Rule>> {
             format!("{}: a permission needs a source (IpRanges, Ipv6Ranges or Groups)", p.name_of("IpProtocol")),
         ));
     }
-    Ok(sources.into_iter().map(|source| Rule { protocol, from_port, to_port, source }).collect())
+    Ok(sources
+        .into_iter()
+        .map(|(source, description)| Rule { protocol, from_port, to_port, source, description })
+        .collect())
+}
+
+/// A source's `Description`, as EC2 takes it: up to 255 characters of letters, digits, spaces and
+/// `._-:/()#,@[]+=&;{}!$*`; none is empty.
+fn rule_description(p: &mut Params) -> Result<String> {
+    let Some(d) = p.take("Description") else { return Ok(String::new()) };
+    let allowed = |c: char| c.is_ascii_alphanumeric() || " ._-:/()#,@[]+=&;{}!$*".contains(c);
+    if d.chars().count() > TEXT_MAX_CHARS || !d.chars().all(allowed) {
+        return Err(AwsError::invalid_value(format!(
+            "Invalid rule description for {}: up to {TEXT_MAX_CHARS} letters, digits, spaces and ._-:/()#,@[]+=&;{{}}!$*",
+            p.name_of("Description")
+        )));
+    }
+    Ok(d)
 }
 
 /// `IpProtocol`, `FromPort` and `ToPort` of a permission, as EC2 reads them: a port range for TCP and UDP (both
