@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check docs kwok aws-ccm test test-aws test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
+.PHONY: help up down check docs kwok aws-ccm aws-clients test-aws-ccm test test-aws test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -20,6 +20,15 @@ kwok: ## Build kwok (the fake-node simulator, pinned in controlplane/kwok/go.mod
 aws-ccm: ## Build cloud-provider-aws's aws-cloud-controller-manager (the release pinned in ccm-aws/go.mod, unmodified) into the cache
 	@bash scripts/build-go-tool.sh ccm-aws
 
+test-aws-ccm: deps control-plane kwok aws-ccm aws-clients ## The real cloud-provider-aws on the local stack (`stack up --ccm aws`): Nodes initialized and routed, a classic ELB and an NLB (not in CI: README)
+	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
+	FAKECLOUD_AWS_CCM="$$(bash scripts/build-go-tool.sh ccm-aws 2>/dev/null | tail -n 1)" \
+	FAKECLOUD_AWS_CLI="$$(bash scripts/aws-clients.sh 2>/dev/null | tail -n 1)/bin/aws" \
+	$(CARGO) test $(CARGO_FLAGS) --workspace --test it stack::up_with_cloud_provider_aws -- --nocapture
+
+aws-clients: ## Install the AWS clients the project drives its AWS face with (boto3, the AWS CLI, moto, pytest; pinned) into a venv in the cache
+	@bash scripts/aws-clients.sh
+
 upstream-ccm: ## Build upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/) into the cache
 	@bash scripts/build-upstream-ccm.sh
 
@@ -35,9 +44,17 @@ endif
 # The launcher finds fakecloud and fakecloud-ccm beside itself, and the control plane in the cache `control-plane` fills.
 LAUNCHER = $${CARGO_TARGET_DIR:-target}/$(PROFILE)/fakecloud-controlplane
 
-up: deps control-plane kwok ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3; PROFILE=release for a large fleet) and say how to use it
+# `make up CCM=aws`: cloud-provider-aws, unmodified, on the emulator's AWS face (issue #50), instead of fakecloud-ccm.
+CCM ?= fakecloud
+ifneq ($(filter-out fakecloud aws,$(CCM)),)
+$(error CCM=$(CCM): fakecloud (the default) or aws)
+endif
+AWS_STACK_FLAGS = --ccm aws --aws-ccm "$$(bash scripts/build-go-tool.sh ccm-aws 2>/dev/null | tail -n 1)" \
+	--aws-cli "$$(bash scripts/aws-clients.sh 2>/dev/null | tail -n 1)/bin/aws"
+
+up: deps control-plane kwok $(if $(filter aws,$(CCM)),aws-ccm aws-clients) ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3; PROFILE=release for a large fleet; CCM=aws for cloud-provider-aws) and say how to use it
 	$(CARGO) build $(CARGO_FLAGS) $(if $(filter release,$(PROFILE)),--release) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
-	@$(LAUNCHER) stack up $(if $(NODES),--nodes $(NODES))
+	@$(LAUNCHER) stack up $(if $(NODES),--nodes $(NODES)) $(if $(filter aws,$(CCM)),$(AWS_STACK_FLAGS))
 
 down: ## Stop everything `make up` started
 	@$(CARGO) build $(CARGO_FLAGS) $(if $(filter release,$(PROFILE)),--release) --quiet --bin fakecloud-controlplane

@@ -8,28 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 
-boto3_version=1.44.5
-# The AWS CLI (v1, the one on PyPI) pins the botocore that boto3 runs on too.
-awscli_version=1.46.3
-moto_version=5.2.6
-# moto's server with only the services the face answers (its `server` extra brings every service's, ~350 MB more).
-flask_version=3.1.3
-flask_cors_version=6.0.5
-pytest_version=9.2.0
-clients=boto3-$boto3_version-awscli-$awscli_version-moto-$moto_version-pytest-$pytest_version
-venv=${FAKECLOUD_CACHE:-$HOME/.cache/fakecloud}/aws-clients/$clients
-
-# A venv cannot be moved once made, so it is made in place; the marker says the install finished.
-if [[ ! -f $venv/.installed ]]; then
-	echo "==> installing boto3 $boto3_version, the AWS CLI $awscli_version, moto $moto_version and pytest" \
-		"$pytest_version into $venv (once, about a minute)"
-	rm -rf "$venv"
-	python3 -m venv "$venv"
-	nice -n 10 "$venv/bin/pip" install --quiet --disable-pip-version-check "boto3==$boto3_version" \
-		"awscli==$awscli_version" "moto[ec2,elb,elbv2]==$moto_version" "flask==$flask_version" \
-		"flask-cors==$flask_cors_version" "pytest==$pytest_version"
-	touch "$venv/.installed"
-fi
+venv=$(bash scripts/aws-clients.sh | tail -n 1)
 
 echo "==> building the emulator"
 # Not `-p fakecloud-cli`: cargo would unify features over that package alone and rebuild the workspace's crates
@@ -71,7 +50,7 @@ stopped=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["i
 python3 -c 'import json, sys; json.dump([i for f in sys.argv[1:] for i in json.load(open(f))], sys.stdout)' "${made[@]}" \
 	>"$work/made.json"
 
-echo "==> boto3 $boto3_version and the AWS CLI $awscli_version against $url, moto $moto_version beside it"
+echo "==> the AWS clients ($(basename "$venv")) against $url, moto's server beside it"
 rc=0
 # The venv's `aws` and moto's server before anything of the host's.
 # FAKECLOUD_BIN serves the fresh clouds of the tests that need one of their own (the differential test).

@@ -82,6 +82,10 @@ enum Command {
         /// Where kwok's log goes (default: a file in a temporary directory, removed on exit).
         #[arg(long, value_name = "FILE")]
         kwok_log: Option<PathBuf>,
+        /// What each Node is named: `instance` (the instance's name) or `private-dns` (its private DNS name, as a
+        /// kubelet on EC2 names its Node; cloud-provider-aws finds the instance by it).
+        #[arg(long, value_enum, default_value_t)]
+        node_names: fakecloud_controlplane::kubelets::NodeNames,
     },
     /// The local stack in the background: control plane, emulator, CCM, simulated kubelets and three Nodes
     /// (`make up`, `make down`).
@@ -136,6 +140,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             register_with_taints,
             kwok,
             kwok_log,
+            node_names,
         } => {
             let defaults = fakecloud_controlplane::kubelets::Options::default();
             let opts = fakecloud_controlplane::kubelets::Options {
@@ -145,6 +150,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 register_with_taints,
                 kwok,
                 kwok_log,
+                node_names,
                 ..defaults
             };
             kubelets(&kubeconfig, &emulator, credentials, opts).await

@@ -242,7 +242,7 @@ impl ManagedProcess {
         name: &'static str,
         binary: &Path,
         args: &[String],
-        env: &[(&str, &Path)],
+        env: &[(&str, &std::ffi::OsStr)],
         log: &Path,
         cwd: &Path,
     ) -> Result<Self> {
@@ -363,8 +363,19 @@ impl Processes {
 
     /// Starts a component and records it before doing anything else.
     pub fn spawn(&mut self, name: &'static str, binary: &Path, args: &[String]) -> Result<&mut ManagedProcess> {
+        self.spawn_with_env(name, binary, args, &[])
+    }
+
+    /// As [`Processes::spawn`], with `env` set beside `PATH`.
+    pub fn spawn_with_env(
+        &mut self,
+        name: &'static str,
+        binary: &Path,
+        args: &[String],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<&mut ManagedProcess> {
         let log = self.log_dir.join(format!("{name}.log"));
-        let process = ManagedProcess::spawn(name, binary, args, &log, &self.run_dir)?;
+        let process = ManagedProcess::spawn_with_env(name, binary, args, env, &log, &self.run_dir)?;
         self.started.push(process);
         self.record()?;
         let last = self.started.len() - 1;

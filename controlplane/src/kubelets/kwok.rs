@@ -60,7 +60,7 @@ impl KwokProcess {
         for file in [&config].into_iter().chain(&kwok.stages).chain([&node_stage]) {
             args.extend(["--config".to_string(), file.display().to_string()]);
         }
-        let env = [("KWOK_WORKDIR", dir.path())];
+        let env = [("KWOK_WORKDIR", dir.path().as_os_str())];
         let process = ManagedProcess::spawn_with_env("kwok", &kwok.binary, &args, &env, &log, dir.path())?;
         tracing::info!(pid = process.record.pid, log = %log.display(), "kwok started");
         Ok(Self { process: Arc::new(Mutex::new(process)), _dir: dir })

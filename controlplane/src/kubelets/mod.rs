@@ -81,6 +81,29 @@ pub struct Options {
     pub kwok: Option<PathBuf>,
     /// Where kwok's output goes; `None`: a file in a temporary directory, gone with the simulation.
     pub kwok_log: Option<PathBuf>,
+    /// What each Node is named.
+    pub node_names: NodeNames,
+}
+
+/// What a simulated kubelet names its Node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeNames {
+    /// The instance's name, which fakecloud's CCMs look instances up by.
+    #[default]
+    Instance,
+    /// The instance's private DNS name (`ip-10-0-1-5.<region>.compute.internal`), as a kubelet on EC2 names its
+    /// Node: its hostname. cloud-provider-aws finds the instance by it (`private-dns-name`).
+    PrivateDns,
+}
+
+impl NodeNames {
+    /// The Node name of `inst`.
+    pub fn of(self, inst: &Instance) -> String {
+        match self {
+            Self::Instance => inst.name.clone(),
+            Self::PrivateDns => fakecloud_api::net::private_dns_name(&inst.id, inst.private_ip, &inst.region),
+        }
+    }
 }
 
 /// The default Ready=False window after a machine starts: a kind node's, from its kubelet's registration until
@@ -102,6 +125,7 @@ impl Default for Options {
             not_ready_for: KIND_NOT_READY_FOR,
             kwok: None,
             kwok_log: None,
+            node_names: NodeNames::Instance,
         }
     }
 }
@@ -197,7 +221,7 @@ impl SimulatedKubelets {
                 futures::future::ready(())
             });
         let (publish, running) = watch::channel(None);
-        let poller = poll_instances(cloud, opts.poll, opts.instance_tag.clone(), publish);
+        let poller = poll_instances(cloud, opts.poll, opts.instance_tag.clone(), opts.node_names, publish);
         let sim = Arc::new(Sim { kube, opts, shapes, nodes, managed_by, kwok: kwok.watch() });
         let kubelets = sim.run(running);
         Ok(Self { tasks: vec![tokio::spawn(node_watch), tokio::spawn(poller), tokio::spawn(kubelets)], kwok })
@@ -219,6 +243,7 @@ async fn poll_instances(
     cloud: fakecloud_api::Client,
     poll: Duration,
     tag: Option<String>,
+    names: NodeNames,
     publish: watch::Sender<Running>,
 ) {
     let query =
@@ -229,13 +254,23 @@ async fn poll_instances(
     loop {
         tick.tick().await;
         let listed = async {
-            let running = cloud.list_all_instances(&query).await?;
-            let hung = match cloud.list_hangs().await {
+            let mut running = cloud.list_all_instances(&query).await?;
+            let hung: BTreeSet<String> = match cloud.list_hangs().await {
                 Ok(h) => h.items.into_iter().map(|h| h.name).collect(),
                 // Hangs are the admin's to see: with the user token no machine is ever hung.
                 Err(e) if e.status() == Some(403) => BTreeSet::new(),
                 Err(e) => return Err(e),
             };
+            // From here on a machine is known by its Node's name.
+            let mut hung_nodes = BTreeSet::new();
+            for inst in &mut running {
+                let node = names.of(inst);
+                if hung.contains(&inst.name) {
+                    hung_nodes.insert(node.clone());
+                }
+                inst.name = node;
+            }
+            let hung = hung_nodes;
             Ok::<_, fakecloud_api::ClientError>((running, hung))
         };
         let listed = match tokio::time::timeout(LIST_TIMEOUT, listed).await {
@@ -424,6 +459,13 @@ impl Sim {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_is_named_by_its_instance_or_as_a_kubelet_on_ec2_names_it() {
+        let inst = objects::tests::instance("node-a", "10.0.1.5");
+        assert_eq!(NodeNames::Instance.of(&inst), "node-a");
+        assert_eq!(NodeNames::PrivateDns.of(&inst), "ip-10-0-1-5.local-1.compute.internal");
+    }
 
     #[test]
     fn taints_parse_as_the_kubelet_flag_takes_them() {

@@ -276,7 +276,7 @@ pub fn is_silencing(lease: &Lease) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const MANAGED: (&str, &str) = ("fakecloud.io/simulated-by", "test");

@@ -60,4 +60,24 @@ pub struct Options {
     /// Directory holding etcd, kube-apiserver, kube-controller-manager (and kubectl); default: the build cache.
     #[arg(long, env = "FAKECLOUD_K8S_BIN")]
     pub bin_dir: Option<PathBuf>,
+    /// The CCM: `fakecloud` (fakecloud-ccm) or `aws` (cloud-provider-aws, unmodified, on the emulator's AWS face:
+    /// `make up CCM=aws`). With `aws`, the Nodes are named by their instances' private DNS names, as kubelets on
+    /// EC2 name them, and the region's subnets and main route table are tagged for cluster `fakecloud`.
+    #[arg(long, value_enum, env = "FAKECLOUD_STACK_CCM", default_value_t)]
+    pub ccm: StackCcm,
+    /// cloud-provider-aws's binary, for `--ccm aws` (`make aws-ccm` builds it and prints its path).
+    #[arg(long, env = "FAKECLOUD_AWS_CCM", value_name = "FILE")]
+    pub aws_ccm: Option<PathBuf>,
+    /// The AWS CLI that tags the cluster's subnets and route table, for `--ccm aws` (`make aws-clients` installs
+    /// one; its bin/aws).
+    #[arg(long, env = "FAKECLOUD_AWS_CLI", value_name = "FILE")]
+    pub aws_cli: Option<PathBuf>,
+}
+
+/// Which CCM the stack runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum StackCcm {
+    #[default]
+    Fakecloud,
+    Aws,
 }

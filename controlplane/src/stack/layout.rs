@@ -35,9 +35,14 @@ pub struct RunDir {
     pub root: PathBuf,
 }
 
+/// With cloud-provider-aws (`stack up --ccm aws`): its cloud config, and the AWS face's settings for a user's
+/// shell (`source` it).
+pub const AWS_CLOUD_CONFIG: &str = "aws-cloud-config.ini";
+pub const AWS_ENV: &str = "aws.env";
+
 /// Every file the stack writes at the top of its run directory (besides `controlplane/`); `down` removes these
 /// and no others, as the directory is shared (`make kind-up` keeps its files there too).
-pub const FILES: [&str; 15] = [
+pub const FILES: [&str; 17] = [
     fakecloud_controlplane::process::STATE_FILE,
     "stack.log",
     "emulator.log",
@@ -49,6 +54,8 @@ pub const FILES: [&str; 15] = [
     "kubelets.pid",
     "ccm-token",
     "cloud-config.yaml",
+    AWS_CLOUD_CONFIG,
+    AWS_ENV,
     "fakecloud.db",
     "fakecloud.db-wal",
     "fakecloud.db-shm",

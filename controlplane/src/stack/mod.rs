@@ -10,6 +10,7 @@
 //! - [`down`]: stops what a run directory records, removes the files the stack made and reports any process of
 //!   that run directory still alive.
 
+mod aws;
 mod cli;
 mod down;
 mod layout;

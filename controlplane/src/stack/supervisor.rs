@@ -15,15 +15,15 @@ use fakecloud_api::{Client, CloudConfig, CreateInstanceRequest, QuotaName};
 use fakecloud_controlplane::composition;
 use fakecloud_controlplane::process::{Processes, log_tail};
 use fakecloud_controlplane::{
-    CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::UNINITIALIZED_TAINT, node_cidr_mask_size,
-    pinned_kubernetes_version,
+    CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::NodeNames, kubelets::UNINITIALIZED_TAINT,
+    node_cidr_mask_size, pinned_kubernetes_version,
 };
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use super::cli::Options;
+use super::cli::{Options, StackCcm};
 use super::layout::{READY, RunDir, endpoint, node_names, sibling};
 
 /// How long the emulator may take to answer, and the Nodes to be Ready, initialized and routed, before `up` calls it a
@@ -109,7 +109,14 @@ struct Stack {
 async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> {
     let dir = RunDir::new(&options.run_dir.path)?;
     let fakecloud = sibling("fakecloud")?;
-    let ccm = sibling("fakecloud-ccm")?;
+    let aws_binaries = match options.ccm {
+        StackCcm::Fakecloud => None,
+        StackCcm::Aws => Some(super::aws::binaries(options.aws_ccm.as_deref(), options.aws_cli.as_deref())?),
+    };
+    let ccm = match &aws_binaries {
+        None => sibling("fakecloud-ccm")?,
+        Some((aws_ccm, _)) => aws_ccm.clone(),
+    };
     let me = std::env::current_exe().context("locating this binary")?;
 
     // How long each stage took, said at the end.
@@ -141,7 +148,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     progress.say(&format!("starting the emulator at {url} (state: {})", db.display()));
     let listen = format!("127.0.0.1:{}", options.port);
     let emulator = composition::Emulator { listen: &listen, db: &db, tokens: None };
-    spawn(&mut services, &dir, "emulator", &fakecloud, &emulator.args())?;
+    spawn(&mut services, &dir, "emulator", &fakecloud, &emulator.args(), &[])?;
     let tokens = progress
         .awaiting("the emulator", tokio::time::timeout(EMULATOR_HANG, emulator_ready(&mut services, &dir, &url)));
     let tokens = tokens.await.map_err(|_| {
@@ -153,31 +160,63 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     stages.push(("the emulator", at.elapsed()));
     let at = Instant::now();
 
-    // The CCM as a customer of the cloud: the user token, in a file only it reads.
-    let token_file = dir.file("ccm-token");
-    fakecloud_controlplane::files::write(&token_file, format!("{}\n", tokens.user).as_bytes(), 0o600)?;
-    let cloud_config = dir.file("cloud-config.yaml");
-    CloudConfig::with_token_file(&url, &token_file).write(&cloud_config)?;
-    progress.say(&format!("starting fakecloud-ccm (HTTPS /healthz and /metrics on 127.0.0.1:{})", options.ccm_port));
     let kubeconfig = path(control_plane.admin_kubeconfig());
-    let ccm_flags = composition::Ccm {
-        cloud_config: &cloud_config,
-        kubeconfig: control_plane.admin_kubeconfig(),
-        cluster_cidr: CLUSTER_CIDR,
-        port: options.ccm_port,
+    let cloud = Client::new(&url, tokens.user.clone())?;
+    let region = cloud.region().await.context("reading the emulator's region")?;
+    anyhow::ensure!(!region.zones.is_empty(), "the emulator's region has no zones");
+    let (mut ccm_args, ccm_env) = match &aws_binaries {
+        None => {
+            // The CCM as a customer of the cloud: the user token, in a file only it reads.
+            let token_file = dir.file("ccm-token");
+            fakecloud_controlplane::files::write(&token_file, format!("{}\n", tokens.user).as_bytes(), 0o600)?;
+            let cloud_config = dir.file("cloud-config.yaml");
+            CloudConfig::with_token_file(&url, &token_file).write(&cloud_config)?;
+            progress.say(&format!(
+                "starting fakecloud-ccm (HTTPS /healthz and /metrics on 127.0.0.1:{})",
+                options.ccm_port
+            ));
+            let flags = composition::Ccm {
+                cloud_config: &cloud_config,
+                kubeconfig: control_plane.admin_kubeconfig(),
+                cluster_cidr: CLUSTER_CIDR,
+                port: options.ccm_port,
+            };
+            (flags.args(), Vec::new())
+        }
+        Some((_, aws_cli)) => {
+            progress.say(&format!(
+                "tagging the subnets and the main route table for cluster {} with the AWS CLI",
+                super::aws::CLUSTER_ID
+            ));
+            let setup = super::aws::set_up(&region.name, &url, &dir, aws_cli);
+            let setup = progress.awaiting("the AWS CLI", setup).await?;
+            progress.say(&format!(
+                "starting cloud-provider-aws on the emulator's AWS face (HTTPS /healthz on 127.0.0.1:{})",
+                options.ccm_port
+            ));
+            let flags = composition::AwsCcm {
+                cloud_config: &setup.cloud_config,
+                kubeconfig: control_plane.admin_kubeconfig(),
+                cluster_cidr: CLUSTER_CIDR,
+                cluster_name: super::aws::CLUSTER_ID,
+                port: options.ccm_port,
+                keys: (&setup.access_key_id, &setup.secret_access_key),
+            };
+            (flags.args(), flags.env())
+        }
     };
-    let mut ccm_args = ccm_flags.args();
     if large_fleet {
         // At the client's default 20 requests a second the CCM initializes about 5 Nodes a second (a Node update
         // and its status, events): 1,000 s for 5,000. A large cluster's operator raises it; so does this.
         progress.say(&format!(
-            "{} Nodes: fakecloud-ccm with --kube-api-qps={LARGE_FLEET_QPS} --kube-api-burst={LARGE_FLEET_BURST} \
+            "{} Nodes: the CCM with --kube-api-qps={LARGE_FLEET_QPS} --kube-api-burst={LARGE_FLEET_BURST} \
              (the defaults, 20 and 30, initialize about 5 Nodes a second)",
             options.nodes
         ));
         ccm_args.extend([format!("--kube-api-qps={LARGE_FLEET_QPS}"), format!("--kube-api-burst={LARGE_FLEET_BURST}")]);
     }
-    spawn(&mut services, &dir, "ccm", &ccm, &ccm_args)?;
+    let ccm_env: Vec<(&str, &std::ffi::OsStr)> = ccm_env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(v))).collect();
+    spawn(&mut services, &dir, "ccm", &ccm, &ccm_args, &ccm_env)?;
 
     progress.say("starting the simulated kubelets");
     let credentials = path(&dir.credentials());
@@ -196,15 +235,18 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
         &kwok,
         "--kwok-log",
         &kwok_log,
+        "--node-names",
+        match options.ccm {
+            StackCcm::Fakecloud => "instance",
+            StackCcm::Aws => "private-dns",
+        },
     ];
-    spawn(&mut services, &dir, "kubelets", &me, &kubelet_args)?;
+    spawn(&mut services, &dir, "kubelets", &me, &kubelet_args, &[])?;
 
     stages.push(("starting the CCM and the kubelets", at.elapsed()));
     let at = Instant::now();
     let names = node_names(options.nodes)?;
-    let cloud = Client::new(&url, tokens.user)?;
-    let zones = cloud.region().await.context("reading the emulator's zones")?.zones;
-    anyhow::ensure!(!zones.is_empty(), "the emulator's region has no zones");
+    let zones = &region.zones;
     fit_quotas(&Client::new(&url, tokens.admin)?, names.len(), progress).await?;
     let requests: Vec<CreateInstanceRequest> = names
         .iter()
@@ -212,6 +254,11 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
         .map(|(name, zone)| CreateInstanceRequest {
             name: name.clone(),
             zone: Some(zone.name.clone()),
+            tags: match options.ccm {
+                StackCcm::Fakecloud => Default::default(),
+                // cloud-provider-aws sees only the cluster's instances (`describeInstances` keeps those with it).
+                StackCcm::Aws => [(super::aws::cluster_tag(), "owned".to_string())].into(),
+            },
             ..Default::default()
         })
         .collect();
@@ -226,8 +273,14 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let creating = cloud.create_instances(requests, CREATES_IN_FLIGHT, "make-up-", &created);
     let counted =
         || format!("the instances ({} of {} created)", created.load(std::sync::atomic::Ordering::Relaxed), names.len());
-    progress.awaiting_with(counted, creating).await.context("creating the instances")?;
+    let instances = progress.awaiting_with(counted, creating).await.context("creating the instances")?;
     stages.push(("creating the instances", at.elapsed()));
+    // The Nodes' names, as the kubelets name them.
+    let node_names = match options.ccm {
+        StackCcm::Fakecloud => NodeNames::Instance,
+        StackCcm::Aws => NodeNames::PrivateDns,
+    };
+    let names: Vec<String> = instances.iter().map(|i| node_names.of(i)).collect();
 
     let at = Instant::now();
     let hang = NODES_HANG + NODES_HANG_PER_NODE * u32::try_from(names.len()).unwrap_or(u32::MAX);
@@ -310,9 +363,10 @@ fn spawn(
     name: &'static str,
     binary: &Path,
     args: &[impl AsRef<str>],
+    env: &[(&str, &std::ffi::OsStr)],
 ) -> anyhow::Result<()> {
     let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string()).collect();
-    let pid = services.spawn(name, binary, &args)?.record.pid;
+    let pid = services.spawn_with_env(name, binary, &args, env)?.record.pid;
     let pid_file = dir.file(&format!("{name}.pid"));
     std::fs::write(&pid_file, format!("{pid}\n")).with_context(|| format!("writing {}", pid_file.display()))
 }

@@ -12,7 +12,7 @@ use fakecloud_controlplane::{Binaries, pinned_kubernetes_version};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::cli::Options;
+use super::cli::{Options, StackCcm};
 use super::down::{Logs, down};
 use super::layout::{FILES, READY, RunDir, endpoint, node_names, sibling};
 
@@ -40,7 +40,10 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     let binaries = Binaries::locate(options.bin_dir.as_deref())?;
     fakecloud_controlplane::kwok()?;
     let fakecloud = sibling("fakecloud")?;
-    sibling("fakecloud-ccm")?;
+    match options.ccm {
+        StackCcm::Fakecloud => drop(sibling("fakecloud-ccm")?),
+        StackCcm::Aws => drop(super::aws::binaries(options.aws_ccm.as_deref(), options.aws_cli.as_deref())?),
+    }
 
     std::fs::create_dir_all(&dir.root).with_context(|| format!("creating {}", dir.root.display()))?;
     let log_path = dir.file("stack.log");
@@ -56,6 +59,12 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     ]);
     if let Some(bin_dir) = &options.bin_dir {
         command.arg("--bin-dir").arg(bin_dir);
+    }
+    if options.ccm == StackCcm::Aws {
+        command.args(["--ccm", "aws"]);
+        for (flag, path) in [("--aws-ccm", &options.aws_ccm), ("--aws-cli", &options.aws_cli)] {
+            command.arg(flag).args(path.iter());
+        }
     }
     let mut supervisor = command
         .stdin(Stdio::null())
@@ -198,9 +207,22 @@ fn print_usage(dir: &RunDir, options: &Options, binaries: &Binaries, fakecloud: 
     let url = endpoint(options.port);
     let credentials = dir.credentials();
     let root = dir.root.display();
+    let (ccm, aws) = match options.ccm {
+        StackCcm::Fakecloud => ("fakecloud-ccm", String::new()),
+        StackCcm::Aws => (
+            "cloud-provider-aws",
+            format!(
+                "
+  source {env}    # the AWS CLI's and boto3's endpoint, region and keys for the emulator's AWS face
+  aws ec2 describe-instances    # the cloud as cloud-provider-aws sees it (the AWS CLI: make aws-clients)
+",
+                env = dir.file(super::layout::AWS_ENV).display(),
+            ),
+        ),
+    };
     println!(
         "
-fakecloud is up: Kubernetes {version} on loopback, the emulator, fakecloud-ccm and {count} simulated nodes.
+fakecloud is up: Kubernetes {version} on loopback, the emulator, {ccm} and {count} simulated nodes.
 
   export KUBECONFIG={kubeconfig}
   {kubectl_hint}
@@ -212,7 +234,7 @@ fakecloud is up: Kubernetes {version} on loopback, the emulator, fakecloud-ccm a
   {fakecloud} instance list
 
   Console: {url}/console    # sign in with a token from {credentials}
-
+{aws}
 Logs: {root}/{{stack,emulator,ccm,kubelets,kwok}}.log and {cp_logs}/
 Stop everything: make down",
         count = options.nodes,

@@ -208,3 +208,110 @@ fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane
         (!done).then(|| format!("events: {events}\nextra-1's NetworkUnavailable: {routed}"))
     });
 }
+
+/// `stack up --ccm aws` (`make up CCM=aws`, issue #50): the real cloud-provider-aws, unmodified, on the emulator's
+/// AWS face. Its Nodes are named by their instances' private DNS names and initialized by it (the providerID
+/// `aws:///<zone>/<i-…>`, the zone and instance-type labels), each routed through the cluster's tagged route
+/// table to its instance; a classic ELB and an NLB made for Services get the hostnames AWS gives them, with the
+/// Nodes behind them, and are gone with their Services.
+///
+/// Needs cloud-provider-aws and the AWS CLI, as `make test-aws-ccm` gives them (FAKECLOUD_AWS_CCM,
+/// FAKECLOUD_AWS_CLI); without them it is skipped — CI runs it only through that target (the README says why).
+#[test]
+fn up_with_cloud_provider_aws_initializes_routes_and_load_balances() {
+    let (Some(aws_ccm), Some(aws_cli)) =
+        (std::env::var("FAKECLOUD_AWS_CCM").ok(), std::env::var("FAKECLOUD_AWS_CLI").ok())
+    else {
+        eprintln!(
+            "skipping stack up --ccm aws: FAKECLOUD_AWS_CCM and FAKECLOUD_AWS_CLI are unset (make test-aws-ccm sets them)"
+        );
+        return;
+    };
+    let Some(binaries) = Binaries::for_tests("stack up --ccm aws") else {
+        return;
+    };
+    let parent = tempfile::tempdir().expect("a temporary directory");
+    let run_dir = parent.path().join("run");
+    let (port, ccm_port) = (free_port().to_string(), free_port().to_string());
+    let aws_flags = ["--ccm", "aws", "--aws-ccm", &aws_ccm, "--aws-cli", &aws_cli];
+    let up =
+        stack(&[&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "3"], &aws_flags[..]].concat(), &run_dir);
+    let _stopped_if_the_test_fails = Down(&run_dir);
+    assert!(up.status.success(), "stack up --ccm aws failed:\n{}", text(&up));
+    for says in ["cloud-provider-aws", "up: 3 Nodes Ready, initialized and routed", "aws.env"] {
+        assert!(text(&up).contains(says), "up does not say {says:?}: {}", text(&up));
+    }
+
+    let kubectl = binaries.kubectl().map_or("kubectl".into(), |k| k.display().to_string());
+    let kubeconfig = run_dir.join("controlplane/kubeconfigs/admin.kubeconfig");
+    let env = format!(
+        "set -euo pipefail\nexport KUBECONFIG={}\nsource {}\nk() {{ {kubectl} \"$@\"; }}\naws() {{ {aws_cli} \"$@\"; }}\n",
+        kubeconfig.display(),
+        run_dir.join("aws.env").display()
+    );
+    let check = |command: &str| {
+        let (ok, said) = bash(&format!("{env}{command}"));
+        assert!(ok, "{command}:\n{said}");
+        said
+    };
+
+    // Nodes as on EC2, initialized by the AWS CCM from DescribeInstances, routed by its route controller.
+    let nodes = check(
+        "k get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.providerID} \
+         {.metadata.labels.topology\\.kubernetes\\.io/zone} {.metadata.labels.node\\.kubernetes\\.io/instance-type} \
+         {.spec.podCIDR}{\"\\n\"}{end}'",
+    );
+    let routes = check(
+        "aws ec2 describe-route-tables --filters Name=tag-key,Values=kubernetes.io/cluster/fakecloud \
+         --query 'RouteTables[].Routes[].[DestinationCidrBlock,InstanceId]' --output text",
+    );
+    let nodes: Vec<Vec<&str>> = nodes.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    for node in &nodes {
+        let [name, provider_id, zone, instance_type, pod_cidr] = node[..] else { panic!("a Node's fields: {node:?}") };
+        assert!(name.starts_with("ip-10-") && name.ends_with(".compute.internal"), "{name}");
+        let instance = provider_id.strip_prefix(&format!("aws:///{zone}/")).unwrap_or_else(|| panic!("{provider_id}"));
+        assert!(instance.starts_with("i-") && instance.len() == 19, "{provider_id}");
+        assert!(!instance_type.is_empty(), "{name} has no instance type label");
+        assert!(
+            routes.contains(&format!("{pod_cidr}\t{instance}")),
+            "{name}'s {pod_cidr} is not routed to {instance}:\n{routes}"
+        );
+    }
+
+    // A classic ELB by default, an NLB by the annotation: each a hostname, the Nodes behind it.
+    check(
+        "k create service loadbalancer classic --tcp=80:8080\n\
+         k create service loadbalancer network --tcp=80:8080 --dry-run=client -o yaml | \
+         k annotate -f - --local -o yaml service.beta.kubernetes.io/aws-load-balancer-type=nlb | k apply -f -",
+    );
+    eventually("the Services have no hostnames", || {
+        let hosts =
+            check("k get svc classic network -o jsonpath='{.items[*].status.loadBalancer.ingress[0].hostname}'");
+        let both = hosts.split_whitespace().filter(|h| h.ends_with(".lb.fakecloud.test")).count() == 2;
+        (!both).then(|| format!("hostnames: {hosts}\n{}", check("k get events")))
+    });
+    let behind = check(
+        "aws elb describe-load-balancers --query 'LoadBalancerDescriptions[].Instances[].InstanceId' --output text\n\
+         aws elbv2 describe-target-health --target-group-arn \"$(aws elbv2 describe-target-groups \
+         --query 'TargetGroups[0].TargetGroupArn' --output text)\" --query 'TargetHealthDescriptions[].Target.Id' --output text",
+    );
+    for node in &nodes {
+        let instance = node[1].rsplit('/').next().unwrap_or_default();
+        assert_eq!(behind.matches(instance).count(), 2, "{instance} is not behind both load balancers:\n{behind}");
+    }
+
+    check("k delete svc classic network");
+    eventually("the load balancers outlive their Services", || {
+        let left = check(
+            "aws elb describe-load-balancers --query 'LoadBalancerDescriptions[].LoadBalancerName' --output text\n\
+             aws elbv2 describe-load-balancers --query 'LoadBalancers[].LoadBalancerName' --output text\n\
+             aws elbv2 describe-target-groups --query 'TargetGroups[].TargetGroupName' --output text",
+        );
+        (!left.trim().is_empty()).then_some(left)
+    });
+
+    let down = stack(&["down"], &run_dir);
+    assert!(down.status.success(), "stack down failed:\n{}", text(&down));
+    assert_eq!(processes_naming(&run_dir), Vec::<u32>::new(), "processes of the run directory left");
+}
