@@ -213,7 +213,8 @@ fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane
 /// AWS face. Its Nodes are named by their instances' private DNS names and initialized by it (the providerID
 /// `aws:///<zone>/<i-…>`, the zone and instance-type labels), each routed through the cluster's tagged route
 /// table to its instance; a classic ELB and an NLB made for Services get the hostnames AWS gives them, with the
-/// Nodes behind them, and are gone with their Services.
+/// Nodes behind them, and are gone with their Services. And kops#4918 replayed: a Node past the route table's
+/// limit stays NetworkUnavailable with AWS's RouteLimitExceeded, and is routed once the limit is raised.
 ///
 /// Needs cloud-provider-aws and the AWS CLI, as `make test-aws-ccm` gives them (FAKECLOUD_AWS_CCM,
 /// FAKECLOUD_AWS_CLI); without them it is skipped — CI runs it only through that target (the README says why).
@@ -300,6 +301,28 @@ fn up_with_cloud_provider_aws_initializes_routes_and_load_balances() {
         let instance = node[1].rsplit('/').next().unwrap_or_default();
         assert_eq!(behind.matches(instance).count(), 2, "{instance} is not behind both load balancers:\n{behind}");
     }
+
+    // kops#4918, the route table at its limit: the 4th Node's route refused with AWS's RouteLimitExceeded, the
+    // Node NetworkUnavailable and told why, and routed once the quota is back (the scenario restores it).
+    let fakecloud = Path::new(LAUNCHER).parent().expect("the launcher's directory").join("fakecloud");
+    check(&format!(
+        "source {creds}\nexport FAKECLOUD_ENDPOINT=http://127.0.0.1:{port}\n\
+         {fc} scenario run --background scenarios/route-limit.yaml --set limit=3 --set duration=15\n\
+         {fc} instance create extra-1 --tag kubernetes.io/cluster/fakecloud=owned",
+        creds = run_dir.join("fakecloud.credentials").display(),
+        fc = fakecloud.display(),
+    ));
+    let fourth = r#"k get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="NetworkUnavailable")].reason}{"\n"}{end}' | grep -v " RouteCreated$" || true"#;
+    eventually("the 4th Node's route is not refused as on AWS", || {
+        let events = check("k get events --field-selector reason=FailedToCreateRoute");
+        let unrouted = check(fourth);
+        let done = events.contains("RouteLimitExceeded") && unrouted.lines().count() == 1;
+        (!done).then(|| format!("events: {events}\nNodes not routed: {unrouted}"))
+    });
+    eventually("the 4th Node is not routed once the quota is back", || {
+        let unrouted = check(fourth);
+        (!unrouted.trim().is_empty()).then(|| format!("Nodes not routed: {unrouted}"))
+    });
 
     check("k delete svc classic network");
     eventually("the load balancers outlive their Services", || {
