@@ -650,6 +650,7 @@ const (
 	SetRateLimitRequestOperationDeregisterTargets                       SetRateLimitRequestOperation = "DeregisterTargets"
 	SetRateLimitRequestOperationDescribeAvailabilityZones               SetRateLimitRequestOperation = "DescribeAvailabilityZones"
 	SetRateLimitRequestOperationDescribeInstanceHealth                  SetRateLimitRequestOperation = "DescribeInstanceHealth"
+	SetRateLimitRequestOperationDescribeInstanceTopology                SetRateLimitRequestOperation = "DescribeInstanceTopology"
 	SetRateLimitRequestOperationDescribeInstances                       SetRateLimitRequestOperation = "DescribeInstances"
 	SetRateLimitRequestOperationDescribeListeners                       SetRateLimitRequestOperation = "DescribeListeners"
 	SetRateLimitRequestOperationDescribeLoadBalancerAttributes          SetRateLimitRequestOperation = "DescribeLoadBalancerAttributes"
@@ -800,6 +801,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationDescribeAvailabilityZones:
 		return true
 	case SetRateLimitRequestOperationDescribeInstanceHealth:
+		return true
+	case SetRateLimitRequestOperationDescribeInstanceTopology:
 		return true
 	case SetRateLimitRequestOperationDescribeInstances:
 		return true
@@ -989,6 +992,7 @@ const (
 	SetRateLimitRequestOperationsDeregisterTargets                       SetRateLimitRequestOperations = "DeregisterTargets"
 	SetRateLimitRequestOperationsDescribeAvailabilityZones               SetRateLimitRequestOperations = "DescribeAvailabilityZones"
 	SetRateLimitRequestOperationsDescribeInstanceHealth                  SetRateLimitRequestOperations = "DescribeInstanceHealth"
+	SetRateLimitRequestOperationsDescribeInstanceTopology                SetRateLimitRequestOperations = "DescribeInstanceTopology"
 	SetRateLimitRequestOperationsDescribeInstances                       SetRateLimitRequestOperations = "DescribeInstances"
 	SetRateLimitRequestOperationsDescribeListeners                       SetRateLimitRequestOperations = "DescribeListeners"
 	SetRateLimitRequestOperationsDescribeLoadBalancerAttributes          SetRateLimitRequestOperations = "DescribeLoadBalancerAttributes"
@@ -1138,6 +1142,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsDescribeAvailabilityZones:
 		return true
 	case SetRateLimitRequestOperationsDescribeInstanceHealth:
+		return true
+	case SetRateLimitRequestOperationsDescribeInstanceTopology:
 		return true
 	case SetRateLimitRequestOperationsDescribeInstances:
 		return true

@@ -49,8 +49,8 @@ pub fn binaries(aws_ccm: Option<&Path>, aws_cli: Option<&Path>) -> anyhow::Resul
 /// Find the cluster's network and tag it as an AWS user does for cloud-provider-aws — the subnets and the VPC's
 /// main route table with the cluster's tag (its `findRouteTable` takes the one table that has it), the subnets
 /// with the ELB role's too (`findELBSubnets` prefers them) — all with the AWS CLI (the instances are made with the
-/// cluster's tag: [`cluster_tag`]); then write the CCM's cloud
-/// config and, for the user's shell, the face's settings ([`AWS_ENV`]) in the run directory.
+/// cluster's tag: [`cluster_tag`]); then write the CCM's cloud config and, for the user's shell, the face's
+/// settings ([`AWS_ENV`]) in the run directory.
 pub async fn set_up(region: &str, url: &str, dir: &RunDir, aws_cli: &Path) -> anyhow::Result<Setup> {
     let credentials_file = dir.credentials();
     let text = std::fs::read_to_string(&credentials_file)

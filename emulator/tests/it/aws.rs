@@ -138,8 +138,12 @@ async fn aws_describe_calls_answer_from_the_store_and_are_audited() {
     )
     .await;
     assert_eq!(all(&xml, "instanceId"), [db.as_str()]);
-    let ip = all(&xml, "privateIpAddress").concat();
-    assert_eq!(all(&xml, "privateDnsName"), [format!("ip-{}.local-1.compute.internal", ip.replace('.', "-"))]);
+    // The instance's, its network interface's and that interface's one address's (cloud-provider-aws reads a Node's
+    // addresses from the interface).
+    let ip = all(&xml, "privateIpAddress");
+    assert_eq!(ip, [ip[0].clone(), ip[0].clone(), ip[0].clone()], "{xml}");
+    let name = format!("ip-{}.local-1.compute.internal", ip[0].replace('.', "-"));
+    assert_eq!(all(&xml, "privateDnsName"), [name.clone(), name.clone(), name]);
 
     let (status, xml) = ec2(&emu, USER, "Action=DescribeAvailabilityZones&Version=2016-11-15").await;
     assert_eq!(status, 200, "{xml}");

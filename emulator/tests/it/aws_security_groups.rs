@@ -216,7 +216,8 @@ async fn instances_are_in_their_groups_and_keep_them_from_being_deleted() {
     let web = create(&emu, "web").await;
     let xml = ok(&emu, &format!("Action=RunInstances&MinCount=1&MaxCount=1&SecurityGroupId.1={web}")).await;
     let launched = all(&xml, "instanceId").concat();
-    assert_eq!(group_names(&xml), ["web"], "{xml}");
+    // In the instance's groupSet, and in its network interface's.
+    assert_eq!(group_names(&xml), ["web", "web"], "{xml}");
     // Not there: refused, and nothing launched.
     let before = emu.user.list_instances(&Default::default()).await.unwrap().items.len();
     let xml = call(&emu, "Action=RunInstances&MinCount=1&MaxCount=2&SecurityGroupId.1=sg-00000000000000000").await.1;
@@ -230,7 +231,7 @@ async fn instances_are_in_their_groups_and_keep_them_from_being_deleted() {
     // A native instance is in the default group.
     let native = emu.instance("native-1").await.id;
     let xml = ok(&emu, &format!("Action=DescribeInstances&InstanceId.1={launched}&InstanceId.2={native}")).await;
-    assert_eq!(group_names(&xml), ["web", "default"], "{xml}");
+    assert_eq!(group_names(&xml), ["web", "web", "default", "default"], "{xml}");
     assert_eq!(all(&xml, "groupId")[0], web);
 
     assert_eq!(refused(&emu, &format!("Action=DeleteSecurityGroup&GroupId={web}")).await, "DependencyViolation");
