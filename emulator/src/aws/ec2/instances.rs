@@ -248,7 +248,7 @@ fn network_interface(i: &Instance, membership: &Membership, keys: &Keys, topo: &
     let eni = network::id("eni", &[&topo.region, &i.id]);
     // A locally administered unicast MAC (02:…), from the interface ID's hex digits.
     let hex = &eni["eni-".len()..];
-    let mac: Vec<&str> = std::iter::once("02").chain((0..5).map(|i| &hex[2 * i..2 * i + 2])).collect();
+    let mac: Vec<&str> = std::iter::once("02").chain((0..5).map(|b| &hex[2 * b..2 * b + 2])).collect();
     let dns = private_dns_name(i);
     let (v4, v6) = match i.private_ip {
         IpAddr::V4(v4) => (Some(v4), i.ipv6_address),
