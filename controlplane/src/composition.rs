@@ -91,17 +91,27 @@ impl AwsCcm<'_> {
         ]
     }
 
-    /// The SDK's key pair from the environment; no instance metadata service to ask (its startup probe would
-    /// wait for one), no shared config file of the user's.
+    /// [`aws_client_env`], and no instance metadata service to ask (its startup probe would wait for one).
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ACCESS_KEY_ID", self.keys.0.to_string()),
-            ("AWS_SECRET_ACCESS_KEY", self.keys.1.to_string()),
-            ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
-            ("AWS_CONFIG_FILE", "/dev/null".to_string()),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_string()),
-        ]
+        let mut env = aws_client_env(self.keys);
+        env.push(("AWS_EC2_METADATA_DISABLED", "true".to_string()));
+        env
     }
+}
+
+/// Where the AWS SDKs and CLI read a key pair from (and where the emulator's credentials file has the cloud's).
+pub const AWS_ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+pub const AWS_SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+
+/// The environment of an AWS client the stack starts (cloud-provider-aws, the AWS CLI): the key pair `keys`,
+/// and nothing of the user's AWS configuration (a profile's region, endpoint or keys).
+pub fn aws_client_env(keys: (&str, &str)) -> Vec<(&'static str, String)> {
+    vec![
+        (AWS_ACCESS_KEY_ID, keys.0.to_string()),
+        (AWS_SECRET_ACCESS_KEY, keys.1.to_string()),
+        ("AWS_CONFIG_FILE", "/dev/null".to_string()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_string()),
+    ]
 }
 
 /// cloud-provider-aws's cloud config (its `config.CloudConfig`, read with gcfg): `[Global]` says where the

@@ -6,17 +6,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use fakecloud_controlplane::composition::AwsCloudConfig;
+use fakecloud_controlplane::composition::{
+    AWS_ACCESS_KEY_ID as ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY as SECRET_ACCESS_KEY, AwsCloudConfig, aws_client_env,
+};
 
 use super::layout::{AWS_CLOUD_CONFIG, AWS_ENV, RunDir};
 
 /// The cluster's ID: the CCM's `--cluster-name` and `KubernetesClusterID`, and so the `kubernetes.io/cluster/<id>`
 /// tag it looks for on the route table.
 pub const CLUSTER_ID: &str = "fakecloud";
-
-/// Where the AWS SDKs and CLI read a key pair from, and where the emulator's credentials file has the cloud's.
-const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 
 /// The tag that says a resource is the cluster's, as cloud-provider-aws reads it (`awsTagging.hasClusterTag`).
 pub fn cluster_tag() -> String {
@@ -69,11 +67,7 @@ pub async fn set_up(region: &str, url: &str, dir: &RunDir, aws_cli: &Path) -> an
             .args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env(ACCESS_KEY_ID, &access_key_id)
-            .env(SECRET_ACCESS_KEY, &secret_access_key)
-            // Nothing of the user's AWS configuration (a profile's region or endpoint) comes in.
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .envs(aws_client_env((&access_key_id, &secret_access_key)))
             .kill_on_drop(true);
         async move {
             let out = tokio::time::timeout(CLI_HANG, command.output())
