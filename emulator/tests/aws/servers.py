@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
+from typing import NamedTuple, Optional, Tuple
 
 START_WITHIN = 20
 
@@ -41,24 +42,36 @@ def _serving(argv, ready, env=None):
                 proc.wait()
 
 
+class Cloud(NamedTuple):
+    url: str
+    #: The credentials file's variables (the fakecloud tokens, the AWS keys).
+    credentials: dict
+    #: Where the cloud answers DNS (host, port), when it was served with `--dns-listen`.
+    dns: Optional[Tuple[str, int]]
+
+
 @contextmanager
-def fresh_cloud():
-    """A cloud of its own, as `make test`'s throwaway one is served: yields its URL and the credentials file's
-    variables (the fakecloud tokens, the AWS keys)."""
+def fresh_cloud(*flags):
+    """A cloud of its own, as `make test`'s throwaway one is served, with `fakecloud serve`'s `flags` besides."""
     with tempfile.TemporaryDirectory() as data:
         db = os.path.join(data, "fc.db")
         argv = [os.environ["FAKECLOUD_BIN"], "serve", "--listen", "127.0.0.1:0", "--db", db]
-        argv += ["--boot-delay", "0s", "--stop-delay", "0s", "--terminate-delay", "0s"]
+        argv += ["--boot-delay", "0s", "--stop-delay", "0s", "--terminate-delay", "0s", *flags]
         # Without the run's tokens in its environment, it makes its own and writes them beside its database.
         env = {k: v for k, v in os.environ.items() if not k.startswith("FAKECLOUD_")} | {"RUST_LOG": "warn"}
-        with _serving(argv, r"fakecloud: serving (http://[^ ;]+)", env=env) as (m, _):
+        ready = r"fakecloud: serving (http://[^ ;]+)"
+        if "--dns-listen" in flags:
+            # Its DNS address is printed after its URL.
+            ready += r"(?s:.*)fakecloud: DNS on ([0-9.]+):([0-9]+)"
+        with _serving(argv, ready, env=env) as (m, _):
             credentials = {}
             with open(os.path.join(data, "fc.credentials")) as f:
                 for line in f:
                     if line.startswith("export "):
                         name, _, value = line[len("export ") :].strip().partition("=")
                         credentials[name] = value
-            yield m.group(1), credentials
+            dns = (m.group(2), int(m.group(3))) if "--dns-listen" in flags else None
+            yield Cloud(m.group(1), credentials, dns)
 
 
 @contextmanager

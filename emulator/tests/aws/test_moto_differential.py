@@ -262,7 +262,7 @@ def session(url, region, key_id, secret, instance_type):
 
 @pytest.fixture(scope="module")
 def sessions():
-    with fresh_cloud() as (url, keys), moto() as reference:
+    with fresh_cloud() as (url, keys, _), moto() as reference:
         ours = session(url, "local-1", keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], "fc.medium")
         yield ours, session(reference, "us-east-1", "testing", "testing", "t3.medium")
 
