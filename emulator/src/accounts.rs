@@ -268,8 +268,7 @@ impl Accounts {
         clouds
             .values()
             .find(|c| {
-                c.state.tokens.role_of(authorization).is_some()
-                    || crate::aws::names_cloud(authorization, &c.state.tokens)
+                c.state.tokens.role_of(authorization).is_some() || crate::aws::names_cloud(authorization, &c.aws_key_id)
             })
             .map(|c| c.router.clone())
     }

@@ -16,6 +16,8 @@ use crate::store::{self, lifecycle};
 pub struct Cloud {
     pub router: Router,
     pub state: AppState,
+    /// The AWS access key ID of its user, derived once: the key a SigV4 call to it names, for routing.
+    pub aws_key_id: String,
     ticker: tokio::task::JoinHandle<()>,
 }
 
@@ -60,7 +62,8 @@ impl Cloud {
         let (native, state) = http::app(db, cfg, tokens, accounts, &crate::aws::operation_names()).await?;
         // The AWS face answers `/`; every other path is the native API's.
         let router = crate::aws::router(state.clone()).fallback_service(native);
-        Ok(Self { router, state, ticker })
+        let aws_key_id = crate::aws::credentials::Keys::access_key_id_of(&state.tokens);
+        Ok(Self { router, state, aws_key_id, ticker })
     }
 
     /// Stop its tasks and open calls (audit streams), write its audit log down and close its database.

@@ -139,13 +139,15 @@ async fn bind_both(listen: &str) -> std::io::Result<(tokio::net::UdpSocket, TcpL
 /// accounts reads them from the database); and a token that none of the accounts known here has is not refused
 /// while they may be out of date: the caller is told to retry (503), never that a valid token is not (401).
 fn dispatch(accounts: Arc<Accounts>, own_tokens: Tokens, own: Router) -> Router {
+    let own_key_id: Arc<str> = crate::aws::credentials::Keys::access_key_id_of(&own_tokens).into();
     let service = tower::service_fn(move |req: Request| {
-        let (accounts, own, own_tokens) = (accounts.clone(), own.clone(), own_tokens.clone());
+        let (accounts, own, own_tokens, own_key_id) =
+            (accounts.clone(), own.clone(), own_tokens.clone(), own_key_id.clone());
         async move {
             let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
             let open_path = matches!(req.uri().path(), "/healthz" | "/readyz");
             let own_call =
-                own_tokens.role_of(authorization).is_some() || crate::aws::names_cloud(authorization, &own_tokens);
+                own_tokens.role_of(authorization).is_some() || crate::aws::names_cloud(authorization, &own_key_id);
             if authorization.is_none() || open_path || own_call {
                 return own.oneshot(req).await;
             }

@@ -35,7 +35,7 @@ use self::api::{Api, Style};
 use self::credentials::Keys;
 use self::error::AwsError;
 use self::query::Params;
-use crate::auth::{Role, Tokens};
+use crate::auth::Role;
 use crate::error::{ApiError, Kind};
 use crate::faults::{Call, Verdict, effects};
 use crate::http::{AppState, MAX_BODY_BYTES, Recorder};
@@ -68,10 +68,11 @@ pub fn operation_names() -> Vec<String> {
     names
 }
 
-/// Whether `authorization` is a SigV4 header naming the key of the cloud whose tokens are `tokens`: where the
-/// server routes an AWS call (the face then verifies its signature).
-pub fn names_cloud(authorization: Option<&str>, tokens: &Tokens) -> bool {
-    authorization.and_then(sigv4::key_id).is_some_and(|id| id == Keys::access_key_id_of(tokens))
+/// Whether `authorization` is a SigV4 header naming `key_id`, the access key ID of a cloud
+/// (`Keys::access_key_id_of` its tokens, derived once): where the server routes an AWS call (the face then
+/// verifies its signature).
+pub fn names_cloud(authorization: Option<&str>, key_id: &str) -> bool {
+    authorization.and_then(sigv4::key_id).is_some_and(|id| id == key_id)
 }
 
 /// What the audit entry learns of a call as it is answered: the action, if one the face knows, whether the
@@ -79,6 +80,8 @@ pub fn names_cloud(authorization: Option<&str>, tokens: &Tokens) -> bool {
 #[derive(Default)]
 struct Learned {
     action: Option<&'static str>,
+    /// Whether the action only reads (`actions::reads`).
+    reads: bool,
     signed: bool,
     /// The fault that shaped the answer, if one did.
     fault: Option<String>,
@@ -103,6 +106,9 @@ async fn answer(State(face): State<Face>, req: Request) -> Response {
     }
     if learned.signed {
         recorder.entry.role = Role::User.as_str();
+    }
+    if learned.reads {
+        recorder.only_read();
     }
     recorder.close(&face.st, resp, None, learned.fault).await
 }
@@ -143,8 +149,9 @@ async fn call(
     if let Some(api) = api {
         *style = api.style();
     }
-    learned.action =
-        api.zip(params.as_ref().ok().and_then(|p| p.peek("Action"))).and_then(|(api, a)| actions::action(api, a));
+    let named = api.zip(params.as_ref().ok().and_then(|p| p.peek("Action")));
+    learned.action = named.and_then(|(api, a)| actions::action(api, a));
+    learned.reads = named.is_some_and(|(api, a)| learned.action.is_some() && actions::reads(api, a));
     let signed = sigv4::Signed {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -179,7 +186,9 @@ async fn call(
         }
         Some(_) => {}
     }
-    Ok(judged(face, api, known, params, request_id, learned).await)
+    // Boxed: its future is some 18 KB (the fault engine's and every operation's states), which each layer around
+    // this call (the recorder's scope, axum's handler) would otherwise copy whole on every call.
+    Ok(Box::pin(judged(face, api, known, params, request_id, learned)).await)
 }
 
 fn invalid_action(action: &str) -> AwsError {

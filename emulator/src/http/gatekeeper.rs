@@ -193,6 +193,13 @@ impl Recorder {
         &self.entry.request_id
     }
 
+    /// The call only read, whatever its method (a face learns it from the body: the AWS face's `Describe*` are
+    /// POSTs): its entry goes with the next batch of reads instead of a transaction of its own, and the data
+    /// plane has nothing to follow.
+    pub(crate) fn only_read(&mut self) {
+        self.mutating = false;
+    }
+
     /// Answer the call with `answer`, run as this call; answered once every change it read is committed (see
     /// `db::group_commit`).
     pub(crate) async fn run<F: std::future::Future<Output = Response>>(&self, answer: F) -> Response {
@@ -241,16 +248,20 @@ impl Recorder {
         }
         let elapsed = started.elapsed();
         st.metrics.observe(&entry.operation, status, elapsed.as_secs_f64());
+        let written = ctx.written();
+        // An answer that names no resource (the AWS face's XML) is about the one its change was written with.
+        let resource_id = resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id);
+        let resource_id = resource_id.or_else(|| written.as_ref().and_then(|(_, w)| w.resource_id.clone()));
         let record = Record {
             time_ms: now_ms(),
-            resource_id: resp.extensions().get::<ResourceId>().map(|r| r.0.clone()).or(path_id),
+            resource_id,
             status,
             error_code: resp.extensions().get::<ErrorCode>().map(|c| c.0.to_string()),
             latency_us: i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX),
             fault: fault.clone(),
             ..entry
         };
-        match ctx.written() {
+        match written {
             // Written with the change, and the answer is the one it was written as.
             Some((_, w)) if (w.status, &w.resource_id, &w.fault) == (status, &record.resource_id, &record.fault) => {}
             Some((seq, _)) => st.audit.amend(seq, &record).await,

@@ -417,6 +417,10 @@ async fn routes_made_through_either_face_are_one_route_table() {
         entries.iter().map(|e| (e.status, e.role.as_str(), e.error_code.as_deref())).collect();
     assert!(seen.contains(&(200, "user", None)), "{seen:?}");
     assert!(seen.contains(&(400, "user", Some("RouteLimitExceeded"))), "{seen:?}");
+    // Each made route is named by its entry, as a native create's is, though the XML answer names none.
+    let made: Vec<Option<&str>> =
+        entries.iter().filter(|e| e.status == 200).map(|e| e.resource_id.as_deref()).collect();
+    assert!(!made.is_empty() && made.iter().all(|r| r.is_some_and(|id| id.starts_with("r-"))), "{made:?}");
 }
 
 #[tokio::test]
