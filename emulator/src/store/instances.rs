@@ -467,6 +467,73 @@ pub enum Among {
 /// The instances the store holds among `among` (terminated ones until they are forgotten), in the order they
 /// were made, each with its position in that order: for a face that filters and pages them itself (the AWS face).
 pub async fn all(db: &Db, cfg: &Config, among: &Among) -> Result<Vec<(i64, Instance)>> {
+    let (filter, values) = among_filter(among);
+    let mut query =
+        sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(format!("{SELECT}{filter} ORDER BY seq"))).bind(now_ms());
+    for v in values {
+        query = query.bind(v.clone());
+    }
+    let rows: Vec<Row> = query.fetch_all(db.reader()).await?;
+    rows.into_iter().map(|r| Ok((r.seq, r.into_api(&cfg.topology.region)?))).collect()
+}
+
+/// [`all`], with the security groups each instance is in and the ID of VPC `vpc_id`'s default group (see
+/// [`security_groups::of_instances`]), in the same read: what DescribeInstances shows, on each of its calls.
+pub async fn all_with_groups(
+    db: &Db,
+    cfg: &Config,
+    among: &Among,
+    vpc_id: &str,
+) -> Result<(Vec<(i64, Instance)>, security_groups::InstanceGroups)> {
+    let (filter, values) = among_filter(among);
+    // One row per instance and group it is in (one with no group if it is in none); each with the default group.
+    let sql = format!(
+        "SELECT i.*, m.group_id, g.name AS group_name, d.id AS default_id, d.name AS default_name \
+         FROM ({SELECT}{filter}) i \
+         LEFT JOIN instance_security_groups m ON m.instance_id = i.id \
+         LEFT JOIN security_groups g ON g.id = m.group_id \
+         LEFT JOIN security_groups d ON d.name = ${vpc} AND d.vpc_id = ${} \
+         ORDER BY i.seq, m.group_id",
+        values.len() + 3,
+        vpc = values.len() + 2,
+    );
+    let mut query = sqlx::query_as::<_, GroupedRow>(sqlx::AssertSqlSafe(sql)).bind(now_ms());
+    for v in values {
+        query = query.bind(v.clone());
+    }
+    let rows = query.bind(security_groups::DEFAULT).bind(vpc_id).fetch_all(db.reader()).await?;
+    let mut groups = security_groups::InstanceGroups::default();
+    let mut out: Vec<(i64, Instance)> = Vec::new();
+    for r in rows {
+        if let (Some(id), Some(name)) = (r.default_id, r.default_name) {
+            groups.default = Some(id.clone());
+            groups.names.insert(id, name);
+        }
+        if let (Some(id), Some(name)) = (r.group_id, r.group_name) {
+            groups.joined.entry(r.row.id.clone()).or_default().push(id.clone());
+            groups.names.insert(id, name);
+        }
+        // The instance's first row; the others only add its groups.
+        if out.last().is_none_or(|(seq, _)| *seq != r.row.seq) {
+            out.push((r.row.seq, r.row.into_api(&cfg.topology.region)?));
+        }
+    }
+    Ok((out, groups))
+}
+
+/// A row of [`all_with_groups`].
+#[derive(sqlx::FromRow)]
+struct GroupedRow {
+    #[sqlx(flatten)]
+    row: Row,
+    group_id: Option<String>,
+    group_name: Option<String>,
+    default_id: Option<String>,
+    default_name: Option<String>,
+}
+
+/// The `WHERE` clause of a read of the instances among `among`, whose parameters are `$2` on, and their values.
+fn among_filter(among: &Among) -> (String, &[String]) {
     let (column, values) = match among {
         Among::All => ("", &[][..]),
         Among::Ids(ids) => ("id", &ids[..]),
@@ -476,15 +543,9 @@ pub async fn all(db: &Db, cfg: &Config, among: &Among) -> Result<Vec<(i64, Insta
         0 if column.is_empty() => String::new(),
         // Nothing can be among no values.
         0 => " WHERE 1 = 0".to_string(),
-        n => format!(" WHERE {column} IN ({})", (2..n + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")),
+        n => format!(" WHERE {column} IN ({})", params(2, n)),
     };
-    let sql = format!("{SELECT}{filter} ORDER BY seq");
-    let mut query = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql)).bind(now_ms());
-    for v in values {
-        query = query.bind(v.clone());
-    }
-    let rows: Vec<Row> = query.fetch_all(db.reader()).await?;
-    rows.into_iter().map(|r| Ok((r.seq, r.into_api(&cfg.topology.region)?))).collect()
+    (filter, values)
 }
 
 /// A state change asked for by the API.

@@ -490,48 +490,45 @@ pub async fn load_balancer_rules(db: &Db) -> Result<HashMap<String, Vec<Rule>>> 
     Ok(out)
 }
 
-/// The groups of each of the instances `ids` that was launched into some (an instance launched into none is in
-/// its VPC's default group, which [`names`] finds).
-pub async fn of_instances(db: &Db, ids: &[String]) -> Result<HashMap<String, Vec<String>>> {
-    let mut out: HashMap<String, Vec<String>> = HashMap::new();
-    if ids.is_empty() {
-        return Ok(out);
+/// What an instance's `groupSet` shows, for the instances `ids`: the groups each was launched into (by ID, in
+/// ID order), the names of those groups, and the ID of VPC `vpc_id`'s default group (the group of an instance
+/// launched into none). One read, however many groups the cloud has: DescribeInstances asks it on every call.
+pub async fn of_instances(db: &Db, ids: &[String], vpc_id: &str) -> Result<InstanceGroups> {
+    // The default group's row has no instance (''), the members' rows one each.
+    let mut sql = "SELECT '', id, name FROM security_groups WHERE name = $1 AND vpc_id = $2".to_string();
+    if !ids.is_empty() {
+        sql += &format!(
+            " UNION ALL SELECT m.instance_id, g.id, g.name FROM instance_security_groups m \
+             JOIN security_groups g ON g.id = m.group_id WHERE m.instance_id IN ({})",
+            crate::db::params(3, ids.len())
+        );
     }
-    let sql = format!(
-        "SELECT instance_id, group_id FROM instance_security_groups WHERE instance_id IN ({}) \
-         ORDER BY instance_id, group_id",
-        crate::db::params(1, ids.len())
-    );
-    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
-    for id in ids {
-        q = q.bind(id);
-    }
-    for (instance, group) in q.fetch_all(db.reader()).await? {
-        out.entry(instance).or_default().push(group);
-    }
-    Ok(out)
-}
-
-/// The names of the groups `ids`, and the ID of VPC `vpc_id`'s default group: what an instance's `groupSet` shows,
-/// in one read however many groups the cloud has.
-pub async fn names(db: &Db, ids: &[String], vpc_id: &str) -> Result<(HashMap<String, String>, Option<String>)> {
-    let sql = format!(
-        "SELECT id, name, vpc_id FROM security_groups WHERE (name = $1 AND vpc_id = $2){}",
-        if ids.is_empty() { String::new() } else { format!(" OR id IN ({})", crate::db::params(3, ids.len())) }
-    );
+    sql += " ORDER BY 1, 2";
     let mut q = sqlx::query_as::<_, (String, String, String)>(sqlx::AssertSqlSafe(sql)).bind(DEFAULT).bind(vpc_id);
     for id in ids {
         q = q.bind(id);
     }
-    let mut default = None;
-    let mut names = HashMap::new();
-    for (id, name, vpc) in q.fetch_all(db.reader()).await? {
-        if name == DEFAULT && vpc == vpc_id {
-            default = Some(id.clone());
+    let mut out = InstanceGroups::default();
+    for (instance, id, name) in q.fetch_all(db.reader()).await? {
+        if instance.is_empty() {
+            out.default = Some(id.clone());
+        } else {
+            out.joined.entry(instance).or_default().push(id.clone());
         }
-        names.insert(id, name);
+        out.names.insert(id, name);
     }
-    Ok((names, default))
+    Ok(out)
+}
+
+/// The groups of some instances: see [`of_instances`].
+#[derive(Debug, Default)]
+pub struct InstanceGroups {
+    /// Group names by ID.
+    pub names: HashMap<String, String>,
+    /// The VPC's default group, which an instance launched into no group is in.
+    pub default: Option<String>,
+    /// The groups of the instances launched into some.
+    pub joined: HashMap<String, Vec<String>>,
 }
 
 /// Put instance `id` in `groups`, each of which must exist, in the transaction that launches it.

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use fakecloud_api::{Instance, InstanceState, Market};
 
 use super::security_groups::Membership;
-use super::{filter, network, security_groups};
+use super::{filter, network};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::{Filter, Params};
@@ -48,7 +48,8 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     // The token is the position of the last instance of the page before.
     let after: i64 = Params::next_token(token.as_deref())?;
     let among = among(&ids, &filters, &st.cfg.topology.region);
-    let mut all = store::instances::all(&st.db, &st.cfg, &among).await?;
+    let vpc = network::vpc_id(&st.cfg.topology);
+    let (mut all, groups) = store::instances::all_with_groups(&st.db, &st.cfg, &among, &vpc).await?;
     // As the native list shows them: a dark zone's stopped, a lagging write not seen yet.
     crate::faults::effects::as_read(st.faults(), &mut all).await;
     let missing: Vec<&str> =
@@ -80,8 +81,7 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         (Some((seq, _)), Some(_)) => Some(seq.to_string()),
         _ => None,
     };
-    let ids: Vec<String> = page.iter().map(|(_, i)| i.id.clone()).collect();
-    let membership = security_groups::Membership::load(st, &ids).await?;
+    let membership = Membership::of(groups);
     let reservations: Vec<Vec<Node>> = page.iter().map(|(_, i)| reservation(i, &membership, keys, topo)).collect();
     let mut answer = vec![items("reservationSet", reservations)];
     if let Some(next) = next {

@@ -3,7 +3,7 @@
 //! and the groups DescribeInstances and RunInstances show. Egress is not modelled: every group shows EC2's
 //! default rule (all traffic out), which is what the cloud does.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use ipnet::IpNet;
 
@@ -14,7 +14,7 @@ use crate::aws::query::{Filter, Params};
 use crate::aws::xml::{Node, items, text};
 use crate::http::AppState;
 use crate::store;
-use crate::store::security_groups::{Group, IpProtocol, Rule, Source};
+use crate::store::security_groups::{Group, InstanceGroups, IpProtocol, Rule, Source};
 
 /// The longest group ID looked at: far past EC2's (`sg-` and 17 hex digits).
 const ID_MAX_BYTES: usize = 64;
@@ -37,37 +37,31 @@ fn name_not_found(name: &str, vpc: &str) -> AwsError {
 }
 
 /// Which groups each instance is in, as DescribeInstances and RunInstances show them.
-pub struct Membership {
-    /// Group names by ID.
-    names: HashMap<String, String>,
-    /// The VPC's default group, which an instance launched into no group is in.
-    default: Option<String>,
-    /// The groups of the instances launched into some.
-    joined: HashMap<String, Vec<String>>,
-}
+pub struct Membership(InstanceGroups);
 
 impl Membership {
     /// The groups of the instances `ids`, read for them alone (a page of DescribeInstances, a launch).
     pub async fn load(st: &AppState, ids: &[String]) -> Result<Self> {
-        let joined = store::security_groups::of_instances(&st.db, ids).await?;
-        let mut groups: Vec<String> = joined.values().flatten().cloned().collect();
-        groups.sort();
-        groups.dedup();
         let vpc = network::vpc_id(&st.cfg.topology);
-        let (names, default) = store::security_groups::names(&st.db, &groups, &vpc).await?;
-        Ok(Self { names, default, joined })
+        Ok(Self(store::security_groups::of_instances(&st.db, ids, &vpc).await?))
+    }
+
+    /// The groups read with the instances (`store::instances::all_with_groups`).
+    pub fn of(groups: InstanceGroups) -> Self {
+        Self(groups)
     }
 
     /// `<groupSet>` of instance `id`.
     pub fn group_set(&self, id: &str) -> Node {
-        let ids: Vec<&String> = match self.joined.get(id) {
+        let InstanceGroups { names, default, joined } = &self.0;
+        let ids: Vec<&String> = match joined.get(id) {
             Some(ids) => ids.iter().collect(),
-            None => self.default.iter().collect(),
+            None => default.iter().collect(),
         };
         items(
             "groupSet",
             ids.into_iter().map(|g| {
-                vec![text("groupId", g.clone()), text("groupName", self.names.get(g).cloned().unwrap_or_default())]
+                vec![text("groupId", g.clone()), text("groupName", names.get(g).cloned().unwrap_or_default())]
             }),
         )
     }
