@@ -133,7 +133,14 @@ async fn any_pool(url: &str, max: u32, setup: &'static [&'static str]) -> Result
     first.close().await?;
     let options = if url.starts_with("sqlite:") {
         // Kept for good: an in-memory database lives only as long as its one connection.
-        AnyPoolOptions::new().min_connections(1).idle_timeout(None).max_lifetime(None).acquire_timeout(ACQUIRE_SQLITE)
+        // Not pinged before each use: a SQLite connection is a file this process holds, which no server can
+        // drop, and the ping was a round trip to its worker thread on every query.
+        AnyPoolOptions::new()
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ACQUIRE_SQLITE)
+            .test_before_acquire(false)
     } else {
         // Closed when idle: a server allows a hundred or so connections in all, and each account's cloud has
         // pools of its own (most of them idle most of the time). A server that cannot be reached is said within
