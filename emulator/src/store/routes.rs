@@ -17,12 +17,17 @@ use crate::validate;
 pub const OPERATION_CREATE: &str = "CreateRoute";
 /// The path alias of the main route table.
 pub const MAIN: &str = "main";
+/// The main route table's ID, the one table whose ID is not of EC2's form (`rtb-` and 17 hex digits).
+pub const MAIN_ID: &str = "rtb-main";
 
 pub async fn ensure_main_table(tx: &mut Tx) -> Result<()> {
-    sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES ('rtb-main', 'main', 1, $1) ON CONFLICT DO NOTHING")
-        .bind(now_ms())
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO route_tables (id, name, main, created_at) VALUES ($2, 'main', 1, $1) ON CONFLICT DO NOTHING",
+    )
+    .bind(now_ms())
+    .bind(MAIN_ID)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -361,6 +361,15 @@ async fn routes_made_through_either_face_are_one_route_table() {
             format!("RouteTableId=rtb-0000000000000000f&DestinationCidrBlock=10.9.0.0%2F24&InstanceId={node}"),
             "InvalidRouteTableID.NotFound",
         ),
+        // An unknown table is unknown before its routes are looked at; a native ID is not an EC2 ID.
+        (
+            format!("RouteTableId=rtb-0000000000000000f&DestinationCidrBlock=10.0.0.0%2F16&InstanceId={node}"),
+            "InvalidRouteTableID.NotFound",
+        ),
+        (
+            format!("RouteTableId=rtb-main&DestinationCidrBlock=10.9.0.0%2F24&InstanceId={node}"),
+            "InvalidRouteTableID.NotFound",
+        ),
         (
             format!("RouteTableId={rtb}&DestinationCidrBlock=10.9.0.0%2F24&InstanceId=i-0000000000000000f"),
             "InvalidInstanceID.NotFound",
@@ -374,6 +383,9 @@ async fn routes_made_through_either_face_are_one_route_table() {
     ] {
         let (status, xml) = ec2(&emu, USER, &format!("Action=CreateRoute&Version=2016-11-15&{form}")).await;
         assert_eq!((status, code(&xml).as_str()), (400, want), "{form}: {xml}");
+        if want == "InvalidRouteTableID.NotFound" {
+            assert!(xml.contains("The routeTable ID &apos;rtb-") || xml.contains("The routeTable ID 'rtb-"), "{xml}");
+        }
     }
     assert_eq!(emu.user.list_routes("main").await.unwrap().items.len(), 2, "nothing refused was written");
 

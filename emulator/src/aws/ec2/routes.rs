@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use fakecloud_api::{CreateRouteRequest, Route, RouteState, RouteTable};
+use fakecloud_api::{CreateRouteRequest, Route, RouteState, RouteTable, codes};
 use ipnet::IpNet;
 
 use super::{filter, network};
@@ -23,10 +23,13 @@ use crate::store;
 /// The EC2 ID of the native route table `native`: its own ID when it has EC2's form (`rtb-` and 17 hex digits,
 /// as the native API makes them), else one derived from it (the main table's `rtb-main`), the same at every start.
 pub fn table_id(topo: &Topology, native: &str) -> String {
-    let ec2_form = native
-        .strip_prefix("rtb-")
-        .is_some_and(|h| h.len() == 17 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-    if ec2_form { native.to_string() } else { network::id("rtb", &[&topo.region, native]) }
+    if ec2_form(native) { native.to_string() } else { network::id("rtb", &[&topo.region, native]) }
+}
+
+/// Whether a route table's ID has EC2's form (`rtb-` and 17 hex digits).
+fn ec2_form(id: &str) -> bool {
+    id.strip_prefix("rtb-")
+        .is_some_and(|h| h.len() == 17 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// The native table whose EC2 ID is `id`, from the tables `tables`.
@@ -319,12 +322,24 @@ pub async fn create(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         AwsError::client("MissingParameter", "The request must contain the parameter InstanceId (the route's target)")
     })?;
     params.finish()?;
-    let (t, implicit) = named_table(st, &id).await?;
-    if implicit.iter().any(|r| r.destination == net) {
+    // Without reading the tables (the route controller makes one route per Node): the main table's EC2 ID is
+    // derived from its native ID, every other table's is its own; whether it exists is the store's to say.
+    check_id(&id)?;
+    let main = id == table_id(&st.cfg.topology, store::routes::MAIN_ID);
+    if !main && !ec2_form(&id) {
+        return Err(not_found(&id));
+    }
+    if implicit_routes(&st.cfg.topology, main).iter().any(|r| r.destination == net) {
+        // Only a table that exists has a route (EC2 says a table is unknown first).
+        named_table(st, &id).await?;
         return Err(AwsError::client("RouteAlreadyExists", format!("The route identified by {given} already exists.")));
     }
+    let native = if main { store::routes::MAIN_ID } else { id.as_str() };
     let req = CreateRouteRequest { name: given.clone(), destination: given, target_instance: instance };
-    store::routes::create(&st.db, &t.id, &req, None).await?;
+    store::routes::create(&st.db, native, &req, None).await.map_err(|e| match e.code.as_ref() {
+        codes::ROUTE_TABLE_NOT_FOUND => not_found(&id),
+        _ => e.into(),
+    })?;
     Ok(vec![text("return", "true")])
 }
 
