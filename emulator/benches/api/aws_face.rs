@@ -1,5 +1,6 @@
 //! `-- --aws-face`: what the AWS face adds to a native call (issue #49: at most 20 %). The same lookups and writes
-//! through the native API and through the face, signed as an SDK signs them (the `aws-sigv4` crate), on one
+//! (an instance by ID and by private DNS name, a route, a load balancer's targets) through the native API and
+//! through the face, signed as an SDK signs them (the `aws-sigv4` crate), on one
 //! emulator holding 5,000 instances: p50/p99 one call at a time, requests per second 32 in flight, and the
 //! emulator's CPU per 1,000 requests (user + system time of its process, from /proc), the cost that holds however
 //! busy the machine is. The client signs each call, which costs the client, not the emulator.
@@ -10,11 +11,11 @@ use std::time::{Duration, SystemTime};
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
-use fakecloud_api::{Client, CreateInstanceRequest, ListInstancesQuery, QuotaName};
+use fakecloud_api::{Client, CreateInstanceRequest, ListInstancesQuery, QuotaName, UpdateLoadBalancerRequest};
 use fakecloud_emulator::auth::Tokens;
 use fakecloud_emulator::aws::credentials::Keys;
 
-use super::{TOKEN, instance, route, run, start_emulator, summarize};
+use super::{TOKEN, instance, lb, route, run, start_emulator, summarize};
 
 const FLEET: usize = 5_000;
 const SEQUENTIAL: usize = 1_000;
@@ -40,14 +41,19 @@ struct Face {
 }
 
 impl Face {
-    /// The answer's body; a refusal fails the bench.
+    /// An EC2 call's answer.
     async fn call(&self, form: &str) -> String {
+        self.call_to("ec2", form).await
+    }
+
+    /// The answer's body of a call to `service` (the name it signs for); a refusal fails the bench.
+    async fn call_to(&self, service: &str, form: &str) -> String {
         let identity =
             Credentials::new(&self.keys.access_key_id, &self.keys.secret_access_key, None, None, "bench").into();
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region("local-1")
-            .name("ec2")
+            .name(service)
             .time(SystemTime::now())
             .settings(SigningSettings::default())
             .build()
@@ -69,6 +75,12 @@ impl Face {
         assert!(status.is_success(), "{form}: {status} {body}");
         body
     }
+}
+
+/// The text of the first `<name>` element of `xml`.
+fn first(xml: &str, name: &str) -> String {
+    let open = format!("<{name}>");
+    xml.split(&open).nth(1).and_then(|t| t.split_once('<')).map(|(v, _)| v.to_string()).unwrap_or_default()
 }
 
 /// One row: `op` one at a time, then 32 in flight, with the emulator's CPU per 1,000 calls over both.
@@ -107,7 +119,7 @@ pub async fn run_bench(dir: &Path) {
     let face = Face { url: c.endpoint().to_string(), http: reqwest::Client::new(), keys: keys.into() };
 
     let tables = face.call("Action=DescribeRouteTables&Version=2016-11-15").await;
-    let table = tables.split("<routeTableId>").nth(1).and_then(|t| t.split_once('<')).unwrap().0.to_string();
+    let table = first(&tables, "routeTableId");
 
     let mut rows = Vec::new();
     let by_id = |c: &Client| {
@@ -173,6 +185,52 @@ pub async fn run_bench(dir: &Path) {
             async move {
                 let form = "Action=CreateRoute&Version=2016-11-15";
                 f.call(&format!("{form}&RouteTableId={table}&DestinationCidrBlock={dest}&InstanceId={t}")).await;
+            }
+        })
+        .await,
+    );
+
+    // A load balancer's targets, as cloud-provider-aws changes an NLB's when a Node comes or goes: a second
+    // instance in and out behind the target. Natively, the load balancer's backends set whole.
+    let other = c.list_instances(&ListInstancesQuery::default()).await.unwrap().items[0].id.clone();
+    let native_lb = c.create_load_balancer(&lb(0), None).await.unwrap().id;
+    let (c2, t, o) = (c.clone(), target.id.clone(), other.clone());
+    rows.push(
+        row("a load balancer's targets: native UpdateLoadBalancer backends", pid, move |i| {
+            let (c, id) = (c2.clone(), native_lb.clone());
+            let backends = if i % 2 == 0 { vec![t.clone(), o.clone()] } else { vec![t.clone()] };
+            async move {
+                let req = UpdateLoadBalancerRequest { backends: Some(backends), ..Default::default() };
+                c.update_load_balancer(&id, &req).await.unwrap();
+            }
+        })
+        .await,
+    );
+    let v2 = |form: String| {
+        let f = face.clone();
+        async move { f.call_to("elasticloadbalancing", &format!("Version=2015-12-01&{form}")).await }
+    };
+    let subnets = face.call("Action=DescribeSubnets&Version=2016-11-15").await;
+    let vpc = first(&subnets, "vpcId");
+    let nlb = v2(format!(
+        "Action=CreateLoadBalancer&Name=bench-nlb&Type=network&Subnets.member.1={}",
+        first(&subnets, "subnetId")
+    ));
+    let nlb = first(&nlb.await, "LoadBalancerArn");
+    let group = v2(format!("Action=CreateTargetGroup&Name=bench-tg&Protocol=TCP&Port=30080&VpcId={vpc}")).await;
+    let group = first(&group, "TargetGroupArn");
+    v2(format!("Action=RegisterTargets&TargetGroupArn={group}&Targets.member.1.Id={}", target.id)).await;
+    let forward = format!("DefaultActions.member.1.Type=forward&DefaultActions.member.1.TargetGroupArn={group}");
+    v2(format!("Action=CreateListener&LoadBalancerArn={nlb}&Protocol=TCP&Port=80&{forward}")).await;
+    let f = face.clone();
+    rows.push(
+        row("a load balancer's targets: face RegisterTargets / DeregisterTargets", pid, move |i| {
+            let (f, group, other) = (f.clone(), group.clone(), other.clone());
+            let action = if i % 2 == 0 { "RegisterTargets" } else { "DeregisterTargets" };
+            async move {
+                let form =
+                    format!("Action={action}&Version=2015-12-01&TargetGroupArn={group}&Targets.member.1.Id={other}");
+                f.call_to("elasticloadbalancing", &form).await;
             }
         })
         .await,
