@@ -21,9 +21,9 @@ pub async fn nlb(st: &AppState, arns: &Arns, arn: &str) -> Result<Nlb> {
 /// The target group an ARN names.
 pub async fn group(st: &AppState, arns: &Arns, arn: &str) -> Result<TargetGroup> {
     let id = arns.target_group_id(arn)?;
-    let all = elbv2::target_groups(&st.db).await.map_err(of)?;
-    all.into_iter()
-        .find(|g| g.id == id)
+    elbv2::target_group(&st.db, &id)
+        .await
+        .map_err(of)?
         .ok_or_else(|| AwsError::client("TargetGroupNotFound", format!("Target group '{arn}' not found")))
 }
 

@@ -305,6 +305,15 @@ pub async fn target_groups(db: &Db) -> Result<Vec<TargetGroup>> {
     rows.into_iter().map(|r| r.into_group(now)).collect()
 }
 
+/// The target group `id`, if there is one.
+pub async fn target_group(db: &Db, id: &str) -> Result<Option<TargetGroup>> {
+    let row: Option<GroupRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_GROUP} WHERE g.id = $1")))
+        .bind(id)
+        .fetch_optional(db.reader())
+        .await?;
+    row.map(|r| r.into_group(now_ms())).transpose()
+}
+
 async fn group_in(tx: &mut Tx, now: i64, id: &str) -> Result<TargetGroup> {
     let row: Option<GroupRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_GROUP} WHERE g.id = $1")))
         .bind(id)
