@@ -20,6 +20,7 @@ use fakecloud_api::{
     QuotaName, UpdateLoadBalancerRequest, codes,
 };
 use serde::{Deserialize, Serialize};
+use sqlx::any::AnyExecutor;
 
 pub mod code;
 pub(super) mod rows;
@@ -307,19 +308,18 @@ pub async fn target_groups(db: &Db) -> Result<Vec<TargetGroup>> {
 
 /// The target group `id`, if there is one.
 pub async fn target_group(db: &Db, id: &str) -> Result<Option<TargetGroup>> {
-    let row: Option<GroupRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_GROUP} WHERE g.id = $1")))
-        .bind(id)
-        .fetch_optional(db.reader())
-        .await?;
-    row.map(|r| r.into_group(now_ms())).transpose()
+    group_row(db.reader(), id).await?.map(|r| r.into_group(now_ms())).transpose()
 }
 
 async fn group_in(tx: &mut Tx, now: i64, id: &str) -> Result<TargetGroup> {
-    let row: Option<GroupRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_GROUP} WHERE g.id = $1")))
+    group_row(&mut **tx, id).await?.ok_or_else(|| group_not_found(id))?.into_group(now)
+}
+
+async fn group_row<'e>(exec: impl AnyExecutor<'e>, id: &str) -> Result<Option<GroupRow>> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_GROUP} WHERE g.id = $1")))
         .bind(id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    row.ok_or_else(|| group_not_found(id))?.into_group(now)
+        .fetch_optional(exec)
+        .await?)
 }
 
 /// What a change does to a target group.
