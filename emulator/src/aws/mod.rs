@@ -151,7 +151,7 @@ async fn call(
     }
     let named = api.zip(params.as_ref().ok().and_then(|p| p.peek("Action")));
     learned.action = named.and_then(|(api, a)| actions::action(api, a));
-    learned.reads = named.is_some_and(|(api, a)| learned.action.is_some() && actions::reads(api, a));
+    learned.reads = api.zip(learned.action).is_some_and(|(api, a)| actions::reads(api, a));
     let signed = sigv4::Signed {
         method: parts.method.as_str(),
         path: parts.uri.path(),

@@ -506,12 +506,10 @@ pub async fn all_with_groups(
     let mut out: Vec<(i64, Instance)> = Vec::new();
     for r in rows {
         if let (Some(id), Some(name)) = (r.default_id, r.default_name) {
-            groups.default = Some(id.clone());
-            groups.names.insert(id, name);
+            groups.add_default(id, name);
         }
         if let (Some(id), Some(name)) = (r.group_id, r.group_name) {
-            groups.joined.entry(r.row.id.clone()).or_default().push(id.clone());
-            groups.names.insert(id, name);
+            groups.add_member(r.row.id.clone(), id, name);
         }
         // The instance's first row; the others only add its groups.
         if out.last().is_none_or(|(seq, _)| *seq != r.row.seq) {

@@ -511,11 +511,10 @@ pub async fn of_instances(db: &Db, ids: &[String], vpc_id: &str) -> Result<Insta
     let mut out = InstanceGroups::default();
     for (instance, id, name) in q.fetch_all(db.reader()).await? {
         if instance.is_empty() {
-            out.default = Some(id.clone());
+            out.add_default(id, name);
         } else {
-            out.joined.entry(instance).or_default().push(id.clone());
+            out.add_member(instance, id, name);
         }
-        out.names.insert(id, name);
     }
     Ok(out)
 }
@@ -529,6 +528,20 @@ pub struct InstanceGroups {
     pub default: Option<String>,
     /// The groups of the instances launched into some.
     pub joined: HashMap<String, Vec<String>>,
+}
+
+impl InstanceGroups {
+    /// The VPC's default group, read with the members.
+    pub fn add_default(&mut self, id: String, name: String) {
+        self.default = Some(id.clone());
+        self.names.insert(id, name);
+    }
+
+    /// Instance `instance` is in group `id`, named `name` (added in the group's ID order).
+    pub fn add_member(&mut self, instance: String, id: String, name: String) {
+        self.joined.entry(instance).or_default().push(id.clone());
+        self.names.insert(id, name);
+    }
 }
 
 /// Put instance `id` in `groups`, each of which must exist, in the transaction that launches it.
