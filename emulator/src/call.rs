@@ -14,6 +14,11 @@ use crate::db::{Tx, WriteError, now_ms};
 #[derive(Debug, Clone)]
 pub struct ResourceId(pub String);
 
+/// Every resource a call's committed changes were about (see [`written`]), on the response of a face that has no
+/// one [`ResourceId`] to give (an AWS answer): what eventual consistency hides.
+#[derive(Debug, Clone)]
+pub struct Written(pub Vec<String>);
+
 /// The error code of a response, for the audit log and metrics.
 #[derive(Debug, Clone)]
 pub struct ErrorCode(pub String);
@@ -29,6 +34,8 @@ pub struct CallContext {
     request_id: String,
     /// For a call that may change state: its entry as it will read if the change is made, until it is written.
     entry: Option<Mutex<Entry>>,
+    /// The resources its committed changes were about, in order.
+    written: Mutex<Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -44,7 +51,7 @@ impl CallContext {
     pub fn new(request_id: String, change: Option<(Record, AuditSink)>) -> Arc<Self> {
         let entry =
             change.map(|(record, sink)| Mutex::new(Entry { record, started: Instant::now(), sink, written: None }));
-        Arc::new(Self { request_id, entry })
+        Arc::new(Self { request_id, entry, written: Mutex::default() })
     }
 
     /// Run `f` as this call.
@@ -76,9 +83,33 @@ pub fn learned(operation: &str, role: &'static str) {
     });
 }
 
+/// The resources the current call's committed changes were about, in order (see [`commit`], [`commit_all`]).
+pub fn written() -> Vec<String> {
+    CALL.try_with(|c| c.written.lock().unwrap_or_else(|p| p.into_inner()).clone()).unwrap_or_default()
+}
+
 /// Commit a transaction that changes state about `resource_id` (`""`: none in particular), writing the current
 /// call's audit entry in it (and, first, every entry still pending, to keep the log in order).
 pub async fn commit(tx: Tx, resource_id: &str) -> Result<(), WriteError> {
+    commit_all(tx, &[resource_id]).await
+}
+
+/// Commit a transaction that changes state about each of `resource_ids` (a batch's: its entry names the one
+/// resource if there is one, else none), as [`commit`] does.
+pub async fn commit_all(tx: Tx, resource_ids: &[&str]) -> Result<(), WriteError> {
+    let about = match resource_ids {
+        [one] => one,
+        _ => "",
+    };
+    commit_entry(tx, about).await?;
+    let _ = CALL.try_with(|c| {
+        let ids = resource_ids.iter().filter(|id| !id.is_empty()).map(|id| id.to_string());
+        c.written.lock().unwrap_or_else(|p| p.into_inner()).extend(ids);
+    });
+    Ok(())
+}
+
+async fn commit_entry(tx: Tx, resource_id: &str) -> Result<(), WriteError> {
     let claimed = CALL.try_with(|c| c.claim(resource_id)).ok().flatten();
     let Some((record, sink)) = claimed else {
         tx.commit().await?;

@@ -8,10 +8,12 @@
 //! - [`credentials`]: each cloud's key pair, derived from its user token.
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
 //! - `error`: AWS's codes, for the face's refusals and the cloud's errors alike.
-//! - `api`: which API a call is to; `actions`: what its table says of an action.
+//! - `api`: which API a call is to; `actions`: what its table says of an action; `about`: what a call is about,
+//!   for the fault rules that match on a resource, its zone, name or tags.
 //! - `ec2`: EC2's operations. `elb`: classic Elastic Load Balancing's. `elbv2`: Elastic Load Balancing v2's,
 //!   network load balancers.
 
+mod about;
 mod actions;
 mod api;
 pub mod credentials;
@@ -31,11 +33,13 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::get;
 
+use self::about::About;
 use self::api::{Api, Style};
 use self::credentials::Keys;
 use self::error::AwsError;
 use self::query::Params;
 use crate::auth::Role;
+use crate::call::Written;
 use crate::error::{ApiError, Kind};
 use crate::faults::{Call, Verdict, effects};
 use crate::http::{AppState, MAX_BODY_BYTES, Recorder};
@@ -211,17 +215,22 @@ async fn judged(
     // Faults set through another replica on the same database hold here too.
     faults.sync().await;
     let method = if actions::reads(api, action) { Method::GET } else { Method::POST };
+    // What the call is about costs a look-up for some APIs (a classic ELB's name): found only when a fault needs it.
+    let wants_subject = faults.wants_subject().await;
+    let about = if wants_subject || faults.wants_resource().await {
+        about::of(face, api, action, &params, wants_subject).await
+    } else {
+        About::default()
+    };
     let call = Call {
         operation: action,
         stands_for: actions::native(api, action),
         method: &method,
-        // Rules that match what a call is about (a resource, its zone, name or tags) match no AWS call yet, writes
-        // included: the face does not yet tell the engine which instance or route a call is about.
-        resource_id: None,
+        resource_id: about.resource_id.as_deref(),
         role: Role::User,
         admin_only: false,
         token: &st.tokens.user,
-        subject: None,
+        subject: about.subject.as_ref(),
     };
     let (verdict, remaining) = faults.judge(&call).await;
     let verdict = match verdict {
@@ -237,9 +246,15 @@ async fn judged(
             Api::Elb => elb::call(st, &face.keys, action, params).await,
             Api::Elbv2 => elbv2::call(st, &face.keys, action, params).await,
         };
-        answer
+        let mut resp = answer
             .and_then(|a| xml::response(api.style(), api.xmlns(), action, request_id, a))
-            .unwrap_or_else(|e| xml::error(api.style(), &e, request_id))
+            .unwrap_or_else(|e| xml::error(api.style(), &e, request_id));
+        // What its changes wrote, which an AWS answer does not name in one place: what eventual consistency hides.
+        let written = crate::call::written();
+        if !written.is_empty() {
+            resp.extensions_mut().insert(Written(written));
+        }
+        resp
     };
     let refuse = |mut e: ApiError| {
         // A fault's headers (an outage's Retry-After, a rule's own) as the native answer has them.
@@ -248,7 +263,8 @@ async fn judged(
         effects::put_headers(&mut resp, headers);
         resp
     };
-    let mut resp = effects::apply(verdict, run, refuse, faults, &st.db, &st.cfg, None, &mut learned.fault).await;
+    let changed = about.resource_id.as_deref();
+    let mut resp = effects::apply(verdict, run, refuse, faults, &st.db, &st.cfg, changed, &mut learned.fault).await;
     effects::put_headers(&mut resp, remaining);
     resp
 }

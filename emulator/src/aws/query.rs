@@ -54,6 +54,11 @@ impl Params {
         Ok(Self { map: params, path: String::new() })
     }
 
+    /// Every parameter, by name, left in place.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// The parameter `name`, left in place.
     pub fn peek(&self, name: &str) -> Option<&str> {
         self.map.get(name).map(String::as_str)

@@ -68,6 +68,12 @@ pub struct Subject {
     pub tags: std::collections::BTreeMap<String, String>,
 }
 
+impl From<crate::store::Labels> for Subject {
+    fn from(l: crate::store::Labels) -> Self {
+        Self { name: Some(l.name), zone: l.zone, tags: l.tags }
+    }
+}
+
 /// The service an operation belongs to, for service outages.
 pub fn service_of(operation: &str) -> Option<Service> {
     if operation.contains("LoadBalancer") {

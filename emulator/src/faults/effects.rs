@@ -13,7 +13,7 @@ use fakecloud_api::{Instance, InstanceState, NoResponseMode, ZONE_OUTAGE_REASON}
 use super::FaultEngine;
 use super::call::Verdict;
 use crate::call::ErrorCode;
-use crate::call::ResourceId;
+use crate::call::{ResourceId, Written};
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::{ApiError, Kind, QuotaRefused};
@@ -141,6 +141,13 @@ pub async fn as_read(faults: &FaultEngine, instances: &mut Vec<(i64, Instance)>)
     );
 }
 
+/// The resources whose creation lags now: a face that reads load balancers through the store leaves them out, as
+/// the native API's lists do (a lagging change still shows what it changed: the version from before it is the
+/// native API's JSON, which such a face does not read).
+pub async fn unseen(faults: &FaultEngine) -> std::collections::HashSet<String> {
+    faults.lagging_now().await.into_iter().filter(|(_, previous)| previous.is_none()).map(|(id, _)| id).collect()
+}
+
 /// Put `headers` on `resp`: a fault's, or the rate limits' remaining counts (each checked as a header name and
 /// value when it was set; one that is not is left out).
 pub fn put_headers(resp: &mut Response, headers: Vec<(String, String)>) {
@@ -181,15 +188,22 @@ pub async fn apply(
                 None => None,
             };
             let resp = run.await;
-            if resp.status().is_success()
-                && let Some(ResourceId(id)) = resp.extensions().get::<ResourceId>()
-            {
-                match (path_id, previous) {
-                    (Some(_), Some(prev)) => engine.lag(id, Some(prev), for_).await,
-                    (Some(_), None) => {}
+            if !resp.status().is_success() {
+                return resp;
+            }
+            // The native API's answer names its resource; an AWS answer carries what its changes wrote.
+            let ids = match (resp.extensions().get::<ResourceId>(), resp.extensions().get::<Written>()) {
+                (Some(ResourceId(id)), _) => std::slice::from_ref(id),
+                (None, Some(Written(ids))) => ids.as_slice(),
+                (None, None) => &[],
+            };
+            for id in ids {
+                match (path_id, &previous) {
+                    (Some(changed), Some(prev)) if changed == id => engine.lag(id, Some(prev.clone()), for_).await,
+                    (Some(_), _) => {}
                     (None, _) => engine.lag(id, None, for_).await,
                 }
-                *fault = Some(f);
+                *fault = Some(f.clone());
             }
             resp
         }

@@ -144,13 +144,18 @@ impl FaultEngine {
         }
     }
 
-    /// Judge a call. Cheap when nothing is configured.
     /// Whether judging needs the call's [`Subject`]: a rule matches on zone, name or tag, or a zone is down.
     /// Describing a call costs a look-up, so it is done only then.
     pub async fn wants_subject(&self) -> bool {
         let now = now_ms();
         self.rules.read().await.iter().any(|r| r.wants_subject())
             || self.outages.read().await.iter().any(|o| o.active(now) && o.zone().is_some())
+    }
+
+    /// Whether judging needs the resource a call names (a rule matches on it, or lags a change to it), or its
+    /// [`Subject`]: what a face whose calls name resources in their bodies looks up only then.
+    pub async fn wants_resource(&self) -> bool {
+        self.rules.read().await.iter().any(|r| r.wants_resource()) || self.wants_subject().await
     }
 
     /// The verdict on a call, and the headers every answer to it carries whatever the verdict (the remaining

@@ -187,6 +187,15 @@ impl ActiveRule {
         !(m.zones.is_empty() && m.names.is_empty() && m.tags.is_empty())
     }
 
+    /// The rule matches on the resource a call names, or hides what a change wrote (eventual consistency keeps
+    /// the changed resource's version from before it): a face whose calls name resources in their bodies finds
+    /// it out only then.
+    pub fn wants_resource(&self) -> bool {
+        !self.stored.matcher.resource_ids.is_empty()
+            || matches!(self.stored.action, FaultAction::EventualConsistency { .. })
+            || self.wants_subject()
+    }
+
     fn subject_matches(&self, call: &Call<'_>) -> bool {
         let m = &self.stored.matcher;
         if !self.wants_subject() {

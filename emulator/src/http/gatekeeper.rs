@@ -350,7 +350,7 @@ async fn describe(st: &AppState, path_id: Option<&str>, req: Request) -> Result<
     if let Some(id) = path_id {
         // A resource that cannot be read now is one no rule matches by name, zone or tag.
         let labels = store::labels(&st.db, id).await.ok().flatten();
-        let subject = labels.map(|l| Subject { name: Some(l.name), zone: l.zone, tags: l.tags });
+        let subject = labels.map(Subject::from);
         return Ok((subject, req));
     }
     if req.method() != Method::POST {

@@ -284,6 +284,6 @@ pub async fn create_all<R: NewResource>(
         new.write_beside(&mut tx).await?;
         made.push(new.made(now, address, found)?);
     }
-    call::commit(tx, ids.first().filter(|_| count == 1).copied().unwrap_or_default()).await?;
+    call::commit_all(tx, &ids).await?;
     Ok((made, false))
 }

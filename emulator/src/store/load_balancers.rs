@@ -653,7 +653,15 @@ pub async fn list(db: &Db, q: &ListLoadBalancersQuery) -> Result<LoadBalancerLis
     Ok(LoadBalancerList { items, next_page_token: if more { last_seq.map(|s| s.to_string()) } else { None } })
 }
 
-/// Every active load balancer, oldest first: what the data plane serves.
+/// The ID of the load balancer named `name`, unless it is being deleted: what a face that names load balancers by
+/// their names (classic ELB) is about.
+pub async fn id_named(db: &Db, name: &str) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT id FROM load_balancers WHERE name = $1 AND state <> 'deleting'")
+        .bind(name)
+        .fetch_optional(db.reader())
+        .await?)
+}
+
 /// The address of the load balancer named `dns_name`, once it is active (its name answers from then on).
 pub async fn address_of_name(db: &Db, dns_name: &str) -> Result<Option<IpAddr>> {
     let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE dns_name = $2")))
@@ -664,6 +672,7 @@ pub async fn address_of_name(db: &Db, dns_name: &str) -> Result<Option<IpAddr>> 
     Ok(row.map(Row::into_api).transpose()?.flatten().and_then(|lb| lb.address))
 }
 
+/// Every active load balancer, oldest first: what the data plane serves.
 pub async fn active(db: &Db) -> Result<Vec<LoadBalancer>> {
     let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} ORDER BY seq")))
         .bind(now_ms())

@@ -36,7 +36,7 @@ async fn group(emu: &Emu, name: &str) -> String {
     all(&xml, "groupId").remove(0)
 }
 
-async fn call(emu: &Emu, form: &str) -> (u16, String) {
+pub(crate) async fn call(emu: &Emu, form: &str) -> (u16, String) {
     call_at(&emu.url(), &emu.cfg.topology.region, &format!("{V}&{form}")).await
 }
 
@@ -56,14 +56,14 @@ async fn refused(emu: &Emu, form: &str) -> (u16, String) {
 
 /// Each zone's subnet, in the zones' order, as EC2's DescribeSubnets gives them (cloud-provider-aws finds them
 /// there).
-async fn subnets(emu: &Emu) -> Vec<String> {
+pub(crate) async fn subnets(emu: &Emu) -> Vec<String> {
     let (_, xml) = crate::aws::ec2(emu, USER, "Action=DescribeSubnets&Version=2016-11-15").await;
     let by_zone: Vec<(String, String)> = all(&xml, "availabilityZone").into_iter().zip(all(&xml, "subnetId")).collect();
     emu.cfg.topology.zones.iter().map(|(z, _)| by_zone.iter().find(|(bz, _)| bz == z).unwrap().1.clone()).collect()
 }
 
 /// CreateLoadBalancer's form for `name` with a TCP listener `port` → `instance_port` in `subnet`.
-fn create_form(subnet: &str, name: &str, port: u16, instance_port: u16) -> String {
+pub(crate) fn create_form(subnet: &str, name: &str, port: u16, instance_port: u16) -> String {
     format!(
         "Action=CreateLoadBalancer&LoadBalancerName={name}&Listeners.member.1.Protocol=TCP\
          &Listeners.member.1.LoadBalancerPort={port}&Listeners.member.1.InstanceProtocol=TCP\

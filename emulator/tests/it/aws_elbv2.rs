@@ -28,7 +28,7 @@ async fn elb_at(url: &str, region: &str, form: &str) -> (u16, String) {
     call_at("elasticloadbalancing", url, region, &format!("{form}&Version=2015-12-01")).await
 }
 
-async fn elb(emu: &Emu, form: &str) -> (u16, String) {
+pub(crate) async fn elb(emu: &Emu, form: &str) -> (u16, String) {
     elb_at(&emu.url(), &emu.cfg.topology.region, form).await
 }
 
@@ -63,7 +63,7 @@ async fn subnets(emu: &Emu) -> Vec<String> {
     all(&xml, "subnetId")
 }
 
-async fn create_nlb(emu: &Emu, name: &str) -> String {
+pub(crate) async fn create_nlb(emu: &Emu, name: &str) -> String {
     let subnet = &subnets(emu).await[0];
     let xml = ok(
         emu,

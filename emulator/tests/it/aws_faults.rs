@@ -1,6 +1,7 @@
 //! Faults on the AWS face (issue #49): rules named by an EC2 action or by the native operation it stands for,
-//! rate limits and their buckets shared with native calls, outages, hangs, zone outages and eventual
-//! consistency, each answered in EC2's words. Faults are set through the native API with the admin token.
+//! or by what a call is about (the resource it names, its zone, name or tags), rate limits and their buckets
+//! shared with native calls, outages, hangs, zone outages and eventual consistency, each answered in the API's
+//! words. Faults are set through the native API with the admin token.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant, SystemTime};
@@ -235,4 +236,146 @@ async fn describe_instances_reads_zone_outages_and_lag_as_the_native_list_does()
         ec2(&emu, USER, &format!("{DESCRIBE_INSTANCES}&Filter.1.Name=instance-state-name&Filter.1.Value.1=running"))
             .await;
     assert_eq!(all(&xml, "instanceId"), [stopped_late.id.as_str()]);
+}
+
+/// A rule on any call about what `matcher` names, refusing it with a 500.
+fn about(matcher: FaultMatch) -> CreateFaultRuleRequest {
+    CreateFaultRuleRequest {
+        id: None,
+        matcher,
+        action: error(500, "InternalError"),
+        trigger: FaultTrigger::default(),
+        position: None,
+    }
+}
+
+/// The status and code of an EC2 call (the code empty when it succeeds).
+async fn status(emu: &Emu, form: &str) -> (u16, String) {
+    let (status, xml) = ec2(emu, USER, &format!("Version=2016-11-15&{form}")).await;
+    (status, code(&xml))
+}
+
+#[tokio::test]
+async fn rules_on_what_a_call_is_about_match_the_resource_zone_name_or_tags_an_aws_call_names() {
+    let emu = Emu::start().await;
+    let made = |name: &str, zone: &str, tags: &[(&str, &str)]| CreateInstanceRequest {
+        name: name.into(),
+        zone: Some(zone.into()),
+        tags: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    };
+    let a = emu.user.create_instance(&made("a", "local-1a", &[]), None).await.unwrap().id;
+    let b = emu.user.create_instance(&made("b", "local-1b", &[("team", "x")]), None).await.unwrap().id;
+    let refused = (500, "InternalError".to_string());
+    let passed = (200, String::new());
+
+    // By ID: a call naming that instance, whichever action; not one naming another, nor one naming several.
+    let rule = about(FaultMatch { resource_ids: vec![a.clone()], ..Default::default() });
+    let id = emu.admin.add_fault(&rule).await.unwrap().id;
+    assert_eq!(status(&emu, &format!("Action=DescribeInstances&InstanceId.1={a}")).await, refused);
+    assert_eq!(status(&emu, &format!("Action=StopInstances&InstanceId.1={a}")).await, refused);
+    let modify = format!("Action=ModifyInstanceAttribute&InstanceId={a}&SourceDestCheck.Value=false");
+    assert_eq!(status(&emu, &modify).await, refused);
+    assert_eq!(status(&emu, &format!("Action=DescribeInstances&InstanceId.1={b}")).await, passed);
+    assert_eq!(status(&emu, &format!("Action=DescribeInstances&InstanceId.1={a}&InstanceId.2={b}")).await, passed);
+    emu.admin.delete_fault(&id).await.unwrap();
+    assert_eq!(emu.user.get_instance(&a).await.unwrap().state.as_str(), "running", "the refused stop changed nothing");
+
+    // By zone and by tag: what a launch asks for, and the instance a call names.
+    let launch = "Action=RunInstances&MinCount=1&MaxCount=1";
+    for (matcher, asked, named) in [
+        (
+            FaultMatch { zones: vec!["local-1b".into()], ..Default::default() },
+            "Placement.AvailabilityZone=local-1b",
+            &b,
+        ),
+        (
+            FaultMatch { tags: vec!["team=x".into()], ..Default::default() },
+            "TagSpecification.1.ResourceType=instance&TagSpecification.1.Tag.1.Key=team&TagSpecification.1.Tag.1.Value=x",
+            &b,
+        ),
+    ] {
+        let id = emu.admin.add_fault(&about(matcher)).await.unwrap().id;
+        assert_eq!(status(&emu, &format!("{launch}&{asked}")).await, refused, "{asked}");
+        assert_eq!(status(&emu, &format!("{launch}&Placement.AvailabilityZone=local-1a")).await, passed);
+        assert_eq!(status(&emu, &format!("Action=DescribeInstances&InstanceId.1={named}")).await, refused);
+        assert_eq!(status(&emu, &format!("Action=DescribeInstances&InstanceId.1={a}")).await, passed);
+        emu.admin.delete_fault(&id).await.unwrap();
+    }
+
+    // By name: a classic ELB and an NLB, on their create and on a call naming the one made.
+    let subnet = &crate::aws_elb::subnets(&emu).await[0];
+    // ELB's words for the same refusal.
+    let refused = (500, "InternalFailure".to_string());
+    let code_of = |xml: &str| code(xml);
+    let (s, xml) = crate::aws_elb::call(&emu, &crate::aws_elb::create_form(subnet, "web-1", 80, 30080)).await;
+    assert_eq!(s, 200, "{xml}");
+    crate::aws_elbv2::create_nlb(&emu, "web-2").await;
+    let id = emu.admin.add_fault(&about(FaultMatch { names: vec!["web-*".into()], ..Default::default() })).await;
+    let id = id.unwrap().id;
+    let (s, xml) = crate::aws_elb::call(&emu, &crate::aws_elb::create_form(subnet, "web-3", 80, 30080)).await;
+    assert_eq!((s, code_of(&xml)), refused, "{xml}");
+    let (s, xml) = crate::aws_elb::call(&emu, "Action=DescribeLoadBalancers&LoadBalancerNames.member.1=web-1").await;
+    assert_eq!((s, code_of(&xml)), refused, "{xml}");
+    let (s, xml) = crate::aws_elb::call(&emu, &crate::aws_elb::create_form(subnet, "api-1", 80, 30080)).await;
+    assert_eq!(s, 200, "{xml}");
+    let nlb = format!("Action=CreateLoadBalancer&Name=web-4&Type=network&Subnets.member.1={subnet}");
+    let (s, xml) = crate::aws_elbv2::elb(&emu, &nlb).await;
+    assert_eq!((s, code_of(&xml)), refused, "{xml}");
+    let (s, xml) = crate::aws_elbv2::elb(&emu, "Action=DescribeLoadBalancers&Names.member.1=web-2").await;
+    assert_eq!((s, code_of(&xml)), refused, "{xml}");
+    emu.admin.delete_fault(&id).await.unwrap();
+
+    // A dark zone: a call about its instance is refused as the native one is; another zone's is not.
+    let zone = StartOutageRequest {
+        scope: OutageScope::Zone,
+        service: None,
+        zone: Some("local-1a".into()),
+        duration_seconds: None,
+    };
+    emu.admin.start_outage(&zone).await.unwrap();
+    assert_eq!(status(&emu, &format!("Action=StopInstances&InstanceId.1={a}")).await, (503, "Unavailable".into()));
+    assert_eq!(status(&emu, &format!("{launch}&Placement.AvailabilityZone=local-1a")).await.0, 503);
+    assert_eq!(status(&emu, &format!("Action=StopInstances&InstanceId.1={b}")).await, passed);
+}
+
+#[tokio::test]
+async fn eventual_consistency_hides_what_an_aws_write_made_and_shows_a_change_late() {
+    let emu = Emu::start().await;
+    // Lags far longer than the reads below take: a read inside them is certain.
+    let lag = FaultAction::EventualConsistency { seconds: 300.0 };
+    for op in ["RunInstances", "StopInstances", "CreateLoadBalancer"] {
+        emu.admin.add_fault(&rule(op, lag.clone(), None)).await.unwrap();
+    }
+    // A batch: none of its instances is there yet, as EC2's InvalidInstanceID.NotFound after RunInstances.
+    let (s, xml) = ec2(&emu, USER, "Action=RunInstances&Version=2016-11-15&MinCount=2&MaxCount=2").await;
+    assert_eq!(s, 200, "{xml}");
+    let launched = all(&xml, "instanceId");
+    assert_eq!(launched.len(), 2, "{xml}");
+    for id in &launched {
+        let named = status(&emu, &format!("Action=DescribeInstances&InstanceId.1={id}")).await;
+        assert_eq!(named, (400, "InvalidInstanceID.NotFound".into()));
+    }
+    assert!(emu.user.list_all_instances(&Default::default()).await.unwrap().is_empty());
+
+    // A change to one instance: it reads as it was.
+    let r = CreateInstanceRequest { name: "r".into(), ..Default::default() };
+    let running = emu.user.create_instance(&r, None).await.unwrap().id;
+    assert_eq!(status(&emu, &format!("Action=StopInstances&InstanceId.1={running}")).await.0, 200);
+    let (_, xml) = ec2(&emu, USER, &format!("{DESCRIBE_INSTANCES}&InstanceId.1={running}")).await;
+    assert_eq!(all(&xml, "name"), ["running"], "{xml}");
+    assert_eq!(emu.user.get_instance(&running).await.unwrap().state.as_str(), "running");
+
+    // A classic ELB and an NLB: not found by name yet, on either face.
+    let subnet = &crate::aws_elb::subnets(&emu).await[0];
+    let (s, xml) = crate::aws_elb::call(&emu, &crate::aws_elb::create_form(subnet, "late", 80, 30080)).await;
+    assert_eq!(s, 200, "{xml}");
+    let (s, xml) = crate::aws_elb::call(&emu, "Action=DescribeLoadBalancers&LoadBalancerNames.member.1=late").await;
+    assert_eq!((s, code(&xml).as_str()), (400, "LoadBalancerNotFound"), "{xml}");
+    let (_, xml) = crate::aws_elb::call(&emu, "Action=DescribeLoadBalancers").await;
+    assert!(all(&xml, "LoadBalancerName").is_empty(), "{xml}");
+    crate::aws_elbv2::create_nlb(&emu, "late-nlb").await;
+    let (s, xml) = crate::aws_elbv2::elb(&emu, "Action=DescribeLoadBalancers&Names.member.1=late-nlb").await;
+    assert_eq!((s, code(&xml).as_str()), (400, "LoadBalancerNotFound"), "{xml}");
+    assert!(emu.user.list_all_load_balancers().await.unwrap().is_empty());
 }

@@ -13,10 +13,13 @@ mod zones;
 
 use axum::http::StatusCode;
 
+use super::about::{self, Named};
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
 use super::query::Params;
 use super::xml::Node;
+use crate::config::Topology;
+use crate::faults::Subject;
 use crate::http::AppState;
 use crate::store;
 use crate::store::instances::Action;
@@ -50,6 +53,34 @@ pub(super) const ACTIONS: &[&str] = &[
     "StopInstances",
     "TerminateInstances",
 ];
+
+/// What an EC2 call names, for the fault engine (see `about`): an instance, a security group, a route table (or
+/// a resource a tag call names, of any of these kinds), or what a launch or a new group asks for.
+pub(super) fn about(topo: &Topology, action: &str, p: &Params) -> Named {
+    let one = match action {
+        "RunInstances" => {
+            let subnet_zone = || {
+                let subnet = p.peek("SubnetId")?;
+                topo.zones.iter().map(|(z, _)| z).find(|z| network::subnet_id(topo, z) == subnet).cloned()
+            };
+            let zone = p.peek("Placement.AvailabilityZone").map(str::to_string).or_else(subnet_zone);
+            return Named::Create(Subject { name: None, zone, tags: about::tags(p, "TagSpecification.") });
+        }
+        "CreateSecurityGroup" => {
+            let name = p.peek("GroupName").map(str::to_string);
+            return Named::Create(Subject { name, zone: None, tags: about::tags(p, "TagSpecification.") });
+        }
+        "CreateRoute" | "DeleteRoute" => p.peek("RouteTableId"),
+        "ModifyInstanceAttribute" => p.peek("InstanceId"),
+        "CreateTags" | "DeleteTags" => about::only(p, "ResourceId"),
+        _ => about::only(p, "InstanceId").or_else(|| about::only(p, "GroupId")).or_else(|| p.peek("GroupId")),
+    };
+    match one {
+        Some(id) if id.starts_with("rtb-") => Named::Resource(routes::native_id(topo, id).to_string()),
+        Some(id) => Named::Resource(id.to_string()),
+        None => Named::Nothing,
+    }
+}
 
 /// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken): the elements of its answer.
 pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {

@@ -26,6 +26,17 @@ pub fn table_id(topo: &Topology, native: &str) -> String {
     if ec2_form(native) { native.to_string() } else { network::id("rtb", &[&topo.region, native]) }
 }
 
+/// The native ID of the route table whose EC2 ID is `id`: the main table's is derived from its own, every other
+/// table's is its own (whether it exists is the store's to say).
+pub fn native_id<'i>(topo: &Topology, id: &'i str) -> &'i str {
+    if is_main(topo, id) { store::routes::MAIN_ID } else { id }
+}
+
+/// Whether `id` is the main table's EC2 ID (its native ID, `rtb-main`, is none).
+fn is_main(topo: &Topology, id: &str) -> bool {
+    id == table_id(topo, store::routes::MAIN_ID)
+}
+
 /// Whether a route table's ID has EC2's form (`rtb-` and 17 hex digits).
 fn ec2_form(id: &str) -> bool {
     id.strip_prefix("rtb-")
@@ -322,10 +333,9 @@ pub async fn create(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         AwsError::client("MissingParameter", "The request must contain the parameter InstanceId (the route's target)")
     })?;
     params.finish()?;
-    // Without reading the tables (the route controller makes one route per Node): the main table's EC2 ID is
-    // derived from its native ID, every other table's is its own; whether it exists is the store's to say.
+    // Without reading the tables (the route controller makes one route per Node).
     check_id(&id)?;
-    let main = id == table_id(&st.cfg.topology, store::routes::MAIN_ID);
+    let (native, main) = (native_id(&st.cfg.topology, &id), is_main(&st.cfg.topology, &id));
     if !main && !ec2_form(&id) {
         return Err(not_found(&id));
     }
@@ -334,7 +344,6 @@ pub async fn create(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         named_table(st, &id).await?;
         return Err(AwsError::client("RouteAlreadyExists", format!("The route identified by {given} already exists.")));
     }
-    let native = if main { store::routes::MAIN_ID } else { id.as_str() };
     let req = CreateRouteRequest { name: given.clone(), destination: given, target_instance: instance };
     store::routes::create(&st.db, native, &req, None).await.map_err(|e| match e.code.as_ref() {
         codes::ROUTE_TABLE_NOT_FOUND => not_found(&id),

@@ -124,10 +124,15 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
         None => 0,
         Some(m) => m.parse().map_err(|_| validation(format!("Invalid Marker '{m}'")))?,
     };
+    // One whose creation lags is not there yet, as the native list has it.
+    let unseen = crate::faults::effects::unseen(st.faults()).await;
     let mut listed = if names.is_empty() {
-        classic_elb::list(&st.db, &[], after, i64::from(page_size) + 1).await.map_err(elb)?
+        let mut all = classic_elb::list(&st.db, &[], after, i64::from(page_size) + 1).await.map_err(elb)?;
+        all.retain(|l| !unseen.contains(&l.lb.id));
+        all
     } else {
-        let found = classic_elb::list(&st.db, &names, after, names.len() as i64).await.map_err(elb)?;
+        let mut found = classic_elb::list(&st.db, &names, after, names.len() as i64).await.map_err(elb)?;
+        found.retain(|l| !unseen.contains(&l.lb.id));
         // Every name must be there, as AWS answers: the CCM looks for this code to tell "none yet".
         if let Some(missing) = names.iter().find(|n| !found.iter().any(|l| &l.lb.name == *n)) {
             return Err(elb(classic_elb::not_found(missing)));

@@ -15,10 +15,12 @@ mod operations;
 mod policies;
 mod tags;
 
+use super::about::{self, Named};
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
 use super::query::Params;
 use super::xml::Node;
+use crate::faults::Subject;
 use crate::http::AppState;
 
 pub(super) use self::operations::STANDS_FOR;
@@ -49,6 +51,23 @@ pub(super) const ACTIONS: &[&str] = &[
     "SetLoadBalancerPoliciesForBackendServer",
     "SetLoadBalancerPoliciesOfListener",
 ];
+
+/// What a classic ELB call names, for the fault engine (see `about`): its load balancer, or what a create asks
+/// for.
+pub(super) async fn about(st: &AppState, action: &str, p: &Params) -> Named {
+    let name = match action {
+        "CreateLoadBalancer" => {
+            let name = p.peek("LoadBalancerName").map(str::to_string);
+            return Named::Create(Subject { name, zone: None, tags: about::tags(p, "Tags.member.") });
+        }
+        "DescribeLoadBalancers" | "DescribeTags" => about::only(p, "LoadBalancerNames.member"),
+        _ => p.peek("LoadBalancerName"),
+    };
+    match name {
+        Some(name) => about::load_balancer_named(st, name).await,
+        None => Named::Nothing,
+    }
+}
 
 /// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken): the elements of its result.
 pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {

@@ -13,10 +13,12 @@ mod operations;
 mod tags;
 mod target_groups;
 
+use super::about::{self, Named};
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
 use super::query::Params;
 use super::xml::Node;
+use crate::faults::Subject;
 use crate::http::AppState;
 
 pub(super) use self::operations::STANDS_FOR;
@@ -46,6 +48,35 @@ pub(super) const ACTIONS: &[&str] = &[
     "RemoveTags",
     "SetSecurityGroups",
 ];
+
+/// What an ELBv2 call names, for the fault engine (see `about`): a load balancer (a listener's is its load
+/// balancer's), a target group, or what a create asks for.
+pub(super) async fn about(st: &AppState, keys: &Keys, action: &str, p: &Params) -> Named {
+    if let "CreateLoadBalancer" | "CreateTargetGroup" = action {
+        let name = p.peek("Name").map(str::to_string);
+        return Named::Create(Subject { name, zone: None, tags: about::tags(p, "Tags.member.") });
+    }
+    if action == "DescribeLoadBalancers"
+        && let Some(name) = about::only(p, "Names.member")
+    {
+        return about::load_balancer_named(st, name).await;
+    }
+    let arns = arn::Arns::new(&st.cfg.topology.region, &keys.account_id);
+    let resource = about::only(p, "ResourceArns.member");
+    let lb = p.peek("LoadBalancerArn").or_else(|| about::only(p, "LoadBalancerArns.member"));
+    let group = p.peek("TargetGroupArn").or_else(|| about::only(p, "TargetGroupArns.member"));
+    // One that cannot be read now is about nothing a rule names.
+    let found = if let Some(arn) = lb.or(resource.filter(|r| arns.load_balancer_hex(r).is_ok())) {
+        lookup::nlb(st, &arns, arn).await.map(|n| n.lb_id).ok()
+    } else if let Some(arn) = group.or(resource) {
+        arns.target_group_id(arn).ok().filter(|id| !id.is_empty())
+    } else if let Some(arn) = p.peek("ListenerArn") {
+        lookup::listener(st, &arns, arn).await.map(|(_, n)| n.lb_id).ok()
+    } else {
+        None
+    };
+    found.map_or(Named::Nothing, Named::Resource)
+}
 
 /// Answer `action` (one of [`ACTIONS`]) with `params` (`Action` and `Version` taken).
 pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: Params) -> Result<Vec<Node>> {
