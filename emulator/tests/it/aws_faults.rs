@@ -33,6 +33,13 @@ pub(crate) fn error(status: u16, code: &str) -> FaultAction {
     FaultAction::Error { status, code: code.into(), message: None, headers: Default::default() }
 }
 
+/// Start an outage of `zone`.
+async fn darken(emu: &Emu, zone: &str) {
+    let zone =
+        StartOutageRequest { scope: OutageScope::Zone, service: None, zone: Some(zone.into()), duration_seconds: None };
+    emu.admin.start_outage(&zone).await.unwrap();
+}
+
 /// The status and EC2 error code of a DescribeInstances call (the code empty when it succeeds).
 async fn describe(emu: &Emu) -> (u16, String) {
     let (status, xml) = ec2(emu, USER, DESCRIBE_INSTANCES).await;
@@ -207,13 +214,7 @@ async fn describe_instances_reads_zone_outages_and_lag_as_the_native_list_does()
     };
     let dark = emu.user.create_instance(&made("dark", "local-1a"), None).await.unwrap();
     let stopped_late = emu.user.create_instance(&made("stopped-late", "local-1b"), None).await.unwrap();
-    let zone = StartOutageRequest {
-        scope: OutageScope::Zone,
-        service: None,
-        zone: Some("local-1a".into()),
-        duration_seconds: None,
-    };
-    emu.admin.start_outage(&zone).await.unwrap();
+    darken(&emu, "local-1a").await;
     // Lags far longer than the reads below take: a read inside them is certain.
     let lag = FaultAction::EventualConsistency { seconds: 300.0 };
     emu.admin.add_fault(&rule("CreateInstance", lag.clone(), None)).await.unwrap();
@@ -327,13 +328,7 @@ async fn rules_on_what_a_call_is_about_match_the_resource_zone_name_or_tags_an_a
     emu.admin.delete_fault(&id).await.unwrap();
 
     // A dark zone: a call about its instance is refused as the native one is; another zone's is not.
-    let zone = StartOutageRequest {
-        scope: OutageScope::Zone,
-        service: None,
-        zone: Some("local-1a".into()),
-        duration_seconds: None,
-    };
-    emu.admin.start_outage(&zone).await.unwrap();
+    darken(&emu, "local-1a").await;
     assert_eq!(status(&emu, &format!("Action=StopInstances&InstanceId.1={a}")).await, (503, "Unavailable".into()));
     assert_eq!(status(&emu, &format!("{launch}&Placement.AvailabilityZone=local-1a")).await.0, 503);
     assert_eq!(status(&emu, &format!("Action=StopInstances&InstanceId.1={b}")).await, passed);
