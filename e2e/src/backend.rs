@@ -14,6 +14,7 @@
 //! | `FAKECLOUD_E2E_NODE_MONITOR_PERIOD`, `FAKECLOUD_E2E_ROUTE_PERIOD` | the CCM's `--node-monitor-period`, `--route-reconciliation-period` | `5s`, `10s` |
 //! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags; on an existing cluster, the CCM deployed there (`make e2e-kind` sets it) | `fakecloud` |
 //! | `FAKECLOUD_E2E_UPSTREAM_CCM` | the fakecloud-upstream-ccm binary, as `scripts/build-upstream-ccm.sh` prints it | — |
+//! | `FAKECLOUD_E2E_DNS` | the emulator's DNS address (`fakecloud serve --dns-listen`), as the suite reaches it: the load balancer cases resolve their DNS names there | `FAKECLOUD_DNS` |
 //! | `FAKECLOUD_E2E_EMULATOR_KILL`, `FAKECLOUD_E2E_EMULATOR_START` | shell commands that SIGKILL the emulator and start it again on its state (without them, the case that needs it is skipped) | — |
 //!
 //! On an existing cluster the CCM must be deployed with the emulator's *user* token (its calls are the audit
@@ -92,6 +93,7 @@ pub struct Existing {
     pub timing: Timing,
     pub emulator_kill: Option<String>,
     pub emulator_start: Option<String>,
+    pub dns: Option<String>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -154,6 +156,7 @@ impl Existing {
             },
             emulator_kill: var("FAKECLOUD_E2E_EMULATOR_KILL"),
             emulator_start: var("FAKECLOUD_E2E_EMULATOR_START"),
+            dns: var("FAKECLOUD_E2E_DNS").or_else(|| var("FAKECLOUD_DNS")),
         }
     }
 }

@@ -319,6 +319,15 @@ impl Env {
         }
     }
 
+    /// The emulator's DNS address, where the cloud's names answer (`FAKECLOUD_E2E_DNS`: `make kind-up` serves
+    /// them); the local backend's emulators serve none.
+    pub fn cloud_dns(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Local { .. } => None,
+            Kind::Existing { cfg, .. } => cfg.dns.as_deref(),
+        }
+    }
+
     // ------------------------------------------------------------------------------------ the case's objects
 
     /// `base` made the case's own: `<base>-<this run's suffix>`, so names of different runs never meet on a

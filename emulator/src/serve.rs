@@ -23,7 +23,7 @@ pub struct ServeArgs {
     /// free one): load balancers' DNS names (`*.lb.fakecloud.test`, once active) and instances' private DNS
     /// names (`ip-10-0-1-5.<region>.compute.internal`). Authoritative for those zones only: point a resolver's
     /// forwarding of them here (CoreDNS's `forward`, or `dig @ADDR -p PORT`).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "FAKECLOUD_DNS_LISTEN", value_name = "ADDR")]
     pub dns_listen: Option<String>,
     /// SQLite database file (created if missing; sqlite://PATH too), :memory: for a throwaway run, or a
     /// PostgreSQL database, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (its schema applied at start), which

@@ -1,7 +1,9 @@
 //! Conformance: a LoadBalancer Service's EXTERNAL-IP carries traffic. The emulator's data plane
 //! (`fakecloud serve --serve-load-balancers`) accepts on the load balancer's address and forwards to the nodes'
 //! NodePort, where kube-proxy sends it on to the Service's pods (upstream's `agnhost netexec`, which says which
-//! pod answered). What the cases show: the address answers from the host and from a pod; the cloud's health
+//! pod answered). What the cases show: the address answers from the host and from a pod, and so does the load
+//! balancer's DNS name (the host asks the emulator's DNS, the pod its cluster DNS, which forwards the cloud's
+//! zone there: `FAKECLOUD_E2E_DNS`, as `make kind-up` serves it); the cloud's health
 //! checks decide which nodes get traffic (`externalTrafficPolicy: Local`: only nodes with an endpoint); a port
 //! removed, source ranges, and the type switched away change what answers and nothing else; a CCM restart
 //! under throttling, adding a port, drops no connection on the unchanged one; a Service without NodePorts is
@@ -114,6 +116,18 @@ async fn the_external_ip_answers_from_the_host_and_a_pod_until_the_service_is_no
         let dial = format!("/dial?request=hostname&protocol=http&host={ip}&port=80&tries=1");
         let answer = traffic::get(&ip, 80, &dial).await.unwrap();
         assert!(answer.status == 200 && answer.body.contains("\"web\""), "a pod reaches the EXTERNAL-IP: {answer:?}");
+
+        // By the load balancer's DNS name, as on AWS: from this host, asking the cloud's DNS; and from the pod,
+        // whose cluster DNS forwards the cloud's zone there.
+        let dns = env.cloud_dns().unwrap_or_else(|| {
+            panic!("the case resolves the load balancer's name: set FAKECLOUD_E2E_DNS to the emulator's DNS address (make kind-up serves it)")
+        });
+        let name = cloud.dns_name.clone().expect("an active load balancer has a DNS name");
+        let found = traffic::resolve(dns, &name).await.unwrap();
+        assert_eq!(found, [ip.parse::<std::net::IpAddr>().unwrap()], "{name} resolves to the EXTERNAL-IP");
+        let dial = format!("/dial?request=hostname&protocol=http&host={name}&port=80&tries=1");
+        let answer = traffic::get(&ip, 80, &dial).await.unwrap();
+        assert!(answer.status == 200 && answer.body.contains("\"web\""), "a pod reaches {name}: {answer:?}");
 
         // Not a LoadBalancer any more: the CCM deletes the load balancer, and its address stops answering.
         patch(&services, "web", serde_json::json!({"type": "ClusterIP"})).await;

@@ -1,6 +1,7 @@
 //! A kind cluster with the emulator beside it and a CCM in it: `up` makes one, `down` removes it.
 
 mod config;
+mod dns;
 mod down;
 mod network;
 mod tools;

@@ -4,7 +4,8 @@
 //!  2. the kind node image of the local control plane's Kubernetes version, built offline, and the project's
 //!     images;
 //!  3. a kind cluster (kind-config/cluster.yaml, or KIND_CONFIG) whose kubelets wait for an external CCM;
-//!  4. the emulator container on the kind network at a fixed address, the kind nodes adopted as its instances;
+//!  4. the emulator container on the kind network at a fixed address, the kind nodes adopted as its instances,
+//!     the cloud's DNS zones forwarded to it from CoreDNS (`dns`);
 //!  5. the VPC's routing (vpc-router/deploy/): every node's pod network from its podCIDR, the routes between
 //!     nodes from the emulator's route table — so the CCM's route controller is what connects them;
 //!  6. the CCM as its two-replica Deployment: fakecloud-ccm (ccm/deploy/), or with FAKECLOUD_KIND_CCM=upstream
@@ -26,8 +27,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 
 use super::config::{self, Needs};
-use super::network;
 use super::tools::Tools;
+use super::{dns, network};
 use crate::docker::Docker;
 use crate::engine::Engine;
 use crate::run::{cmd, step, wait_for};
@@ -164,15 +165,18 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     // --- 4. the emulator beside the cluster ----------------------------------------------------------------
     let (user, admin) = (token()?, token()?);
     let endpoint = format!("http://127.0.0.1:{}", s.port);
-    write_private(
-        &c.credentials(),
-        &format!(
-            "export FAKECLOUD_ENDPOINT={endpoint}\nexport FAKECLOUD_USER_TOKEN={user}\nexport FAKECLOUD_ADMIN_TOKEN={admin}\n"
-        ),
-    )?;
     let subnets =
         docker.cmd(["network", "inspect", &c.network, "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}"]).output()?;
     let at = network::on(&subnets)?;
+    // The cloud's names answer at the emulator's address on the kind network, which the host reaches too.
+    let dns = format!("{}:53", at.emulator);
+    write_private(
+        &c.credentials(),
+        &format!(
+            "export FAKECLOUD_ENDPOINT={endpoint}\nexport FAKECLOUD_USER_TOKEN={user}\nexport FAKECLOUD_ADMIN_TOKEN={admin}\n\
+             export FAKECLOUD_DNS={dns}\n"
+        ),
+    )?;
     let adopt = at.adopt.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     undo.emulator = true;
     // The emulator serves the load balancers' traffic and holds the pool's addresses in its container (a local
@@ -194,6 +198,7 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
                 .args(["--sysctl", "net.ipv4.conf.all.send_redirects=0"])
                 .args(["--sysctl", "net.ipv4.conf.default.send_redirects=0"])
                 .args(["-e", "FAKECLOUD_SERVE_LOAD_BALANCERS=true", "-e", "FAKECLOUD_HOLD_PUBLIC_POOL=true"])
+                .args(["-e", "FAKECLOUD_DNS_LISTEN=0.0.0.0:53"])
                 .args(["-e", &format!("FAKECLOUD_PUBLIC_POOL={}", at.lb_pool)])
                 .args(["-e", &format!("FAKECLOUD_ADOPT_NETWORKS={adopt}")])
                 .args(["-e", &format!("FAKECLOUD_USER_TOKEN={user}"), "-e", &format!("FAKECLOUD_ADMIN_TOKEN={admin}")])
@@ -239,6 +244,19 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
             .output()?;
         tools.kubectl(["apply", "-f", "-"]).stdin(yaml).run()?;
     }
+    step("forwarding the cloud's zones from CoreDNS to the emulator", || {
+        let corefile = tools
+            .kubectl(["-n", "kube-system", "get", "configmap", "coredns", "-o", "jsonpath={.data.Corefile}"])
+            .output()?;
+        let yaml = tools
+            .kubectl(["-n", "kube-system", "create", "configmap", "coredns"])
+            .arg(format!("--from-literal=Corefile={}", dns::with_cloud_zones(&corefile, at.emulator)))
+            .args(["--dry-run=client", "-o", "yaml"])
+            .output()?;
+        tools.kubectl(["apply", "-f", "-"]).stdin(yaml).run()?;
+        // Its reload plugin would notice within a minute; a restart makes the zones answer before the suite asks.
+        tools.kubectl(["-n", "kube-system", "rollout", "restart", "deployment/coredns"]).run()
+    })?;
     tools.kubectl(["apply", "-f"]).arg(s.repo.join("vpc-router/deploy/vpc-router.yaml")).run()?;
     tools.kubectl(["apply", "-f"]).arg(s.repo.join("ccm/deploy/rbac.yaml")).run()?;
     let manifest = match s.ccm {
@@ -284,9 +302,11 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
             })
         })?;
     }
-    tools
-        .kubectl(["-n", "kube-system", "rollout", "status", &format!("deployment/{deployment}"), "--timeout=300s"])
-        .run()?;
+    for deployment in [deployment, "coredns"] {
+        tools
+            .kubectl(["-n", "kube-system", "rollout", "status", &format!("deployment/{deployment}"), "--timeout=300s"])
+            .run()?;
+    }
     undo.done = true;
 
     let started = if undo.started_engine { ", private engine" } else { "" };
@@ -294,9 +314,11 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     println!(
         "\nkind cluster {} is up, with the fakecloud emulator beside it and {deployment} in it.\n\n  \
          export KUBECONFIG={kubeconfig}\n  source {}    # FAKECLOUD_ENDPOINT and the emulator's tokens, for the fakecloud CLI\n\
-         {docker_line}\nThe conformance suite against it: make e2e-kind\nStop (cluster, emulator{started}): make kind-down",
+         {docker_line}\nA load balancer's DNS name resolves in the pods, and from here: dig @{} -p 53 <name>\n\
+         The conformance suite against it: make e2e-kind\nStop (cluster, emulator{started}): make kind-down",
         c.name,
-        c.credentials().display()
+        c.credentials().display(),
+        at.emulator
     );
     Ok(())
 }
