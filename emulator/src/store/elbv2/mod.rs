@@ -374,7 +374,7 @@ pub async fn change_target_group(db: &Db, id: &str, change: GroupChange<'_>) -> 
         .execute(&mut *tx)
         .await?;
     if let Some(lb_id) = &group.lb_id {
-        sync(&mut tx, now, lb_id).await?;
+        sync(&mut tx, now, lb_id, Some(&group)).await?;
     }
     call::commit(tx, id).await?;
     Ok(group)
@@ -514,7 +514,7 @@ pub async fn create_listener(
         r => r?,
     };
     tags::write_new(&mut tx, &Resource::Listener(id.to_string()), tags).await?;
-    sync(&mut tx, now, &nlb.lb_id).await?;
+    sync(&mut tx, now, &nlb.lb_id, None).await?;
     let listener = listener_in(&mut tx, id).await?;
     call::commit(tx, &nlb.lb_id).await?;
     Ok(listener)
@@ -583,7 +583,7 @@ pub async fn modify_listener(
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    sync(&mut tx, now, &current.lb_id).await?;
+    sync(&mut tx, now, &current.lb_id, None).await?;
     let listener = listener_in(&mut tx, id).await?;
     call::commit(tx, &current.lb_id).await?;
     Ok(listener)
@@ -594,20 +594,21 @@ pub async fn delete_listener(db: &Db, id: &str) -> Result<()> {
     let current = listener_in(&mut tx, id).await?;
     sqlx::query("DELETE FROM elbv2_listeners WHERE id = $1").bind(id).execute(&mut *tx).await?;
     tags::forget(&mut tx, id).await?;
-    sync(&mut tx, now, &current.lb_id).await?;
+    sync(&mut tx, now, &current.lb_id, None).await?;
     call::commit(tx, &current.lb_id).await?;
     Ok(())
 }
 
 /// Recompute the native row of the NLB `lb_id` from its listeners and their target groups (see the module's
 /// documentation), within the write that changed them.
-async fn sync(tx: &mut Tx, now: i64, lb_id: &str) -> Result<()> {
+async fn sync(tx: &mut Tx, now: i64, lb_id: &str, changed: Option<&TargetGroup>) -> Result<()> {
     let listeners: Vec<Listener> =
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT_LISTENER} WHERE lb_id = $1 ORDER BY port")))
             .bind(lb_id)
             .fetch_all(&mut **tx)
             .await?;
-    let mut groups: HashMap<String, TargetGroup> = HashMap::new();
+    // The group the transaction has just changed is as it was written: not read again.
+    let mut groups: HashMap<String, TargetGroup> = changed.map(|g| (g.id.clone(), g.clone())).into_iter().collect();
     for l in &listeners {
         if !groups.contains_key(&l.target_group_id) {
             groups.insert(l.target_group_id.clone(), group_in(tx, now, &l.target_group_id).await?);
