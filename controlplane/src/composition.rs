@@ -17,6 +17,8 @@ pub struct Emulator<'a> {
     /// The user and the admin token. Without them the emulator reads its credentials file beside the database,
     /// or generates one there.
     pub tokens: Option<(&'a str, &'a str)>,
+    /// `host:port` where it answers the cloud's names over DNS, if anywhere.
+    pub dns_listen: Option<&'a str>,
 }
 
 impl Emulator<'_> {
@@ -27,6 +29,7 @@ impl Emulator<'_> {
         if let Some((user, admin)) = self.tokens {
             args.extend([format!("--user-token={user}"), format!("--admin-token={admin}")]);
         }
+        args.extend(self.dns_listen.map(|dns| format!("--dns-listen={dns}")));
         args
     }
 }

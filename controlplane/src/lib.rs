@@ -22,6 +22,7 @@ pub mod files;
 pub mod kubeconfig;
 pub mod kubelets;
 pub mod launcher;
+pub mod names;
 pub mod pki;
 pub mod ports;
 pub mod process;

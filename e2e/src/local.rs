@@ -397,7 +397,8 @@ impl EmulatorProcess {
         let port = free_port();
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let (listen, db) = (format!("127.0.0.1:{port}"), dir.join("fc.db"));
-        let mut args = composition::Emulator { listen: &listen, db: &db, tokens: Some((USER, ADMIN)) }.args();
+        let mut args =
+            composition::Emulator { listen: &listen, db: &db, tokens: Some((USER, ADMIN)), dns_listen: None }.args();
         args.extend([
             format!("--boot-delay={}", ms(t.boot_delay)),
             format!("--stop-delay={}", ms(t.stop_delay)),

@@ -10,27 +10,6 @@ use kube::api::PostParams;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-/// The addresses `name` has at the DNS server `dns` (`ip:port`), asked over UDP with nothing cached, as a
-/// client on this host asks a resolver; or why not.
-pub async fn resolve(dns: &str, name: &str) -> Result<Vec<std::net::IpAddr>, String> {
-    use hickory_resolver::config::{NameServerConfig, ResolverConfig};
-    use hickory_resolver::net::runtime::TokioRuntimeProvider;
-
-    let at: std::net::SocketAddr = dns.parse().map_err(|e| format!("the DNS address {dns:?}: {e}"))?;
-    let mut server = NameServerConfig::udp(at.ip());
-    for c in &mut server.connections {
-        c.port = at.port();
-    }
-    let config = ResolverConfig::from_parts(None, vec![], vec![server]);
-    let mut builder = hickory_resolver::Resolver::builder_with_config(config, TokioRuntimeProvider::default());
-    builder.options_mut().cache_size = 0;
-    let resolver = builder.build().map_err(|e| e.to_string())?;
-    let found = tokio::time::timeout(EXCHANGE_TIMEOUT, resolver.lookup_ip(name))
-        .await
-        .map_err(|_| format!("no answer for {name} from {dns} within {EXCHANGE_TIMEOUT:?}"))?;
-    found.map(|f| f.iter().collect()).map_err(|e| format!("{name} at {dns}: {e}"))
-}
-
 /// `make kind-up` builds upstream's agnhost from the cluster's Kubernetes release and loads it into the nodes;
 /// upstream's own image (`registry.k8s.io/e2e-test-images/agnhost:2.x`) does the same where a registry is near.
 pub const DEFAULT_AGNHOST_IMAGE: &str = "fakecloud/agnhost:dev";

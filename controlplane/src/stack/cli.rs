@@ -51,6 +51,10 @@ pub struct Options {
     /// The CCM's HTTPS port (/healthz, /metrics) on 127.0.0.1.
     #[arg(long, env = "FAKECLOUD_CCM_PORT", default_value_t = 10258)]
     pub ccm_port: u16,
+    /// The port on 127.0.0.1 where the emulator answers the cloud's names over DNS, UDP and TCP (a load balancer's
+    /// DNS name, an instance's private DNS name): `dig @127.0.0.1 -p PORT NAME`.
+    #[arg(long, env = "FAKECLOUD_DNS_PORT", default_value_t = 8753)]
+    pub dns_port: u16,
     /// How many instances (and so Nodes) to bring up: node-a, node-b and node-c by default, node-01 ... for more
     /// (`make up NODES=N`). Created 32 at a time; the instance and route quotas are raised to fit; past 256 Nodes
     /// each gets a smaller pod CIDR. At most 8192, and no more than this machine's memory holds (refused up

@@ -147,7 +147,8 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
     let db = dir.file("fakecloud.db");
     progress.say(&format!("starting the emulator at {url} (state: {})", db.display()));
     let listen = format!("127.0.0.1:{}", options.port);
-    let emulator = composition::Emulator { listen: &listen, db: &db, tokens: None };
+    let dns = format!("127.0.0.1:{}", options.dns_port);
+    let emulator = composition::Emulator { listen: &listen, db: &db, tokens: None, dns_listen: Some(&dns) };
     spawn(&mut services, &dir, "emulator", &fakecloud, &emulator.args(), &[])?;
     let tokens = progress
         .awaiting("the emulator", tokio::time::timeout(EMULATOR_HANG, emulator_ready(&mut services, &dir, &url)));

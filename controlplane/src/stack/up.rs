@@ -36,6 +36,7 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     }
     ensure_port_free(options.port, "another emulator?", "FAKECLOUD_PORT")?;
     ensure_port_free(options.ccm_port, "another CCM?", "FAKECLOUD_CCM_PORT")?;
+    ensure_port_free(options.dns_port, "another emulator's DNS?", "FAKECLOUD_DNS_PORT")?;
     // Found now, so that a missing build fails before anything starts.
     let binaries = Binaries::locate(options.bin_dir.as_deref())?;
     fakecloud_controlplane::kwok()?;
@@ -54,6 +55,8 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
         &options.port.to_string(),
         "--ccm-port",
         &options.ccm_port.to_string(),
+        "--dns-port",
+        &options.dns_port.to_string(),
         "--nodes",
         &options.nodes.to_string(),
     ]);
@@ -234,12 +237,14 @@ fakecloud is up: Kubernetes {version} on loopback, the emulator, {ccm} and {coun
   {fakecloud} instance list
 
   Console: {url}/console    # sign in with a token from {credentials}
+  dig @127.0.0.1 -p {dns_port} <name>    # the cloud's names: a load balancer's DNS name, an instance's private one
 {aws}
 Logs: {root}/{{stack,emulator,ccm,kubelets,kwok}}.log and {cp_logs}/
 Stop everything: make down",
         count = options.nodes,
         kubeconfig = kubeconfig.display(),
         ccm_port = options.ccm_port,
+        dns_port = options.dns_port,
         credentials = credentials.display(),
         fakecloud = fakecloud.display(),
         cp_logs = dir.controlplane().join("logs").display(),

@@ -1,7 +1,7 @@
 //! `fakecloud-controlplane stack up|down` (what `make up` and `make down` run), end to end: a fleet too large
 //! for the cluster CIDR refused, up with 4 Nodes in a fresh run directory on free ports (each stage's time
-//! said), a second up refused, the README's session and its two bugs run on it as written, down, and no process
-//! of the run directory left.
+//! said), a second up refused, the README's session and its two bugs run on it as written (the session's load
+//! balancer's DNS name answering at the stack's DNS port), down, and no process of the run directory left.
 //!
 //! Needs the control-plane binaries and `fakecloud` and `fakecloud-ccm` beside the launcher (`make test` builds
 //! them first); without them it is skipped outside CI, as the other tests here, and fails under CI.
@@ -12,6 +12,8 @@ use std::process::{Command, Output};
 use fakecloud_controlplane::Binaries;
 
 const LAUNCHER: &str = env!("CARGO_BIN_EXE_fakecloud-controlplane");
+/// How long one DNS lookup may take: only a hang takes this long.
+const DNS_HANG: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn free_port() -> u16 {
     fakecloud_controlplane::ports::free_port().expect("a free port")
@@ -37,6 +39,14 @@ fn processes_naming(dir: &Path) -> Vec<u32> {
             String::from_utf8_lossy(&cmdline).contains(&*dir).then_some(pid)
         })
         .collect()
+}
+
+/// The addresses `name` has at the stack's DNS port.
+fn resolve(dns_port: &str, name: &str) -> Vec<std::net::IpAddr> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let dns = format!("127.0.0.1:{dns_port}");
+    let found = runtime.block_on(fakecloud_controlplane::names::resolve(&dns, name, DNS_HANG));
+    found.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `stack down` on its run directory when dropped, if the directory is still there: a test that fails
@@ -66,14 +76,15 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     }
     let parent = tempfile::tempdir().expect("a temporary directory");
     let run_dir = parent.path().join("run");
-    let (port, ccm_port) = (free_port().to_string(), free_port().to_string());
+    let (port, ccm_port, dns_port) = (free_port().to_string(), free_port().to_string(), free_port().to_string());
 
     // More Nodes than the cluster CIDR holds: refused before anything starts.
     let too_many = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "9000"], &run_dir);
     assert!(!too_many.status.success() && text(&too_many).contains("between 1 and 8192"), "{}", text(&too_many));
     assert!(!run_dir.exists(), "a refused up makes nothing");
 
-    let up = stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "4"], &run_dir);
+    let up =
+        stack(&["up", "--port", &port, "--ccm-port", &ccm_port, "--dns-port", &dns_port, "--nodes", "4"], &run_dir);
     let _stopped_if_the_test_fails = Down(&run_dir);
     assert!(up.status.success(), "stack up failed:\n{}", text(&up));
     for says in [
@@ -90,7 +101,7 @@ fn up_refuses_a_second_up_and_down_leaves_nothing() {
     assert!(run_dir.join("controlplane/kubeconfigs/admin.kubeconfig").is_file());
     assert!(!processes_naming(&run_dir).is_empty(), "the stack runs on after up returned");
 
-    readme_session(&run_dir, &port, &beside, &binaries);
+    readme_session(&run_dir, &port, &dns_port, &beside, &binaries);
 
     let again = stack(&["up", "--port", &port, "--ccm-port", &ccm_port], &run_dir);
     assert!(!again.status.success(), "a second up must refuse");
@@ -158,7 +169,7 @@ fn eventually(what: &str, check: impl Fn() -> Option<String>) {
 /// with `set -e`; then what its comments promise, waited for: the Service's address, the fault's Warning and the
 /// CCM's success, and the audit's 503s then a 201. Then the two bugs users come with, on the same stack, both
 /// at once (their scenarios change different quotas): what their comments promise, waited for too.
-fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane: &Binaries) {
+fn readme_session(run_dir: &Path, port: &str, dns_port: &str, binaries_dir: &Path, control_plane: &Binaries) {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("README");
     let mut env = String::from("set -euo pipefail\n");
     if let Some(kubectl) = control_plane.kubectl() {
@@ -184,6 +195,13 @@ fn readme_session(run_dir: &Path, port: &str, binaries_dir: &Path, control_plane
             && !svc.trim().is_empty();
         (!done).then(|| format!("events: {events}\naudit: {audit}\naddress: {svc}"))
     });
+    // Its load balancer's DNS name answers the EXTERNAL-IP at the stack's DNS port.
+    let ip = check("kubectl get svc web -o jsonpath='{.status.loadBalancer.ingress[0].ip}'");
+    let listed: serde_json::Value = serde_json::from_str(&check("fakecloud lb list -o json")).expect("lb list's JSON");
+    let web = listed.as_array().into_iter().flatten().find(|lb| lb["address"] == ip.trim());
+    let name =
+        web.and_then(|lb| lb["dns_name"].as_str()).unwrap_or_else(|| panic!("no load balancer at {ip}: {listed}"));
+    assert_eq!(resolve(dns_port, name), [ip.trim().parse::<std::net::IpAddr>().expect("an address")], "{name}");
 
     for (bug, marker) in [("pending", "**\"My LoadBalancer is stuck"), ("route limit", "**\"Nodes stay")] {
         let (script, lines) = readme_script(&readme, marker, run_dir, port, binaries_dir);
@@ -233,10 +251,10 @@ fn up_with_cloud_provider_aws_initializes_routes_and_load_balances() {
     };
     let parent = tempfile::tempdir().expect("a temporary directory");
     let run_dir = parent.path().join("run");
-    let (port, ccm_port) = (free_port().to_string(), free_port().to_string());
+    let (port, ccm_port, dns_port) = (free_port().to_string(), free_port().to_string(), free_port().to_string());
     let aws_flags = ["--ccm", "aws", "--aws-ccm", &aws_ccm, "--aws-cli", &aws_cli];
-    let up =
-        stack(&[&["up", "--port", &port, "--ccm-port", &ccm_port, "--nodes", "3"], &aws_flags[..]].concat(), &run_dir);
+    let ports = ["up", "--port", &port, "--ccm-port", &ccm_port, "--dns-port", &dns_port, "--nodes", "3"];
+    let up = stack(&[&ports[..], &aws_flags[..]].concat(), &run_dir);
     let _stopped_if_the_test_fails = Down(&run_dir);
     assert!(up.status.success(), "stack up --ccm aws failed:\n{}", text(&up));
     for says in ["cloud-provider-aws", "up: 3 Nodes Ready, initialized and routed", "aws.env"] {
@@ -292,6 +310,11 @@ fn up_with_cloud_provider_aws_initializes_routes_and_load_balances() {
         let both = hosts.split_whitespace().filter(|h| h.ends_with(".lb.fakecloud.test")).count() == 2;
         (!both).then(|| format!("hostnames: {hosts}\n{}", check("k get events")))
     });
+    // Each hostname resolves at the stack's DNS port, as an ELB's does on AWS.
+    let hosts = check("k get svc classic network -o jsonpath='{.items[*].status.loadBalancer.ingress[0].hostname}'");
+    for host in hosts.split_whitespace() {
+        assert_eq!(resolve(&dns_port, host).len(), 1, "{host} has one address");
+    }
     let behind = check(
         "aws elb describe-load-balancers --query 'LoadBalancerDescriptions[].Instances[].InstanceId' --output text\n\
          aws elbv2 describe-target-health --target-group-arn \"$(aws elbv2 describe-target-groups \

@@ -180,7 +180,8 @@ fn the_stacks_command_lines_are_the_binaries_flags() {
     assert_eq!(args.bind_address.to_string(), "127.0.0.1");
     assert_eq!(args.validate().unwrap().cloud.token(), "t");
 
-    let emulator = composition::Emulator { listen: "127.0.0.1:8788", db: &db, tokens: Some(("user", "admin")) };
+    let emulator =
+        composition::Emulator { listen: "127.0.0.1:8788", db: &db, tokens: Some(("user", "admin")), dns_listen: None };
     let cli =
         fakecloud_cli::Cli::try_parse_from(std::iter::once("fakecloud".to_string()).chain(emulator.args())).unwrap();
     let fakecloud_cli::Command::Serve(serve) = cli.command else { panic!("not `serve`: {:?}", cli.command) };

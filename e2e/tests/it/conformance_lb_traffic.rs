@@ -123,7 +123,7 @@ async fn the_external_ip_answers_from_the_host_and_a_pod_until_the_service_is_no
             panic!("the case resolves the load balancer's name: set FAKECLOUD_E2E_DNS to the emulator's DNS address (make kind-up serves it)")
         });
         let name = cloud.dns_name.clone().expect("an active load balancer has a DNS name");
-        let found = traffic::resolve(dns, &name).await.unwrap();
+        let found = fakecloud_controlplane::names::resolve(dns, &name, HANG).await.unwrap();
         assert_eq!(found, [ip.parse::<std::net::IpAddr>().unwrap()], "{name} resolves to the EXTERNAL-IP");
         let dial = format!("/dial?request=hostname&protocol=http&host={name}&port=80&tries=1");
         let answer = traffic::get(&ip, 80, &dial).await.unwrap();
