@@ -198,12 +198,12 @@ impl Db {
                 let url =
                     sqlite_url(Some(path), "ro").map_err(|cause| OpenError::Create { path: label.clone(), cause })?;
                 let reader = any_pool(&url, READERS, &[SQLITE_PRAGMAS]).await.map_err(open_err)?;
-                // Read-write: a checkpoint writes the database file (it never takes the writer's lock). Typed: it
-                // reads what SQLite's checkpoint says.
+                // Read-write: a checkpoint writes the database file (only one that starts the WAL over takes the
+                // writer's lock, for at most its busy timeout). Typed: it reads what SQLite's checkpoint says.
                 let opts = SqliteConnectOptions::new()
                     .filename(path)
                     .synchronous(SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(10));
+                    .busy_timeout(checkpoint::RESTART_WAIT);
                 let checkpoints =
                     SqlitePoolOptions::new().max_connections(1).connect_with(opts).await.map_err(open_err)?;
                 (reader, Some(checkpoints))
