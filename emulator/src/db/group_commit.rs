@@ -237,7 +237,13 @@ impl Writer {
 
 impl Batch {
     async fn open(pool: &AnyPool, lock: Option<i64>, session: &Arc<Session>) -> Result<Self, sqlx::Error> {
-        let mut tx = pool.begin().await?;
+        // SQLite (no advisory lock): the write lock from the start, so that no batch upgrades a read to a write,
+        // which SQLite refuses at once, busy timeout or not, while the checkpointer holds the lock to start the WAL
+        // over (see `checkpoint`).
+        let mut tx = match lock {
+            None => pool.begin_with("BEGIN IMMEDIATE").await?,
+            Some(_) => pool.begin().await?,
+        };
         if let Some(lock) = lock {
             // Held to the commit: another emulator's batch waits here, and then reads what this one committed.
             // With it, how many statements this session has prepared: none, and it is a new connection.
