@@ -9,7 +9,7 @@
 //! - [`sigv4`]: the signature, verified. [`query`]: the request's parameters. [`xml`]: the answers.
 //! - `error`: AWS's codes, for the face's refusals and the cloud's errors alike.
 //! - `api`: which API a call is to; `actions`: what its table says of an action; `about`: what a call is about,
-//!   for the fault rules that match on a resource, its zone, name or tags.
+//!   for the fault rules that match on a resource, its zone, name or tags (`named`: what each API reads for it).
 //! - `ec2`: EC2's operations. `elb`: classic Elastic Load Balancing's. `elbv2`: Elastic Load Balancing v2's,
 //!   network load balancers.
 
@@ -21,6 +21,7 @@ mod ec2;
 mod elb;
 mod elbv2;
 mod error;
+mod named;
 mod query;
 pub mod sigv4;
 mod xml;
@@ -218,7 +219,7 @@ async fn judged(
     // What the call is about costs a look-up for some APIs (a classic ELB's name): found only when a fault needs it.
     let wants_subject = faults.wants_subject().await;
     let about = if wants_subject || faults.wants_resource().await {
-        about::of(face, api, action, &params, wants_subject).await
+        about::of(st, &face.keys, api, action, &params, wants_subject).await
     } else {
         About::default()
     };

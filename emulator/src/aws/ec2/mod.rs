@@ -13,9 +13,9 @@ mod zones;
 
 use axum::http::StatusCode;
 
-use super::about::{self, Named};
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
+use super::named::{self, Named};
 use super::query::Params;
 use super::xml::Node;
 use crate::config::Topology;
@@ -64,16 +64,16 @@ pub(super) fn about(topo: &Topology, action: &str, p: &Params) -> Named {
                 topo.zones.iter().map(|(z, _)| z).find(|z| network::subnet_id(topo, z) == subnet).cloned()
             };
             let zone = p.peek("Placement.AvailabilityZone").map(str::to_string).or_else(subnet_zone);
-            return Named::Create(Subject { name: None, zone, tags: about::tags(p, "TagSpecification.") });
+            return Named::Create(Subject { name: None, zone, tags: named::tags(p, "TagSpecification.") });
         }
         "CreateSecurityGroup" => {
             let name = p.peek("GroupName").map(str::to_string);
-            return Named::Create(Subject { name, zone: None, tags: about::tags(p, "TagSpecification.") });
+            return Named::Create(Subject { name, zone: None, tags: named::tags(p, "TagSpecification.") });
         }
         "CreateRoute" | "DeleteRoute" => p.peek("RouteTableId"),
         "ModifyInstanceAttribute" => p.peek("InstanceId"),
-        "CreateTags" | "DeleteTags" => about::only(p, "ResourceId"),
-        _ => about::only(p, "InstanceId").or_else(|| about::only(p, "GroupId")).or_else(|| p.peek("GroupId")),
+        "CreateTags" | "DeleteTags" => named::only(p, "ResourceId"),
+        _ => named::only(p, "InstanceId").or_else(|| named::only(p, "GroupId")).or_else(|| p.peek("GroupId")),
     };
     match one {
         Some(id) if id.starts_with("rtb-") => Named::Resource(routes::native_id(topo, id).to_string()),

@@ -15,9 +15,9 @@ mod operations;
 mod policies;
 mod tags;
 
-use super::about::{self, Named};
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
+use super::named::{self, Named};
 use super::query::Params;
 use super::xml::Node;
 use crate::faults::Subject;
@@ -58,13 +58,13 @@ pub(super) async fn about(st: &AppState, action: &str, p: &Params) -> Named {
     let name = match action {
         "CreateLoadBalancer" => {
             let name = p.peek("LoadBalancerName").map(str::to_string);
-            return Named::Create(Subject { name, zone: None, tags: about::tags(p, "Tags.member.") });
+            return Named::Create(Subject { name, zone: None, tags: named::tags(p, "Tags.member.") });
         }
-        "DescribeLoadBalancers" | "DescribeTags" => about::only(p, "LoadBalancerNames.member"),
+        "DescribeLoadBalancers" | "DescribeTags" => named::only(p, "LoadBalancerNames.member"),
         _ => p.peek("LoadBalancerName"),
     };
     match name {
-        Some(name) => about::load_balancer_named(st, name).await,
+        Some(name) => named::load_balancer_named(st, name).await,
         None => Named::Nothing,
     }
 }

@@ -13,9 +13,9 @@ mod operations;
 mod tags;
 mod target_groups;
 
-use super::about::{self, Named};
 use super::credentials::Keys;
 use super::error::{AwsError, Result};
+use super::named::{self, Named};
 use super::query::Params;
 use super::xml::Node;
 use crate::faults::Subject;
@@ -54,17 +54,17 @@ pub(super) const ACTIONS: &[&str] = &[
 pub(super) async fn about(st: &AppState, keys: &Keys, action: &str, p: &Params) -> Named {
     if let "CreateLoadBalancer" | "CreateTargetGroup" = action {
         let name = p.peek("Name").map(str::to_string);
-        return Named::Create(Subject { name, zone: None, tags: about::tags(p, "Tags.member.") });
+        return Named::Create(Subject { name, zone: None, tags: named::tags(p, "Tags.member.") });
     }
     if action == "DescribeLoadBalancers"
-        && let Some(name) = about::only(p, "Names.member")
+        && let Some(name) = named::only(p, "Names.member")
     {
-        return about::load_balancer_named(st, name).await;
+        return named::load_balancer_named(st, name).await;
     }
     let arns = arn::Arns::new(&st.cfg.topology.region, &keys.account_id);
-    let resource = about::only(p, "ResourceArns.member");
-    let lb = p.peek("LoadBalancerArn").or_else(|| about::only(p, "LoadBalancerArns.member"));
-    let group = p.peek("TargetGroupArn").or_else(|| about::only(p, "TargetGroupArns.member"));
+    let resource = named::only(p, "ResourceArns.member");
+    let lb = p.peek("LoadBalancerArn").or_else(|| named::only(p, "LoadBalancerArns.member"));
+    let group = p.peek("TargetGroupArn").or_else(|| named::only(p, "TargetGroupArns.member"));
     // One that cannot be read now is about nothing a rule names.
     let found = if let Some(arn) = lb.or(resource.filter(|r| arns.load_balancer_hex(r).is_ok())) {
         lookup::nlb(st, &arns, arn).await.map(|n| n.lb_id).ok()
