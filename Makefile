@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CARGO_FLAGS ?= --locked
 
-.PHONY: help up down check docs kwok aws-ccm aws-clients test-aws-ccm test test-aws test-postgres chaos test-console test-kind e2e e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
+.PHONY: help up down check docs kwok aws-ccm aws-clients test-aws-ccm test test-aws test-postgres chaos test-console test-kind e2e e2e-aws e2e-kind e2e-kind-both e2e-kind-lb e2e-kind-upstream e2e-upstream lint fmt bench build deps control-plane upstream-ccm kind-up kind-down farm-kind farm-kind-down
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -114,6 +114,9 @@ e2e: deps control-plane kwok ## The e2e suite, one case at a time, JUnit XML + s
 
 e2e-upstream: deps control-plane kwok ## The conformance cases on the local backend against upstream's CCM with fakecloud's Go provider
 	@bash scripts/e2e-upstream.sh
+
+e2e-aws: deps control-plane kwok aws-ccm aws-clients ## The conformance cases on the local backend against cloud-provider-aws (those stated for it: README)
+	@bash scripts/e2e-aws.sh
 
 e2e-kind: deps control-plane kwok ## The conformance suite against the kind cluster of kind-up (made first if missing), no case skipped
 	@bash scripts/e2e-kind.sh

@@ -92,6 +92,9 @@ pub enum Error {
     #[error("Kubernetes API request failed: {0}")]
     Kube(#[from] kube::Error),
 
+    #[error("`{command}` {failure}")]
+    AwsCli { command: String, failure: String },
+
     #[error("{0}")]
     Invalid(String),
 }

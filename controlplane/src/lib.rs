@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod aws_cluster;
 pub mod binaries;
 pub mod composition;
 pub mod error;

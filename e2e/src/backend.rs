@@ -12,8 +12,9 @@
 //! | `FAKECLOUD_E2E_CLUSTER_NAME` | the CCM's `--cluster-name` | `kubernetes` |
 //! | `FAKECLOUD_E2E_NODE_GRACE` | kube-controller-manager's `--node-monitor-grace-period` | `50s` |
 //! | `FAKECLOUD_E2E_NODE_MONITOR_PERIOD`, `FAKECLOUD_E2E_ROUTE_PERIOD` | the CCM's `--node-monitor-period`, `--route-reconciliation-period` | `5s`, `10s` |
-//! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags; on an existing cluster, the CCM deployed there (`make e2e-kind` sets it) | `fakecloud` |
+//! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), `aws` (cloud-provider-aws on the emulator's AWS face, at `FAKECLOUD_AWS_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags; on an existing cluster, the CCM deployed there (`make e2e-kind` sets it) | `fakecloud` |
 //! | `FAKECLOUD_E2E_UPSTREAM_CCM` | the fakecloud-upstream-ccm binary, as `scripts/build-upstream-ccm.sh` prints it | — |
+//! | `FAKECLOUD_AWS_CCM`, `FAKECLOUD_AWS_CLI` | with `FAKECLOUD_E2E_CCM=aws` locally: cloud-provider-aws and the AWS CLI, as `make aws-ccm` and `make aws-clients` print them (`make e2e-aws` sets both) | — |
 //! | `FAKECLOUD_E2E_DNS` | the emulator's DNS address (`fakecloud serve --dns-listen`), as the suite reaches it: the load balancer cases resolve their DNS names there | `FAKECLOUD_DNS` |
 //! | `FAKECLOUD_E2E_EMULATOR_KILL`, `FAKECLOUD_E2E_EMULATOR_START` | shell commands that SIGKILL the emulator and start it again on its state (without them, the case that needs it is skipped) | — |
 //!
@@ -27,15 +28,19 @@ use std::time::Duration;
 use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT};
 use fakecloud_ccm::config::parse_go_duration;
 
-/// Which CCM the local backend runs; every one gets fakecloud-ccm's flags (`--cloud-provider=fakecloud`,
-/// `--cloud-config`, `--kubeconfig`, `--cluster-cidr`, `--secure-port`, the periods and leader election), which
-/// upstream's command accepts too.
+/// Which CCM the local backend runs; every one but cloud-provider-aws gets fakecloud-ccm's flags
+/// (`--cloud-provider=fakecloud`, `--cloud-config`, `--kubeconfig`, `--cluster-cidr`, `--secure-port`, the periods
+/// and leader election), which upstream's command accepts too; cloud-provider-aws gets its own
+/// (`composition::AwsCcm`) and the same periods and leader election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalCcm {
     /// fakecloud-ccm, the case's own build of it.
     Fakecloud,
     /// Upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/), at this path.
     Upstream(PathBuf),
+    /// cloud-provider-aws (`make aws-ccm`, unmodified) on the emulator's AWS face, its cluster's network tagged
+    /// with the AWS CLI (`make aws-clients`) at `cli`.
+    Aws { ccm: PathBuf, cli: PathBuf },
     /// A CCM binary of the user's own.
     Command(PathBuf),
 }
@@ -51,6 +56,17 @@ impl LocalCcm {
                      scripts/build-upstream-ccm.sh prints"
                 ),
             },
+            Some("aws") => {
+                let need = |name: &str, what: &str| -> PathBuf {
+                    var(name).map(Into::into).unwrap_or_else(|| {
+                        panic!("FAKECLOUD_E2E_CCM=aws needs {name}: the path of {what} (make e2e-aws sets it)")
+                    })
+                };
+                Self::Aws {
+                    ccm: need("FAKECLOUD_AWS_CCM", "cloud-provider-aws, as `make aws-ccm` prints it"),
+                    cli: need("FAKECLOUD_AWS_CLI", "the AWS CLI, `bin/aws` in the venv `make aws-clients` prints"),
+                }
+            }
             Some(command) => Self::Command(command.into()),
         }
     }
@@ -59,7 +75,7 @@ impl LocalCcm {
     pub fn binary(&self, fakecloud_ccm: &str) -> PathBuf {
         match self {
             Self::Fakecloud => fakecloud_ccm.into(),
-            Self::Upstream(bin) | Self::Command(bin) => bin.clone(),
+            Self::Upstream(bin) | Self::Command(bin) | Self::Aws { ccm: bin, .. } => bin.clone(),
         }
     }
 
@@ -67,7 +83,8 @@ impl LocalCcm {
     pub fn extra_args(&self) -> &'static [&'static str] {
         match self {
             Self::Upstream(_) => &["--v=2"],
-            Self::Fakecloud | Self::Command(_) => &[],
+            // (cloud-provider-aws's flags have it: `composition::AwsCcm`.)
+            Self::Fakecloud | Self::Command(_) | Self::Aws { .. } => &[],
         }
     }
 }

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{AuditEntry, AuditQuery, Client, Instance};
+use fakecloud_controlplane::kubelets::NodeNames;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use kube::api::Api;
 
@@ -102,11 +103,25 @@ pub struct Probe {
     pub cloud: Client,
     /// The CCM's cloud calls are counted from this time on (a shared emulator has older ones).
     audit_since: Option<String>,
+    /// What the cluster's kubelets name a machine's Node.
+    node_names: NodeNames,
 }
 
 impl Probe {
+    /// Of a cluster whose Nodes are named after their machines.
     pub fn new(kube: kube::Client, cloud: Client) -> Self {
-        Self { kube, cloud, audit_since: None }
+        Self { kube, cloud, audit_since: None, node_names: NodeNames::Instance }
+    }
+
+    /// The same, on a cluster whose kubelets name Nodes as `names` says (cloud-provider-aws's: private DNS names).
+    pub fn naming_nodes(mut self, names: NodeNames) -> Self {
+        self.node_names = names;
+        self
+    }
+
+    /// The name of `inst`'s Node.
+    pub fn node_name(&self, inst: &Instance) -> String {
+        self.node_names.of(inst)
     }
 
     /// The same, counting the CCM's cloud calls only from now on.
@@ -148,8 +163,8 @@ impl Probe {
     /// Wait until the Nodes of these machines are initialized by a CCM.
     pub async fn wait_initialized(&self, instances: &[Instance], timeout: Duration) {
         for i in instances {
-            until(timeout, &format!("{} initialized", i.name), async || self.node(&i.name).await.filter(initialized))
-                .await;
+            let name = self.node_name(i);
+            until(timeout, &format!("{name} initialized"), async || self.node(&name).await.filter(initialized)).await;
         }
     }
 

@@ -18,14 +18,17 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fakecloud_api::{Client, CloudConfig, CreateInstanceRequest, Instance};
-use fakecloud_controlplane::kubelets::{self, SimulatedKubelets};
+use fakecloud_controlplane::aws_cluster::{self, AwsCli, CLUSTER_ID};
+use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
 use fakecloud_controlplane::launcher::CLUSTER_CIDR;
 use fakecloud_controlplane::{Binaries, ControlPlane, composition, kubeconfig};
 use fakecloud_emulator::auth::Tokens;
+use fakecloud_emulator::aws::credentials::Keys;
 use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::server::Server;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::backend::LocalCcm;
 use crate::{HANG, Probe, SERVICE_ACCOUNT, repo, until};
 
 /// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
@@ -89,6 +92,10 @@ pub struct ClusterOptions {
     /// are given too. Clusters that share a cloud share its route table, where a destination has one route:
     /// their CIDRs must not overlap, as on a real VPC.
     pub cluster_cidr: String,
+    /// The CCM the cluster is set up for ([`LocalCcm::from_env`] unless told): for cloud-provider-aws, its network
+    /// is tagged as an AWS user tags it, its Nodes are named by their machines' private DNS names and
+    /// [`Cluster::ccm`] gives its CCMs cloud-provider-aws's flags.
+    pub ccm: LocalCcm,
 }
 
 impl Default for ClusterOptions {
@@ -99,6 +106,7 @@ impl Default for ClusterOptions {
             node_cidr_mask_size: None,
             emulator_binary: None,
             cluster_cidr: CLUSTER_CIDR.to_string(),
+            ccm: LocalCcm::from_env(),
         }
     }
 }
@@ -112,6 +120,19 @@ async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
         .await
         .expect("a TokenRequest token for the CCM's ServiceAccount");
     path
+}
+
+/// The network of the cloud at `url` tagged as cluster [`CLUSTER_ID`]'s with the AWS CLI at `cli`, as `make up
+/// CCM=aws` tags it, and cloud-provider-aws's cloud config for it written in `dir`: its path, and the key pair
+/// of the account the cluster's tokens are ([`USER`]).
+async fn aws_cloud_config(cloud: &Client, url: &str, cli: &Path, dir: &Path) -> (PathBuf, Keys) {
+    let keys = Keys::of(&Tokens { user: USER.into(), admin: ADMIN.into() });
+    let region = cloud.region().await.expect("the emulator's region").name;
+    let cli = AwsCli { path: cli, url, region: &region, keys: (&keys.access_key_id, &keys.secret_access_key) };
+    let network = aws_cluster::tag_network(&cli, CLUSTER_ID).await.unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join("aws-cloud-config.ini");
+    std::fs::write(&path, network.cloud_config(&region, CLUSTER_ID, url).text()).expect("cloud config written");
+    (path, keys)
 }
 
 /// How long the CCM's ServiceAccount token lasts: longer than any case.
@@ -156,6 +177,8 @@ pub struct Cluster {
     kubectl: PathBuf,
     /// Its `--cluster-cidr`, which [`Cluster::ccm`] passes on.
     cluster_cidr: String,
+    /// Set up for cloud-provider-aws ([`ClusterOptions::ccm`]): the account's key pair, which its CCMs sign with.
+    aws: Option<Keys>,
     _kubelets: SimulatedKubelets,
     /// `None` for a cluster started beside another ([`Cluster::start_beside`]), whose guard covers both.
     _one_at_a_time: Option<tokio::sync::MutexGuard<'static, ()>>,
@@ -231,7 +254,7 @@ impl Cluster {
         cloud: Option<String>,
         one_at_a_time: Option<tokio::sync::MutexGuard<'static, ()>>,
     ) -> Self {
-        let ClusterOptions { rates, topology, node_cidr_mask_size: _, emulator_binary, cluster_cidr } = options;
+        let ClusterOptions { rates, topology, node_cidr_mask_size: _, emulator_binary, cluster_cidr, ccm } = options;
         let timings = Timings {
             stop_delay: Duration::from_millis(200),
             terminate_delay: Duration::from_millis(200),
@@ -251,14 +274,26 @@ impl Cluster {
             (None, Some(bin)) => Emulator::Process(Box::new(EmulatorProcess::start(bin, dir.path(), &timings).await)),
         };
         let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
-        let kubelets = SimulatedKubelets::start(apiserver.admin_kubeconfig(), cloud.clone(), rates.kubelets)
+        let (cloud_config, aws) = match &ccm {
+            LocalCcm::Aws { cli, .. } => {
+                let (path, keys) = aws_cloud_config(&cloud, &server.url(), cli, dir.path()).await;
+                (path, Some(keys))
+            }
+            LocalCcm::Fakecloud | LocalCcm::Upstream(_) | LocalCcm::Command(_) => {
+                let path = dir.path().join("cloud-config.yaml");
+                let config =
+                    CloudConfig { region: Some("local-1".into()), ..CloudConfig::with_token(server.url(), USER) };
+                config.write(&path).expect("cloud config written");
+                (path, None)
+            }
+        };
+        let node_names = if aws.is_some() { NodeNames::PrivateDns } else { NodeNames::Instance };
+        let kubelet_options = kubelets::Options { node_names, ..rates.kubelets };
+        let kubelets = SimulatedKubelets::start(apiserver.admin_kubeconfig(), cloud.clone(), kubelet_options)
             .await
             .expect("simulated kubelets start");
-        let cloud_config = dir.path().join("cloud-config.yaml");
-        let config = CloudConfig { region: Some("local-1".into()), ..CloudConfig::with_token(server.url(), USER) };
-        config.write(&cloud_config).expect("cloud config written");
         let mut cluster = Self {
-            probe: Probe::new(apiserver.client(), cloud),
+            probe: Probe::new(apiserver.client(), cloud).naming_nodes(node_names),
             apiserver,
             server,
             dir,
@@ -266,6 +301,7 @@ impl Cluster {
             cloud_config,
             kubectl,
             cluster_cidr,
+            aws,
             _kubelets: kubelets,
             _one_at_a_time: one_at_a_time,
         };
@@ -296,18 +332,36 @@ impl Cluster {
     }
 
     /// Start a CCM process (`bin`: the test's `CARGO_BIN_EXE_...`) as the ServiceAccount, serving HTTPS on a
-    /// free loopback port; `args` come after the harness's (a repeated flag overrides).
+    /// free loopback port; `args` come after the harness's (a repeated flag overrides). On a cluster set up for
+    /// cloud-provider-aws, with its flags and key pair.
     pub fn ccm(&self, bin: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Ccm {
         let port = free_port();
         let log = self.dir.path().join(format!("ccm-{port}.log"));
-        let flags = composition::Ccm {
-            cloud_config: &self.cloud_config,
-            kubeconfig: &self.sa_kubeconfig,
-            cluster_cidr: &self.cluster_cidr,
-            port,
+        let (flags, env) = match &self.aws {
+            None => {
+                let flags = composition::Ccm {
+                    cloud_config: &self.cloud_config,
+                    kubeconfig: &self.sa_kubeconfig,
+                    cluster_cidr: &self.cluster_cidr,
+                    port,
+                };
+                (flags.args(), Vec::new())
+            }
+            Some(keys) => {
+                let flags = composition::AwsCcm {
+                    cloud_config: &self.cloud_config,
+                    kubeconfig: &self.sa_kubeconfig,
+                    cluster_cidr: &self.cluster_cidr,
+                    cluster_name: CLUSTER_ID,
+                    port,
+                    keys: (&keys.access_key_id, &keys.secret_access_key),
+                };
+                (flags.args(), flags.env())
+            }
         };
         let child = tokio::process::Command::new(bin)
-            .args(flags.args())
+            .args(flags)
+            .envs(env)
             .arg("--node-monitor-period=1s")
             .args(args)
             .env("RUST_LOG", "info")
@@ -346,6 +400,11 @@ impl Cluster {
             });
         }
         (writes, reasons)
+    }
+
+    /// Whether it is set up for cloud-provider-aws ([`ClusterOptions::ccm`]).
+    pub fn is_aws(&self) -> bool {
+        self.aws.is_some()
     }
 
     /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.

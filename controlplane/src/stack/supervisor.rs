@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fakecloud_api::{Client, CloudConfig, CreateInstanceRequest, QuotaName};
-use fakecloud_controlplane::composition;
 use fakecloud_controlplane::process::{Processes, log_tail};
 use fakecloud_controlplane::{
     CLUSTER_CIDR, ControlPlane, NODE_CIDR_MASK_SIZE, kubelets::NodeNames, kubelets::UNINITIALIZED_TAINT,
     node_cidr_mask_size, pinned_kubernetes_version,
 };
+use fakecloud_controlplane::{aws_cluster, composition};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -187,7 +187,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
         Some((_, aws_cli)) => {
             progress.say(&format!(
                 "tagging the subnets and the main route table for cluster {} with the AWS CLI",
-                super::aws::CLUSTER_ID
+                aws_cluster::CLUSTER_ID
             ));
             let setup = super::aws::set_up(&region.name, &url, &dir, aws_cli);
             let setup = progress.awaiting("the AWS CLI", setup).await?;
@@ -199,7 +199,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
                 cloud_config: &setup.cloud_config,
                 kubeconfig: control_plane.admin_kubeconfig(),
                 cluster_cidr: CLUSTER_CIDR,
-                cluster_name: super::aws::CLUSTER_ID,
+                cluster_name: aws_cluster::CLUSTER_ID,
                 port: options.ccm_port,
                 keys: (&setup.access_key_id, &setup.secret_access_key),
             };
@@ -258,7 +258,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
             tags: match options.ccm {
                 StackCcm::Fakecloud => Default::default(),
                 // cloud-provider-aws sees only the cluster's instances (`describeInstances` keeps those with it).
-                StackCcm::Aws => [(super::aws::cluster_tag(), "owned".to_string())].into(),
+                StackCcm::Aws => [(aws_cluster::cluster_tag(aws_cluster::CLUSTER_ID), "owned".to_string())].into(),
             },
             ..Default::default()
         })

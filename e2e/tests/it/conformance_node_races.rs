@@ -32,13 +32,14 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
     // Long enough for a few lifecycle passes at the default 5 s period (kind), and the window past it.
     const LAG: Duration = Duration::from_secs(15);
     const NOT_READY: Duration = Duration::from_secs(30);
-    case("new-node-race", Setup::new(CCM).kubelets_start_not_ready(NOT_READY), async |env| {
-        let name = env.name("late");
+    let setup = Setup::new(CCM).kubelets_start_not_ready(NOT_READY).stated_for_aws();
+    case("new-node-race", setup, async |env| {
+        let machine = env.name("late");
         let rule = CreateFaultRuleRequest {
             id: Some(env.name("lag-new-instance")),
             matcher: FaultMatch {
                 operations: vec!["CreateInstance".into()],
-                names: vec![name.clone()],
+                names: vec![machine.clone()],
                 ..Default::default()
             },
             action: FaultAction::EventualConsistency { seconds: LAG.as_secs_f64() },
@@ -49,6 +50,7 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
         let created = Instant::now();
         let inst = env.create_instance(CreateInstanceRequest { name: "late".into(), ..Default::default() }).await;
         assert_eq!(env.cloud.get_instance(&inst.id).await.unwrap().id, inst.id, "the cloud's own view sees it");
+        let name = env.node_name(&inst);
 
         // Registered NotReady at once, then deleted by the lifecycle controller while the CCM's reads say 404.
         let deleting = env.event("default", &name, "DeletingNode", LAG + HANG).await;
@@ -59,7 +61,8 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
         // The check that found no instance ran within the lag; its delete and event follow within moments.
         let margin = Duration::from_secs(5);
         assert!(deleted_after < LAG + margin, "deleted after the cloud showed the instance ({deleted_after:?})");
-        let lookups = env.ccm_calls(&["GetInstance", "ListInstances"]).await;
+        let reads: &[&str] = if env.ccm_is_aws() { &["DescribeInstances"] } else { &["GetInstance", "ListInstances"] };
+        let lookups = env.ccm_calls(reads).await;
         assert!(!lookups.is_empty(), "the CCM asked the cloud before deleting");
 
         // The kubelet registers again; once the cloud shows the instance the Node is kept and initialized, and
@@ -71,7 +74,11 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
             env.node(&name).await.filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
         })
         .await;
-        assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.as_deref()), Some(inst.provider_id.as_str()));
+        let provider_id = match env.ccm_is_aws() {
+            true => format!("aws:///{}/{}", inst.zone, inst.id),
+            false => inst.provider_id.clone(),
+        };
+        assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.clone()), Some(provider_id));
         let deletions = env.events_for(&name).await.into_iter().filter(|e| e.reason.as_deref() == Some("DeletingNode"));
         let count: i32 = deletions.map(|e| e.count.unwrap_or(1)).sum();
         eprintln!("{count} deletion(s) during the {LAG:?} lag; Ready {:.1?} after the create", created.elapsed());
@@ -82,20 +89,31 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
-    case("hung-kubelet", Setup::new(CCM), async |env| {
+    case("hung-kubelet", Setup::new(CCM).stated_for_aws(), async |env| {
         let inst = env.instance("hung", "local-1a").await;
-        let name = inst.name.clone();
+        let name = env.node_name(&inst);
         until(HANG, &format!("{name} initialized and Ready"), async || {
             env.node(&name).await.filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
         })
         .await;
 
+        // The CCM's reads of this machine. cloud-provider-aws's `DescribeInstances` name no machine in the audit
+        // log, and its route controller makes one each route period (aws_routes.go ListRoutes, L90): its lifecycle
+        // checks are the ones beyond the route listings.
         let lookups = async || {
-            let calls = env.ccm_calls(&["GetInstance"]).await;
-            calls.into_iter().filter(|c| c.resource_id.as_deref() == Some(inst.id.as_str()) && c.status == 200).count()
+            if env.ccm_is_aws() {
+                let reads = env.ccm_calls(&["DescribeInstances"]).await.len();
+                reads.saturating_sub(env.ccm_calls(&["DescribeRouteTables"]).await.len())
+            } else {
+                let calls = env.ccm_calls(&["GetInstance"]).await;
+                calls
+                    .into_iter()
+                    .filter(|c| c.resource_id.as_deref() == Some(inst.id.as_str()) && c.status == 200)
+                    .count()
+            }
         };
         let before = lookups().await;
-        let hang = StartHangRequest { names: vec![name.clone()], ..Default::default() };
+        let hang = StartHangRequest { names: vec![inst.name.clone()], ..Default::default() };
         let hung = env.cloud.start_hang(&hang).await.unwrap().items;
         assert_eq!(hung.iter().map(|h| h.instance_id.as_str()).collect::<Vec<_>>(), [inst.id.as_str()]);
         let hung_at = Instant::now();
