@@ -22,7 +22,8 @@ pub struct ServeArgs {
     /// Also answer the cloud's names over DNS on this address, UDP and TCP (e.g. 127.0.0.1:5353; port 0 picks a
     /// free one): load balancers' DNS names (`*.lb.fakecloud.test`, once active) and instances' private DNS
     /// names (`ip-10-0-1-5.<region>.compute.internal`). Authoritative for those zones only: point a resolver's
-    /// forwarding of them here (CoreDNS's `forward`, or `dig @ADDR -p PORT`).
+    /// forwarding of them here (CoreDNS's `forward`, or `dig @ADDR -p PORT`). With --serve-load-balancers, give
+    /// an address of its own: a wildcard one (0.0.0.0:53) takes its port from every load balancer address.
     #[arg(long, env = "FAKECLOUD_DNS_LISTEN", value_name = "ADDR")]
     pub dns_listen: Option<String>,
     /// SQLite database file (created if missing; sqlite://PATH too), :memory: for a throwaway run, or a

@@ -198,7 +198,9 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
                 .args(["--sysctl", "net.ipv4.conf.all.send_redirects=0"])
                 .args(["--sysctl", "net.ipv4.conf.default.send_redirects=0"])
                 .args(["-e", "FAKECLOUD_SERVE_LOAD_BALANCERS=true", "-e", "FAKECLOUD_HOLD_PUBLIC_POOL=true"])
-                .args(["-e", "FAKECLOUD_DNS_LISTEN=0.0.0.0:53"])
+                // Its own address, not the wildcard: a UDP or TCP socket on 0.0.0.0:53 would take port 53 from
+                // every load balancer address in the container, and a Service's port 53 would never answer.
+                .args(["-e", &format!("FAKECLOUD_DNS_LISTEN={dns}")])
                 .args(["-e", &format!("FAKECLOUD_PUBLIC_POOL={}", at.lb_pool)])
                 .args(["-e", &format!("FAKECLOUD_ADOPT_NETWORKS={adopt}")])
                 .args(["-e", &format!("FAKECLOUD_USER_TOKEN={user}"), "-e", &format!("FAKECLOUD_ADMIN_TOKEN={admin}")])
