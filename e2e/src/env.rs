@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fakecloud_api::{
@@ -29,7 +30,7 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use tokio::sync::Mutex;
 
 use crate::backend::{Backend, Existing, LocalCcm, Timing};
-use crate::local::{Ccm, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
+use crate::local::{Ccm, CcmLauncher, Cluster, ClusterOptions, Emulator, LOG_TAIL, Rates};
 use crate::{HANG, Probe, condition, poll, until};
 
 /// The tag on every machine the suite makes; its value names the case run.
@@ -53,7 +54,7 @@ const AUDIT_TAIL: usize = 40;
 const EVENTS_TAIL: usize = 40;
 
 /// The CCM the local backend runs ([`LocalCcm`]), and how.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct LocalProcess {
     bin: std::path::PathBuf,
     args: Vec<&'static str>,
@@ -69,7 +70,41 @@ impl LocalProcess {
     }
 
     fn start(&self, cluster: &Cluster) -> Ccm {
-        cluster.ccm(&self.bin, &self.args)
+        self.start_with(&cluster.ccm_launcher())
+    }
+
+    fn start_with(&self, launcher: &CcmLauncher) -> Ccm {
+        launcher.start(self.bin.as_os_str(), &self.args)
+    }
+}
+
+/// How often the local backend looks for a CCM replica that exited.
+const RESTART_CHECK: Duration = Duration::from_millis(500);
+
+/// The local backend's CCM replicas kept running as their Deployment keeps its pods: one that exits by itself — a
+/// CCM exits when it loses its Lease, which a renewal late on a busy machine does — is started again. (A replica
+/// the case kills is replaced by [`Env::kill_ccm_leader`] itself.) Stopped when dropped.
+struct Restarter(tokio::task::JoinHandle<()>);
+
+impl Restarter {
+    fn start(launcher: CcmLauncher, ccm: LocalProcess, replicas: Arc<Mutex<Vec<Ccm>>>) -> Self {
+        Self(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RESTART_CHECK).await;
+                for replica in replicas.lock().await.iter_mut() {
+                    if let Ok(Some(status)) = replica.child.try_wait() {
+                        eprintln!("a CCM replica exited ({status}); started again, as its Deployment would restart it");
+                        *replica = ccm.start_with(&launcher);
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Restarter {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -184,7 +219,13 @@ pub struct Env {
 
 enum Kind {
     /// A cluster of the case's own, and its CCM processes (a killed one is replaced, as a Deployment would).
-    Local { cluster: Box<Cluster>, ccm: LocalProcess, replicas: Mutex<Vec<Ccm>> },
+    Local {
+        /// Stops first: nothing is restarted while the rest goes.
+        _restarter: Restarter,
+        cluster: Box<Cluster>,
+        ccm: LocalProcess,
+        replicas: Arc<Mutex<Vec<Ccm>>>,
+    },
     /// A shared cluster: its CCM is the pods behind the Lease `cfg` names.
     Existing {
         cfg: Box<Existing>,
@@ -270,7 +311,9 @@ impl Env {
             ClusterOptions { rates, emulator_binary: setup.emulator.map(Into::into), ..ClusterOptions::default() };
         let cluster = Cluster::start_with_options(&format!("e2e case {name}"), options).await?;
         let ccm = LocalProcess::new(setup.ccm);
-        let replicas = (0..setup.replicas.max(1)).map(|_| ccm.start(&cluster)).collect();
+        let replicas: Arc<Mutex<Vec<Ccm>>> =
+            Arc::new(Mutex::new((0..setup.replicas.max(1)).map(|_| ccm.start(&cluster)).collect()));
+        let restarter = Restarter::start(cluster.ccm_launcher(), ccm.clone(), replicas.clone());
         let env = Self {
             probe: cluster.probe.clone().from_now(),
             timing,
@@ -278,7 +321,7 @@ impl Env {
             run,
             suffix,
             namespaces: Default::default(),
-            kind: Kind::Local { cluster: Box::new(cluster), ccm, replicas: Mutex::new(replicas) },
+            kind: Kind::Local { _restarter: restarter, cluster: Box::new(cluster), ccm, replicas },
         };
         env.wait_for_leader(None, HANG).await;
         Some(env)
@@ -462,7 +505,7 @@ impl Env {
     pub async fn kill_ccm_leader(&self) {
         let holder = self.wait_for_leader(None, HANG).await;
         match &self.kind {
-            Kind::Local { cluster, ccm, replicas } => {
+            Kind::Local { cluster, ccm, replicas, .. } => {
                 let mut replicas = replicas.lock().await;
                 let i = replicas.iter().position(|r| r.identity().as_deref() == Some(holder.as_str()));
                 let i = i.unwrap_or_else(|| panic!("no local CCM has the leader's identity {holder:?}"));

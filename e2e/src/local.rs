@@ -335,42 +335,18 @@ impl Cluster {
     /// free loopback port; `args` come after the harness's (a repeated flag overrides). On a cluster set up for
     /// cloud-provider-aws, with its flags and key pair.
     pub fn ccm(&self, bin: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Ccm {
-        let port = free_port();
-        let log = self.dir.path().join(format!("ccm-{port}.log"));
-        let (flags, env) = match &self.aws {
-            None => {
-                let flags = composition::Ccm {
-                    cloud_config: &self.cloud_config,
-                    kubeconfig: &self.sa_kubeconfig,
-                    cluster_cidr: &self.cluster_cidr,
-                    port,
-                };
-                (flags.args(), Vec::new())
-            }
-            Some(keys) => {
-                let flags = composition::AwsCcm {
-                    cloud_config: &self.cloud_config,
-                    kubeconfig: &self.sa_kubeconfig,
-                    cluster_cidr: &self.cluster_cidr,
-                    cluster_name: CLUSTER_ID,
-                    port,
-                    keys: (&keys.access_key_id, &keys.secret_access_key),
-                };
-                (flags.args(), flags.env())
-            }
-        };
-        let child = tokio::process::Command::new(bin)
-            .args(flags)
-            .envs(env)
-            .arg("--node-monitor-period=1s")
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("CCM log file"))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the CCM starts");
-        Ccm { child, log, port }
+        self.ccm_launcher().start(bin.as_ref(), args)
+    }
+
+    /// What [`Cluster::ccm`] starts CCMs with, apart from the cluster (for a task that starts them again).
+    pub fn ccm_launcher(&self) -> CcmLauncher {
+        CcmLauncher {
+            dir: self.dir.path().to_path_buf(),
+            cloud_config: self.cloud_config.clone(),
+            sa_kubeconfig: self.sa_kubeconfig.clone(),
+            cluster_cidr: self.cluster_cidr.clone(),
+            aws: self.aws.clone(),
+        }
     }
 
     /// Every API-server write of the CCM's ServiceAccount so far, oldest first, as `<verb> <resource>` (with
@@ -416,6 +392,58 @@ impl Cluster {
         }
         self.wait_initialized(&instances, timeout).await;
         instances
+    }
+}
+
+/// How a cluster starts its CCM processes ([`Cluster::ccm_launcher`]).
+#[derive(Debug, Clone)]
+pub struct CcmLauncher {
+    dir: PathBuf,
+    cloud_config: PathBuf,
+    sa_kubeconfig: PathBuf,
+    cluster_cidr: String,
+    aws: Option<Keys>,
+}
+
+impl CcmLauncher {
+    /// As [`Cluster::ccm`].
+    pub fn start(&self, bin: &std::ffi::OsStr, args: &[&str]) -> Ccm {
+        let port = free_port();
+        let log = self.dir.join(format!("ccm-{port}.log"));
+        let (flags, env) = match &self.aws {
+            None => {
+                let flags = composition::Ccm {
+                    cloud_config: &self.cloud_config,
+                    kubeconfig: &self.sa_kubeconfig,
+                    cluster_cidr: &self.cluster_cidr,
+                    port,
+                };
+                (flags.args(), Vec::new())
+            }
+            Some(keys) => {
+                let flags = composition::AwsCcm {
+                    cloud_config: &self.cloud_config,
+                    kubeconfig: &self.sa_kubeconfig,
+                    cluster_cidr: &self.cluster_cidr,
+                    cluster_name: CLUSTER_ID,
+                    port,
+                    keys: (&keys.access_key_id, &keys.secret_access_key),
+                };
+                (flags.args(), flags.env())
+            }
+        };
+        let child = tokio::process::Command::new(bin)
+            .args(flags)
+            .envs(env)
+            .arg("--node-monitor-period=1s")
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("CCM log file"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the CCM starts");
+        Ccm { child, log, port }
     }
 }
 
