@@ -67,8 +67,6 @@ pub struct Network {
     pub vpc: String,
     pub subnet: String,
     pub zone: String,
-    /// The VPC's main route table, the cluster's.
-    pub route_table: String,
 }
 
 impl Network {
@@ -99,5 +97,5 @@ pub async fn tag_network(cli: &AwsCli<'_>, cluster_id: &str) -> Result<Network> 
         .await?;
     let elb_role = "Key=kubernetes.io/role/elb,Value=1";
     cli.ec2(&[&["create-tags", "--resources"], subnet_ids.as_slice(), &["--tags", elb_role]].concat()).await?;
-    Ok(Network { vpc: vpc.into(), subnet: subnet.into(), zone: zone.into(), route_table: route_table.into() })
+    Ok(Network { vpc: vpc.into(), subnet: subnet.into(), zone: zone.into() })
 }

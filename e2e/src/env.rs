@@ -271,7 +271,8 @@ fn kubelet_options(mut opts: kubelets::Options, run: &str, setup: &Setup) -> kub
 
 impl Env {
     async fn start(name: &str, setup: &Setup) -> Option<Self> {
-        if setup.pods_on > 0 && matches!(Backend::from_env(), Backend::Local) {
+        let backend = Backend::from_env();
+        if setup.pods_on > 0 && matches!(backend, Backend::Local) {
             eprintln!(
                 "skipping {name}: it runs pods on {} nodes, and the local backend's kubelets are simulated \
                  (kwok marks their pods Running; no container serves traffic); run it on kind: make e2e-kind",
@@ -279,7 +280,7 @@ impl Env {
             );
             return None;
         }
-        let aws = match Backend::from_env() {
+        let aws = match &backend {
             Backend::Local => matches!(LocalCcm::from_env(), LocalCcm::Aws { .. }),
             Backend::Existing(cfg) => cfg.ccm == "aws",
         };
@@ -292,7 +293,7 @@ impl Env {
         }
         let suffix = uuid_suffix();
         let run = format!("{name}-{suffix}");
-        match Backend::from_env() {
+        match backend {
             Backend::Local => Self::start_local(name, run, suffix, setup).await,
             Backend::Existing(cfg) => Self::start_existing(name, run, suffix, setup, cfg).await,
         }
