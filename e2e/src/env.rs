@@ -403,6 +403,18 @@ impl Env {
         }
     }
 
+    /// The operations the CCM reads instances with: fakecloud's `GetInstance` and `ListInstances`, or
+    /// cloud-provider-aws's `DescribeInstances` (by ID, or by a `private-dns-name` filter).
+    pub fn instance_reads(&self) -> &'static [&'static str] {
+        if self.ccm_is_aws() { &["DescribeInstances"] } else { &["GetInstance", "ListInstances"] }
+    }
+
+    /// The providerID the CCM gives `inst`'s Node: fakecloud's, or cloud-provider-aws's `aws:///<zone>/<i-…>`
+    /// (`KubernetesInstanceID`, aws_instance.go; the instance ID is the cloud's own, `i-` and 17 hex digits).
+    pub fn provider_id(&self, inst: &Instance) -> String {
+        if self.ccm_is_aws() { format!("aws:///{}/{}", inst.zone, inst.id) } else { inst.provider_id.clone() }
+    }
+
     /// The emulator's DNS address, where the cloud's names answer (`FAKECLOUD_E2E_DNS`: `make kind-up` serves
     /// them); the local backend's emulators serve none.
     pub fn cloud_dns(&self) -> Option<&str> {

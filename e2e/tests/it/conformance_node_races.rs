@@ -61,8 +61,7 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
         // The check that found no instance ran within the lag; its delete and event follow within moments.
         let margin = Duration::from_secs(5);
         assert!(deleted_after < LAG + margin, "deleted after the cloud showed the instance ({deleted_after:?})");
-        let reads: &[&str] = if env.ccm_is_aws() { &["DescribeInstances"] } else { &["GetInstance", "ListInstances"] };
-        let lookups = env.ccm_calls(reads).await;
+        let lookups = env.ccm_calls(env.instance_reads()).await;
         assert!(!lookups.is_empty(), "the CCM asked the cloud before deleting");
 
         // The kubelet registers again; once the cloud shows the instance the Node is kept and initialized, and
@@ -74,11 +73,7 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
             env.node(&name).await.filter(|n| initialized(n) && condition(n, "Ready").is_some_and(|(s, _)| s == "True"))
         })
         .await;
-        let provider_id = match env.ccm_is_aws() {
-            true => format!("aws:///{}/{}", inst.zone, inst.id),
-            false => inst.provider_id.clone(),
-        };
-        assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.clone()), Some(provider_id));
+        assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.clone()), Some(env.provider_id(&inst)));
         let deletions = env.events_for(&name).await.into_iter().filter(|e| e.reason.as_deref() == Some("DeletingNode"));
         let count: i32 = deletions.map(|e| e.count.unwrap_or(1)).sum();
         eprintln!("{count} deletion(s) during the {LAG:?} lag; Ready {:.1?} after the create", created.elapsed());

@@ -31,19 +31,8 @@ async fn wait_initialized(env: &Env, name: &str, timeout: Duration) -> Node {
 /// (`ListInstances`, which names no resource); cloud-provider-aws's are `DescribeInstances`, by instance ID or by
 /// a `private-dns-name` filter. Calls about other machines of a shared cluster do not count.
 async fn metadata_calls(env: &Env, ids: &BTreeSet<String>) -> Vec<AuditEntry> {
-    let calls = env.ccm_calls(instance_reads(env)).await;
+    let calls = env.ccm_calls(env.instance_reads()).await;
     calls.into_iter().filter(|c| c.resource_id.as_ref().is_none_or(|id| ids.contains(id))).collect()
-}
-
-/// The CCM's instance reads, by operation.
-fn instance_reads(env: &Env) -> &'static [&'static str] {
-    if env.ccm_is_aws() { &["DescribeInstances"] } else { &["GetInstance", "ListInstances"] }
-}
-
-/// The providerID the CCM gives `inst`'s Node: fakecloud's, or cloud-provider-aws's `aws:///<zone>/<i-…>`
-/// (`KubernetesInstanceID`, aws_instance.go; the instance ID is the cloud's own, `i-` and 17 hex digits).
-fn provider_id(env: &Env, inst: &Instance) -> String {
-    if env.ccm_is_aws() { format!("aws:///{}/{}", inst.zone, inst.id) } else { inst.provider_id.clone() }
 }
 
 /// The addresses the CCM gives `inst`'s Node, in order: the provided node IP first (the kubelet's annotation),
@@ -73,7 +62,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         let na = wait_initialized(env, &a_node, HANG).await;
         wait_initialized(env, &c_node, HANG).await;
         eprintln!("2 nodes registered and initialized {:.1?} after their instances were created", started.elapsed());
-        assert_eq!(na.spec.as_ref().unwrap().provider_id, Some(provider_id(env, &a)));
+        assert_eq!(na.spec.as_ref().unwrap().provider_id, Some(env.provider_id(&a)));
         // (The controller manager may add its own not-ready taint for a moment; the CCM's is what matters.)
         assert!(!taint_keys(&na).iter().any(|k| k == UNINITIALIZED_TAINT));
         let labels: BTreeMap<String, String> = na.metadata.labels.clone().unwrap();
@@ -188,7 +177,7 @@ async fn nodes_are_initialized_and_follow_their_instances() {
         assert_eq!(env.node_name(&g), ghost_name);
         let ng = wait_initialized(env, &ghost_name, HANG).await;
         drop(beating);
-        assert_eq!(ng.spec.as_ref().unwrap().provider_id, Some(provider_id(env, &g)));
+        assert_eq!(ng.spec.as_ref().unwrap().provider_id, Some(env.provider_id(&g)));
         let ng = until(HANG, "ghost's addresses", async || {
             env.node(&ghost_name).await.filter(|n| addresses(n).first().is_some_and(|a| a.0 == "InternalIP"))
         })

@@ -115,7 +115,7 @@ async fn routes_follow_nodes_and_the_route_quota() {
             &["CreateRoute", "DeleteRoute", "CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"]
         };
         let route_reads: &[&str] = if aws { &["DescribeRouteTables"] } else { &["ListRoutes", "GetRoute"] };
-        let instance_reads: &[&str] = if aws { &["DescribeInstances"] } else { &["GetInstance", "ListInstances"] };
+        let instance_reads = env.instance_reads();
         let (writes_before, listings_before, instance_reads_before) = (
             env.ccm_calls(writes).await.len(),
             env.ccm_calls(route_reads).await.len(),
