@@ -1,8 +1,9 @@
 //! The cloud's names over DNS (`fakecloud serve --dns-listen`): a load balancer's `dns_name`
-//! (`<name>-<hash>.<region>.lb.fakecloud.test`) answers its address once it is active, and an instance's private
+//! (`<name>-<hash>.<region>.lb.fakecloud.test`, or a classic ELB's `<name>-<hash>.<region>.elb.amazonaws.com` as AWS
+//! names it) answers its address once it is active, and an instance's private
 //! DNS name (`ip-10-0-1-5.<region>.compute.internal`, as EC2 names it) its private address while it is not
 //! terminated — so that pods, nodes and tests reach a load balancer by the hostname a CCM writes to a Service's
-//! status, as on AWS. Authoritative for those two zones only: any other name is refused (this is not a resolver;
+//! status, as on AWS. Authoritative for those zones only: any other name is refused (this is not a resolver;
 //! CoreDNS or the test's own resolver forwards just these zones here). Each query reads the store, so a name
 //! answers as soon as the native API shows the address; the records' short TTL keeps caches from holding a deleted
 //! load balancer's address for long, and negative answers carry no SOA, so that no resolver caches a name that is
@@ -24,6 +25,12 @@ use crate::store;
 
 /// The zone of load balancers' names (`store::load_balancers` names them in it).
 pub const LB_ZONE: &str = "lb.fakecloud.test.";
+/// The zone of classic ELBs' names, as AWS names them (`store::classic_elb`): cloud-provider-aws tells a classic
+/// ELB from an NLB by it, and refuses to update a Service whose hostname is not in it (`validateServiceAnnotations`,
+/// aws_validations.go in v1.37.1).
+pub const ELB_ZONE: &str = "elb.amazonaws.com.";
+/// The zones of load balancers' names, each answered from the store's names.
+pub const LB_ZONES: [&str; 2] = [LB_ZONE, ELB_ZONE];
 /// Seconds a resolver may keep an answer.
 const TTL: u32 = 5;
 /// How long a TCP client may take to send its query before the connection is closed.
@@ -56,10 +63,10 @@ impl Names {
 
     async fn lookup(&self, name: &str) -> Result<Lookup> {
         let name = name.to_ascii_lowercase();
-        if let Some(host) = name.strip_suffix(LB_ZONE) {
+        if LB_ZONES.iter().any(|zone| name.ends_with(zone)) {
             // The store keeps the name without the root's dot.
-            let stored = format!("{host}{}", LB_ZONE.trim_end_matches('.'));
-            return Ok(match store::load_balancers::address_of_name(&self.db, &stored).await? {
+            let stored = name.trim_end_matches('.');
+            return Ok(match store::load_balancers::address_of_name(&self.db, stored).await? {
                 Some(address) => Lookup::Found(vec![address]),
                 None => Lookup::NoSuchName,
             });

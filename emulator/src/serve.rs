@@ -20,7 +20,8 @@ pub struct ServeArgs {
     #[arg(long, env = "FAKECLOUD_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
     /// Also answer the cloud's names over DNS on this address, UDP and TCP (e.g. 127.0.0.1:5353; port 0 picks a
-    /// free one): load balancers' DNS names (`*.lb.fakecloud.test`, once active) and instances' private DNS
+    /// free one): load balancers' DNS names (`*.lb.fakecloud.test`, and classic ELBs' `*.elb.amazonaws.com` as AWS
+    /// names them; once active) and instances' private DNS
     /// names (`ip-10-0-1-5.<region>.compute.internal`). Authoritative for those zones only: point a resolver's
     /// forwarding of them here (CoreDNS's `forward`, or `dig @ADDR -p PORT`). With --serve-load-balancers, give
     /// an address of its own: a wildcard one (0.0.0.0:53) takes its port from every load balancer address.
@@ -262,7 +263,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         ),
     }
     if let Some(dns) = dns {
-        eprintln!("fakecloud: DNS on {dns} (UDP and TCP): lb.fakecloud.test and {}.compute.internal", args.region);
+        let zones = crate::dns::LB_ZONES.map(|z| z.trim_end_matches('.')).join(", ");
+        eprintln!("fakecloud: DNS on {dns} (UDP and TCP): {zones} and {}.compute.internal", args.region);
     }
     let stop = server.shutdown_handle();
     tokio::spawn(async move {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use fakecloud_api::{CreateLoadBalancerRequest, LoadBalancer, UpdateLoadBalancerRequest, codes};
+use fakecloud_api::{CreateLoadBalancerRequest, LoadBalancer, Scheme, UpdateLoadBalancerRequest, codes};
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyExecutor;
 
@@ -212,6 +212,14 @@ struct New<'a> {
 impl Beside for New<'_> {
     fn immediate(&self) -> bool {
         true
+    }
+
+    /// As AWS names a classic ELB: `<name>-<hash>.<region>.elb.amazonaws.com`, `internal-` before an internal
+    /// one's (the ELB guide's "Internet-facing Classic Load Balancers" and "Internal Classic Load Balancers").
+    fn dns_name(&self, name: &str, hash: &str, scheme: Scheme, region: &str) -> String {
+        let internal = if scheme == Scheme::Internal { "internal-" } else { "" };
+        let zone = crate::dns::ELB_ZONE.trim_end_matches('.');
+        format!("{internal}{}-{hash}.{region}.{zone}", name.to_ascii_lowercase())
     }
 
     async fn write(&self, tx: &mut Tx, id: &str) -> Result<()> {

@@ -298,6 +298,12 @@ pub trait Beside: Sync {
     /// Whether the load balancer skips `provisioning` (classic ELB has no such state: AWS answers it at once).
     fn immediate(&self) -> bool;
 
+    /// The DNS name of load balancer `name` (`hash`: a part of its ID) of `scheme` in `region`: the native API's
+    /// `<name>-<hash>.<region>.lb.fakecloud.test` (`dns::LB_ZONE`), unless the face names it as its cloud does.
+    fn dns_name(&self, name: &str, hash: &str, _scheme: Scheme, region: &str) -> String {
+        format!("{}-{hash}.{region}.{}", name.to_ascii_lowercase(), crate::dns::LB_ZONE.trim_end_matches('.'))
+    }
+
     /// The fewest listeners it is made with: the native API's [`LISTENERS_MIN`]; none for an NLB, which AWS makes
     /// before its listeners.
     fn listeners_min(&self) -> usize {
@@ -363,8 +369,7 @@ pub async fn create_with<B: Beside>(
         });
     }
     let id = new_id("lb");
-    let dns_name =
-        format!("{}-{}.{}.lb.fakecloud.test", req.name.to_ascii_lowercase(), &id[3..11], cfg.topology.region);
+    let dns_name = beside.dns_name(&req.name, &id[3..11], req.scheme, &cfg.topology.region);
     let row = Row {
         seq: 0,
         id,

@@ -99,6 +99,9 @@ async fn a_classic_load_balancer_is_a_native_row_there_at_once_and_described_as_
     let lb = emu.user.find_load_balancer("a1b2c3").await.unwrap().unwrap();
     assert_eq!(lb.state, LoadBalancerState::Active, "no provisioning state");
     assert_eq!(all(&xml, "DNSName"), [lb.dns_name.clone().unwrap()]);
+    // Named as AWS names an internal classic ELB: cloud-provider-aws tells a classic ELB by the zone.
+    let dns = lb.dns_name.clone().unwrap();
+    assert!(dns.starts_with("internal-a1b2c3-") && dns.ends_with(".local-1.elb.amazonaws.com"), "{dns}");
     assert_eq!(lb.scheme, Scheme::Internal);
     let natives: Vec<(Protocol, u16, u16)> =
         lb.listeners.iter().map(|l| (l.protocol, l.port, l.backend_port)).collect();

@@ -65,6 +65,23 @@ async fn a_load_balancers_name_answers_its_address_while_it_is_active() {
 }
 
 #[tokio::test]
+async fn a_classic_elbs_name_in_aws_zone_answers_its_address() {
+    let mut emu = Emu::start().await;
+    let dns = emu.server.as_mut().unwrap().serve_dns("127.0.0.1:0").await.unwrap();
+    let subnets = crate::aws_elb::subnets(&emu).await;
+    crate::aws_elb::call(&emu, &crate::aws_elb::create_form(&subnets[0], "classic", 80, 30080)).await;
+    let lb = emu.user.find_load_balancer("classic").await.unwrap().unwrap();
+    let name = lb.dns_name.clone().unwrap();
+    assert!(name.starts_with("classic-") && name.ends_with(".local-1.elb.amazonaws.com"), "{name}");
+    let r = resolver(dns, ConnectionConfig::udp());
+    assert_eq!(addresses(&r, &name).await.unwrap(), vec![lb.address.unwrap()]);
+    // The rest of AWS's zone is not the cloud's to answer.
+    let other = "sts.amazonaws.com";
+    let refused = addresses(&r, other).await.unwrap_err();
+    assert!(!refused.is_nx_domain(), "{other} is refused, not said to be missing: {refused}");
+}
+
+#[tokio::test]
 async fn an_instances_private_name_answers_until_it_is_terminated() {
     let mut emu = Emu::start().await;
     let dns = emu.server.as_mut().unwrap().serve_dns("127.0.0.1:0").await.unwrap();

@@ -6,18 +6,25 @@
 
 use std::net::Ipv4Addr;
 
-/// The zones the emulator answers (emulator/src/dns.rs): load balancers' names, and instances' private DNS names
-/// (`<region>.compute.internal`, whichever region).
-const ZONES: &str = "lb.fakecloud.test compute.internal";
+/// The zones the emulator answers (emulator/src/dns.rs): load balancers' names (classic ELBs' as AWS names them),
+/// and instances' private DNS names (`<region>.compute.internal`, whichever region).
+const ZONES: &str = "lb.fakecloud.test elb.amazonaws.com compute.internal";
 
 /// `corefile` (kubeadm's CoreDNS configuration) with a server block that forwards the cloud's zones to the
-/// emulator at `emulator`, port 53; a Corefile that has one already is given back as it is. No `cache`: the
-/// emulator's answers carry their own short TTL, and none for a name not there yet.
+/// emulator at `emulator`, port 53, in place of one an earlier `kind-up` added (CoreDNS refuses a zone served
+/// twice). No `cache`: the emulator's answers carry their own short TTL, and none for a name not there yet.
 pub fn with_cloud_zones(corefile: &str, emulator: Ipv4Addr) -> String {
-    if corefile.lines().any(|l| l.trim_start().starts_with(ZONES)) {
-        return corefile.to_string();
+    let mut kept = Vec::new();
+    let mut in_ours = false;
+    for line in corefile.lines() {
+        // Every block this adds, now or before, starts with the load balancers' zone.
+        in_ours = in_ours || line.starts_with("lb.fakecloud.test ");
+        if !in_ours {
+            kept.push(line);
+        }
+        in_ours = in_ours && line.trim() != "}";
     }
-    format!("{}\n{ZONES} {{\n    errors\n    forward . {emulator}:53\n}}\n", corefile.trim_end())
+    format!("{}\n{ZONES} {{\n    errors\n    forward . {emulator}:53\n}}\n", kept.join("\n").trim_end())
 }
 
 #[cfg(test)]
@@ -31,8 +38,14 @@ mod tests {
         assert_eq!(
             with,
             ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n\
-             lb.fakecloud.test compute.internal {\n    errors\n    forward . 172.18.255.250:53\n}\n"
+             lb.fakecloud.test elb.amazonaws.com compute.internal {\n    errors\n    forward . 172.18.255.250:53\n}\n"
         );
-        assert_eq!(with_cloud_zones(&with, Ipv4Addr::new(10, 0, 0, 1)), with);
+        assert_eq!(with_cloud_zones(&with, Ipv4Addr::new(172, 18, 255, 250)), with);
+        // An earlier kind-up's block, with fewer zones, is replaced.
+        let earlier = format!(
+            "{}\nlb.fakecloud.test compute.internal {{\n    errors\n    forward . 10.0.0.1:53\n}}\n",
+            kubeadms.trim_end()
+        );
+        assert_eq!(with_cloud_zones(&earlier, Ipv4Addr::new(172, 18, 255, 250)), with);
     }
 }
