@@ -409,6 +409,55 @@ impl Env {
         if self.ccm_is_aws() { &["DescribeInstances"] } else { &["GetInstance", "ListInstances"] }
     }
 
+    /// The operations the CCM changes load balancers with: fakecloud's three, or cloud-provider-aws's classic ELB
+    /// writes and those of the security group it makes for each (`ensureLoadBalancer`, `ensureSecurityGroup`,
+    /// `updateInstanceSecurityGroupsForLoadBalancer` in aws.go and aws_loadbalancer.go).
+    pub fn lb_writes(&self) -> &'static [&'static str] {
+        if self.ccm_is_aws() {
+            &[
+                "CreateLoadBalancer",
+                "DeleteLoadBalancer",
+                "CreateLoadBalancerListeners",
+                "DeleteLoadBalancerListeners",
+                "RegisterInstancesWithLoadBalancer",
+                "DeregisterInstancesFromLoadBalancer",
+                "ConfigureHealthCheck",
+                "ModifyLoadBalancerAttributes",
+                "AttachLoadBalancerToSubnets",
+                "DetachLoadBalancerFromSubnets",
+                "ApplySecurityGroupsToLoadBalancer",
+                "CreateLoadBalancerPolicy",
+                "SetLoadBalancerPoliciesOfListener",
+                "SetLoadBalancerPoliciesForBackendServer",
+                "AddTags",
+                "RemoveTags",
+                "CreateSecurityGroup",
+                "DeleteSecurityGroup",
+                "AuthorizeSecurityGroupIngress",
+                "RevokeSecurityGroupIngress",
+            ]
+        } else {
+            &["CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"]
+        }
+    }
+
+    /// The operations the CCM looks a load balancer up with: fakecloud's, or classic ELB's
+    /// `DescribeLoadBalancers` (cloud-provider-aws's `describeLoadBalancer`).
+    pub fn lb_reads(&self) -> &'static [&'static str] {
+        if self.ccm_is_aws() { &["DescribeLoadBalancers"] } else { &["ListLoadBalancers", "GetLoadBalancer"] }
+    }
+
+    /// `aws ec2 <args>` on the cluster's cloud with the CCM's account, as JSON: what only the AWS face shows, such as
+    /// security groups. Only a local cluster set up for cloud-provider-aws has the CLI and key pair (kind with
+    /// cloud-provider-aws is issue #50's rest).
+    pub async fn aws_ec2(&self, args: &[&str]) -> serde_json::Value {
+        let answer = match &self.kind {
+            Kind::Local { cluster, .. } => cluster.aws_ec2(args).await,
+            Kind::Existing { .. } => None,
+        };
+        answer.expect("the AWS CLI is set up on a local cluster for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)")
+    }
+
     /// The providerID the CCM gives `inst`'s Node: fakecloud's, or cloud-provider-aws's `aws:///<zone>/<i-…>`
     /// (`KubernetesInstanceID`, aws_instance.go; the instance ID is the cloud's own, `i-` and 17 hex digits).
     pub fn provider_id(&self, inst: &Instance) -> String {

@@ -25,6 +25,21 @@ pub fn ingress_ip(svc: &Service) -> Option<String> {
     ingress(svc)?.ip.clone()
 }
 
+/// Where the Service is reached: its first ingress IP, or hostname (cloud-provider-aws gives an ELB's DNS name and
+/// no IP, `toStatus` in aws.go); `None` while `<pending>`.
+pub fn ingress_address(svc: &Service) -> Option<String> {
+    let ingress = ingress(svc)?;
+    ingress.ip.clone().or_else(|| ingress.hostname.clone())
+}
+
+/// Wait (at most `timeout`) until Service `name` has an ingress IP or hostname; that.
+pub async fn wait_for_ingress(services: &Api<Service>, name: &str, timeout: Duration) -> String {
+    crate::until(timeout, &format!("{name}'s EXTERNAL-IP"), async || {
+        ingress_address(&services.get_opt(name).await.ok()??)
+    })
+    .await
+}
+
 /// Wait (at most `timeout`) until Service `name` has its EXTERNAL-IP; the IP. A failed read counts as "not yet".
 pub async fn wait_for_ip(services: &Api<Service>, name: &str, timeout: Duration) -> String {
     crate::until(timeout, &format!("{name}'s EXTERNAL-IP"), async || ingress_ip(&services.get_opt(name).await.ok()??))

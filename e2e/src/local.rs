@@ -124,15 +124,32 @@ async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
 
 /// The network of the cloud at `url` tagged as cluster [`CLUSTER_ID`]'s with the AWS CLI at `cli`, as `make up
 /// CCM=aws` tags it, and cloud-provider-aws's cloud config for it written in `dir`: its path, and the key pair
-/// of the account the cluster's tokens are ([`USER`]).
-async fn aws_cloud_config(cloud: &Client, url: &str, cli: &Path, dir: &Path) -> (PathBuf, Keys) {
+/// of the account the cluster's tokens are ([`USER`]), with the CLI that cases read the face with.
+async fn aws_cloud_config(cloud: &Client, url: &str, cli: &Path, dir: &Path) -> (PathBuf, AwsAccess) {
     let keys = Keys::of(&Tokens { user: USER.into(), admin: ADMIN.into() });
     let region = cloud.region().await.expect("the emulator's region").name;
-    let cli = AwsCli { path: cli, url, region: &region, keys: (&keys.access_key_id, &keys.secret_access_key) };
-    let network = aws_cluster::tag_network(&cli, CLUSTER_ID).await.unwrap_or_else(|e| panic!("{e}"));
+    let access = AwsAccess { keys, cli: cli.to_path_buf(), url: url.to_string(), region };
+    let network = aws_cluster::tag_network(&access.cli(), CLUSTER_ID).await.unwrap_or_else(|e| panic!("{e}"));
     let path = dir.join("aws-cloud-config.ini");
-    std::fs::write(&path, network.cloud_config(&region, CLUSTER_ID, url).text()).expect("cloud config written");
-    (path, keys)
+    std::fs::write(&path, network.cloud_config(&access.region, CLUSTER_ID, url).text()).expect("cloud config written");
+    (path, access)
+}
+
+/// A cluster set up for cloud-provider-aws: the account's key pair, which its CCMs sign with, and the AWS CLI
+/// pointed at the face with it.
+#[derive(Debug, Clone)]
+struct AwsAccess {
+    keys: Keys,
+    cli: PathBuf,
+    url: String,
+    region: String,
+}
+
+impl AwsAccess {
+    fn cli(&self) -> AwsCli<'_> {
+        let keys = (self.keys.access_key_id.as_str(), self.keys.secret_access_key.as_str());
+        AwsCli { path: &self.cli, url: &self.url, region: &self.region, keys }
+    }
 }
 
 /// How long the CCM's ServiceAccount token lasts: longer than any case.
@@ -177,8 +194,8 @@ pub struct Cluster {
     kubectl: PathBuf,
     /// Its `--cluster-cidr`, which [`Cluster::ccm`] passes on.
     cluster_cidr: String,
-    /// Set up for cloud-provider-aws ([`ClusterOptions::ccm`]): the account's key pair, which its CCMs sign with.
-    aws: Option<Keys>,
+    /// Set up for cloud-provider-aws ([`ClusterOptions::ccm`]).
+    aws: Option<AwsAccess>,
     _kubelets: SimulatedKubelets,
     /// `None` for a cluster started beside another ([`Cluster::start_beside`]), whose guard covers both.
     _one_at_a_time: Option<tokio::sync::MutexGuard<'static, ()>>,
@@ -276,8 +293,8 @@ impl Cluster {
         let cloud = Client::new(&server.url(), ADMIN).expect("emulator client");
         let (cloud_config, aws) = match &ccm {
             LocalCcm::Aws { cli, .. } => {
-                let (path, keys) = aws_cloud_config(&cloud, &server.url(), cli, dir.path()).await;
-                (path, Some(keys))
+                let (path, access) = aws_cloud_config(&cloud, &server.url(), cli, dir.path()).await;
+                (path, Some(access))
             }
             LocalCcm::Fakecloud | LocalCcm::Upstream(_) | LocalCcm::Command(_) => {
                 let path = dir.path().join("cloud-config.yaml");
@@ -345,7 +362,7 @@ impl Cluster {
             cloud_config: self.cloud_config.clone(),
             sa_kubeconfig: self.sa_kubeconfig.clone(),
             cluster_cidr: self.cluster_cidr.clone(),
-            aws: self.aws.clone(),
+            aws: self.aws.as_ref().map(|a| a.keys.clone()),
         }
     }
 
@@ -381,6 +398,13 @@ impl Cluster {
     /// Whether it is set up for cloud-provider-aws ([`ClusterOptions::ccm`]).
     pub fn is_aws(&self) -> bool {
         self.aws.is_some()
+    }
+
+    /// `aws ec2 <args>` against the cluster's cloud with its account's key, as JSON; `None` when the cluster is
+    /// not set up for cloud-provider-aws.
+    pub async fn aws_ec2(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let access = self.aws.as_ref()?;
+        Some(access.cli().ec2(args).await.unwrap_or_else(|e| panic!("{e}")))
     }
 
     /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
