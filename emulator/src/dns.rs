@@ -23,14 +23,9 @@ use crate::db::Db;
 use crate::error::Result;
 use crate::store;
 
-/// The zone of load balancers' names (`store::load_balancers` names them in it).
-pub const LB_ZONE: &str = "lb.fakecloud.test.";
-/// The zone of classic ELBs' names, as AWS names them (`store::classic_elb`): cloud-provider-aws tells a classic
-/// ELB from an NLB by it, and refuses to update a Service whose hostname is not in it (`validateServiceAnnotations`,
-/// aws_validations.go in v1.37.1).
-pub const ELB_ZONE: &str = "elb.amazonaws.com.";
-/// The zones of load balancers' names, each answered from the store's names.
-pub const LB_ZONES: [&str; 2] = [LB_ZONE, ELB_ZONE];
+/// The zones of load balancers' names, each answered from the store's names: the native API's, and classic ELB's
+/// as AWS names it.
+pub const LB_ZONES: [&str; 2] = [store::load_balancers::LB_ZONE, store::classic_elb::ELB_ZONE];
 /// Seconds a resolver may keep an answer.
 const TTL: u32 = 5;
 /// How long a TCP client may take to send its query before the connection is closed.
@@ -63,9 +58,9 @@ impl Names {
 
     async fn lookup(&self, name: &str) -> Result<Lookup> {
         let name = name.to_ascii_lowercase();
-        if LB_ZONES.iter().any(|zone| name.ends_with(zone)) {
-            // The store keeps the name without the root's dot.
-            let stored = name.trim_end_matches('.');
+        // The store keeps the name without the root's dot.
+        let stored = name.trim_end_matches('.');
+        if LB_ZONES.iter().any(|zone| stored.strip_suffix(zone).is_some_and(|host| host.ends_with('.'))) {
             return Ok(match store::load_balancers::address_of_name(&self.db, stored).await? {
                 Some(address) => Lookup::Found(vec![address]),
                 None => Lookup::NoSuchName,

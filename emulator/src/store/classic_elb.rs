@@ -203,6 +203,11 @@ pub async fn get(db: &Db, name: &str) -> Result<Listed> {
     found.into_iter().next().ok_or_else(|| not_found(name))
 }
 
+/// The zone of classic ELBs' names, as AWS names them: cloud-provider-aws tells a classic ELB from an NLB by it, and
+/// refuses to update a Service whose classic hostname is not in it (`validateServiceAnnotations`,
+/// aws_validations.go in v1.37.1). The emulator's DNS answers it (`dns.rs`).
+pub const ELB_ZONE: &str = "elb.amazonaws.com";
+
 /// A new load balancer's record and tags, written in its create's transaction; there at once.
 struct New<'a> {
     classic: &'a Classic,
@@ -218,8 +223,7 @@ impl Beside for New<'_> {
     /// one's (the ELB guide's "Internet-facing Classic Load Balancers" and "Internal Classic Load Balancers").
     fn dns_name(&self, name: &str, hash: &str, scheme: Scheme, region: &str) -> String {
         let internal = if scheme == Scheme::Internal { "internal-" } else { "" };
-        let zone = crate::dns::ELB_ZONE.trim_end_matches('.');
-        format!("{internal}{}-{hash}.{region}.{zone}", name.to_ascii_lowercase())
+        format!("{internal}{}-{hash}.{region}.{ELB_ZONE}", name.to_ascii_lowercase())
     }
 
     async fn write(&self, tx: &mut Tx, id: &str) -> Result<()> {

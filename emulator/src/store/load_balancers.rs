@@ -281,6 +281,9 @@ fn pool_for(cfg: &Config, scheme: Scheme) -> &Pool {
     }
 }
 
+/// The DNS zone the native API names load balancers in (the emulator's DNS answers it, `dns.rs`).
+pub const LB_ZONE: &str = "lb.fakecloud.test";
+
 /// Returns the load balancer and whether it was an idempotent replay.
 pub async fn create(
     db: &Db,
@@ -299,9 +302,9 @@ pub trait Beside: Sync {
     fn immediate(&self) -> bool;
 
     /// The DNS name of load balancer `name` (`hash`: a part of its ID) of `scheme` in `region`: the native API's
-    /// `<name>-<hash>.<region>.lb.fakecloud.test` (`dns::LB_ZONE`), unless the face names it as its cloud does.
+    /// `<name>-<hash>.<region>.lb.fakecloud.test` ([`LB_ZONE`]), unless the face names it as its cloud does.
     fn dns_name(&self, name: &str, hash: &str, _scheme: Scheme, region: &str) -> String {
-        format!("{}-{hash}.{region}.{}", name.to_ascii_lowercase(), crate::dns::LB_ZONE.trim_end_matches('.'))
+        format!("{}-{hash}.{region}.{LB_ZONE}", name.to_ascii_lowercase())
     }
 
     /// The fewest listeners it is made with: the native API's [`LISTENERS_MIN`]; none for an NLB, which AWS makes
