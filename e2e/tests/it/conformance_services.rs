@@ -28,30 +28,6 @@ async fn get(api: &Api<Service>, name: &str) -> Option<Service> {
     api.get_opt(name).await.ok().flatten()
 }
 
-/// The ingress rules of the security group cloud-provider-aws makes for a Service's ELB (`k8s-elb-<name>`,
-/// `buildELBSecurityGroupList`, aws.go L2011), as (protocol, port, source CIDR); `None` while there is no such
-/// group.
-async fn elb_group_rules(env: &Env, svc: &Service) -> Option<BTreeSet<(String, i64, String)>> {
-    let filter = format!("Name=group-name,Values=k8s-elb-{}", lb::name(svc));
-    let found = env.aws_ec2(&["describe-security-groups", "--filters", &filter]).await;
-    let group = found["SecurityGroups"].as_array()?.first()?.clone();
-    let permissions = group["IpPermissions"].as_array().cloned().unwrap_or_default();
-    let rule = |p: &serde_json::Value| {
-        let protocol = p["IpProtocol"].as_str().unwrap_or_default().to_string();
-        let port = p["FromPort"].as_i64().unwrap_or(-1);
-        let ranges = p["IpRanges"].as_array().cloned().unwrap_or_default();
-        ranges.into_iter().map(move |r| (protocol.clone(), port, r["CidrIp"].as_str().unwrap_or_default().to_string()))
-    };
-    Some(permissions.iter().flat_map(rule).collect())
-}
-
-/// The rules cloud-provider-aws gives an ELB's group for a Service on TCP `port` from `cidrs`: that port, and ICMP
-/// type 3 ("fragmentation needed", for path MTU discovery; `createSecurityGroupRules`, aws.go L2044-2051).
-fn rules(port: i64, cidrs: &[&str]) -> BTreeSet<(String, i64, String)> {
-    let rule = |c: &&str| [("tcp".to_string(), port, c.to_string()), ("icmp".to_string(), 3, c.to_string())];
-    cidrs.iter().flat_map(rule).collect()
-}
-
 fn reasons(events: &[Event]) -> Vec<String> {
     events.iter().filter_map(|e| e.reason.clone()).collect()
 }
@@ -125,8 +101,8 @@ async fn the_external_ip_lifecycle() {
         // A hostname alone: the API server defaults ipMode only beside an IP.
         assert_eq!((ingress.ip.as_deref(), ingress.ip_mode.as_deref()), (None, None));
         // Who may connect is the ELB's own security group's to say: the service port, from anywhere.
-        let open = rules(80, &["0.0.0.0/0"]);
-        assert_eq!(elb_group_rules(env, &web).await, Some(open), "the ELB's group opens its port");
+        let open = lb::elb_rules(80, &["0.0.0.0/0"]);
+        assert_eq!(lb::elb_group_rules(env, &web).await, Some(open), "the ELB's group opens its port");
     } else {
         // The cloud's word, never invented: Proxy where its data plane proxies (kind), else nothing from the CCM
         // and the apiserver's default, VIP.
@@ -150,7 +126,7 @@ async fn the_external_ip_lifecycle() {
     assert_eq!(lb::ingress_address(&get(&services, "web").await.unwrap()), Some(address.clone()), "the IP is kept");
     if aws {
         until(HANG, "the ELB's group opening 8081 instead of 80", async || {
-            (elb_group_rules(env, &web).await == Some(rules(8081, &["0.0.0.0/0"]))).then_some(())
+            (lb::elb_group_rules(env, &web).await == Some(lb::elb_rules(8081, &["0.0.0.0/0"]))).then_some(())
         })
         .await;
     }
@@ -206,7 +182,7 @@ async fn the_external_ip_lifecycle() {
     }
     if aws {
         // Its group goes with it (`EnsureLoadBalancerDeleted` deletes the groups it owns, aws.go L3280).
-        until(HANG, "web's security group gone", async || elb_group_rules(env, &web).await.is_none().then_some(())).await;
+        until(HANG, "web's security group gone", async || lb::elb_group_rules(env, &web).await.is_none().then_some(())).await;
     }
 
     // 7. A LoadBalancer Service deleted: its load balancer goes, then the Service (the finalizer held it).
@@ -240,7 +216,11 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
             let edge = services.create(&PostParams::default(), &lb::service("edge", 443, spec)).await.unwrap();
             lb::wait_for_ingress(&services, "edge", HANG).await;
             let lb = cloud_lb(env, &edge).await.unwrap();
-            assert_eq!(elb_group_rules(env, &edge).await, Some(rules(443, &ranges)), "the ranges are the group's");
+            assert_eq!(
+                lb::elb_group_rules(env, &edge).await,
+                Some(lb::elb_rules(443, &ranges)),
+                "the ranges are the group's"
+            );
             assert!(lb.source_ranges.is_empty(), "the group decides who connects: {:?}", lb.source_ranges);
             let node_port = edge.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
             assert_eq!((lb.listeners[0].port, i32::from(lb.listeners[0].backend_port)), (443, node_port));
