@@ -43,6 +43,9 @@ async fn every_shipped_scenario_runs_against_a_live_emulator() {
         ..Default::default()
     };
     admin.create_instance(&blue, None).await.unwrap();
+    // compute-outage hangs `make up`'s first node by default.
+    let node_a = fakecloud_api::CreateInstanceRequest { name: "node-a".into(), ..Default::default() };
+    admin.create_instance(&node_a, None).await.unwrap();
     for entry in std::fs::read_dir(repo().join("scenarios")).unwrap() {
         let path = entry.unwrap().path();
         // 1/50 of real time: the longest shipped scenario (110 s) takes about 2 s.
@@ -51,6 +54,9 @@ async fn every_shipped_scenario_runs_against_a_live_emulator() {
         assert!(text.contains("restored"), "{}: {text}", path.display());
         if path.ends_with("node-hang.yaml") {
             assert!(text.contains("hung 1 machines: blue-1"), "{text}");
+        }
+        if path.ends_with("compute-outage.yaml") {
+            assert!(text.contains("hung 1 machines: node-a") && text.contains("started outage"), "{text}");
         }
     }
     // Everything the scenarios changed is back; the reclaimed instance stays reclaimed.
