@@ -3,7 +3,9 @@
 //! backoff); a create whose answer is lost (applied, then a 500) is replayed in place with its key and leaves
 //! one load balancer, not two; a load-balancing outage keeps Services `<pending>` with `SyncLoadBalancerFailed`
 //! until it ends, then they converge without a restart; a reclaimed spot machine's Node, route and backend go;
-//! a zone outage taints that zone's nodes shutdown and deletes none. Any backend.
+//! a zone outage taints that zone's nodes shutdown and deletes none. Any backend. Against cloud-provider-aws the
+//! last three run as they are; the first two are not stated yet: AWS's protocol has no `Retry-After` (its SDK
+//! backs off on its own), and no idempotency key on a classic ELB create.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -120,7 +122,7 @@ async fn a_create_whose_answer_is_lost_makes_one_load_balancer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_wait_out_a_load_balancing_outage_and_converge() {
-    case("lb-outage", Setup::new(CCM), async |env| {
+    case("lb-outage", Setup::new(CCM).stated_for_aws(), async |env| {
         let (ns, services) = started(env, "outage").await;
         // Until it is ended below, once the failures were seen: an outage of a fixed length could end before a
         // busy machine showed them.
@@ -134,7 +136,8 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
         for name in ["a", "b", "c"] {
             services.create(&PostParams::default(), &lb::service(name, 80, serde_json::json!({}))).await.unwrap();
         }
-        // During the outage: pending, each with a SyncLoadBalancerFailed that says the service is unavailable.
+        // During the outage: pending, each with a SyncLoadBalancerFailed that says the service is unavailable
+        // (ELB's own code is `ServiceUnavailable` too; the SDK retried it first).
         for name in ["a", "b", "c"] {
             let ev = until(HANG, &format!("{name}'s SyncLoadBalancerFailed"), async || {
                 let events = env.events_in(&ns, name).await;
@@ -142,12 +145,12 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
             })
             .await;
             assert!(ev.message.as_deref().unwrap().contains("ServiceUnavailable"), "{:?}", ev.message);
-            assert_eq!(lb::ingress_ip(&services.get(name).await.unwrap()), None, "<pending> during the outage");
+            assert_eq!(lb::ingress(&services.get(name).await.unwrap()), None, "<pending> during the outage");
         }
         env.cloud.stop_outage(&outage.id).await.unwrap();
         // After it: all converge, with no restart.
         for name in ["a", "b", "c"] {
-            lb::wait_for_ip(&services, name, HANG).await;
+            lb::wait_for_ingress(&services, name, HANG).await;
         }
         let names: Vec<String> = services.list(&Default::default()).await.unwrap().items.iter().map(lb::name).collect();
         let lbs = env.cloud.list_all_load_balancers().await.unwrap();
@@ -159,7 +162,7 @@ async fn services_wait_out_a_load_balancing_outage_and_converge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balancers() {
-    case("spot", Setup::new(CCM), async |env| {
+    case("spot", Setup::new(CCM).stated_for_aws(), async |env| {
         let on_demand = env.initialized_nodes("steady", 1).await.remove(0);
         let req = fakecloud_api::CreateInstanceRequest {
             name: "spot-0".into(),
@@ -194,11 +197,12 @@ async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balance
             ..Default::default()
         };
         env.cloud.reclaim_spot(&reclaim).await.unwrap();
-        until(env.timing.node_loss(), "spot-0's Node deleted", async || env.node_gone(&spot.name).await.then_some(()))
+        let spot_node = env.node_name(&spot);
+        until(env.timing.node_loss(), "spot-0's Node deleted", async || env.node_gone(&spot_node).await.then_some(()))
             .await;
         // Waited for, not read once: the event is written by the CCM's event writer, which may land it after
         // the delete it announces (as client-go's broadcaster may).
-        env.event("default", &spot.name, "DeletingNode", HANG).await;
+        env.event("default", &spot_node, "DeletingNode", HANG).await;
         until(env.timing.routes(), "its route and its backend gone", async || {
             let b = backends().await?;
             (routed(&on_demand.id).await
@@ -210,17 +214,17 @@ async fn a_reclaimed_spot_node_leaves_the_cluster_its_route_and_its_load_balance
         .await;
         let ev = env.event(&ns, "web", "UpdatedLoadBalancer", HANG).await;
         assert_eq!(ev.message.as_deref(), Some("Updated load balancer with new hosts"));
-        assert!(env.node(&on_demand.name).await.is_some(), "the on-demand node is untouched");
+        assert!(env.node(&env.node_name(&on_demand)).await.is_some(), "the on-demand node is untouched");
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_outage_shuts_down_that_zones_nodes_only_and_they_come_back() {
-    case("zone-outage", Setup::new(CCM), async |env| {
+    case("zone-outage", Setup::new(CCM).stated_for_aws(), async |env| {
         let mut names = Vec::new();
         for (name, zone) in [("dark-a", "local-1a"), ("dark-b", "local-1a"), ("lit-c", "local-1b")] {
-            names.push(env.instance(name, zone).await.name);
+            names.push(env.node_name(&env.instance(name, zone).await));
         }
         let (dark_a, dark_b, lit_c) = (&names[0], &names[1], &names[2]);
         until(HANG, "three initialized nodes", async || {
