@@ -25,7 +25,7 @@ use fakecloud_controlplane::aws_cluster::{CLUSTER_ID, cluster_tag};
 use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
 use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Service, Taint};
 use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use tokio::sync::Mutex;
 
@@ -456,6 +456,25 @@ impl Env {
             Kind::Existing { .. } => None,
         };
         answer.expect("the AWS CLI is set up on a local cluster for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)")
+    }
+
+    /// The ingress rules of the security group cloud-provider-aws makes for a Service's ELB (`k8s-elb-<name>`,
+    /// `buildELBSecurityGroupList`, aws.go L2011), as (protocol, port, source CIDR); `None` while there is no such
+    /// group.
+    pub async fn elb_group_rules(&self, svc: &Service) -> Option<BTreeSet<(String, i64, String)>> {
+        let filter = format!("Name=group-name,Values=k8s-elb-{}", crate::lb::name(svc));
+        let found = self.aws_ec2(&["describe-security-groups", "--filters", &filter]).await;
+        let group = found["SecurityGroups"].as_array()?.first()?.clone();
+        let permissions = group["IpPermissions"].as_array().cloned().unwrap_or_default();
+        let rule = |p: &serde_json::Value| {
+            let protocol = p["IpProtocol"].as_str().unwrap_or_default().to_string();
+            let port = p["FromPort"].as_i64().unwrap_or(-1);
+            let ranges = p["IpRanges"].as_array().cloned().unwrap_or_default();
+            ranges
+                .into_iter()
+                .map(move |r| (protocol.clone(), port, r["CidrIp"].as_str().unwrap_or_default().to_string()))
+        };
+        Some(permissions.iter().flat_map(rule).collect())
     }
 
     /// The providerID the CCM gives `inst`'s Node: fakecloud's, or cloud-provider-aws's `aws:///<zone>/<i-…>`

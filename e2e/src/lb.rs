@@ -60,23 +60,6 @@ pub fn name(svc: &Service) -> String {
     n
 }
 
-/// The ingress rules of the security group cloud-provider-aws makes for a Service's ELB (`k8s-elb-<name>`,
-/// `buildELBSecurityGroupList`, aws.go L2011), as (protocol, port, source CIDR); `None` while there is no such
-/// group.
-pub async fn elb_group_rules(env: &crate::Env, svc: &Service) -> Option<BTreeSet<(String, i64, String)>> {
-    let filter = format!("Name=group-name,Values=k8s-elb-{}", name(svc));
-    let found = env.aws_ec2(&["describe-security-groups", "--filters", &filter]).await;
-    let group = found["SecurityGroups"].as_array()?.first()?.clone();
-    let permissions = group["IpPermissions"].as_array().cloned().unwrap_or_default();
-    let rule = |p: &serde_json::Value| {
-        let protocol = p["IpProtocol"].as_str().unwrap_or_default().to_string();
-        let port = p["FromPort"].as_i64().unwrap_or(-1);
-        let ranges = p["IpRanges"].as_array().cloned().unwrap_or_default();
-        ranges.into_iter().map(move |r| (protocol.clone(), port, r["CidrIp"].as_str().unwrap_or_default().to_string()))
-    };
-    Some(permissions.iter().flat_map(rule).collect())
-}
-
 /// The rules cloud-provider-aws gives an ELB's group for a Service on TCP `port` from `cidrs`: that port, and ICMP
 /// type 3 ("fragmentation needed", for path MTU discovery; `createSecurityGroupRules`, aws.go L2044-2051).
 pub fn elb_rules(port: i64, cidrs: &[&str]) -> BTreeSet<(String, i64, String)> {

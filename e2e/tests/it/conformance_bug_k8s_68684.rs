@@ -55,7 +55,7 @@ async fn many_source_ranges_over_the_clouds_limit_pend_until_it_is_raised() {
         lb::wait_for_ingress(&services, "web", HANG).await;
         if aws {
             let cidrs: Vec<&str> = ranges.iter().map(String::as_str).collect();
-            let rules = lb::elb_group_rules(env, &web).await.unwrap();
+            let rules = env.elb_group_rules(&web).await.unwrap();
             assert_eq!(rules, lb::elb_rules(443, &cidrs), "two rules a range, all there");
             assert_eq!(rules.len(), 2 * RANGES);
         } else {

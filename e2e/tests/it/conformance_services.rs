@@ -102,7 +102,7 @@ async fn the_external_ip_lifecycle() {
         assert_eq!((ingress.ip.as_deref(), ingress.ip_mode.as_deref()), (None, None));
         // Who may connect is the ELB's own security group's to say: the service port, from anywhere.
         let open = lb::elb_rules(80, &["0.0.0.0/0"]);
-        assert_eq!(lb::elb_group_rules(env, &web).await, Some(open), "the ELB's group opens its port");
+        assert_eq!(env.elb_group_rules(&web).await, Some(open), "the ELB's group opens its port");
     } else {
         // The cloud's word, never invented: Proxy where its data plane proxies (kind), else nothing from the CCM
         // and the apiserver's default, VIP.
@@ -126,7 +126,7 @@ async fn the_external_ip_lifecycle() {
     assert_eq!(lb::ingress_address(&get(&services, "web").await.unwrap()), Some(address.clone()), "the IP is kept");
     if aws {
         until(HANG, "the ELB's group opening 8081 instead of 80", async || {
-            (lb::elb_group_rules(env, &web).await == Some(lb::elb_rules(8081, &["0.0.0.0/0"]))).then_some(())
+            (env.elb_group_rules(&web).await == Some(lb::elb_rules(8081, &["0.0.0.0/0"]))).then_some(())
         })
         .await;
     }
@@ -182,7 +182,7 @@ async fn the_external_ip_lifecycle() {
     }
     if aws {
         // Its group goes with it (`EnsureLoadBalancerDeleted` deletes the groups it owns, aws.go L3280).
-        until(HANG, "web's security group gone", async || lb::elb_group_rules(env, &web).await.is_none().then_some(())).await;
+        until(HANG, "web's security group gone", async || env.elb_group_rules(&web).await.is_none().then_some(())).await;
     }
 
     // 7. A LoadBalancer Service deleted: its load balancer goes, then the Service (the finalizer held it).
@@ -217,7 +217,7 @@ async fn the_service_spec_and_annotations_reach_the_load_balancer() {
             lb::wait_for_ingress(&services, "edge", HANG).await;
             let lb = cloud_lb(env, &edge).await.unwrap();
             assert_eq!(
-                lb::elb_group_rules(env, &edge).await,
+                env.elb_group_rules(&edge).await,
                 Some(lb::elb_rules(443, &ranges)),
                 "the ranges are the group's"
             );
