@@ -22,8 +22,9 @@ cargo bench --locked -p fakecloud-emulator --bench api -- --dataplane
 echo "==> the AWS face beside the native API: the same lookups and writes, signed as an SDK signs (cargo bench, release)"
 cargo bench --locked -p fakecloud-emulator --bench api -- --aws-face
 
-# The CCMs side by side at scale (issue #27): fakecloud-ccm and upstream's (built once and cached), each on a
-# cluster of its own with a kwok fleet, from one run; the flags a large fleet runs with (`make up`'s).
+# The CCMs side by side at scale (issue #27): fakecloud-ccm, upstream's and cloud-provider-aws on the AWS face
+# (issue #50; both built once and cached), each on a cluster of its own with a kwok fleet, from one run; the flags
+# a large fleet runs with (`make up`'s). FAKECLOUD_CCM_BENCH_CCMS picks them (default fakecloud,upstream,aws).
 # FAKECLOUD_SCALE_NODES picks the fleets (default 1000), FAKECLOUD_SCALE=0 skips them. 5,000 Nodes:
 # FAKECLOUD_SCALE_NODES=5000 FAKECLOUD_BENCH_PARTS=routes,budget,backends (the services part makes a Service per
 # Node, and its public pool holds 4,094; backends puts 1,000 Services on the whole fleet). At 5,000 the fleet
@@ -32,8 +33,9 @@ cargo bench --locked -p fakecloud-emulator --bench api -- --aws-face
 # says why); FAKECLOUD_CCM_BENCH_STEADY=30 for a quicker, rougher look.
 if [ "${FAKECLOUD_SCALE:-1}" != 0 ]; then
   scale_nodes=${FAKECLOUD_SCALE_NODES:-1000}
-  echo "==> fakecloud-ccm and upstream's CCM at ${scale_nodes} Nodes: init, then services, routes and routes under a budget (cargo bench, release)"
   export FAKECLOUD_CCM_BENCH_NODES=$scale_nodes
+  export FAKECLOUD_CCM_BENCH_CCMS=${FAKECLOUD_CCM_BENCH_CCMS:-fakecloud,upstream,aws}
+  echo "==> ${FAKECLOUD_CCM_BENCH_CCMS} at ${scale_nodes} Nodes: init, then services, routes and routes under a budget (cargo bench, release)"
   export FAKECLOUD_CCM_BENCH_ARGS=${FAKECLOUD_CCM_BENCH_ARGS:---kube-api-qps=200 --kube-api-burst=400 --concurrent-node-syncs=10 --concurrent-service-syncs=10}
   cargo bench --locked -p fakecloud-e2e --bench ccm_init
   cargo bench --locked -p fakecloud-e2e --bench ccm_services

@@ -13,9 +13,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use fakecloud_api::CreateInstanceRequest;
 use fakecloud_e2e::bench::{self, Contender, Measured, Outcome};
-use fakecloud_e2e::{Cluster, Rates, UNINITIALIZED_TAINT, taint_keys};
+use fakecloud_e2e::{Cluster, ClusterOptions, Rates, UNINITIALIZED_TAINT, taint_keys};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -29,7 +28,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn run(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcome> {
     // Kubelets at their default rates, as in a real cluster (the tests' 2 s Leases on 1,000 nodes would load the
     // apiserver with 500 writes a second).
-    let cluster = Cluster::start_with("CCM init benchmark", Rates::real()).await?;
+    let options = contender.options(ClusterOptions { rates: Rates::real(), ..ClusterOptions::default() });
+    let cluster = Cluster::start_with_options("CCM init benchmark", options).await?;
     // Without the route controller: what follows initialization is then nothing (the steady state), and the
     // routes have a bench of their own.
     let args: Vec<String> = extra.iter().cloned().chain(["--configure-cloud-routes=false".into()]).collect();
@@ -48,8 +48,7 @@ async fn run(n: usize, contender: &Contender, extra: &[String]) -> Option<Outcom
     );
     let start = Instant::now();
     for i in 0..n {
-        let req = CreateInstanceRequest { name: format!("bench-{i:04}"), ..Default::default() };
-        cluster.cloud.create_instance(&req, None).await.unwrap();
+        cluster.cloud.create_instance(&cluster.instance_request(&format!("bench-{i:04}")), None).await.unwrap();
     }
     let created = start.elapsed();
     let (mut seen, mut done): (HashMap<String, Instant>, HashMap<String, Instant>) = Default::default();

@@ -1,6 +1,6 @@
-//! What the CCM benchmarks measure of a CCM process, the same way for fakecloud-ccm and for upstream's
-//! cloud-controller-manager with fakecloud's Go provider (issue #14), so that both run the same work with the
-//! same flags in one run and are compared line by line:
+//! What the CCM benchmarks measure of a CCM process, the same way for fakecloud-ccm, for upstream's
+//! cloud-controller-manager with fakecloud's Go provider (issue #14) and for cloud-provider-aws on the AWS face
+//! (issue #50), so that they run the same work with the same flags in one run and are compared line by line:
 //!
 //! - cloud calls: the emulator's audit log, the calls with the CCM's token, and those it refused;
 //! - API-server writes: the API server's audit log, the CCM ServiceAccount's write requests (see
@@ -8,7 +8,9 @@
 //! - CPU seconds (user + system, all threads) and peak RSS (`VmHWM`): `/proc/<pid>`;
 //! - the steady state after: the same counters over a window with nothing to do, per minute.
 //!
-//! The environment: `FAKECLOUD_CCM_BENCH_CCMS` (`fakecloud,upstream`, the default, in that order for each N),
+//! The environment: `FAKECLOUD_CCM_BENCH_CCMS` (`fakecloud,upstream`, the default, in that order for each N; add
+//! `aws` for cloud-provider-aws, its binary and the AWS CLI from `FAKECLOUD_AWS_CCM` and `FAKECLOUD_AWS_CLI` or
+//! built and installed as `make aws-ccm aws-clients` do, its cluster set up as `make e2e-aws`'s),
 //! `FAKECLOUD_CCM_BENCH_NODES` (the Ns, `1,100,1000`), `FAKECLOUD_CCM_BENCH_ARGS` (extra flags, given to both),
 //! `FAKECLOUD_CCM_BENCH_STEADY` (the steady-state window in seconds, 300), `FAKECLOUD_E2E_UPSTREAM_CCM` (the
 //! upstream binary; without it `scripts/build-upstream-ccm.sh` is run, which returns the cached one at once).
@@ -17,7 +19,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fakecloud_api::{CreateInstanceRequest, QuotaName};
+use fakecloud_api::QuotaName;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -25,6 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::backend::LocalCcm;
 use crate::env::LOCAL_LEASE;
 use crate::local::{Ccm, Cluster, ClusterOptions, RECORDED_EARLIER, Rates};
 use crate::{repo, until};
@@ -32,9 +35,19 @@ use crate::{repo, until};
 /// A CCM the benchmarks run.
 #[derive(Debug, Clone)]
 pub struct Contender {
-    /// `fakecloud` or `upstream`.
+    /// `fakecloud`, `upstream` or `aws`.
     pub name: String,
     pub bin: PathBuf,
+    /// What its cluster is set up for: cloud-provider-aws's has its network tagged on the AWS face and its Nodes
+    /// named by private DNS names ([`ClusterOptions::ccm`]).
+    pub setup: LocalCcm,
+}
+
+impl Contender {
+    /// `options`, for a cluster this CCM can run on.
+    pub fn options(&self, options: ClusterOptions) -> ClusterOptions {
+        ClusterOptions { ccm: self.setup.clone(), ..options }
+    }
 }
 
 /// The CCMs `FAKECLOUD_CCM_BENCH_CCMS` names; `fakecloud_ccm` is the bench's build of fakecloud-ccm.
@@ -45,29 +58,41 @@ pub fn contenders(fakecloud_ccm: &str) -> Vec<Contender> {
         .map(str::trim)
         .filter(|n| !n.is_empty())
         .map(|name| {
-            let bin = match name {
-                "fakecloud" => fakecloud_ccm.into(),
-                "upstream" => upstream_binary(),
-                other => panic!("FAKECLOUD_CCM_BENCH_CCMS: {other:?} is neither `fakecloud` nor `upstream`"),
+            let (bin, setup) = match name {
+                "fakecloud" => (fakecloud_ccm.into(), LocalCcm::Fakecloud),
+                "upstream" => {
+                    let bin = built("FAKECLOUD_E2E_UPSTREAM_CCM", &["scripts/build-upstream-ccm.sh"]);
+                    (bin.clone(), LocalCcm::Upstream(bin))
+                }
+                "aws" => {
+                    let ccm = built("FAKECLOUD_AWS_CCM", &["scripts/build-go-tool.sh", "ccm-aws"]);
+                    let cli = built("FAKECLOUD_AWS_CLI", &["scripts/aws-clients.sh"]);
+                    // aws-clients.sh prints the virtualenv.
+                    let cli = if cli.is_dir() { cli.join("bin/aws") } else { cli };
+                    (ccm.clone(), LocalCcm::Aws { ccm, cli })
+                }
+                other => panic!("FAKECLOUD_CCM_BENCH_CCMS: {other:?} is not `fakecloud`, `upstream` or `aws`"),
             };
-            Contender { name: name.into(), bin }
+            Contender { name: name.into(), bin, setup }
         })
         .collect()
 }
 
-fn upstream_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("FAKECLOUD_E2E_UPSTREAM_CCM").filter(|v| !v.is_empty()) {
-        return bin.into();
+/// The path in `var`, or the last line the repository's script `script` (with its arguments) prints: the build
+/// or installation it keeps cached, returned at once when it is there.
+fn built(var: &str, script: &[&str]) -> PathBuf {
+    if let Some(path) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+        return path.into();
     }
-    let script = repo().join("scripts/build-upstream-ccm.sh");
     let out = std::process::Command::new("bash")
-        .arg(&script)
+        .arg(repo().join(script[0]))
+        .args(&script[1..])
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("bash runs");
-    assert!(out.status.success(), "{} failed; or set FAKECLOUD_E2E_UPSTREAM_CCM", script.display());
+    assert!(out.status.success(), "{} failed; or set {var}", script.join(" "));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout.lines().last().expect("build-upstream-ccm.sh prints the binary's path").trim().into()
+    stdout.lines().last().unwrap_or_else(|| panic!("{} prints a path", script[0])).trim().into()
 }
 
 /// The Ns of `FAKECLOUD_CCM_BENCH_NODES`.
@@ -303,22 +328,42 @@ impl Outcome {
     }
 }
 
-/// The side-by-side table (Markdown) of every (bench, N) both CCMs ran: fakecloud-ccm, upstream, and upstream
-/// ÷ fakecloud (above 1: fakecloud-ccm spends less).
+/// The side-by-side table (Markdown) of every (bench, N) fakecloud-ccm and another CCM ran: fakecloud-ccm's
+/// figures, each other CCM's, and each ÷ fakecloud's (above 1: fakecloud-ccm spends less).
 pub fn comparison(outcomes: &[Outcome]) -> String {
-    let mut table = String::from(
-        "| bench | N | what | fakecloud-ccm | upstream | upstream ÷ fakecloud |\n|---|---:|---|---:|---:|---:|\n",
+    // The CCMs besides fakecloud-ccm, in the order they ran.
+    let mut others: Vec<&str> = Vec::new();
+    for o in outcomes.iter().filter(|o| o.ccm != "fakecloud") {
+        if !others.contains(&o.ccm.as_str()) {
+            others.push(&o.ccm);
+        }
+    }
+    let mut table = format!(
+        "| bench | N | what | fakecloud-ccm |{}{}\n|---|---:|---|---:|{}\n",
+        others.iter().map(|c| format!(" {c} |")).collect::<String>(),
+        others.iter().map(|c| format!(" {c} ÷ fakecloud |")).collect::<String>(),
+        "---:|".repeat(2 * others.len()),
     );
     for fc in outcomes.iter().filter(|o| o.ccm == "fakecloud") {
-        let Some(up) = outcomes.iter().find(|o| o.ccm == "upstream" && o.bench == fc.bench && o.n == fc.n) else {
+        let rivals: Vec<Option<&Outcome>> = others
+            .iter()
+            .map(|c| outcomes.iter().find(|o| o.ccm == *c && o.bench == fc.bench && o.n == fc.n))
+            .collect();
+        if rivals.iter().all(Option::is_none) {
             continue;
-        };
-        for ((what, a, decimals), (_, b, _)) in fc.figures().into_iter().zip(up.figures()) {
-            let ratio = if a > 0.0 { format!("{:.1}", b / a) } else { "–".into() };
-            table.push_str(&format!(
-                "| {} | {} | {what} | {a:.decimals$} | {b:.decimals$} | {ratio} |\n",
-                fc.bench, fc.n
-            ));
+        }
+        for (i, (what, a, decimals)) in fc.figures().into_iter().enumerate() {
+            let theirs: Vec<Option<f64>> = rivals.iter().map(|r| r.map(|r| r.figures()[i].1)).collect();
+            let values: String =
+                theirs.iter().map(|b| b.map_or_else(|| " – |".into(), |b| format!(" {b:.decimals$} |"))).collect();
+            let ratios: String = theirs
+                .iter()
+                .map(|b| match b {
+                    Some(b) if a > 0.0 => format!(" {:.1} |", b / a),
+                    _ => " – |".into(),
+                })
+                .collect();
+            table.push_str(&format!("| {} | {} | {what} | {a:.decimals$} |{values}{ratios}\n", fc.bench, fc.n));
         }
     }
     table
@@ -389,13 +434,16 @@ where
     t.elapsed()
 }
 
-/// A cluster for a fleet of `n` Nodes with a route each: a kubelet's real rates, pod CIDRs small enough for all
-/// of them as `make up` gives them (the default /24 fits 256), the instance and route quotas raised to fit.
-pub async fn fleet_cluster(test: &str, n: usize) -> Option<Cluster> {
-    fleet_cluster_with(test, n, ClusterOptions { rates: Rates::real(), ..ClusterOptions::default() }).await
+/// A cluster for a fleet of `n` Nodes with a route each, for `contender`: a kubelet's real rates, pod CIDRs small
+/// enough for all of them as `make up` gives them (the default /24 fits 256), the instance and route quotas
+/// raised to fit.
+pub async fn fleet_cluster(test: &str, n: usize, contender: &Contender) -> Option<Cluster> {
+    let options = contender.options(ClusterOptions { rates: Rates::real(), ..ClusterOptions::default() });
+    fleet_cluster_with(test, n, options).await
 }
 
-/// [`fleet_cluster`] with other rates or topology; the pod CIDR size is the fleet's.
+/// [`fleet_cluster`] with other rates or topology (`options`, for the contender); the pod CIDR size is the
+/// fleet's.
 pub async fn fleet_cluster_with(test: &str, n: usize, options: ClusterOptions) -> Option<Cluster> {
     let nodes = u32::try_from(n).expect("a fleet's size fits a quota");
     let options =
@@ -411,9 +459,9 @@ pub async fn fleet_cluster_with(test: &str, n: usize, options: ClusterOptions) -
 /// every one routed: how long each took from the first create (initialized, routed).
 pub async fn fleet_routed(cluster: &Cluster, prefix: &str, n: usize) -> (Duration, Duration) {
     let cloud = cluster.cloud.clone();
+    let requests: Vec<_> = (0..n).map(|i| cluster.instance_request(&format!("{prefix}-{i:04}"))).collect();
     let init = watch_until(cluster.nodes(), n, initialized, async move {
-        for i in 0..n {
-            let req = CreateInstanceRequest { name: format!("{prefix}-{i:04}"), ..Default::default() };
+        for req in requests {
             cloud.create_instance(&req, None).await.expect("creating a fleet's instance");
         }
     })

@@ -407,11 +407,21 @@ impl Cluster {
         Some(access.cli().ec2(args).await.unwrap_or_else(|e| panic!("{e}")))
     }
 
+    /// A machine named `name` as the cluster's CCM sees its own: for cloud-provider-aws, with the cluster's tag
+    /// (its `describeInstances` keeps only those).
+    pub fn instance_request(&self, name: &str) -> CreateInstanceRequest {
+        let mut req = CreateInstanceRequest { name: name.into(), ..Default::default() };
+        if self.is_aws() {
+            req.tags.insert(aws_cluster::cluster_tag(CLUSTER_ID), "owned".into());
+        }
+        req
+    }
+
     /// Create `count` instances named `<prefix>-<i>` and wait until their Nodes are initialized by a CCM.
     pub async fn initialized_nodes(&self, prefix: &str, count: usize, timeout: Duration) -> Vec<Instance> {
         let mut instances = Vec::new();
         for i in 0..count {
-            let req = CreateInstanceRequest { name: format!("{prefix}-{i}"), ..Default::default() };
+            let req = self.instance_request(&format!("{prefix}-{i}"));
             instances.push(self.cloud.create_instance(&req, None).await.expect("an instance is created"));
         }
         self.wait_initialized(&instances, timeout).await;

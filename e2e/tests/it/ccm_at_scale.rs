@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use fakecloud_e2e::backend::LocalCcm;
 use fakecloud_e2e::bench::{self, Contender, Measured};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
@@ -23,10 +24,10 @@ fn count(of: &std::collections::BTreeMap<String, usize>, what: &[&str]) -> usize
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_nodes_are_initialized_and_routed_with_a_lookup_and_a_route_each() {
-    let Some(cluster) = bench::fleet_cluster("1,000-node smoke", N).await else {
+    let contender = Contender { name: "fakecloud".into(), bin: CCM.into(), setup: LocalCcm::Fakecloud };
+    let Some(cluster) = bench::fleet_cluster("1,000-node smoke", N, &contender).await else {
         return;
     };
-    let contender = Contender { name: "fakecloud".into(), bin: CCM.into() };
     // As `make up` runs it for a large fleet: at client-go's default 20 QPS the CCM initializes five Nodes a
     // second, which is the client's limit and not what is checked here. The address refresh (upstream's
     // `UpdateNodeStatus`, a lookup per initialized Node every 5 minutes) is pushed out of the run: on a loaded CI
