@@ -168,15 +168,15 @@ async fn routes(n: usize, contender: &Contender, extra: &[String]) -> Option<Out
     let total = t.elapsed();
     let outcome = measured.converged("routes", n, total).await;
     drop(measured);
-    // The floor: one NetworkUnavailable patch per Node.
+    // The floor: one NetworkUnavailable patch per Node (named as the contender's cluster names them).
     let nodes = cluster.nodes();
+    let names: Vec<String> = cluster.node_list().await.into_iter().filter_map(|n| n.metadata.name).collect();
     let bare = floor(n, |i| {
-        let nodes = nodes.clone();
+        let (nodes, name) = (nodes.clone(), names[i].clone());
         async move {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let patch = serde_json::json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": "False",
                 "reason": "Floor", "message": "bare client", "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
-            let name = format!("route-bench-{i:04}");
             nodes.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
         }
     })
