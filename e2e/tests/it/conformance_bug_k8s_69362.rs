@@ -18,8 +18,6 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-const LB_WRITES: [&str; 3] = ["CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"];
-const LB_READS: [&str; 2] = ["ListLoadBalancers", "GetLoadBalancer"];
 
 /// A machine and its Node, named as AWS names nodes, registered with its providerID, initialized by the CCM.
 async fn aws_named(env: &Env, machine: &str, excluded: bool) -> (fakecloud_api::Instance, OwnNode) {
@@ -47,14 +45,14 @@ async fn node_names_unlike_instance_names_cost_no_load_balancer_write_per_sync()
         let got: BTreeSet<String> = lb::backends(&env.cloud, &web).await.unwrap().into_iter().collect();
         assert!(got.contains(&a.0.id) && got.contains(&b.0.id), "both machines are backends, by ID: {got:?}");
 
-        let writes = env.ccm_calls(&LB_WRITES).await.len();
+        let writes = env.ccm_calls(env.lb_writes()).await.len();
         // Three Service syncs: any annotation change makes the service controller re-ensure (needsUpdate).
         for poke in 0..3 {
-            let reads = env.ccm_calls(&LB_READS).await.len();
+            let reads = env.ccm_calls(env.lb_reads()).await.len();
             let note = serde_json::json!({"metadata": {"annotations": {"fakecloud.test/poke": poke.to_string()}}});
             services.patch("web", &PatchParams::default(), &Patch::Merge(note)).await.unwrap();
             until(HANG, &format!("sync {poke} of web"), async || {
-                (env.ccm_calls(&LB_READS).await.len() > reads).then_some(())
+                (env.ccm_calls(env.lb_reads()).await.len() > reads).then_some(())
             })
             .await;
         }
@@ -62,7 +60,7 @@ async fn node_names_unlike_instance_names_cost_no_load_balancer_write_per_sync()
         // window to see a write is a fixed one.
         let c = aws_named(env, "k69362-c", true).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let after = env.ccm_calls(&LB_WRITES).await;
+        let after = env.ccm_calls(env.lb_writes()).await;
         assert_eq!(after.len(), writes, "no load-balancer write when nothing changed: {:#?}", &after[writes..]);
 
         for (_, node) in [a, b, c] {
