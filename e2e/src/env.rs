@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fakecloud_api::{
-    Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, QuotaName, SetRateLimitRequest,
+    Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancerState, QuotaName,
+    SetRateLimitRequest,
 };
 use fakecloud_controlplane::aws_cluster::{CLUSTER_ID, cluster_tag};
 use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
@@ -439,6 +440,12 @@ impl Env {
         } else {
             &["CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"]
         }
+    }
+
+    /// The state a new load balancer of the CCM's is first seen in: fakecloud's provision, classic ELBs (the ones
+    /// cloud-provider-aws makes by default) are active at once, as AWS's are.
+    pub fn first_lb_state(&self) -> LoadBalancerState {
+        if self.ccm_is_aws() { LoadBalancerState::Active } else { LoadBalancerState::Provisioning }
     }
 
     /// The operations the CCM looks a load balancer up with: fakecloud's, or classic ELB's

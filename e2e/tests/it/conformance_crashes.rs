@@ -131,7 +131,7 @@ async fn an_emulator_killed_while_provisioning_leaves_no_duplicate_and_all_conve
         let names: Vec<String> = (0..4).map(|i| format!("svc-{i}")).collect();
         let made: BTreeSet<String> = create(&services, &names).await.into_iter().collect();
         // Some load balancers exist and are still provisioning when the cloud dies (classic ELBs: some exist).
-        let first = if env.ccm_is_aws() { LoadBalancerState::Active } else { LoadBalancerState::Provisioning };
+        let first = env.first_lb_state();
         until(HANG, "a load balancer provisioning", async || {
             let lbs = env.cloud.list_all_load_balancers().await.ok()?;
             lbs.iter().any(|l| made.contains(&l.name) && l.state == first).then_some(())

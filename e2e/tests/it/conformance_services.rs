@@ -69,7 +69,7 @@ async fn the_external_ip_lifecycle() {
     // active at once, as AWS's are, and cloud-provider-aws reports it without waiting ("TODO: Wait for
     // creation?", aws.go L2816): its DNS name may come with it.
     let web = services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-    let first = if aws { LoadBalancerState::Active } else { LoadBalancerState::Provisioning };
+    let first = env.first_lb_state();
     let provisioning = until(HANG, "the load balancer provisioning", async || {
         cloud_lb(env, &web).await.filter(|lb| lb.state == first)
     })
