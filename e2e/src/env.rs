@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fakecloud_api::{
-    Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancerState, QuotaName,
-    SetRateLimitRequest,
+    Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancer, LoadBalancerState,
+    QuotaName, SetRateLimitRequest,
 };
 use fakecloud_controlplane::aws_cluster::{CLUSTER_ID, cluster_tag};
 use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
@@ -440,6 +440,12 @@ impl Env {
         } else {
             &["CreateLoadBalancer", "UpdateLoadBalancer", "DeleteLoadBalancer"]
         }
+    }
+
+    /// What the CCM writes to a Service's ingress for load balancer `lb`: its VIP, or under cloud-provider-aws
+    /// its DNS name (`toStatus`, aws.go L2879), which resolves to the VIP.
+    pub fn ingress_of(&self, lb: &LoadBalancer) -> Option<String> {
+        if self.ccm_is_aws() { lb.dns_name.clone() } else { lb.address.map(|a| a.to_string()) }
     }
 
     /// The state a new load balancer of the CCM's is first seen in: fakecloud's provision, classic ELBs (the ones
