@@ -10,6 +10,10 @@
 #               fakecloud.local/e2e-test-images (no registry behind that name either, as for the node image's
 #               kubeadm images), and fakecloud/agnhost:dev (`fakecloud-kind images`, upstream's tools included)
 #               is tagged with the mapped name and `kind load`ed onto every node. The pods ask IfNotPresent.
+#   hostnames   cloud-provider-aws (FAKECLOUD_KIND_CCM=aws) gives a Service its load balancer's DNS name, not an
+#               address, and e2e.test resolves it as any program here does, through /etc/resolv.conf. It runs in a
+#               mount namespace of its own where that file names the emulator's DNS (FAKECLOUD_DNS of the cluster's
+#               kind.credentials), which answers the cloud's zones: the host's own file is not touched.
 #   provider    --provider=skeleton: in 1.37 no LoadBalancers spec asks for a provider (no WithProvider, no
 #               SkipUnlessProviderIs in test/e2e/network/loadbalancer.go), and aws, which cloud-provider-kind's
 #               CI passes, is the same NullProvider; feature.LoadBalancer is a label, not a skip.
@@ -105,6 +109,17 @@ else
 	# is put below --output-dir too, under a name made of the binary's path).
 	cmd=("$kind_bin_dir/ginkgo" --procs="$procs" --output-dir="$report_dir" --junit-report="${junit##*/}"
 		"${ginkgo_flags[@]}" "$e2e_test" -- "${e2e_args[@]}")
+fi
+if [[ $(<"$kind_ccm_file") == aws ]]; then
+	# shellcheck source=/dev/null
+	source "$run_root/kind.credentials" # FAKECLOUD_DNS
+	resolv="$report_dir/resolv.conf"
+	printf 'nameserver %s\n' "${FAKECLOUD_DNS%:53}" >"$resolv"
+	own_mounts=(unshare --mount --propagation private)
+	((EUID == 0)) || own_mounts=(unshare --map-root-user --mount --propagation private)
+	# shellcheck disable=SC2016 # expanded by the inner sh
+	cmd=("${own_mounts[@]}" sh -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"' "$resolv" "${cmd[@]}")
+	log "e2e.test resolves the load balancers' names at the emulator's DNS, ${FAKECLOUD_DNS%:53} (its own /etc/resolv.conf)"
 fi
 skipping=""
 [[ -z "$skip_regex" ]] || skipping=", skip '$skip_regex'"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `make e2e-kind`: the conformance suite, unchanged, against the kind cluster of `make kind-up` (which this runs
 # first when the cluster is not there): the cluster's real kubelets and controller manager, the emulator in its
-# container, the CCM as its two-replica Deployment (fakecloud-ccm, or upstream's with FAKECLOUD_KIND_CCM=upstream:
-# the one kind-up deployed), the VPC router as the pod network. The suite adds
-# simulated machines of its own and kills the CCM's leader pod and the emulator container where a case needs it.
-# Every case must run: a skipped case fails this target. Reports as `make e2e`'s, in target/nextest/kind-<ccm>/.
+# container, the CCM as its two-replica Deployment (fakecloud-ccm, upstream's with FAKECLOUD_KIND_CCM=upstream, or
+# cloud-provider-aws with FAKECLOUD_KIND_CCM=aws: the one kind-up deployed), the VPC router as the pod network. The
+# suite adds simulated machines of its own and kills the CCM's leader pod and the emulator container where a case
+# needs it. Every case must run: a skipped case fails this target, but for the cases that do not yet state what
+# cloud-provider-aws does, skipped against it saying so (issue #50; the README's table lists which run). Reports as
+# `make e2e`'s, in target/nextest/kind-<ccm>/.
 set -euo pipefail
 kind_script=e2e-kind
 # shellcheck source=scripts/kind/common.sh
@@ -33,6 +35,12 @@ export FAKECLOUD_E2E_EMULATOR_KILL="docker kill --signal=KILL $kind_emulator"
 export FAKECLOUD_E2E_EMULATOR_START="docker start $kind_emulator"
 # Which CCM the cases judge (and whose pods are its leader and logs).
 export FAKECLOUD_E2E_CCM=$kind_ccm FAKECLOUD_E2E_CCM_PODS=app.kubernetes.io/name=$kind_ccm_deployment
+if [[ $kind_ccm == aws ]]; then
+	# The cases read what cloud-provider-aws made with the AWS CLI, with the account's key pair and region (from
+	# kind.credentials, sourced above); its --cluster-name is the ID its cloud config and tags name.
+	venv=$(bash "$repo_root/scripts/aws-clients.sh" | tail -n 1)
+	export FAKECLOUD_AWS_CLI=$venv/bin/aws FAKECLOUD_E2E_CLUSTER_NAME=fakecloud
+fi
 # The cases' patience for a lost node follows the cluster's controller manager: its --node-monitor-grace-period
 # (kind-config/ sets 30s; another KIND_CONFIG may set none, and then it is upstream's 50s). The CCM's periods
 # are the Deployment's, upstream's defaults.
@@ -54,7 +62,7 @@ junit="$repo_root/target/nextest/$FAKECLOUD_E2E_PROFILE/junit.xml"
 if [[ ! -f "$junit" ]]; then
 	log "error: no report at $junit, so whether every case ran cannot be checked"
 	rc=1
-elif grep -q '<skipped' "$junit"; then
+elif grep -o '<skipped[^>]*>' "$junit" | grep -qv 'issue #50'; then
 	log "error: cases were skipped on kind, where every case must run: $(grep -o 'name="[^"]*"><skipped' "$junit" | cut -d'"' -f2 | tr '\n' ' ')"
 	rc=1
 fi

@@ -21,6 +21,12 @@ pub fn cluster_tag(id: &str) -> String {
     format!("kubernetes.io/cluster/{id}")
 }
 
+/// The providerID a kubelet on EC2 registers its Node with (`--provider-id`, as cloud-provider-aws's
+/// `KubernetesInstanceID` parses it): `aws:///<zone>/<instance ID>`.
+pub fn provider_id(zone: &str, instance_id: &str) -> String {
+    format!("aws:///{zone}/{instance_id}")
+}
+
 /// How long one AWS CLI call may take (a cold Python start is seconds on a busy machine).
 const CLI_HANG: Duration = Duration::from_secs(60);
 
@@ -74,6 +80,16 @@ impl Network {
     pub fn cloud_config<'a>(&'a self, region: &'a str, cluster_id: &'a str, url: &'a str) -> AwsCloudConfig<'a> {
         AwsCloudConfig { region, zone: &self.zone, vpc: &self.vpc, subnet: &self.subnet, cluster_id, url }
     }
+}
+
+/// Tag instances `ids` as cluster `cluster_id`'s, as an AWS user tags the machines a cluster runs on (the CCM's
+/// `describeInstances` keeps only those).
+pub async fn tag_instances(cli: &AwsCli<'_>, ids: &[&str], cluster_id: &str) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let owned = format!("Key={},Value=owned", cluster_tag(cluster_id));
+    cli.ec2(&[&["create-tags", "--resources"], ids, &["--tags", &owned]].concat()).await.map(drop)
 }
 
 /// Find the region's subnets and the VPC's main route table and tag them as cluster `cluster_id`'s.

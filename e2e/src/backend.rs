@@ -8,13 +8,14 @@
 //! | `FAKECLOUD_ADMIN_TOKEN` | the emulator's admin token | from `FAKECLOUD_E2E_CREDENTIALS` |
 //! | `FAKECLOUD_E2E_CREDENTIALS` | a credentials file as `fakecloud serve` writes it | — |
 //! | `FAKECLOUD_E2E_CCM_NAMESPACE`, `FAKECLOUD_E2E_CCM_LEASE` | where the CCM's leader-election Lease is | `kube-system`, `cloud-controller-manager` |
-//! | `FAKECLOUD_E2E_CCM_PODS` | a label selector for the CCM's pods (their logs are shown when a case fails) | `app.kubernetes.io/name=fakecloud-upstream-ccm` with `FAKECLOUD_E2E_CCM=upstream`, else `app.kubernetes.io/name=fakecloud-ccm` |
+//! | `FAKECLOUD_E2E_CCM_PODS` | a label selector for the CCM's pods (their logs are shown when a case fails) | `app.kubernetes.io/name=fakecloud-upstream-ccm` with `FAKECLOUD_E2E_CCM=upstream`, `…=fakecloud-aws-ccm` with `aws`, else `app.kubernetes.io/name=fakecloud-ccm` |
 //! | `FAKECLOUD_E2E_CLUSTER_NAME` | the CCM's `--cluster-name` | `kubernetes` |
 //! | `FAKECLOUD_E2E_NODE_GRACE` | kube-controller-manager's `--node-monitor-grace-period` | `50s` |
 //! | `FAKECLOUD_E2E_NODE_MONITOR_PERIOD`, `FAKECLOUD_E2E_ROUTE_PERIOD` | the CCM's `--node-monitor-period`, `--route-reconciliation-period` | `5s`, `10s` |
 //! | `FAKECLOUD_E2E_CCM` | the CCM the local backend runs: `fakecloud` (fakecloud-ccm), `upstream` (upstream's cloud-controller-manager with fakecloud's Go provider, at `FAKECLOUD_E2E_UPSTREAM_CCM`), `aws` (cloud-provider-aws on the emulator's AWS face, at `FAKECLOUD_AWS_CCM`), or the path of a CCM binary of your own, given fakecloud-ccm's flags; on an existing cluster, the CCM deployed there (`make e2e-kind` sets it) | `fakecloud` |
 //! | `FAKECLOUD_E2E_UPSTREAM_CCM` | the fakecloud-upstream-ccm binary, as `scripts/build-upstream-ccm.sh` prints it | — |
-//! | `FAKECLOUD_AWS_CCM`, `FAKECLOUD_AWS_CLI` | with `FAKECLOUD_E2E_CCM=aws` locally: cloud-provider-aws and the AWS CLI, as `make aws-ccm` and `make aws-clients` print them (`make e2e-aws` sets both) | — |
+//! | `FAKECLOUD_AWS_CCM`, `FAKECLOUD_AWS_CLI` | with `FAKECLOUD_E2E_CCM=aws` locally: cloud-provider-aws and the AWS CLI, as `make aws-ccm` and `make aws-clients` print them (`make e2e-aws` sets both); on an existing cluster the AWS CLI only | — |
+//! | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION` | with `FAKECLOUD_E2E_CCM=aws` on an existing cluster: the account's key pair and region, as the AWS CLI reads them (`make e2e-kind` sources them from the cluster's credentials file) | — |
 //! | `FAKECLOUD_E2E_DNS` | the emulator's DNS address (`fakecloud serve --dns-listen`), as the suite reaches it: the load balancer cases resolve their DNS names there | `FAKECLOUD_DNS` |
 //! | `FAKECLOUD_E2E_EMULATOR_KILL`, `FAKECLOUD_E2E_EMULATOR_START` | shell commands that SIGKILL the emulator and start it again on its state (without them, the case that needs it is skipped) | — |
 //!
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 use fakecloud_api::{ENV_ADMIN_TOKEN, ENV_ENDPOINT};
 use fakecloud_ccm::config::parse_go_duration;
+use fakecloud_controlplane::aws_cluster::AwsCli;
 
 /// Which CCM the local backend runs; every one but cloud-provider-aws gets fakecloud-ccm's flags
 /// (`--cloud-provider=fakecloud`, `--cloud-config`, `--kubeconfig`, `--cluster-cidr`, `--secure-port`, the periods
@@ -111,6 +113,8 @@ pub struct Existing {
     pub emulator_kill: Option<String>,
     pub emulator_start: Option<String>,
     pub dns: Option<String>,
+    /// With `FAKECLOUD_E2E_CCM=aws`.
+    pub aws: Option<AwsAccess>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -155,8 +159,13 @@ impl Existing {
             )
         });
         let ccm = var("FAKECLOUD_E2E_CCM").unwrap_or_else(|| "fakecloud".into());
-        // The pods of ccm/deploy/ and of its overlay ccm-upstream/deploy/.
-        let pods = if ccm == "upstream" { "fakecloud-upstream-ccm" } else { "fakecloud-ccm" };
+        // The pods of ccm/deploy/ and of its overlays ccm-upstream/deploy/ and ccm-aws/deploy/.
+        let pods = match ccm.as_str() {
+            "upstream" => "fakecloud-upstream-ccm",
+            "aws" => "fakecloud-aws-ccm",
+            _ => "fakecloud-ccm",
+        };
+        let aws = (ccm == "aws").then(|| AwsAccess::from_env(&emulator));
         Self {
             kubeconfig,
             emulator,
@@ -174,7 +183,49 @@ impl Existing {
             emulator_kill: var("FAKECLOUD_E2E_EMULATOR_KILL"),
             emulator_start: var("FAKECLOUD_E2E_EMULATOR_START"),
             dns: var("FAKECLOUD_E2E_DNS").or_else(|| var("FAKECLOUD_DNS")),
+            aws,
         }
+    }
+}
+
+/// A cluster set up for cloud-provider-aws: the account's key pair, which its CCMs sign with, and the AWS CLI
+/// pointed at the face with it (the cases read what the CCM made on the face with it).
+#[derive(Debug, Clone)]
+pub struct AwsAccess {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub cli: PathBuf,
+    /// The face, as the suite reaches it.
+    pub url: String,
+    pub region: String,
+}
+
+impl AwsAccess {
+    /// On an existing cluster: the AWS CLI at `FAKECLOUD_AWS_CLI`, and the key pair and region the environment
+    /// gives the AWS CLI (`make e2e-kind` sources them from the cluster's credentials file).
+    fn from_env(url: &str) -> Self {
+        let need = |name: &str| {
+            var(name).unwrap_or_else(|| {
+                panic!("FAKECLOUD_E2E_CCM=aws on an existing cluster needs {name} (make e2e-kind sets it)")
+            })
+        };
+        Self {
+            access_key_id: need("AWS_ACCESS_KEY_ID"),
+            secret_access_key: need("AWS_SECRET_ACCESS_KEY"),
+            cli: need("FAKECLOUD_AWS_CLI").into(),
+            url: url.to_string(),
+            region: need("AWS_DEFAULT_REGION"),
+        }
+    }
+
+    pub fn cli(&self) -> AwsCli<'_> {
+        let keys = (self.access_key_id.as_str(), self.secret_access_key.as_str());
+        AwsCli { path: &self.cli, url: &self.url, region: &self.region, keys }
+    }
+
+    /// `aws ec2 <args>` as JSON; a failure panics with the command and what it printed.
+    pub async fn ec2(&self, args: &[&str]) -> serde_json::Value {
+        self.cli().ec2(args).await.unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -14,6 +14,7 @@
 //! through CCM internals, so the same case runs on the local backend and on kind.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use fakecloud_api::{
     Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancer, LoadBalancerState,
     QuotaName, SetRateLimitRequest,
 };
-use fakecloud_controlplane::aws_cluster::{CLUSTER_ID, cluster_tag};
+use fakecloud_controlplane::aws_cluster::{self, CLUSTER_ID, cluster_tag};
 use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
 use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -448,6 +449,20 @@ impl Env {
         if self.ccm_is_aws() { lb.dns_name.clone() } else { lb.address.map(|a| a.to_string()) }
     }
 
+    /// Wait (at most `timeout`) until Service `name` has its ingress; the address its load balancer answers at:
+    /// the EXTERNAL-IP, or the address its hostname (cloud-provider-aws's) resolves to at the cloud's DNS.
+    pub async fn wait_for_vip(&self, services: &Api<Service>, name: &str, timeout: Duration) -> IpAddr {
+        let address = crate::lb::wait_for_ingress(services, name, timeout).await;
+        if let Ok(ip) = address.parse() {
+            return ip;
+        }
+        let dns = self.cloud_dns().unwrap_or_else(|| {
+            panic!("{name}'s ingress is the name {address}: set FAKECLOUD_E2E_DNS to the emulator's DNS address (make kind-up serves it)")
+        });
+        let found = fakecloud_controlplane::names::resolve(dns, &address, HANG).await.unwrap_or_else(|e| panic!("{e}"));
+        *found.first().unwrap_or_else(|| panic!("{address} resolves to no address at {dns}"))
+    }
+
     /// The state a new load balancer of the CCM's is first seen in: fakecloud's provision, classic ELBs (the ones
     /// cloud-provider-aws makes by default) are active at once, as AWS's are.
     pub fn first_lb_state(&self) -> LoadBalancerState {
@@ -461,14 +476,16 @@ impl Env {
     }
 
     /// `aws ec2 <args>` on the cluster's cloud with the CCM's account, as JSON: what only the AWS face shows, such as
-    /// security groups. Only a local cluster set up for cloud-provider-aws has the CLI and key pair (kind with
-    /// cloud-provider-aws is issue #50's rest).
+    /// security groups. Only a cluster set up for cloud-provider-aws has the CLI and key pair.
     pub async fn aws_ec2(&self, args: &[&str]) -> serde_json::Value {
         let answer = match &self.kind {
             Kind::Local { cluster, .. } => cluster.aws_ec2(args).await,
-            Kind::Existing { .. } => None,
+            Kind::Existing { cfg, .. } => match &cfg.aws {
+                Some(access) => Some(access.ec2(args).await),
+                None => None,
+            },
         };
-        answer.expect("the AWS CLI is set up on a local cluster for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)")
+        answer.expect("the AWS CLI is set up for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)")
     }
 
     /// The ingress rules of the security group cloud-provider-aws makes for a Service's ELB (`k8s-elb-<name>`,
@@ -493,7 +510,7 @@ impl Env {
     /// The providerID the CCM gives `inst`'s Node: fakecloud's, or cloud-provider-aws's `aws:///<zone>/<i-…>`
     /// (`KubernetesInstanceID`, aws_instance.go; the instance ID is the cloud's own, `i-` and 17 hex digits).
     pub fn provider_id(&self, inst: &Instance) -> String {
-        if self.ccm_is_aws() { format!("aws:///{}/{}", inst.zone, inst.id) } else { inst.provider_id.clone() }
+        if self.ccm_is_aws() { aws_cluster::provider_id(&inst.zone, &inst.id) } else { inst.provider_id.clone() }
     }
 
     /// The emulator's DNS address, where the cloud's names answer (`FAKECLOUD_E2E_DNS`: `make kind-up` serves

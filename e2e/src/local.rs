@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fakecloud_api::{Client, CloudConfig, CreateInstanceRequest, Instance};
-use fakecloud_controlplane::aws_cluster::{self, AwsCli, CLUSTER_ID};
+use fakecloud_controlplane::aws_cluster::{self, CLUSTER_ID};
 use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
 use fakecloud_controlplane::launcher::CLUSTER_CIDR;
 use fakecloud_controlplane::{Binaries, ControlPlane, composition, kubeconfig};
@@ -28,7 +28,7 @@ use fakecloud_emulator::config::{Config, DbLocation, Timings, Topology};
 use fakecloud_emulator::server::Server;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::backend::LocalCcm;
+use crate::backend::{AwsAccess, LocalCcm};
 use crate::{HANG, Probe, SERVICE_ACCOUNT, repo, until};
 
 /// The CCM's token: a cloud customer's, so injected faults, rate limits and outages reach it (admin calls are
@@ -128,28 +128,17 @@ async fn service_account_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
 async fn aws_cloud_config(cloud: &Client, url: &str, cli: &Path, dir: &Path) -> (PathBuf, AwsAccess) {
     let keys = Keys::of(&Tokens { user: USER.into(), admin: ADMIN.into() });
     let region = cloud.region().await.expect("the emulator's region").name;
-    let access = AwsAccess { keys, cli: cli.to_path_buf(), url: url.to_string(), region };
+    let access = AwsAccess {
+        access_key_id: keys.access_key_id,
+        secret_access_key: keys.secret_access_key,
+        cli: cli.to_path_buf(),
+        url: url.to_string(),
+        region,
+    };
     let network = aws_cluster::tag_network(&access.cli(), CLUSTER_ID).await.unwrap_or_else(|e| panic!("{e}"));
     let path = dir.join("aws-cloud-config.ini");
     std::fs::write(&path, network.cloud_config(&access.region, CLUSTER_ID, url).text()).expect("cloud config written");
     (path, access)
-}
-
-/// A cluster set up for cloud-provider-aws: the account's key pair, which its CCMs sign with, and the AWS CLI
-/// pointed at the face with it.
-#[derive(Debug, Clone)]
-struct AwsAccess {
-    keys: Keys,
-    cli: PathBuf,
-    url: String,
-    region: String,
-}
-
-impl AwsAccess {
-    fn cli(&self) -> AwsCli<'_> {
-        let keys = (self.keys.access_key_id.as_str(), self.keys.secret_access_key.as_str());
-        AwsCli { path: &self.cli, url: &self.url, region: &self.region, keys }
-    }
 }
 
 /// How long the CCM's ServiceAccount token lasts: longer than any case.
@@ -362,7 +351,7 @@ impl Cluster {
             cloud_config: self.cloud_config.clone(),
             sa_kubeconfig: self.sa_kubeconfig.clone(),
             cluster_cidr: self.cluster_cidr.clone(),
-            aws: self.aws.as_ref().map(|a| a.keys.clone()),
+            aws: self.aws.clone(),
         }
     }
 
@@ -403,8 +392,7 @@ impl Cluster {
     /// `aws ec2 <args>` against the cluster's cloud with its account's key, as JSON; `None` when the cluster is
     /// not set up for cloud-provider-aws.
     pub async fn aws_ec2(&self, args: &[&str]) -> Option<serde_json::Value> {
-        let access = self.aws.as_ref()?;
-        Some(access.cli().ec2(args).await.unwrap_or_else(|e| panic!("{e}")))
+        Some(self.aws.as_ref()?.ec2(args).await)
     }
 
     /// A machine named `name` as the cluster's CCM sees its own: for cloud-provider-aws, with the cluster's tag
@@ -436,7 +424,7 @@ pub struct CcmLauncher {
     cloud_config: PathBuf,
     sa_kubeconfig: PathBuf,
     cluster_cidr: String,
-    aws: Option<Keys>,
+    aws: Option<AwsAccess>,
 }
 
 impl CcmLauncher {
@@ -454,14 +442,14 @@ impl CcmLauncher {
                 };
                 (flags.args(), Vec::new())
             }
-            Some(keys) => {
+            Some(access) => {
                 let flags = composition::AwsCcm {
                     cloud_config: &self.cloud_config,
                     kubeconfig: &self.sa_kubeconfig,
                     cluster_cidr: &self.cluster_cidr,
                     cluster_name: CLUSTER_ID,
                     port,
-                    keys: (&keys.access_key_id, &keys.secret_access_key),
+                    keys: (&access.access_key_id, &access.secret_access_key),
                 };
                 (flags.args(), flags.env())
             }

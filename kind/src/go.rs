@@ -91,11 +91,13 @@ impl Go {
     }
 }
 
-/// Runs one of the project's Go build scripts (scripts/build-control-plane.sh, scripts/build-upstream-ccm.sh;
-/// `make test` runs them too): its progress shown, the path it prints on its last line given back.
-pub fn build_script(s: &Settings, script: &str) -> anyhow::Result<PathBuf> {
+/// Runs one of the project's build scripts with `args` (scripts/build-control-plane.sh, build-upstream-ccm.sh,
+/// build-go-tool.sh ccm-aws, aws-clients.sh; `make test` runs them too): its progress shown, the path it prints on
+/// its last line given back.
+pub fn build_script(s: &Settings, script: &str, args: &[&str]) -> anyhow::Result<PathBuf> {
     let out = std::process::Command::new("bash")
         .arg(s.repo.join(script))
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

@@ -1,7 +1,8 @@
 //! The project's own images for the kind path: fakecloud/emulator, fakecloud/ccm and fakecloud/vpc-router (tag
 //! `dev`, or FAKECLOUD_IMAGE_TAG), fakecloud/agnhost (upstream's e2e test server, built by node_binaries, which
-//! runs first), and with FAKECLOUD_KIND_CCM=upstream fakecloud/upstream-ccm (the Go binary of
-//! scripts/build-upstream-ccm.sh). The Rust binaries are built on the host (Settings::image_profile) and staged
+//! runs first), with FAKECLOUD_KIND_CCM=upstream fakecloud/upstream-ccm (the Go binary of
+//! scripts/build-upstream-ccm.sh), with FAKECLOUD_KIND_CCM=aws fakecloud/aws-ccm (cloud-provider-aws, as
+//! scripts/build-go-tool.sh ccm-aws builds it). The Rust binaries are built on the host (Settings::image_profile) and staged
 //! into a small build context per image, so the Dockerfiles in docker/ download nothing: they build the same
 //! offline (on the debootstrap base of rootfs::base_image) and online.
 
@@ -73,10 +74,13 @@ pub fn build(s: &Settings, d: &Docker) -> anyhow::Result<()> {
         agnhost::base_image(s, d, LABEL)
     })?;
     stage.image_of("agnhost", &agnhost, None)?;
-    // Upstream's CCM only where it is the one deployed: its Go build is the slow part.
-    if s.ccm == Ccm::Upstream {
-        let upstream_ccm = build_script(s, "scripts/build-upstream-ccm.sh")?;
-        stage.image_of("upstream-ccm", &upstream_ccm, None)?;
+    // A Go CCM only where it is the one deployed: its Go build is the slow part.
+    match s.ccm {
+        Ccm::Fakecloud => {}
+        Ccm::Upstream => {
+            stage.image_of("upstream-ccm", &build_script(s, "scripts/build-upstream-ccm.sh", &[])?, None)?
+        }
+        Ccm::Aws => stage.image_of("aws-ccm", &build_script(s, "scripts/build-go-tool.sh", &["ccm-aws"])?, None)?,
     }
     std::fs::remove_dir_all(&stage.root).with_context(|| format!("removing {}", stage.root.display()))?;
     d.cmd(["image", "prune", "-f", "--filter", &format!("label={LABEL}")]).run()

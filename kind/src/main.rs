@@ -37,7 +37,7 @@ use crate::settings::{Settings, shell_quote};
     long_about = "The kind path: a container engine (the user's Docker, or a private one with an egress guard), \
     the offline kind node image and the project's images, and kind clusters with the fakecloud emulator beside \
     them and a CCM in them. Settings come from the environment: KIND_CLUSTER_NAME, FAKECLOUD_KIND_CCM \
-    (fakecloud|upstream), FAKECLOUD_PORT, FAKECLOUD_CACHE, FAKECLOUD_RUN_DIR, FAKECLOUD_IMAGE_PROFILE \
+    (fakecloud|upstream|aws), FAKECLOUD_PORT, FAKECLOUD_CACHE, FAKECLOUD_RUN_DIR, FAKECLOUD_IMAGE_PROFILE \
     (release|dev), KIND_CONFIG, KIND_NODE_IMAGE, DOCKER_HOST."
 )]
 struct Cli {
@@ -79,7 +79,7 @@ enum Command {
     /// Build the offline kind node image fakecloud/kind-node:<k8s version>, unless it is current. Needs root.
     NodeImage,
     /// Build the project's images (emulator, ccm, vpc-router, agnhost; upstream-ccm with
-    /// FAKECLOUD_KIND_CCM=upstream), tagged FAKECLOUD_IMAGE_TAG (dev). FAKECLOUD_IMAGE_PREBUILT=1 uses the
+    /// FAKECLOUD_KIND_CCM=upstream, aws-ccm with FAKECLOUD_KIND_CCM=aws), tagged FAKECLOUD_IMAGE_TAG (dev). FAKECLOUD_IMAGE_PREBUILT=1 uses the
     /// workspace's binaries as built.
     Images,
     /// Make sure the engine has fakecloud/postgres:dev, the farm's database on kind (make farm-kind). Needs root.

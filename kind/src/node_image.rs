@@ -101,7 +101,7 @@ struct NodeBuild<'a> {
 pub fn ensure(s: &Settings, d: &Docker) -> anyhow::Result<()> {
     require_root("the node image (its root filesystems are made with debootstrap and chroot)")?;
     let (control_plane, node) = step("binaries (control plane and node)", || {
-        let control_plane = build_script(s, "scripts/build-control-plane.sh")?;
+        let control_plane = build_script(s, "scripts/build-control-plane.sh", &[])?;
         let node = crate::node_binaries::build(s)?;
         if !["kubectl", "etcd"].iter().all(|b| is_executable(&control_plane.join(b)))
             || !is_executable(&node.join("kubeadm"))

@@ -22,7 +22,7 @@ pub const IMAGE_REPOSITORY: &str = "fakecloud.local";
 /// The second cluster of `make e2e-kind-both`, for upstream's CCM.
 pub const UPSTREAM_CLUSTER: &str = "fakecloud-upstream";
 
-/// The CCM the kind path deploys (`FAKECLOUD_KIND_CCM`). Both run as the same ServiceAccount
+/// The CCM the kind path deploys (`FAKECLOUD_KIND_CCM`). All run as the same ServiceAccount
 /// (ccm/deploy/rbac.yaml), with the same cloud-config Secret and Lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ccm {
@@ -31,6 +31,8 @@ pub enum Ccm {
     /// upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/deploy/, an overlay of
     /// the same Deployment).
     Upstream,
+    /// cloud-provider-aws, unmodified, on the emulator's AWS face (ccm-aws/deploy/, the same Deployment again).
+    Aws,
 }
 
 impl Ccm {
@@ -38,13 +40,15 @@ impl Ccm {
         match s {
             "fakecloud" => Ok(Ccm::Fakecloud),
             "upstream" => Ok(Ccm::Upstream),
-            other => bail!("FAKECLOUD_KIND_CCM must be fakecloud or upstream, not '{other}'"),
+            "aws" => Ok(Ccm::Aws),
+            other => bail!("FAKECLOUD_KIND_CCM must be fakecloud, upstream or aws, not '{other}'"),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Ccm::Fakecloud => "fakecloud",
             Ccm::Upstream => "upstream",
+            Ccm::Aws => "aws",
         }
     }
     /// Its image, tagged `dev` by the image build.
@@ -52,6 +56,7 @@ impl Ccm {
         match self {
             Ccm::Fakecloud => "fakecloud/ccm",
             Ccm::Upstream => "fakecloud/upstream-ccm",
+            Ccm::Aws => "fakecloud/aws-ccm",
         }
     }
     /// Its Deployment in kube-system (and the `app.kubernetes.io/name` of its pods).
@@ -59,6 +64,7 @@ impl Ccm {
         match self {
             Ccm::Fakecloud => "fakecloud-ccm",
             Ccm::Upstream => "fakecloud-upstream-ccm",
+            Ccm::Aws => "fakecloud-aws-ccm",
         }
     }
 }
@@ -314,8 +320,9 @@ mod tests {
     #[test]
     fn an_unknown_ccm_is_refused_with_the_choices() {
         assert_eq!(Ccm::parse("upstream").map(Ccm::deployment).ok(), Some("fakecloud-upstream-ccm"));
-        let err = Ccm::parse("aws").unwrap_err().to_string();
-        assert!(err.contains("fakecloud or upstream") && err.contains("'aws'"), "{err}");
+        assert_eq!(Ccm::parse("aws").map(Ccm::image).ok(), Some("fakecloud/aws-ccm"));
+        let err = Ccm::parse("gce").unwrap_err().to_string();
+        assert!(err.contains("fakecloud, upstream or aws") && err.contains("'gce'"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A kind cluster with the emulator beside it and a CCM in it: `up` makes one, `down` removes it.
 
+mod aws;
 mod config;
 mod dns;
 mod down;

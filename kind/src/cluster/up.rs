@@ -28,12 +28,15 @@ use anyhow::{Context as _, bail};
 
 use super::config::{self, Needs};
 use super::tools::Tools;
-use super::{dns, network};
+use super::{aws, dns, network};
 use crate::docker::Docker;
 use crate::engine::Engine;
 use crate::run::{cmd, step, wait_for};
 use crate::settings::{Ccm, Settings};
 use crate::{images, node_binaries, node_image};
+
+/// Where the emulator's image keeps its credentials file: beside its database (docker/emulator.Dockerfile).
+const EMULATOR_CREDENTIALS: &str = "/var/lib/fakecloud/fakecloud.credentials";
 
 /// What this run created, removed again unless it succeeds.
 struct Undo<'a> {
@@ -119,7 +122,7 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
 
     // --- 2. binaries and images -----------------------------------------------------------------------------
     // kubectl of the cluster's version.
-    let cp_bin = crate::go::build_script(s, "scripts/build-control-plane.sh")?;
+    let cp_bin = crate::go::build_script(s, "scripts/build-control-plane.sh", &[])?;
     node_binaries::build(s)?;
     let tools = Tools::new(s, docker.clone(), &[&cp_bin]);
     if !prepare && tools.cluster_exists(&c.name) {
@@ -163,20 +166,12 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     check(&interrupted)?;
 
     // --- 4. the emulator beside the cluster ----------------------------------------------------------------
-    let (user, admin) = (token()?, token()?);
     let endpoint = format!("http://127.0.0.1:{}", s.port);
     let subnets =
         docker.cmd(["network", "inspect", &c.network, "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}"]).output()?;
     let at = network::on(&subnets)?;
     // The cloud's names answer at the emulator's address on the kind network, which the host reaches too.
     let dns = format!("{}:53", at.emulator);
-    write_private(
-        &c.credentials(),
-        &format!(
-            "export FAKECLOUD_ENDPOINT={endpoint}\nexport FAKECLOUD_USER_TOKEN={user}\nexport FAKECLOUD_ADMIN_TOKEN={admin}\n\
-             export FAKECLOUD_DNS={dns}\n"
-        ),
-    )?;
     let adopt = at.adopt.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
     undo.emulator = true;
     // The emulator serves the load balancers' traffic and holds the pool's addresses in its container (a local
@@ -203,11 +198,23 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
                 .args(["-e", &format!("FAKECLOUD_DNS_LISTEN={dns}")])
                 .args(["-e", &format!("FAKECLOUD_PUBLIC_POOL={}", at.lb_pool)])
                 .args(["-e", &format!("FAKECLOUD_ADOPT_NETWORKS={adopt}")])
-                .args(["-e", &format!("FAKECLOUD_USER_TOKEN={user}"), "-e", &format!("FAKECLOUD_ADMIN_TOKEN={admin}")])
                 .arg("fakecloud/emulator:dev")
                 .run()
         },
     )?;
+    // Its tokens and AWS key pair, which it generates into its volume on a first start, as `fakecloud serve` does
+    // beside any database: the CLI's and the CCM's, and the user's shell's (written to the run directory).
+    let generated = format!("docker exec {} cat {EMULATOR_CREDENTIALS}", c.emulator);
+    let credentials = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
+        docker.cmd(["exec", &c.emulator, "cat", EMULATOR_CREDENTIALS]).output().ok()
+    })
+    .with_context(|| format!("the emulator wrote no credentials file ({generated}; docker logs {})", c.emulator))?;
+    let token = |key| {
+        fakecloud_api::credential(&credentials, key).with_context(|| format!("no {key} in the output of {generated}"))
+    };
+    let (user, admin) = (token(fakecloud_api::ENV_USER_TOKEN)?, token(fakecloud_api::ENV_ADMIN_TOKEN)?);
+    let shell_lines = format!("export FAKECLOUD_ENDPOINT={endpoint}\nexport FAKECLOUD_DNS={dns}\n{credentials}\n");
+    write_private(&c.credentials(), &shell_lines)?;
     let cli = |args: &[&str]| {
         cmd(&s.image_target_dir.join("fakecloud").display().to_string(), args)
             .env("FAKECLOUD_ENDPOINT", &endpoint)
@@ -222,6 +229,20 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     let kubeconfig = c.kubeconfig().display().to_string();
     step("adopting the kind nodes as cloud instances", || cli(&["adopt", "--kubeconfig", &kubeconfig]).run())?;
     check(&interrupted)?;
+    let in_cluster_url = format!("http://{}:8787", at.emulator);
+    let aws = match s.ccm {
+        Ccm::Aws => Some(step("setting the cluster up on the AWS face, as cloud-provider-aws expects", || {
+            let aws_cli = crate::go::build_script(s, "scripts/aws-clients.sh", &[])?.join("bin/aws");
+            aws::set_up(&tools, &endpoint, &in_cluster_url, &credentials, &aws_cli)
+        })?),
+        Ccm::Fakecloud | Ccm::Upstream => None,
+    };
+    if let Some(aws) = &aws {
+        // The face's settings for the AWS CLI or boto3 in the user's shell, beside the tokens.
+        let lines =
+            format!("{shell_lines}export AWS_ENDPOINT_URL={endpoint}\nexport AWS_DEFAULT_REGION={}\n", aws.region);
+        write_private(&c.credentials(), &lines)?;
+    }
 
     // --- 5 and 6. the VPC's routing and the CCM ------------------------------------------------------------
     // The emulator's image too: the suite's pod-network case runs it as a server and a client pod; agnhost is
@@ -234,14 +255,22 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
             .run()
     })?;
     // The real cloud config (the placeholder in ccm/deploy/cloud-config.yaml is not applied): the user token, as
-    // a customer of the cloud has it. The VPC router is the cloud's fabric, not a customer: the admin token
-    // (never faulted, not the CCM's calls).
-    let cloud_config = format!("endpoint: http://{}:8787\ntoken-file: /etc/fakecloud/token\n", at.emulator);
-    for (secret, token) in [("fakecloud-cloud-config", &user), ("fakecloud-vpc-router-config", &admin)] {
+    // a customer of the cloud has it; for cloud-provider-aws, its own cloud config and the account's key pair.
+    // The VPC router is the cloud's fabric, not a customer: the admin token (never faulted, not the CCM's calls).
+    let cloud_config = format!("endpoint: {in_cluster_url}\ntoken-file: /etc/fakecloud/token\n");
+    let ccm_secret: Vec<(&str, &str)> = match &aws {
+        Some(aws) => vec![
+            ("cloud-config", &aws.cloud_config),
+            ("aws-access-key-id", &aws.access_key_id),
+            ("aws-secret-access-key", &aws.secret_access_key),
+        ],
+        None => vec![("cloud-config", &cloud_config), ("token", &user)],
+    };
+    let router_secret = vec![("cloud-config", cloud_config.as_str()), ("token", admin.as_str())];
+    for (secret, entries) in [("fakecloud-cloud-config", ccm_secret), ("fakecloud-vpc-router-config", router_secret)] {
         let yaml = tools
             .kubectl(["-n", "kube-system", "create", "secret", "generic", secret])
-            .arg(format!("--from-literal=cloud-config={cloud_config}"))
-            .arg(format!("--from-literal=token={token}"))
+            .args(entries.iter().map(|(k, v)| format!("--from-literal={k}={v}")))
             .args(["--dry-run=client", "-o", "yaml"])
             .output()?;
         tools.kubectl(["apply", "-f", "-"]).stdin(yaml).run()?;
@@ -263,9 +292,9 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     tools.kubectl(["apply", "-f"]).arg(s.repo.join("ccm/deploy/rbac.yaml")).run()?;
     let manifest = match s.ccm {
         Ccm::Fakecloud => std::fs::read_to_string(s.repo.join("ccm/deploy/deployment.yaml"))?,
-        Ccm::Upstream => tools
+        Ccm::Upstream | Ccm::Aws => tools
             .kubectl(["kustomize", "--load-restrictor=LoadRestrictionsNone"])
-            .arg(s.repo.join("ccm-upstream/deploy"))
+            .arg(s.repo.join(if s.ccm == Ccm::Aws { "ccm-aws/deploy" } else { "ccm-upstream/deploy" }))
             .output()?,
     };
     let manifest = config::with_cluster_cidr(&manifest, &config::pod_subnet(&config_text));
@@ -315,7 +344,7 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     let docker_line = engine.docker_host().map(|h| format!("  export DOCKER_HOST={h}\n")).unwrap_or_default();
     println!(
         "\nkind cluster {} is up, with the fakecloud emulator beside it and {deployment} in it.\n\n  \
-         export KUBECONFIG={kubeconfig}\n  source {}    # FAKECLOUD_ENDPOINT and the emulator's tokens, for the fakecloud CLI\n\
+         export KUBECONFIG={kubeconfig}\n  source {}    # FAKECLOUD_ENDPOINT, the emulator's tokens and its AWS key pair\n\
          {docker_line}\nA load balancer's DNS name resolves in the pods, and from here: dig @{} -p 53 <name>\n\
          The conformance suite against it: make e2e-kind\nStop (cluster, emulator{started}): make kind-down",
         c.name,
@@ -391,13 +420,6 @@ fn column_where(out: &str, pick: impl Fn(&[&str]) -> bool) -> Vec<String> {
 
 fn last_line(out: &str) -> &str {
     out.lines().last().unwrap_or_default()
-}
-
-/// 24 random bytes, hex: a token.
-fn token() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 24];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A file only its owner reads: it holds tokens.
@@ -509,13 +531,5 @@ mod tests {
             await_none("x", Duration::from_secs(60), &interrupted, || Ok(vec!["y".into()])).unwrap_err().to_string(),
             "interrupted"
         );
-    }
-
-    #[test]
-    fn tokens_are_48_hex_digits_and_differ() {
-        let (a, b) = (token().unwrap(), token().unwrap());
-        assert_eq!(a.len(), 48);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
     }
 }
