@@ -49,11 +49,12 @@ impl Drop for Heartbeat {
 }
 
 /// How the case's kubelet registers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registration {
-    /// As `--cloud-provider=external` with `--provider-id`: the uninitialized taint and the providerID already
-    /// set (AWS's nodes, named after their private DNS name, register this way).
-    WithProviderId,
+    /// As `--cloud-provider=external` with `--provider-id`: the uninitialized taint and this providerID already
+    /// set (AWS's nodes, named after their private DNS name, register this way; [`crate::Env::provider_id`] is the
+    /// one the CCM under test reads).
+    WithProviderId(String),
     /// With neither taint nor providerID, as a Node registered before any CCM ran: the CCM finds its machine
     /// by the Node's name only.
     Bare,
@@ -81,9 +82,9 @@ impl OwnNode {
     ) -> Self {
         let mut taints = vec![serde_json::json!({"key": SIMULATED_TAINT, "value": "true", "effect": "NoSchedule"})];
         let mut spec = serde_json::json!({});
-        if how == Registration::WithProviderId {
+        if let Registration::WithProviderId(provider_id) = how {
             taints.insert(0, serde_json::json!({"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}));
-            spec["providerID"] = machine.provider_id.clone().into();
+            spec["providerID"] = provider_id.into();
         }
         spec["taints"] = taints.into();
         let mut all_labels = serde_json::json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"});
