@@ -16,6 +16,14 @@ pub fn service(name: &str, port: i32, extra_spec: serde_json::Value) -> Service 
     serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).expect("a valid Service")
 }
 
+/// `svc` asking cloud-provider-aws for an NLB instead of its default, a classic ELB (its
+/// `ServiceAnnotationLoadBalancerType`); other CCMs ignore the annotation.
+pub fn with_aws_nlb(mut svc: Service) -> Service {
+    let annotations = svc.metadata.annotations.get_or_insert_default();
+    annotations.insert("service.beta.kubernetes.io/aws-load-balancer-type".into(), "nlb".into());
+    svc
+}
+
 /// The Service's first ingress (its EXTERNAL-IP and `ipMode`), `None` while `<pending>`.
 pub fn ingress(svc: &Service) -> Option<&LoadBalancerIngress> {
     svc.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()

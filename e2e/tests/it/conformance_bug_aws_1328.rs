@@ -9,7 +9,11 @@
 //! terminated and its Node removed by the CCM.
 //! Asserted: the refusal was seen; the backend set converges to the current nodes — the new one in, the old one
 //! removed — at the quota. (This cloud takes a backend set in one update, so the final set fits in one call;
-//! the removals-first order itself is covered by both CCMs' unit tests.) Any backend, either CCM.
+//! the removals-first order itself is covered by both CCMs' unit tests.) Any backend, every CCM.
+//!
+//! cloud-provider-aws has the fix (v1.37.1, `ensureTargetGroupTargets`, aws_loadbalancer.go L879: deregister
+//! first). The bug is its NLBs', so the case asks it for one: the refusal is ELBv2's `RegisterTargets` answered
+//! `TooManyTargets`.
 #![allow(clippy::unwrap_used)]
 
 use fakecloud_api::{QuotaName, codes};
@@ -21,14 +25,14 @@ const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replacing_a_node_at_the_backends_quota_converges() {
-    case("bug-aws-1328", Setup::new(CCM), async |env| {
+    case("bug-aws-1328", Setup::new(CCM).stated_for_aws(), async |env| {
         let old = env.initialized_nodes("old", 1).await.remove(0);
         let kept = env.initialized_nodes("kept", 1).await.remove(0);
         let ns = env.namespace("bug1328").await;
         let services = Api::<Service>::namespaced(env.client(), &ns);
-        let web =
-            services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        lb::wait_for_ip(&services, "web", HANG).await;
+        let web = lb::with_aws_nlb(lb::service("web", 80, serde_json::json!({})));
+        let web = services.create(&PostParams::default(), &web).await.unwrap();
+        lb::wait_for_ingress(&services, "web", HANG).await;
         let before = until(HANG, "both nodes backends", async || {
             let b = lb::backends(&env.cloud, &web).await?;
             (b.contains(&old.id) && b.contains(&kept.id)).then_some(b)
@@ -41,7 +45,7 @@ async fn replacing_a_node_at_the_backends_quota_converges() {
         // The replacement joins first: one more backend than the quota allows.
         let new = env.initialized_nodes("new", 1).await.remove(0);
         until(HANG, "the CCM's update refused with TooManyTargets", async || {
-            let calls = env.ccm_calls(&["UpdateLoadBalancer"]).await;
+            let calls = env.ccm_calls(&["UpdateLoadBalancer", "RegisterTargets"]).await;
             calls.iter().any(|c| c.error_code.as_deref() == Some(codes::TOO_MANY_TARGETS)).then_some(())
         })
         .await;

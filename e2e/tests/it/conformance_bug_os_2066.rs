@@ -19,8 +19,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
-/// cloud-provider-aws's annotation for an NLB instead of a classic ELB (`ServiceAnnotationLoadBalancerType`).
-const NLB_ANNOTATION: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ensure_sets_the_external_ip_of_a_provisioning_load_balancer() {
@@ -28,11 +26,8 @@ async fn one_ensure_sets_the_external_ip_of_a_provisioning_load_balancer() {
         env.initialized_nodes("k2066", 1).await;
         let ns = env.namespace("bug-2066").await;
         let services = Api::<Service>::namespaced(env.client(), &ns);
-        let mut spec = lb::service("web", 80, serde_json::json!({}));
-        if env.ccm_is_aws() {
-            spec.metadata.annotations = Some([(NLB_ANNOTATION.to_string(), "nlb".to_string())].into());
-        }
-        let web = services.create(&PostParams::default(), &spec).await.unwrap();
+        let web = lb::with_aws_nlb(lb::service("web", 80, serde_json::json!({})));
+        let web = services.create(&PostParams::default(), &web).await.unwrap();
         until(HANG, "the load balancer provisioning", async || {
             let lb = env.cloud.find_load_balancer(&lb::name(&web)).await.ok()??;
             (lb.state == LoadBalancerState::Provisioning).then_some(())
