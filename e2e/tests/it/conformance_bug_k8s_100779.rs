@@ -5,7 +5,8 @@
 //! Staged: a LoadBalancer Service on three nodes; the CCM's leader killed while one node is being replaced (its
 //! machine terminated, a new one started). Asserted, from the cloud's side, watched throughout: no backend of a
 //! healthy node is ever removed, and the set converges to the healthy nodes plus the replacement. Any backend,
-//! both CCMs.
+//! every CCM (cloud-provider-aws's classic ELB keeps the terminated machine until its Node is deleted, as the
+//! kubernetes#109180 case states; the bound is the node-loss one either way).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -20,13 +21,13 @@ const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_during_node_churn_never_deregisters_a_healthy_node() {
-    case("bug-100779", Setup::new(CCM).kills_ccm(), async |env| {
+    case("bug-100779", Setup::new(CCM).kills_ccm().stated_for_aws(), async |env| {
         let mut machines = env.initialized_nodes("k100779", 3).await;
         let ns = env.namespace("bug-100779").await;
         let services = Api::<Service>::namespaced(env.client(), &ns);
         let web =
             services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
-        lb::wait_for_ip(&services, "web", HANG).await;
+        lb::wait_for_ingress(&services, "web", HANG).await;
         let old = machines.pop().unwrap();
         let healthy: Vec<String> = machines.iter().map(|m| m.id.clone()).collect();
 
