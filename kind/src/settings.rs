@@ -59,6 +59,14 @@ impl Ccm {
             Ccm::Aws => "fakecloud/aws-ccm",
         }
     }
+    /// Its kustomize overlay of ccm/deploy/deployment.yaml, for the Go CCMs; fakecloud-ccm's is that file.
+    pub fn overlay(self) -> Option<&'static str> {
+        match self {
+            Ccm::Fakecloud => None,
+            Ccm::Upstream => Some("ccm-upstream/deploy"),
+            Ccm::Aws => Some("ccm-aws/deploy"),
+        }
+    }
     /// Its Deployment in kube-system (and the `app.kubernetes.io/name` of its pods).
     pub fn deployment(self) -> &'static str {
         match self {
@@ -321,6 +329,8 @@ mod tests {
     fn an_unknown_ccm_is_refused_with_the_choices() {
         assert_eq!(Ccm::parse("upstream").map(Ccm::deployment).ok(), Some("fakecloud-upstream-ccm"));
         assert_eq!(Ccm::parse("aws").map(Ccm::image).ok(), Some("fakecloud/aws-ccm"));
+        assert_eq!(Ccm::parse("aws").ok().and_then(Ccm::overlay), Some("ccm-aws/deploy"));
+        assert_eq!(Ccm::parse("fakecloud").ok().and_then(Ccm::overlay), None);
         let err = Ccm::parse("gce").unwrap_err().to_string();
         assert!(err.contains("fakecloud, upstream or aws") && err.contains("'gce'"), "{err}");
     }

@@ -9,9 +9,10 @@
 //!  5. the VPC's routing (vpc-router/deploy/): every node's pod network from its podCIDR, the routes between
 //!     nodes from the emulator's route table — so the CCM's route controller is what connects them;
 //!  6. the CCM as its two-replica Deployment: fakecloud-ccm (ccm/deploy/), or with FAKECLOUD_KIND_CCM=upstream
-//!     upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/deploy/); then a wait
-//!     until every node is Ready and initialized (providerID, zone labels, no uninitialized taint) and CoreDNS
-//!     runs.
+//!     upstream's cloud-controller-manager with fakecloud's Go provider (ccm-upstream/deploy/), or with
+//!     FAKECLOUD_KIND_CCM=aws cloud-provider-aws (ccm-aws/deploy/, once `aws` has set the cluster up for it); then
+//!     a wait until every node is Ready and initialized (providerID, zone labels, no uninitialized taint) and
+//!     CoreDNS runs.
 //!
 //! On a failure or an interrupt it deletes what it created, stops an engine it started, and says what went
 //! wrong. `--prepare` stops after step 2 (engine and images, no cluster): make e2e-kind-both runs it once, so
@@ -290,12 +291,11 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
     })?;
     tools.kubectl(["apply", "-f"]).arg(s.repo.join("vpc-router/deploy/vpc-router.yaml")).run()?;
     tools.kubectl(["apply", "-f"]).arg(s.repo.join("ccm/deploy/rbac.yaml")).run()?;
-    let manifest = match s.ccm {
-        Ccm::Fakecloud => std::fs::read_to_string(s.repo.join("ccm/deploy/deployment.yaml"))?,
-        Ccm::Upstream | Ccm::Aws => tools
-            .kubectl(["kustomize", "--load-restrictor=LoadRestrictionsNone"])
-            .arg(s.repo.join(if s.ccm == Ccm::Aws { "ccm-aws/deploy" } else { "ccm-upstream/deploy" }))
-            .output()?,
+    let manifest = match s.ccm.overlay() {
+        None => std::fs::read_to_string(s.repo.join("ccm/deploy/deployment.yaml"))?,
+        Some(overlay) => {
+            tools.kubectl(["kustomize", "--load-restrictor=LoadRestrictionsNone"]).arg(s.repo.join(overlay)).output()?
+        }
     };
     let manifest = config::with_cluster_cidr(&manifest, &config::pod_subnet(&config_text));
     tools.kubectl(["apply", "-f", "-"]).stdin(manifest).run()?;
