@@ -478,14 +478,11 @@ impl Env {
     /// `aws ec2 <args>` on the cluster's cloud with the CCM's account, as JSON: what only the AWS face shows, such as
     /// security groups. Only a cluster set up for cloud-provider-aws has the CLI and key pair.
     pub async fn aws_ec2(&self, args: &[&str]) -> serde_json::Value {
-        let answer = match &self.kind {
-            Kind::Local { cluster, .. } => cluster.aws_ec2(args).await,
-            Kind::Existing { cfg, .. } => match &cfg.aws {
-                Some(access) => Some(access.ec2(args).await),
-                None => None,
-            },
+        let access = match &self.kind {
+            Kind::Local { cluster, .. } => cluster.aws(),
+            Kind::Existing { cfg, .. } => cfg.aws.as_ref(),
         };
-        answer.expect("the AWS CLI is set up for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)")
+        access.expect("the AWS CLI is set up for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)").ec2(args).await
     }
 
     /// The ingress rules of the security group cloud-provider-aws makes for a Service's ELB (`k8s-elb-<name>`,

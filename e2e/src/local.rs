@@ -389,10 +389,10 @@ impl Cluster {
         self.aws.is_some()
     }
 
-    /// `aws ec2 <args>` against the cluster's cloud with its account's key, as JSON; `None` when the cluster is
-    /// not set up for cloud-provider-aws.
-    pub async fn aws_ec2(&self, args: &[&str]) -> Option<serde_json::Value> {
-        Some(self.aws.as_ref()?.ec2(args).await)
+    /// The account's key pair and the AWS CLI on its cloud; `None` when the cluster is not set up for
+    /// cloud-provider-aws.
+    pub fn aws(&self) -> Option<&AwsAccess> {
+        self.aws.as_ref()
     }
 
     /// A machine named `name` as the cluster's CCM sees its own: for cloud-provider-aws, with the cluster's tag

@@ -204,7 +204,7 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
         },
     )?;
     // Its tokens and AWS key pair, which it generates into its volume on a first start, as `fakecloud serve` does
-    // beside any database: the CLI's and the CCM's, and the user's shell's (written to the run directory).
+    // beside any database: the CLI's and the CCM's, and the user's shell's (written to the run directory below).
     let generated = format!("docker exec {} cat {EMULATOR_CREDENTIALS}", c.emulator);
     let credentials = wait_for(Duration::from_secs(20), Duration::from_millis(200), || {
         docker.cmd(["exec", &c.emulator, "cat", EMULATOR_CREDENTIALS]).output().ok()
@@ -214,8 +214,6 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
         fakecloud_api::credential(&credentials, key).with_context(|| format!("no {key} in the output of {generated}"))
     };
     let (user, admin) = (token(fakecloud_api::ENV_USER_TOKEN)?, token(fakecloud_api::ENV_ADMIN_TOKEN)?);
-    let shell_lines = format!("export FAKECLOUD_ENDPOINT={endpoint}\nexport FAKECLOUD_DNS={dns}\n{credentials}\n");
-    write_private(&c.credentials(), &shell_lines)?;
     let cli = |args: &[&str]| {
         cmd(&s.image_target_dir.join("fakecloud").display().to_string(), args)
             .env("FAKECLOUD_ENDPOINT", &endpoint)
@@ -238,12 +236,15 @@ pub fn up(s: &Settings, prepare: bool) -> anyhow::Result<()> {
         })?),
         Ccm::Fakecloud | Ccm::Upstream => None,
     };
-    if let Some(aws) = &aws {
-        // The face's settings for the AWS CLI or boto3 in the user's shell, beside the tokens.
-        let lines =
-            format!("{shell_lines}export AWS_ENDPOINT_URL={endpoint}\nexport AWS_DEFAULT_REGION={}\n", aws.region);
-        write_private(&c.credentials(), &lines)?;
-    }
+    // For the user's shell: the tokens and key pair, and with cloud-provider-aws the AWS CLI's and boto3's endpoint
+    // and region too.
+    let aws_lines = aws.as_ref().map_or_else(String::new, |aws| {
+        format!("export AWS_ENDPOINT_URL={endpoint}\nexport AWS_DEFAULT_REGION={}\n", aws.region)
+    });
+    write_private(
+        &c.credentials(),
+        &format!("export FAKECLOUD_ENDPOINT={endpoint}\nexport FAKECLOUD_DNS={dns}\n{credentials}\n{aws_lines}"),
+    )?;
 
     // --- 5 and 6. the VPC's routing and the CCM ------------------------------------------------------------
     // The emulator's image too: the suite's pod-network case runs it as a server and a client pod; agnhost is
