@@ -22,7 +22,8 @@ in any order, make now and then).
 
 Usage: moto_compare.py FAKECLOUD_BIN: a `fakecloud` binary (or one serving as `BIN serve FLAGS...`), served here on
 loopback with a database of its own, and moto's server beside it. SAT_CONNECTIONS (32), SAT_SECONDS (10) and
-SAT_PAGE_SECONDS (20) set the load; BENCH_RUST_LOG the served cloud's RUST_LOG (default warn; e.g.
+SAT_PAGE_SECONDS (20) set the load; BENCH_ROWS (comma-separated row names) runs only those rows and BENCH_MOTO=0
+leaves moto out, for profiling one call (e.g. `perf record -p` on the served cloud); BENCH_RUST_LOG the served cloud's RUST_LOG (default warn; e.g.
 sqlx::query=debug lists each call's statements in its log, for profiling).
 """
 import os
@@ -58,7 +59,7 @@ EC2, ELBV2 = "2016-11-15", "2015-12-01"
 FORM = "application/x-www-form-urlencoded; charset=utf-8"
 
 # The operations, in the order they run, and the calls each server gets.
-ROWS = {
+ALL_ROWS = {
     "get-instance": "one instance by ID: native GET /v1/instances/{id}; AWS DescribeInstances InstanceId.1",
     "find-instance": f"one of {FLEET + 1:,} instances by a key: native GET /v1/instances?name= (the native API has "
                      "no private DNS name filter); AWS DescribeInstances Filter.1.Name=private-dns-name",
@@ -71,6 +72,12 @@ ROWS = {
     "create-lb": "native POST /v1/load-balancers; AWS elbv2 CreateLoadBalancer (moto only)",
     PAGE: f"native GET /v1/instances?page_size={PAGE_ITEMS}; AWS DescribeInstances MaxResults={PAGE_ITEMS} (moto only)",
 }
+
+
+ONLY = [r for r in os.environ.get("BENCH_ROWS", "").split(",") if r]
+assert all(r in ALL_ROWS for r in ONLY), f"BENCH_ROWS names rows that are not {list(ALL_ROWS)}: {ONLY}"
+ROWS = {row: calls for row, calls in ALL_ROWS.items() if not ONLY or row in ONLY}
+WITH_MOTO = os.environ.get("BENCH_MOTO", "1") != "0"
 
 
 class Template(NamedTuple):
@@ -161,6 +168,8 @@ def wrk(url, pid, load, seconds):
 
 
 def run(server, side, row, load):
+    # The clock perf's `-k CLOCK_MONOTONIC` records, so a profile of the whole script can be cut to one run.
+    print(f"    {side} {row}: running from {time.monotonic():.1f} s", file=sys.stderr)
     result = wrk(server.url, server.pid, load, PAGE_SECONDS if row == PAGE else SECONDS)
     print(f"    {side} {row}: {result.rps:.0f} req/s, {result.failed} failed", file=sys.stderr)
     return result
@@ -386,18 +395,22 @@ def main():
     try:
         fc.setup()
         for row, load, face_load in fc.operations():
+            if row not in ROWS:
+                continue
             native[row] = run(fc, "native", row, load)
             if face_load:
                 face[row] = run(fc, "face", row, face_load(native[row]))
                 assert face[row].completed and not face[row].failed, f"the face failed {row}: {face[row]}"
     finally:
         fc.close()
-    moto = Moto()
-    try:
-        moto.setup()
-        mo = {row: run(moto, "moto", row, load) for row, load in moto.operations()}
-    finally:
-        moto.close()
+    mo = {}
+    if WITH_MOTO:
+        moto = Moto()
+        try:
+            moto.setup()
+            mo = {row: run(moto, "moto", row, load) for row, load in moto.operations() if row in ROWS}
+        finally:
+            moto.close()
     import moto as moto_pkg
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0]
     print(f"\nwrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s (pages: -d{PAGE_SECONDS}s), bench/saturation.lua and "
@@ -415,7 +428,7 @@ def main():
         return f"{a / b:.{digits}f}x" if a and b else "—"
 
     for row in ROWS:
-        n, m, f = native[row], mo[row], face.get(row)
+        n, m, f = native[row], mo.get(row, Result(0, None, None, None, 0, 0)), face.get(row)
         print(f"| {row} | {n.rps:.0f} | {f'{f.rps:.0f}' if f else '—'} | {m.rps:.1f} "
               f"| {num(n.p50, 2)} / {num(n.p99, 2)} | {f'{f.p50:.2f} / {f.p99:.2f}' if f else '—'} "
               f"| {num(m.p50, 1)} / {num(m.p99, 1)} | {num(n.cpu, 3)} | {f'{f.cpu:.3f}' if f else '—'} "

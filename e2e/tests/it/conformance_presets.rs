@@ -4,7 +4,7 @@
 //! ELB's 400 `Throttling`, ARM's 429s with and without `Retry-After`, GCP's 403 `rateLimitExceeded` until the
 //! window ends), and never in a hot loop: a bounded number of calls, none bunched, and a load balancer refused
 //! with `Retry-After` is not tried again before it. Judged through the Kubernetes API and the audit log; any
-//! backend, either CCM.
+//! backend, any of the three CCMs (cloud-provider-aws under the two AWS shapes).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -55,6 +55,12 @@ struct Shape {
     /// Any of these codes.
     codes: &'static [&'static str],
     tighter: Vec<Tighter>,
+    /// Whether the case states what cloud-provider-aws does under it (AWS's own shapes do: the SDK's retries;
+    /// the other clouds' shapes are for their CCMs), and how its tighter limits are loosened for it: each of its
+    /// classic ELB syncs makes several load balancer writes (create, attributes, health check, instances), every
+    /// one of them in every sync until it is done, and the attributes on every sync (kubernetes#69362), so a
+    /// bucket smaller than a sync's writes refuses every sync, each refused call tried three times in a second.
+    aws: Option<fn(SetRateLimitRequest) -> SetRateLimitRequest>,
 }
 
 /// `(id suffix, the preset's limit it is shaped like, what is tighter)`.
@@ -72,7 +78,8 @@ fn ccm_writes(capacity: u32, spec: SetRateLimitRequest) -> SetRateLimitRequest {
 /// Install the preset and the tighter limits, run the work, judge it, clear the presets.
 async fn under(shape: Shape) {
     let name = shape.preset.name();
-    case(name, Setup::new(CCM), async |env| {
+    let setup = if shape.aws.is_some() { Setup::new(CCM).stated_for_aws() } else { Setup::new(CCM) };
+    case(name, setup, async |env| {
         let cloud = &env.cloud;
         // A preset's limits are per token (the CCM's budget is its own, as a cloud account's is; the simulated
         // kubelets list instances with the admin token several times a second).
@@ -85,7 +92,11 @@ async fn under(shape: Shape) {
             .tighter
             .iter()
             .map(|(_, like, tighter)| {
-                tighter(installed.iter().find(|l| l.id == format!("{name}-{like}")).unwrap().limit.clone())
+                let spec = tighter(installed.iter().find(|l| l.id == format!("{name}-{like}")).unwrap().limit.clone());
+                match shape.aws {
+                    Some(loosened) if env.ccm_is_aws() => loosened(spec),
+                    _ => spec,
+                }
             })
             .collect();
         // A window's limit is met only by calls inside one window, and the work's first burst (every node's
@@ -142,10 +153,13 @@ async fn under(shape: Shape) {
                 retry_after_kept(&calls, &refused, window);
             }
         }
-        // A refused load balancer call is a Warning on its Service naming the refusal: SyncLoadBalancerFailed from
-        // the Service's own sync, UpdateLoadBalancerFailed from a node sync's backend update (k8s.io/cloud-provider
-        // v0.37.2 controllers/service/controller.go:L824-860); which one depends on which sync was refused.
-        if refused.iter().any(|e| LB_OPERATIONS.contains(&e.operation.as_str())) {
+        if env.ccm_is_aws() {
+            retried_in_place(&calls, &refused);
+        } else if refused.iter().any(|e| LB_OPERATIONS.contains(&e.operation.as_str())) {
+            // A refused load balancer call is a Warning on its Service naming the refusal: SyncLoadBalancerFailed
+            // from the Service's own sync, UpdateLoadBalancerFailed from a node sync's backend update
+            // (k8s.io/cloud-provider v0.37.2 controllers/service/controller.go:L824-860); which one depends on
+            // which sync was refused.
             let all: Vec<_> = futures::future::join_all(SERVICES.map(|s| env.events_in(&ns, s))).await.concat();
             assert!(
                 all.iter().any(|e| matches!(
@@ -221,7 +235,7 @@ async fn quota_refusal_reported_not_retried_hot(env: &Env, preset: RateLimitPres
         "{} creates within {QUOTA_WATCH:?} of the first {status} {code}: retried hot: {tries:#?}",
         tries.len()
     );
-    assert!(lb::ingress_ip(&services.get("over").await.unwrap()).is_none(), "over the quota, still <pending>");
+    assert!(lb::ingress_address(&services.get("over").await.unwrap()).is_none(), "over the quota, still <pending>");
 }
 
 /// Sleeps until just after the next start of a `seconds` window: the emulator's windows are aligned to the
@@ -244,7 +258,7 @@ async fn converge(env: &Env, instances: &[Instance], services: &Api<Service>) {
     })
     .await;
     for s in SERVICES {
-        lb::wait_for_ip(services, s, CONVERGE_HANG).await;
+        lb::wait_for_ingress(services, s, CONVERGE_HANG).await;
     }
 }
 
@@ -261,6 +275,22 @@ fn not_hot(calls: &[AuditEntry]) {
             let within = times[i..].iter().take_while(|u| u.duration_since(*t).as_secs_f64() < 1.0).count();
             assert!(within <= PER_SECOND_AT_MOST, "{within} {op} calls in the second from {t}: a hot loop");
         }
+    }
+}
+
+/// cloud-provider-aws's SDK retries a throttled call in place (aws-sdk-go-v2's standard retryer, three attempts,
+/// which `customRetryer` in aws_sdk.go wraps; `RequestLimitExceeded` and `Throttling` are among its throttle
+/// codes), so a refusal is seen as the same operation called again, and a Warning on a Service only when all three
+/// attempts were refused. Each refused call was called again after it: retried, not dropped.
+fn retried_in_place(calls: &[AuditEntry], refused: &[&AuditEntry]) {
+    for r in refused {
+        assert!(
+            calls.iter().any(|e| e.seq > r.seq && e.operation == r.operation),
+            "{} refused at {} ({:?}) and never called again: {calls:#?}",
+            r.operation,
+            r.time,
+            r.error_code
+        );
     }
 }
 
@@ -298,6 +328,8 @@ async fn conformance_under_aws_ec2_throttling() {
             refill_per_second: Some(0.5),
             ..ccm_writes(2, s)
         })],
+        // The same limit as for the others: its route and load balancer writes go through it.
+        aws: Some(|s| s),
     })
     .await;
 }
@@ -314,6 +346,9 @@ async fn conformance_under_aws_elb_throttling() {
             refill_per_second: Some(0.2),
             ..s
         })],
+        // Room for one classic ELB sync's writes (four or five), refilled one per 2 s: the three first syncs at
+        // once meet it, and a retry after the service queue's 5 s backoff finds room.
+        aws: Some(|s| SetRateLimitRequest { capacity: 5, refill_per_second: Some(0.5), ..s }),
     })
     .await;
 }
@@ -341,6 +376,7 @@ async fn conformance_under_azure_arm_throttling() {
                 ..s
             }),
         ],
+        aws: None,
     })
     .await;
 }
@@ -354,6 +390,7 @@ async fn conformance_under_gcp_compute_throttling() {
         // The per-minute writes as 2 per 10 s window (Retry-After to its end), so a refused Service waits
         // seconds, not up to a minute.
         tighter: vec![("writes", "writes", |s| SetRateLimitRequest { window_seconds: Some(10), ..ccm_writes(2, s) })],
+        aws: None,
     })
     .await;
 }
