@@ -90,7 +90,6 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     Ok(answer)
 }
 
-/// Instance IDs as EC2 takes them (`i-…`), else `InvalidInstanceID.Malformed`.
 /// DescribeInstanceTopology: where instances sit in AWS's network (its blocks and spines). AWS answers it only
 /// for some accelerated instance types and lists none of another type; the cloud's types are none of those, so
 /// the answer is an empty `instanceSet`, and cloud-provider-aws, which asks when it initializes a Node, marks the
@@ -108,6 +107,7 @@ pub fn describe_topology(params: &mut Params) -> Result<Vec<Node>> {
     Ok(vec![items("instanceSet", [])])
 }
 
+/// Instance IDs as EC2 takes them (`i-…`), else `InvalidInstanceID.Malformed`.
 pub fn check_ids(ids: &[String]) -> Result<()> {
     match ids.iter().find(|id| !id.starts_with("i-") || id.len() > ID_MAX_BYTES) {
         Some(bad) => {
