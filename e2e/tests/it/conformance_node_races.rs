@@ -9,15 +9,16 @@
 //!   initialized and Ready.
 //! - **A hung kubelet** (`fakecloud hang`): the machine runs but says nothing; the controller manager marks
 //!   the Node NotReady after its grace period; the lifecycle controller finds the instance running and not
-//!   shut down, so the Node stays, untainted, and is Ready again when the kubelet resumes.
+//!   shut down, so the Node stays, untainted; it stays through a compute API outage too (every check an error,
+//!   which is no answer), and is Ready again when the kubelet resumes.
 //!
-//! Any backend (see `fakecloud_e2e`); both CCMs (`FAKECLOUD_E2E_CCM`).
+//! Any backend (see `fakecloud_e2e`); any of the three CCMs (`FAKECLOUD_E2E_CCM`).
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 
 use fakecloud_api::{CreateFaultRuleRequest, CreateInstanceRequest, FaultAction, FaultMatch, FaultTrigger};
-use fakecloud_api::{StartHangRequest, codes};
+use fakecloud_api::{OutageScope, StartHangRequest, StartOutageRequest, codes};
 use fakecloud_e2e::{Env, HANG, SHUTDOWN_TAINT, Setup, case, condition, initialized, taint_keys, until};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
@@ -128,6 +129,29 @@ async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
         assert!(!taint_keys(&node).iter().any(|k| k == SHUTDOWN_TAINT), "its instance is running, not shut down");
         let deleting = env.events_for(&name).await.into_iter().any(|e| e.reason.as_deref() == Some("DeletingNode"));
         assert!(!deleting, "no DeletingNode for a machine that exists");
+
+        // The same while the compute API is down (`scenarios/compute-outage.yaml`): every instance read the CCM
+        // makes is refused (503; EC2's `Unavailable`), and an error is no answer, so the Node stays. A CCM that
+        // took the error for "the instance is gone" would delete a healthy machine's Node in every outage.
+        let outage = StartOutageRequest {
+            scope: OutageScope::Service,
+            service: Some(fakecloud_api::Service::Compute),
+            zone: None,
+            duration_seconds: None,
+        };
+        let outage = env.cloud.start_outage(&outage).await.unwrap();
+        until(3 * env.timing.node_monitor + HANG, "an instance read of the CCM's refused by the outage", async || {
+            let refused = env.ccm_calls(env.instance_reads()).await;
+            refused.iter().any(|c| c.fault.as_deref() == Some(outage.id.as_str())).then_some(())
+        })
+        .await;
+        // Two more lifecycle periods inside the outage, each of them a check of the NotReady Node that fails.
+        tokio::time::sleep(2 * env.timing.node_monitor).await;
+        let node = env.node(&name).await.expect("the hung machine's Node is kept through the outage");
+        assert!(!taint_keys(&node).iter().any(|k| k == SHUTDOWN_TAINT), "an outage is no shutdown");
+        let deleting = env.events_for(&name).await.into_iter().any(|e| e.reason.as_deref() == Some("DeletingNode"));
+        assert!(!deleting, "no DeletingNode in an outage");
+        env.cloud.stop_outage(&outage.id).await.unwrap();
 
         env.cloud.stop_hang(&inst.id).await.unwrap();
         until(HANG, &format!("{name} Ready again"), async || {
