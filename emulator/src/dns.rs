@@ -23,9 +23,15 @@ use crate::db::Db;
 use crate::error::Result;
 use crate::store;
 
-/// The zones of load balancers' names, each answered from the store's names: the native API's, and classic ELB's
-/// as AWS names it.
-pub const LB_ZONES: [&str; 2] = [store::load_balancers::LB_ZONE, store::classic_elb::ELB_ZONE];
+/// The zones of load balancers' names in `region`, each answered from the store's names: the native API's, and
+/// classic ELB's and NLB's as AWS names them.
+pub fn lb_zones(region: &str) -> [String; 3] {
+    [
+        store::load_balancers::LB_ZONE.to_string(),
+        store::classic_elb::ELB_ZONE.to_string(),
+        store::elbv2::nlb_zone(region),
+    ]
+}
 /// Seconds a resolver may keep an answer.
 const TTL: u32 = 5;
 /// How long a TCP client may take to send its query before the connection is closed.
@@ -49,18 +55,24 @@ pub struct Names {
     db: Db,
     /// `<region>.compute.internal.`, the zone of instances' names.
     instance_zone: String,
+    /// [`lb_zones`].
+    lb_zones: [String; 3],
 }
 
 impl Names {
     pub fn new(db: Db, region: &str) -> Self {
-        Self { db, instance_zone: format!("{}.compute.internal.", region.to_ascii_lowercase()) }
+        Self {
+            db,
+            instance_zone: format!("{}.compute.internal.", region.to_ascii_lowercase()),
+            lb_zones: lb_zones(region),
+        }
     }
 
     async fn lookup(&self, name: &str) -> Result<Lookup> {
         let name = name.to_ascii_lowercase();
         // The store keeps the name without the root's dot.
         let stored = name.trim_end_matches('.');
-        if LB_ZONES.iter().any(|zone| stored.strip_suffix(zone).is_some_and(|host| host.ends_with('.'))) {
+        if self.lb_zones.iter().any(|zone| stored.strip_suffix(zone.as_str()).is_some_and(|host| host.ends_with('.'))) {
             return Ok(match store::load_balancers::address_of_name(&self.db, stored).await? {
                 Some(address) => Lookup::Found(vec![address]),
                 None => Lookup::NoSuchName,

@@ -263,7 +263,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         ),
     }
     if let Some(dns) = dns {
-        let zones = crate::dns::LB_ZONES.join(", ");
+        let zones = crate::dns::lb_zones(&args.region).join(", ");
         eprintln!("fakecloud: DNS on {dns} (UDP and TCP): {zones} and {}.compute.internal", args.region);
     }
     let stop = server.shutdown_handle();

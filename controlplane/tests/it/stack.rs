@@ -308,10 +308,10 @@ fn up_with_cloud_provider_aws_initializes_routes_and_load_balances() {
         let hosts =
             check("k get svc classic network -o jsonpath='{.items[*].status.loadBalancer.ingress[0].hostname}'");
         // Each named as its cloud names it: the classic ELB in AWS's zone (cloud-provider-aws tells a classic ELB
-        // by it), the NLB in fakecloud's.
+        // by it), the NLB in AWS's form for it.
         let both = match hosts.split_whitespace().collect::<Vec<_>>()[..] {
             [classic, network] => {
-                classic.ends_with(".local-1.elb.amazonaws.com") && network.ends_with(".local-1.lb.fakecloud.test")
+                classic.ends_with(".local-1.elb.amazonaws.com") && network.ends_with(".elb.local-1.amazonaws.com")
             }
             _ => false,
         };

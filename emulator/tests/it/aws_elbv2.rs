@@ -116,7 +116,10 @@ async fn an_nlb_is_a_native_load_balancer_made_described_and_deleted() {
     assert_eq!(one(&xml, "Type"), "network");
     assert_eq!(one(&xml, "Code"), "active");
     assert_eq!(one(&xml, "VpcId"), vpc(&emu).await);
-    assert_eq!(one(&xml, "DNSName"), lb.dns_name.clone().unwrap());
+    let dns = lb.dns_name.clone().unwrap();
+    assert_eq!(one(&xml, "DNSName"), dns);
+    // AWS's form for an NLB's name, which cloud-provider-aws tells from a classic ELB's.
+    assert!(dns.starts_with("web-") && dns.ends_with(".elb.local-1.amazonaws.com"), "{dns}");
     assert_eq!(one(&xml, "SubnetId"), subnets(&emu).await[0]);
     let xml = ok(&emu, &format!("Action=DescribeLoadBalancers&LoadBalancerArns.member.1={}", enc(&arn))).await;
     assert_eq!(one(&xml, "LoadBalancerName"), "web");

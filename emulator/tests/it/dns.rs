@@ -82,6 +82,24 @@ async fn a_classic_elbs_name_in_aws_zone_answers_its_address() {
 }
 
 #[tokio::test]
+async fn an_nlbs_name_in_aws_form_answers_its_address() {
+    let mut emu = Emu::start().await;
+    let dns = emu.server.as_mut().unwrap().serve_dns("127.0.0.1:0").await.unwrap();
+    crate::aws_elbv2::create_nlb(&emu, "network").await;
+    let lb = emu.user.find_load_balancer("network").await.unwrap().unwrap();
+    let name = lb.dns_name.clone().unwrap();
+    assert!(name.ends_with(".elb.local-1.amazonaws.com"), "{name}");
+    let r = resolver(dns, ConnectionConfig::udp());
+    let address =
+        eventually(HANG, "the NLB's address", || async { emu.user.find_load_balancer("network").await.ok()??.address })
+            .await;
+    assert_eq!(addresses(&r, &name).await.unwrap(), vec![address]);
+    // Another region's NLB zone is not this cloud's.
+    let other = name.replace(".local-1.", ".elsewhere-1.");
+    assert!(!addresses(&r, &other).await.unwrap_err().is_nx_domain(), "{other} is refused");
+}
+
+#[tokio::test]
 async fn an_instances_private_name_answers_until_it_is_terminated() {
     let mut emu = Emu::start().await;
     let dns = emu.server.as_mut().unwrap().serve_dns("127.0.0.1:0").await.unwrap();

@@ -6,9 +6,11 @@
 
 use std::net::Ipv4Addr;
 
-/// The zones the emulator answers (emulator/src/dns.rs): load balancers' names (classic ELBs' as AWS names them),
-/// and instances' private DNS names (`<region>.compute.internal`, whichever region).
-const ZONES: &str = "lb.fakecloud.test elb.amazonaws.com compute.internal";
+/// The zones the emulator answers (emulator/src/dns.rs): load balancers' names (classic ELBs' and NLBs' as AWS
+/// names them: `….elb.amazonaws.com` and `….elb.<region>.amazonaws.com`, whichever region), and instances' private
+/// DNS names (`<region>.compute.internal`). The emulator refuses other names in them; the cluster has no other way
+/// out to AWS's anyway.
+const ZONES: &str = "lb.fakecloud.test amazonaws.com compute.internal";
 
 /// `corefile` (kubeadm's CoreDNS configuration) with a server block that forwards the cloud's zones to the
 /// emulator at `emulator`, port 53, in place of one an earlier `kind-up` added (CoreDNS refuses a zone served
@@ -38,7 +40,7 @@ mod tests {
         assert_eq!(
             with,
             ".:53 {\n    errors\n    forward . /etc/resolv.conf\n    reload\n}\n\
-             lb.fakecloud.test elb.amazonaws.com compute.internal {\n    errors\n    forward . 172.18.255.250:53\n}\n"
+             lb.fakecloud.test amazonaws.com compute.internal {\n    errors\n    forward . 172.18.255.250:53\n}\n"
         );
         assert_eq!(with_cloud_zones(&with, Ipv4Addr::new(172, 18, 255, 250)), with);
         // An earlier kind-up's block, with fewer zones, is replaced.

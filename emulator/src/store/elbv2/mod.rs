@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use fakecloud_api::{
     CreateLoadBalancerRequest, HealthCheck, HealthCheckProtocol, Listener as NativeListener, LoadBalancer, Protocol,
-    QuotaName, UpdateLoadBalancerRequest, codes,
+    QuotaName, Scheme, UpdateLoadBalancerRequest, codes,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyExecutor;
@@ -675,9 +675,21 @@ pub async fn tags_of(db: &Db, resources: &[Resource]) -> Result<Vec<BTreeMap<Str
 }
 /// An NLB provisions as AWS's does (the native delay), with no listener yet; its own row is written in its native
 /// row's insert's transaction.
+/// The zone of NLBs' names in `region`, as AWS names them; the emulator's DNS answers it (`dns.rs`).
+pub fn nlb_zone(region: &str) -> String {
+    format!("elb.{}.amazonaws.com", region.to_ascii_lowercase())
+}
+
 impl Beside for NewNlb {
     fn immediate(&self) -> bool {
         false
+    }
+
+    /// As AWS names an NLB, internal or not: `<name>-<hash>.elb.<region>.amazonaws.com` ([`nlb_zone`]).
+    /// cloud-provider-aws tells an NLB's hostname from a classic ELB's by it (`validateServiceAnnotations`,
+    /// aws_validations.go L59-60 in v1.37.1).
+    fn dns_name(&self, name: &str, hash: &str, _scheme: Scheme, region: &str) -> String {
+        format!("{}-{hash}.{}", name.to_ascii_lowercase(), nlb_zone(region))
     }
 
     fn listeners_min(&self) -> usize {
