@@ -83,6 +83,15 @@ async fn a_new_node_the_cloud_does_not_show_yet_is_deleted_then_kept() {
     .await;
 }
 
+/// The hung machine's Node `name` is there, with no shutdown taint and no `DeletingNode` event: `when`, the
+/// lifecycle controller's checks did not take it for a machine gone or shut down.
+async fn kept_as_it_is(env: &Env, name: &str, when: &str) {
+    let node = env.node(name).await.unwrap_or_else(|| panic!("the hung machine's Node is kept {when}"));
+    assert!(!taint_keys(&node).iter().any(|k| k == SHUTDOWN_TAINT), "no shutdown taint {when}");
+    let deleting = env.events_for(name).await.into_iter().any(|e| e.reason.as_deref() == Some("DeletingNode"));
+    assert!(!deleting, "no DeletingNode {when}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
     case("hung-kubelet", Setup::new(CCM).stated_for_aws(), async |env| {
@@ -125,10 +134,7 @@ async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
         })
         .await;
         tokio::time::sleep(2 * env.timing.node_monitor).await;
-        let node = env.node(&name).await.expect("the hung machine's Node is kept");
-        assert!(!taint_keys(&node).iter().any(|k| k == SHUTDOWN_TAINT), "its instance is running, not shut down");
-        let deleting = env.events_for(&name).await.into_iter().any(|e| e.reason.as_deref() == Some("DeletingNode"));
-        assert!(!deleting, "no DeletingNode for a machine that exists");
+        kept_as_it_is(env, &name, "while its instance runs").await;
 
         // The same while the compute API is down (`scenarios/compute-outage.yaml`): every instance read the CCM
         // makes is refused (503; EC2's `Unavailable`), and an error is no answer, so the Node stays. A CCM that
@@ -147,10 +153,7 @@ async fn a_hung_kubelet_turns_its_node_not_ready_and_the_node_stays() {
         .await;
         // Two more lifecycle periods inside the outage, each of them a check of the NotReady Node that fails.
         tokio::time::sleep(2 * env.timing.node_monitor).await;
-        let node = env.node(&name).await.expect("the hung machine's Node is kept through the outage");
-        assert!(!taint_keys(&node).iter().any(|k| k == SHUTDOWN_TAINT), "an outage is no shutdown");
-        let deleting = env.events_for(&name).await.into_iter().any(|e| e.reason.as_deref() == Some("DeletingNode"));
-        assert!(!deleting, "no DeletingNode in an outage");
+        kept_as_it_is(env, &name, "through the compute outage").await;
         env.cloud.stop_outage(&outage.id).await.unwrap();
 
         env.cloud.stop_hang(&inst.id).await.unwrap();
