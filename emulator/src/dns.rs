@@ -32,6 +32,7 @@ pub fn lb_zones(region: &str) -> [String; 3] {
         store::elbv2::nlb_zone(region),
     ]
 }
+
 /// Seconds a resolver may keep an answer.
 const TTL: u32 = 5;
 /// How long a TCP client may take to send its query before the connection is closed.
