@@ -673,6 +673,7 @@ pub async fn tags_of(db: &Db, resources: &[Resource]) -> Result<Vec<BTreeMap<Str
     let all = tags::others(db).await?;
     Ok(resources.iter().map(|r| all.get(r.id()).cloned().unwrap_or_default()).collect())
 }
+
 /// The zone of NLBs' names in `region`, as AWS names them; the emulator's DNS answers it (`dns.rs`).
 pub fn nlb_zone(region: &str) -> String {
     format!("elb.{}.amazonaws.com", region.to_ascii_lowercase())
