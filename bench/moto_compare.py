@@ -23,8 +23,8 @@ in any order, make now and then).
 Usage: moto_compare.py FAKECLOUD_BIN: a `fakecloud` binary (or one serving as `BIN serve FLAGS...`), served here on
 loopback with a database of its own, and moto's server beside it. SAT_CONNECTIONS (32), SAT_SECONDS (10) and
 SAT_PAGE_SECONDS (20) set the load; BENCH_ROWS (comma-separated row names) runs only those rows and BENCH_MOTO=0
-leaves moto out, for profiling one call (e.g. `perf record -p` on the served cloud); BENCH_RUST_LOG the served cloud's RUST_LOG (default warn; e.g.
-sqlx::query=debug lists each call's statements in its log, for profiling).
+leaves moto out, for profiling one call (e.g. `perf record -p` on the served cloud); BENCH_RUST_LOG the served
+cloud's RUST_LOG (default warn; e.g. sqlx::query=debug lists each call's statements in its log, for profiling).
 """
 import os
 import re
