@@ -25,6 +25,7 @@ pub const RATE_LIMIT_PRESET_NOT_FOUND: &str = "RateLimitPresetNotFound";
 pub const ACCOUNT_NOT_FOUND: &str = "AccountNotFound";
 pub const SECURITY_GROUP_NOT_FOUND: &str = "SecurityGroupNotFound";
 pub const SECURITY_GROUP_RULE_NOT_FOUND: &str = "SecurityGroupRuleNotFound";
+pub const ROUTE_TABLE_ASSOCIATION_NOT_FOUND: &str = "RouteTableAssociationNotFound";
 // 405 / 408 / 413 / 415 / 429
 pub const METHOD_NOT_ALLOWED: &str = "MethodNotAllowed";
 pub const PAYLOAD_TOO_LARGE: &str = "PayloadTooLarge";
@@ -37,6 +38,8 @@ pub const INCORRECT_INSTANCE_STATE: &str = "IncorrectInstanceState";
 pub const ADDRESS_IN_USE: &str = "AddressInUse";
 pub const ROUTE_ALREADY_EXISTS: &str = "RouteAlreadyExists";
 pub const ROUTE_TABLE_ALREADY_EXISTS: &str = "RouteTableAlreadyExists";
+/// A zone's subnet associated with a route table already.
+pub const ZONE_ALREADY_ASSOCIATED: &str = "ZoneAlreadyAssociated";
 pub const LOAD_BALANCER_ALREADY_EXISTS: &str = "LoadBalancerAlreadyExists";
 pub const INCORRECT_LOAD_BALANCER_STATE: &str = "IncorrectLoadBalancerState";
 pub const IDEMPOTENCY_KEY_REUSED: &str = "IdempotencyKeyReused";

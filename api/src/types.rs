@@ -215,6 +215,10 @@ pub struct RouteTable {
     /// The main table exists from the start and cannot be deleted.
     pub main: bool,
     pub route_count: u32,
+    /// The zones whose subnets use this table, associated with it through EC2's `AssociateRouteTable`; every
+    /// other zone's subnet uses the main table.
+    #[serde(default)]
+    pub zones: Vec<String>,
     pub created_at: String,
 }
 

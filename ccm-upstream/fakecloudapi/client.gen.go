@@ -617,6 +617,7 @@ const (
 	SetRateLimitRequestOperationAddLbFault                              SetRateLimitRequestOperation = "AddLbFault"
 	SetRateLimitRequestOperationAddTags                                 SetRateLimitRequestOperation = "AddTags"
 	SetRateLimitRequestOperationApplySecurityGroupsToLoadBalancer       SetRateLimitRequestOperation = "ApplySecurityGroupsToLoadBalancer"
+	SetRateLimitRequestOperationAssociateRouteTable                     SetRateLimitRequestOperation = "AssociateRouteTable"
 	SetRateLimitRequestOperationAttachLoadBalancerToSubnets             SetRateLimitRequestOperation = "AttachLoadBalancerToSubnets"
 	SetRateLimitRequestOperationAuthorizeSecurityGroupIngress           SetRateLimitRequestOperation = "AuthorizeSecurityGroupIngress"
 	SetRateLimitRequestOperationClearFaults                             SetRateLimitRequestOperation = "ClearFaults"
@@ -665,6 +666,7 @@ const (
 	SetRateLimitRequestOperationDescribeTargetHealth                    SetRateLimitRequestOperation = "DescribeTargetHealth"
 	SetRateLimitRequestOperationDescribeVpcs                            SetRateLimitRequestOperation = "DescribeVpcs"
 	SetRateLimitRequestOperationDetachLoadBalancerFromSubnets           SetRateLimitRequestOperation = "DetachLoadBalancerFromSubnets"
+	SetRateLimitRequestOperationDisassociateRouteTable                  SetRateLimitRequestOperation = "DisassociateRouteTable"
 	SetRateLimitRequestOperationGetAccount                              SetRateLimitRequestOperation = "GetAccount"
 	SetRateLimitRequestOperationGetInstance                             SetRateLimitRequestOperation = "GetInstance"
 	SetRateLimitRequestOperationGetLbProvisioning                       SetRateLimitRequestOperation = "GetLbProvisioning"
@@ -735,6 +737,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationAddTags:
 		return true
 	case SetRateLimitRequestOperationApplySecurityGroupsToLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationAssociateRouteTable:
 		return true
 	case SetRateLimitRequestOperationAttachLoadBalancerToSubnets:
 		return true
@@ -831,6 +835,8 @@ func (e SetRateLimitRequestOperation) Valid() bool {
 	case SetRateLimitRequestOperationDescribeVpcs:
 		return true
 	case SetRateLimitRequestOperationDetachLoadBalancerFromSubnets:
+		return true
+	case SetRateLimitRequestOperationDisassociateRouteTable:
 		return true
 	case SetRateLimitRequestOperationGetAccount:
 		return true
@@ -959,6 +965,7 @@ const (
 	SetRateLimitRequestOperationsAddLbFault                              SetRateLimitRequestOperations = "AddLbFault"
 	SetRateLimitRequestOperationsAddTags                                 SetRateLimitRequestOperations = "AddTags"
 	SetRateLimitRequestOperationsApplySecurityGroupsToLoadBalancer       SetRateLimitRequestOperations = "ApplySecurityGroupsToLoadBalancer"
+	SetRateLimitRequestOperationsAssociateRouteTable                     SetRateLimitRequestOperations = "AssociateRouteTable"
 	SetRateLimitRequestOperationsAttachLoadBalancerToSubnets             SetRateLimitRequestOperations = "AttachLoadBalancerToSubnets"
 	SetRateLimitRequestOperationsAuthorizeSecurityGroupIngress           SetRateLimitRequestOperations = "AuthorizeSecurityGroupIngress"
 	SetRateLimitRequestOperationsClearFaults                             SetRateLimitRequestOperations = "ClearFaults"
@@ -1007,6 +1014,7 @@ const (
 	SetRateLimitRequestOperationsDescribeTargetHealth                    SetRateLimitRequestOperations = "DescribeTargetHealth"
 	SetRateLimitRequestOperationsDescribeVpcs                            SetRateLimitRequestOperations = "DescribeVpcs"
 	SetRateLimitRequestOperationsDetachLoadBalancerFromSubnets           SetRateLimitRequestOperations = "DetachLoadBalancerFromSubnets"
+	SetRateLimitRequestOperationsDisassociateRouteTable                  SetRateLimitRequestOperations = "DisassociateRouteTable"
 	SetRateLimitRequestOperationsGetAccount                              SetRateLimitRequestOperations = "GetAccount"
 	SetRateLimitRequestOperationsGetInstance                             SetRateLimitRequestOperations = "GetInstance"
 	SetRateLimitRequestOperationsGetLbProvisioning                       SetRateLimitRequestOperations = "GetLbProvisioning"
@@ -1076,6 +1084,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsAddTags:
 		return true
 	case SetRateLimitRequestOperationsApplySecurityGroupsToLoadBalancer:
+		return true
+	case SetRateLimitRequestOperationsAssociateRouteTable:
 		return true
 	case SetRateLimitRequestOperationsAttachLoadBalancerToSubnets:
 		return true
@@ -1172,6 +1182,8 @@ func (e SetRateLimitRequestOperations) Valid() bool {
 	case SetRateLimitRequestOperationsDescribeVpcs:
 		return true
 	case SetRateLimitRequestOperationsDetachLoadBalancerFromSubnets:
+		return true
+	case SetRateLimitRequestOperationsDisassociateRouteTable:
 		return true
 	case SetRateLimitRequestOperationsGetAccount:
 		return true
@@ -2215,6 +2227,10 @@ type RouteTable struct {
 	Main       bool   `json:"main"`
 	Name       string `json:"name"`
 	RouteCount int32  `json:"route_count"`
+
+	// Zones The zones whose subnets use this table, associated with it through EC2's `AssociateRouteTable`; every
+	// other zone's subnet uses the main table.
+	Zones *[]string `json:"zones,omitempty"`
 }
 
 // RouteTableList defines model for RouteTableList.

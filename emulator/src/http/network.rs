@@ -36,7 +36,7 @@ async fn create_route_table(
     State(st): State<AppState>,
     ApiJson(req): ApiJson<CreateRouteTableRequest>,
 ) -> Result<Response> {
-    let table = routes::create_table(&st.db, &req).await?;
+    let table = routes::create_table(&st.db, Some(&req.name), &Default::default()).await?;
     Ok(created(&table.id.clone(), table, false))
 }
 

@@ -1,9 +1,10 @@
 //! Route tables and their routes. The route quota is enforced here, inside the create's transaction.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::IpAddr;
 
-use fakecloud_api::{CreateRouteRequest, CreateRouteTableRequest, QuotaName, Route, RouteState, RouteTable, codes};
+use fakecloud_api::{CreateRouteRequest, QuotaName, Route, RouteState, RouteTable, codes};
 use sqlx::Row;
 use sqlx::any::AnyExecutor;
 
@@ -83,6 +84,7 @@ impl From<TableRow> for RouteTable {
             name: r.name,
             main: r.main != 0,
             route_count: u32::try_from(r.route_count).unwrap_or(u32::MAX),
+            zones: Vec::new(),
             created_at: rfc3339(r.created_at),
         }
     }
@@ -93,22 +95,84 @@ const TABLE_SELECT: &str = "SELECT t.id, t.name, t.main, t.route_count, t.create
 pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
     let rows: Vec<TableRow> =
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} ORDER BY t.seq"))).fetch_all(db.reader()).await?;
-    Ok(rows.into_iter().map(Into::into).collect())
+    let associations = associations(db).await?;
+    let mut tables: Vec<RouteTable> = rows.into_iter().map(Into::into).collect();
+    for t in &mut tables {
+        t.zones = associations.iter().filter(|a| a.route_table_id == t.id).map(|a| a.zone.clone()).collect();
+    }
+    Ok(tables)
 }
 
-pub async fn create_table(db: &Db, req: &CreateRouteTableRequest) -> Result<RouteTable> {
-    validate::NAME.check("name", &req.name)?;
+/// A zone's subnet associated with a route table other than through the main table's default (EC2's
+/// `AssociateRouteTable`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Association {
+    pub id: String,
+    pub route_table_id: String,
+    pub zone: String,
+}
+
+/// Every association, oldest first.
+pub async fn associations(db: &Db) -> Result<Vec<Association>> {
+    Ok(sqlx::query_as("SELECT id, route_table_id, zone FROM route_table_associations ORDER BY created_at, id")
+        .fetch_all(db.reader())
+        .await?)
+}
+
+/// Associate zone `zone`'s subnet (the caller knows the zone is the cloud's) with table `table` (an ID or
+/// `main`): refused while the zone has an association.
+pub async fn associate(db: &Db, table: &str, zone: &str) -> Result<Association> {
+    let (mut tx, now) = begin(db).await?;
+    let table_id = resolve(&mut *tx, table).await?;
+    let made = Association { id: new_id("rtbassoc"), route_table_id: table_id, zone: zone.to_string() };
+    sqlx::query("INSERT INTO route_table_associations (id, route_table_id, zone, created_at) VALUES ($1, $2, $3, $4)")
+        .bind(&made.id)
+        .bind(&made.route_table_id)
+        .bind(&made.zone)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict_on_unique(codes::ZONE_ALREADY_ASSOCIATED, || {
+            format!("zone {zone}'s subnet is associated with a route table already; disassociate it first")
+        }))?;
+    call::commit(tx, &made.id).await?;
+    Ok(made)
+}
+
+/// End association `id`: its zone's subnet uses the main table again.
+pub async fn disassociate(db: &Db, id: &str) -> Result<Association> {
+    let (mut tx, _) = begin(db).await?;
+    let found: Option<Association> =
+        sqlx::query_as("SELECT id, route_table_id, zone FROM route_table_associations WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let found = found.ok_or_else(|| {
+        ApiError::not_found(codes::ROUTE_TABLE_ASSOCIATION_NOT_FOUND, format!("association {id} does not exist"))
+    })?;
+    sqlx::query("DELETE FROM route_table_associations WHERE id = $1").bind(id).execute(&mut *tx).await?;
+    call::commit(tx, id).await?;
+    Ok(found)
+}
+
+/// Make a table named `name`, or by its own ID when `name` is none (EC2's tables have no names), with `tags`.
+pub async fn create_table(db: &Db, name: Option<&str>, tags: &BTreeMap<String, String>) -> Result<RouteTable> {
+    if let Some(name) = name {
+        validate::NAME.check("name", name)?;
+    }
     let (mut tx, now) = begin(db).await?;
     let id = new_id("rtb");
+    let name = name.unwrap_or(&id);
     sqlx::query("INSERT INTO route_tables (id, name, main, created_at) VALUES ($1, $2, 0, $3)")
         .bind(&id)
-        .bind(&req.name)
+        .bind(name)
         .bind(now)
         .execute(&mut *tx)
         .await
         .map_err(conflict_on_unique(codes::ROUTE_TABLE_ALREADY_EXISTS, || {
-            format!("a route table named {:?} exists", req.name)
+            format!("a route table named {name:?} exists")
         }))?;
+    super::tags::write_new(&mut tx, &super::tags::Resource::RouteTable(id.clone()), tags).await?;
     let row: TableRow = sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} WHERE t.id = $1")))
         .bind(&id)
         .fetch_one(&mut *tx)
@@ -131,6 +195,19 @@ pub async fn delete_table(db: &Db, id: &str) -> Result<RouteTable> {
         return Err(ApiError::conflict(
             codes::DEPENDENCY_VIOLATION,
             format!("route table {table_id} still has {} routes; delete them first", row.route_count),
+        ));
+    }
+    let zones: Vec<String> = sqlx::query_scalar("SELECT zone FROM route_table_associations WHERE route_table_id = $1")
+        .bind(&table_id)
+        .fetch_all(&mut *tx)
+        .await?;
+    if !zones.is_empty() {
+        return Err(ApiError::conflict(
+            codes::DEPENDENCY_VIOLATION,
+            format!(
+                "route table {table_id} is associated with the subnets of {}; disassociate them first",
+                zones.join(", ")
+            ),
         ));
     }
     sqlx::query("DELETE FROM route_tables WHERE id = $1").bind(&table_id).execute(&mut *tx).await?;

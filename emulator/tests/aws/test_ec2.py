@@ -261,6 +261,57 @@ def test_routes_are_the_clouds_route_table(ec2, made):
     assert error_code(e) == "InvalidRouteTableID.NotFound"
 
 
+def test_a_subnet_made_private_with_a_table_of_its_own(ec2):
+    """What an AWS user does to put nodes in a private subnet, and what cloud-provider-aws then reads: the
+    subnet's table has no internet gateway route (its `isSubnetPublic`)."""
+    vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    spec = [{"ResourceType": "route-table", "Tags": [{"Key": "Name", "Value": "private"}]}]
+    made = ec2.create_route_table(VpcId=vpc, TagSpecifications=spec)["RouteTable"]
+    private = made["RouteTableId"]
+    assert [r.get("GatewayId") for r in made["Routes"]] == ["local"] and made["Associations"] == []
+    assert made["Tags"] == [{"Key": "Name", "Value": "private"}]
+
+    def table_of(subnet):
+        found = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet]}])
+        return [t["RouteTableId"] for t in found["RouteTables"]]
+
+    main = table_of(subnet)
+    association = ec2.associate_route_table(RouteTableId=private, SubnetId=subnet)
+    assert association["AssociationState"] == {"State": "associated"}
+    assert table_of(subnet) == [private]
+    assert [t["zones"] for t in native("/v1/route-tables")["items"] if t["id"] == private] == [
+        [ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["AvailabilityZone"]]
+    ]
+    for call, kwargs, code in [
+        (ec2.associate_route_table, {"RouteTableId": main[0], "SubnetId": subnet}, "Resource.AlreadyAssociated"),
+        (ec2.delete_route_table, {"RouteTableId": private}, "DependencyViolation"),
+        (ec2.delete_route_table, {"RouteTableId": main[0]}, "DependencyViolation"),
+        (ec2.create_route_table, {"VpcId": "vpc-0123456789abcdef0"}, "InvalidVpcID.NotFound"),
+        (ec2.associate_route_table, {"RouteTableId": private, "SubnetId": "subnet-0123456789abcdef0"},
+         "InvalidSubnetID.NotFound"),
+    ]:
+        with pytest.raises(ClientError) as e:
+            call(**kwargs)
+        assert error_code(e) == code, kwargs
+
+    ec2.disassociate_route_table(AssociationId=association["AssociationId"])
+    assert table_of(subnet) == main
+    associations = ec2.describe_route_tables(RouteTableIds=main)["RouteTables"][0]["Associations"]
+    main_own = next(a["RouteTableAssociationId"] for a in associations if a["Main"])
+    for association_id, code in [
+        (association["AssociationId"], "InvalidAssociationID.NotFound"),
+        (main_own, "InvalidParameterValue"),
+    ]:
+        with pytest.raises(ClientError) as e:
+            ec2.disassociate_route_table(AssociationId=association_id)
+        assert error_code(e) == code
+    ec2.delete_route_table(RouteTableId=private)
+    with pytest.raises(ClientError) as e:
+        ec2.describe_route_tables(RouteTableIds=[private])
+    assert error_code(e) == "InvalidRouteTableID.NotFound"
+
+
 def test_tags_on_instances_subnets_and_the_vpc(ec2, made):
     vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]

@@ -81,6 +81,22 @@ def ec2_session(ec2, instance_type):
     yield "DescribeRouteTables", answer(ec2.describe_route_tables, RouteTableIds=[table])
     yield "DeleteRoute", answer(ec2.delete_route, **route)
     yield "DeleteRoute", answer(ec2.delete_route, **route)
+    # A subnet made private, as a user's VPC has its nodes' subnets: a table of its own, without the internet's.
+    spec = [{"ResourceType": "route-table", "Tags": [{"Key": "Name", "Value": "private"}]}]
+    made = answer(ec2.create_route_table, VpcId=vpc, TagSpecifications=spec)
+    yield "CreateRouteTable", made
+    private = made["RouteTable"]["RouteTableId"]
+    associated = answer(ec2.associate_route_table, RouteTableId=private, SubnetId=subnet)
+    yield "AssociateRouteTable", associated
+    yield "AssociateRouteTable", answer(ec2.associate_route_table, RouteTableId=table, SubnetId=subnet)
+    by_subnet = [{"Name": "association.subnet-id", "Values": [subnet]}]
+    yield "DescribeRouteTables", answer(ec2.describe_route_tables, Filters=by_subnet)
+    yield "DeleteRouteTable", answer(ec2.delete_route_table, RouteTableId=private)
+    association = associated["AssociationId"]
+    yield "DisassociateRouteTable", answer(ec2.disassociate_route_table, AssociationId=association)
+    yield "DisassociateRouteTable", answer(ec2.disassociate_route_table, AssociationId=association)
+    yield "DeleteRouteTable", answer(ec2.delete_route_table, RouteTableId=private)
+    yield "DeleteRouteTable", answer(ec2.delete_route_table, RouteTableId=private)
     yield "StopInstances", answer(ec2.stop_instances, InstanceIds=ids[:1])
     yield "StartInstances", answer(ec2.start_instances, InstanceIds=ids[:1])
     yield "TerminateInstances", answer(ec2.terminate_instances, InstanceIds=ids)

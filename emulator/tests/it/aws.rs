@@ -435,6 +435,56 @@ async fn routes_made_through_either_face_are_one_route_table() {
     assert!(!made.is_empty() && made.iter().all(|r| r.is_some_and(|id| id.starts_with("r-"))), "{made:?}");
 }
 
+/// A subnet moved to a table of its own (an AWS user's private subnet) is in that table's associations, the
+/// native table's `zones`, and no longer the main table's; the table cannot go while it has the subnet; every
+/// step is kept by the store (on either backend) and audited.
+#[tokio::test]
+async fn a_subnet_associated_with_a_table_of_its_own_is_that_tables() {
+    let emu = Emu::start().await;
+    let main = main_table(&emu).await;
+    let (_, xml) = ec2(&emu, USER, "Action=DescribeVpcs&Version=2016-11-15").await;
+    let vpc = all(&xml, "vpcId").remove(0);
+    let (_, xml) = ec2(&emu, USER, "Action=DescribeSubnets&Version=2016-11-15").await;
+    let (subnet, zone) = (all(&xml, "subnetId").remove(0), all(&xml, "availabilityZone").remove(0));
+    let (status, xml) = ec2(&emu, USER, &format!("Action=CreateRouteTable&Version=2016-11-15&VpcId={vpc}")).await;
+    assert_eq!(status, 200, "{xml}");
+    let private = all(&xml, "routeTableId").remove(0);
+    assert_eq!(all(&xml, "gatewayId"), ["local"], "no way to the internet: {xml}");
+
+    let associate = format!("Action=AssociateRouteTable&Version=2016-11-15&RouteTableId={private}&SubnetId={subnet}");
+    let (status, xml) = ec2(&emu, USER, &associate).await;
+    assert_eq!(status, 200, "{xml}");
+    let association = all(&xml, "associationId").remove(0);
+    let by_subnet = format!(
+        "Action=DescribeRouteTables&Version=2016-11-15&Filter.1.Name=association.subnet-id&Filter.1.Value.1={subnet}"
+    );
+    // Each table's ID, then its associations' (which name it too).
+    let table_of = async || all(&ec2(&emu, USER, &by_subnet).await.1, "routeTableId").first().cloned();
+    assert_eq!(table_of().await, Some(private.clone()));
+    let tables = emu.user.list_route_tables().await.unwrap().items;
+    let zones = |id: &str| tables.iter().find(|t| t.id == id).map(|t| t.zones.clone()).unwrap_or_default();
+    assert_eq!(zones(&private), [zone]);
+    assert!(zones("rtb-main").is_empty());
+    let (status, xml) = ec2(&emu, USER, &associate.replace(&private, &main)).await;
+    assert_eq!((status, code(&xml).as_str()), (400, "Resource.AlreadyAssociated"), "{xml}");
+    let delete = format!("Action=DeleteRouteTable&Version=2016-11-15&RouteTableId={private}");
+    let (status, xml) = ec2(&emu, USER, &delete).await;
+    assert_eq!((status, code(&xml).as_str()), (400, "DependencyViolation"), "{xml}");
+
+    let disassociate = format!("Action=DisassociateRouteTable&Version=2016-11-15&AssociationId={association}");
+    assert_eq!(ec2(&emu, USER, &disassociate).await.0, 200);
+    assert_eq!(table_of().await, Some(main));
+    let (status, xml) = ec2(&emu, USER, &disassociate).await;
+    assert_eq!((status, code(&xml).as_str()), (400, "InvalidAssociationID.NotFound"), "{xml}");
+    assert_eq!(ec2(&emu, USER, &delete).await.0, 200);
+    assert!(emu.user.list_route_tables().await.unwrap().items.iter().all(|t| t.id != private));
+
+    let query = AuditQuery { operation: Some("AssociateRouteTable".into()), ..Default::default() };
+    let seen: Vec<u16> = emu.admin.audit(&query).await.unwrap().items.iter().map(|e| e.status).collect();
+    assert_eq!(seen.iter().filter(|s| **s == 200).count(), 1, "{seen:?}");
+    assert_eq!(seen.iter().filter(|s| **s == 400).count(), 1, "{seen:?}");
+}
+
 #[tokio::test]
 async fn run_instances_launches_through_the_create_pipeline() {
     let emu = Emu::start().await;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use fakecloud_api::{CreateInstanceRequest, InstanceState, Market};
 
-use super::{instances, network, security_groups, tags};
+use super::{instances, network, security_groups, tag_rules};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
@@ -70,11 +70,7 @@ pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<
     let placement_zone = placement.take("AvailabilityZone");
     placement.finish()?;
     let subnet_zone = match params.take("SubnetId") {
-        Some(subnet) => Some(
-            topo.zones.iter().find(|(z, _)| network::subnet_id(topo, z) == subnet).map(|(z, _)| z.clone()).ok_or_else(
-                || AwsError::client("InvalidSubnetID.NotFound", format!("The subnet ID '{subnet}' does not exist")),
-            )?,
-        ),
+        Some(subnet) => Some(network::zone_of_subnet(topo, &subnet)?.to_string()),
         None => None,
     };
     let zone = match (placement_zone, subnet_zone) {
@@ -117,19 +113,7 @@ pub async fn run(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<
     }
     let security_groups = params.list("SecurityGroupId")?;
     security_groups::check_ids(&security_groups)?;
-    let mut tags = BTreeMap::new();
-    for mut spec in params.structures("TagSpecification")? {
-        let kind = spec.required("ResourceType")?;
-        if kind != "instance" {
-            return Err(AwsError::invalid_value(format!(
-                "'{kind}' is not a valid taggable resource type for this operation; fakecloud's instances are \
-                 the only resources RunInstances makes"
-            )));
-        }
-        let spec_tags = tags::parse(spec.structures("Tag")?)?;
-        spec.finish()?;
-        tags.extend(spec_tags);
-    }
+    let tags = tag_rules::specified(params, "instance")?;
     params.finish()?;
     let launch = Launch {
         image_id,

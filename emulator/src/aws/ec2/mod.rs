@@ -8,6 +8,7 @@ pub(super) mod network;
 mod operations;
 mod routes;
 mod security_groups;
+mod tag_rules;
 mod tags;
 mod zones;
 
@@ -24,18 +25,21 @@ use crate::http::AppState;
 use crate::store;
 use crate::store::instances::Action;
 
-pub(super) use self::network::subnet_id;
 /// The VPC and its subnets, as classic ELB names them too (and the VPC's ID, whose default group the cloud makes).
 pub use self::network::vpc_id;
+pub(super) use self::network::{subnet_id, zone_of};
 pub(super) use self::operations::STANDS_FOR;
 
 /// The actions answered, by name (what the audit log and metrics call them too).
 pub(super) const ACTIONS: &[&str] = &[
+    "AssociateRouteTable",
     "AuthorizeSecurityGroupIngress",
     "CreateRoute",
+    "CreateRouteTable",
     "CreateSecurityGroup",
     "CreateTags",
     "DeleteRoute",
+    "DeleteRouteTable",
     "DeleteSecurityGroup",
     "DeleteTags",
     "DescribeAvailabilityZones",
@@ -46,6 +50,7 @@ pub(super) const ACTIONS: &[&str] = &[
     "DescribeSubnets",
     "DescribeTags",
     "DescribeVpcs",
+    "DisassociateRouteTable",
     "ModifyInstanceAttribute",
     "RevokeSecurityGroupIngress",
     "RunInstances",
@@ -59,10 +64,7 @@ pub(super) const ACTIONS: &[&str] = &[
 pub(super) fn about(topo: &Topology, action: &str, p: &Params) -> Named {
     let one = match action {
         "RunInstances" => {
-            let subnet_zone = || {
-                let subnet = p.peek("SubnetId")?;
-                topo.zones.iter().map(|(z, _)| z).find(|z| network::subnet_id(topo, z) == subnet).cloned()
-            };
+            let subnet_zone = || Some(network::zone_of(topo, p.peek("SubnetId")?)?.to_string());
             let zone = p.peek("Placement.AvailabilityZone").map(str::to_string).or_else(subnet_zone);
             return Named::Create(Subject { name: None, zone, tags: named::tags(p, "TagSpecification.") });
         }
@@ -70,7 +72,7 @@ pub(super) fn about(topo: &Topology, action: &str, p: &Params) -> Named {
             let name = p.peek("GroupName").map(str::to_string);
             return Named::Create(Subject { name, zone: None, tags: named::tags(p, "TagSpecification.") });
         }
-        "CreateRoute" | "DeleteRoute" => p.peek("RouteTableId"),
+        "CreateRoute" | "DeleteRoute" | "DeleteRouteTable" | "AssociateRouteTable" => p.peek("RouteTableId"),
         "ModifyInstanceAttribute" => p.peek("InstanceId"),
         "CreateTags" | "DeleteTags" => named::only(p, "ResourceId"),
         _ => named::only(p, "InstanceId").or_else(|| named::only(p, "GroupId")).or_else(|| p.peek("GroupId")),
@@ -95,11 +97,14 @@ pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: 
     let cfg = &st.cfg;
     let p = &mut params;
     let answer = match action {
+        "AssociateRouteTable" => routes::associate(st, p).await?,
         "AuthorizeSecurityGroupIngress" => security_groups::authorize(st, p).await?,
         "CreateRoute" => routes::create(st, p).await?,
+        "CreateRouteTable" => routes::create_table(st, keys, p).await?,
         "CreateSecurityGroup" => security_groups::create(st, keys, p).await?,
         "CreateTags" => tags::create(st, p).await?,
         "DeleteRoute" => routes::delete(st, p).await?,
+        "DeleteRouteTable" => routes::delete_table(st, p).await?,
         "DeleteSecurityGroup" => security_groups::delete(st, p).await?,
         "DeleteTags" => tags::delete(st, p).await?,
         "DescribeAvailabilityZones" => zones::describe(cfg, p)?,
@@ -110,6 +115,7 @@ pub async fn call(st: &AppState, keys: &Keys, action: &'static str, mut params: 
         "DescribeSubnets" => network::describe_subnets(cfg, keys, &store::tags::others(&st.db).await?, p)?,
         "DescribeTags" => tags::describe(st, p).await?,
         "DescribeVpcs" => network::describe_vpcs(cfg, keys, &store::tags::others(&st.db).await?, p)?,
+        "DisassociateRouteTable" => routes::disassociate(st, p).await?,
         "ModifyInstanceAttribute" => lifecycle::modify_attribute(st, p).await?,
         "RevokeSecurityGroupIngress" => security_groups::revoke(st, p).await?,
         "RunInstances" => lifecycle::run(st, keys, p).await?,

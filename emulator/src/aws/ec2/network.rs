@@ -23,6 +23,25 @@ pub fn subnet_id(topo: &Topology, zone: &str) -> String {
     id("subnet", &[&topo.region, zone])
 }
 
+/// The zone whose subnet is `id`.
+pub fn zone_of<'t>(topo: &'t Topology, id: &str) -> Option<&'t str> {
+    topo.zones.iter().map(|(z, _)| z.as_str()).find(|z| subnet_id(topo, z) == id)
+}
+
+/// The zone whose subnet is `id`, or EC2's refusal of a subnet that does not exist.
+pub fn zone_of_subnet<'t>(topo: &'t Topology, id: &str) -> Result<&'t str> {
+    zone_of(topo, id)
+        .ok_or_else(|| AwsError::client("InvalidSubnetID.NotFound", format!("The subnet ID '{id}' does not exist")))
+}
+
+/// `id` if it is the cloud's VPC, else EC2's refusal.
+pub fn check_vpc(topo: &Topology, id: &str) -> Result<()> {
+    if id == vpc_id(topo) {
+        return Ok(());
+    }
+    Err(AwsError::client("InvalidVpcID.NotFound", format!("The vpc ID '{id}' does not exist")))
+}
+
 /// `prefix-` and 17 hex digits derived from `parts`, as EC2's IDs look: the same for the same parts.
 pub fn id(prefix: &str, parts: &[&str]) -> String {
     let mut hash = Sha256::new().chain_update(b"fakecloud ec2 id\0").chain_update(prefix.as_bytes());

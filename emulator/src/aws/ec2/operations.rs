@@ -6,11 +6,15 @@
 /// `None` where the native API has none (tags, which it sets only with an instance; the source/destination check,
 /// which nothing in the cloud models; security groups, which only this face has).
 pub(crate) const STANDS_FOR: &[(&str, Option<&str>)] = &[
+    // Which table a zone's subnet uses: the native API shows it (a table's `zones`) but sets it only here.
+    ("AssociateRouteTable", None),
     ("AuthorizeSecurityGroupIngress", None),
     ("CreateRoute", Some("CreateRoute")),
+    ("CreateRouteTable", Some("CreateRouteTable")),
     ("CreateSecurityGroup", None),
     ("CreateTags", None),
     ("DeleteRoute", Some("DeleteRoute")),
+    ("DeleteRouteTable", Some("DeleteRouteTable")),
     ("DeleteSecurityGroup", None),
     ("DeleteTags", None),
     // The region's zones, its VPC and its subnets are what the native API's region tells.
@@ -24,6 +28,7 @@ pub(crate) const STANDS_FOR: &[(&str, Option<&str>)] = &[
     ("DescribeSubnets", Some("GetRegion")),
     ("DescribeTags", None),
     ("DescribeVpcs", Some("GetRegion")),
+    ("DisassociateRouteTable", None),
     ("ModifyInstanceAttribute", None),
     ("RevokeSecurityGroupIngress", None),
     ("RunInstances", Some("CreateInstance")),

@@ -2,16 +2,20 @@
 //! tables (`store::routes`): a route made here is in `GET /v1/route-tables/{id}/routes`, and the other way round.
 //!
 //! What EC2 shows beside the native routes, as an AWS user's VPC has it: every table's `local` route for the
-//! VPC's CIDR; and the main table, which the zones' subnets use, associated with each of them and holding the
-//! internet gateway's `0.0.0.0/0` route, so the subnets are public (load balancers get public addresses). A route
-//! is named by its table and destination, as EC2 names it.
+//! VPC's CIDR; and the main table, which the zones' subnets use unless associated with another table
+//! (AssociateRouteTable), associated with each of them and holding the internet gateway's `0.0.0.0/0` route, so
+//! their subnets are public (load balancers get public addresses). A table made with CreateRouteTable has no
+//! such route: a subnet associated with it is private, as cloud-provider-aws judges subnets (`isSubnetPublic`,
+//! aws.go L1882: an `igw-` route in the subnet's table). That is all an association changes: the cloud's data
+//! plane routes every zone alike. A route is named by its table and destination, as EC2 names it.
 
 use std::collections::BTreeMap;
 
 use fakecloud_api::{CreateRouteRequest, Route, RouteState, RouteTable, codes};
 use ipnet::IpNet;
+use store::routes::Association;
 
-use super::{filter, network};
+use super::{filter, network, tag_rules};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::{Filter, Params};
@@ -107,19 +111,34 @@ fn implicit_routes(topo: &Topology, main: bool) -> Vec<Ec2Route> {
     std::iter::once(local).chain(internet).collect()
 }
 
-fn ec2_table(topo: &Topology, t: &RouteTable, routes: &[Route], tags: Option<&BTreeMap<String, String>>) -> Ec2Table {
+/// The ID of the main table's association with `subnet` (`None`: its main association), the same at every
+/// start: these are the cloud's own, not the store's.
+fn main_association(topo: &Topology, table: &str, subnet: Option<&str>) -> String {
+    network::id("rtbassoc", &[&topo.region, table, subnet.unwrap_or("main")])
+}
+
+/// Table `t` as EC2 shows it; `associations` are the store's (every table's).
+fn ec2_table(
+    topo: &Topology,
+    t: &RouteTable,
+    routes: &[Route],
+    associations: &[Association],
+    tags: Option<&BTreeMap<String, String>>,
+) -> Ec2Table {
     let id = table_id(topo, &t.id);
-    let association = |subnet: Option<&str>| {
-        let assoc = network::id("rtbassoc", &[&topo.region, &id, subnet.unwrap_or("main")]);
-        (assoc, subnet.map(str::to_string))
-    };
-    let associations = if t.main {
-        std::iter::once(association(None))
-            .chain(topo.zones.iter().map(|(z, _)| association(Some(&network::subnet_id(topo, z)))))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let stored = associations
+        .iter()
+        .filter(|a| a.route_table_id == t.id)
+        .map(|a| (a.id.clone(), Some(network::subnet_id(topo, &a.zone))));
+    // The main table's own association, and each zone's subnet no association names.
+    let implicit = t.main.then(|| {
+        let unnamed = topo.zones.iter().filter(|(z, _)| !associations.iter().any(|a| &a.zone == z));
+        std::iter::once((main_association(topo, &id, None), None)).chain(unnamed.map(|(z, _)| {
+            let subnet = network::subnet_id(topo, z);
+            (main_association(topo, &id, Some(&subnet)), Some(subnet))
+        }))
+    });
+    let associations = implicit.into_iter().flatten().chain(stored).collect();
     let native = routes.iter().filter(|r| r.route_table_id == t.id).filter_map(|r| {
         Some(Ec2Route {
             // Stored canonical by the store; one that is not cannot be shown as a network.
@@ -197,8 +216,10 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     let skip: usize = Params::next_token(token.as_deref())?;
     let tables = store::routes::list_tables(&st.db).await?;
     let routes = store::routes::list_all(&st.db).await?;
+    let associations = store::routes::associations(&st.db).await?;
     let tags = store::tags::others(&st.db).await?;
-    let all: Vec<Ec2Table> = tables.iter().map(|t| ec2_table(topo, t, &routes, tags.get(&t.id))).collect();
+    let all: Vec<Ec2Table> =
+        tables.iter().map(|t| ec2_table(topo, t, &routes, &associations, tags.get(&t.id))).collect();
     if let Some(missing) = ids.iter().find(|id| !all.iter().any(|t| &t.id == *id)) {
         return Err(not_found(missing));
     }
@@ -366,5 +387,92 @@ pub async fn delete(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
         return Err(AwsError::invalid_value(format!("{why} {given} in route table {id}")));
     }
     store::routes::delete_to(&st.db, &t.id, &given).await?;
+    Ok(vec![text("return", "true")])
+}
+
+/// CreateRouteTable: a table of the cloud's VPC, with the local route only (a subnet associated with it is
+/// private). Its `ClientToken` is taken but not kept: a create sent twice makes two tables.
+pub async fn create_table(st: &AppState, keys: &Keys, params: &mut Params) -> Result<Vec<Node>> {
+    let topo = &st.cfg.topology;
+    let vpc = params.required("VpcId")?;
+    network::check_vpc(topo, &vpc)?;
+    let tags = tag_rules::specified(params, "route-table")?;
+    let token = params.take("ClientToken");
+    params.finish()?;
+    let made = store::routes::create_table(&st.db, None, &tags).await?;
+    let shown = ec2_table(topo, &made, &[], &[], Some(&tags));
+    let mut answer = vec![el("routeTable", table(&shown, &vpc, &keys.account_id))];
+    answer.extend(token.map(|t| text("clientToken", t)));
+    Ok(answer)
+}
+
+/// DeleteRouteTable: one with no routes of its own and no subnet associated (else `DependencyViolation`, as
+/// EC2's "has dependencies and cannot be deleted"); never the main table.
+pub async fn delete_table(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
+    let id = params.required("RouteTableId")?;
+    params.finish()?;
+    let (t, _) = named_table(st, &id).await?;
+    if t.main {
+        return Err(AwsError::client(
+            "DependencyViolation",
+            format!("The routeTable '{id}' has dependencies and cannot be deleted: it is the VPC's main route table"),
+        ));
+    }
+    store::routes::delete_table(&st.db, &t.id).await.map_err(|e| match e.code.as_ref() {
+        codes::DEPENDENCY_VIOLATION => AwsError::client(
+            "DependencyViolation",
+            format!("The routeTable '{id}' has dependencies and cannot be deleted: {}", e.message),
+        ),
+        _ => e.into(),
+    })?;
+    Ok(vec![text("return", "true")])
+}
+
+/// AssociateRouteTable: a zone's subnet uses table `RouteTableId` from now on (a gateway's association, which
+/// the cloud has no gateways for, is refused).
+pub async fn associate(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
+    let topo = &st.cfg.topology;
+    let id = params.required("RouteTableId")?;
+    for other in ["GatewayId", "PublicIpv4Pool"] {
+        if params.take(other).is_some() {
+            return Err(AwsError::invalid_value(format!(
+                "The parameter {other} is not supported: fakecloud associates route tables with subnets only"
+            )));
+        }
+    }
+    let subnet = params.required("SubnetId")?;
+    params.finish()?;
+    let zone = network::zone_of_subnet(topo, &subnet)?;
+    let (t, _) = named_table(st, &id).await?;
+    let made = store::routes::associate(&st.db, &t.id, zone).await.map_err(|e| match e.code.as_ref() {
+        codes::ZONE_ALREADY_ASSOCIATED => AwsError::client(
+            "Resource.AlreadyAssociated",
+            format!("the specified association for route table {id} conflicts with an existing association"),
+        ),
+        _ => e.into(),
+    })?;
+    Ok(vec![text("associationId", made.id), el("associationState", vec![text("state", "associated")])])
+}
+
+/// DisassociateRouteTable: the association's subnet uses the main table again. The main table's own
+/// associations are the cloud's and stay.
+pub async fn disassociate(st: &AppState, params: &mut Params) -> Result<Vec<Node>> {
+    let topo = &st.cfg.topology;
+    let id = params.required("AssociationId")?;
+    params.finish()?;
+    let main = table_id(topo, store::routes::MAIN_ID);
+    let subnets = topo.zones.iter().map(|(z, _)| Some(network::subnet_id(topo, z))).chain([None]);
+    if subnets.into_iter().any(|s| main_association(topo, &main, s.as_deref()) == id) {
+        return Err(AwsError::invalid_value(format!(
+            "The association {id} is the main route table's own and cannot be removed; associate its subnet with \
+             another table instead"
+        )));
+    }
+    store::routes::disassociate(&st.db, &id).await.map_err(|e| match e.code.as_ref() {
+        codes::ROUTE_TABLE_ASSOCIATION_NOT_FOUND => {
+            AwsError::client("InvalidAssociationID.NotFound", format!("The association ID '{id}' does not exist"))
+        }
+        _ => e.into(),
+    })?;
     Ok(vec![text("return", "true")])
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use ipnet::IpNet;
 
-use super::{filter, network, tags};
+use super::{filter, network, tag_rules};
 use crate::aws::credentials::Keys;
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::{Filter, Params};
@@ -224,23 +224,10 @@ pub async fn create(st: &AppState, keys: &Keys, params: &mut Params) -> Result<V
         return Err(AwsError::invalid_value(format!("Group names may not be in the format sg-* ({name})")));
     }
     let vpc = network::vpc_id(&st.cfg.topology);
-    if let Some(given) = params.take("VpcId")
-        && given != vpc
-    {
-        return Err(AwsError::client("InvalidVpcID.NotFound", format!("The vpc ID '{given}' does not exist")));
+    if let Some(given) = params.take("VpcId") {
+        network::check_vpc(&st.cfg.topology, &given)?;
     }
-    let mut tags = BTreeMap::new();
-    for mut spec in params.structures("TagSpecification")? {
-        let kind = spec.required("ResourceType")?;
-        if kind != "security-group" {
-            return Err(AwsError::invalid_value(format!(
-                "'{kind}' is not a valid taggable resource type for this operation"
-            )));
-        }
-        let spec_tags = tags::parse(spec.structures("Tag")?)?;
-        spec.finish()?;
-        tags.extend(spec_tags);
-    }
+    let tags = tag_rules::specified(params, "security-group")?;
     params.finish()?;
     let made = store::security_groups::create(&st.db, &vpc, &name, &description, &tags).await?;
     let mut answer = vec![

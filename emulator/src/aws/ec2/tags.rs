@@ -1,12 +1,12 @@
 //! Tags: CreateTags, DeleteTags and DescribeTags on instances, route tables, the VPC and its subnets, security
-//! groups, kept by the store (`store::tags`: an instance's are the native API's `tags`); and the tag rules EC2
-//! checks, which RunInstances' and CreateSecurityGroup's tag specifications follow too.
+//! groups, kept by the store (`store::tags`: an instance's are the native API's `tags`), under EC2's rules
+//! (`tag_rules`).
 
 use std::collections::BTreeMap;
 
 use fakecloud_api::RouteTable;
-use fakecloud_api::limits::TAGS_MAX;
 
+use super::tag_rules::{check_key, parse};
 use super::{filter, network, routes};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
@@ -16,58 +16,8 @@ use crate::http::AppState;
 use crate::store;
 use crate::store::tags::{Change, Resource};
 
-/// EC2's bounds on a tag, in characters (EC2's "Tag restrictions").
-const KEY_MAX_CHARS: usize = 128;
-const VALUE_MAX_CHARS: usize = 256;
 /// The most resources one CreateTags or DeleteTags names: far past what a caller tags at once, bounded.
 const RESOURCES_MAX: usize = 1000;
-
-/// A tag key as EC2 takes it: 1 to 128 characters, not in the `aws:` prefix AWS keeps for itself.
-fn check_key(key: &str) -> Result<()> {
-    let n = key.chars().count();
-    if n == 0 || n > KEY_MAX_CHARS {
-        return Err(AwsError::invalid_value(format!("Tag key must be 1 to {KEY_MAX_CHARS} characters long (got {n})")));
-    }
-    if key.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("aws:")) {
-        return Err(AwsError::invalid_value(format!(
-            "Tag keys starting with 'aws:' are reserved for internal use ({key})"
-        )));
-    }
-    Ok(())
-}
-
-fn check_value(key: &str, value: &str) -> Result<()> {
-    let n = value.chars().count();
-    if n > VALUE_MAX_CHARS {
-        return Err(AwsError::invalid_value(format!(
-            "Tag value for key '{key}' must be at most {VALUE_MAX_CHARS} characters long (got {n})"
-        )));
-    }
-    Ok(())
-}
-
-/// The tags of a `Tag.N.Key`/`Tag.N.Value` list (a missing value is an empty one, as EC2 takes it), checked;
-/// a key given twice is refused.
-pub fn parse(list: Vec<Params>) -> Result<BTreeMap<String, String>> {
-    if list.len() > TAGS_MAX {
-        return Err(AwsError::client(
-            "TagLimitExceeded",
-            format!("The request has {} tags; a resource has at most {TAGS_MAX}", list.len()),
-        ));
-    }
-    let mut tags = BTreeMap::new();
-    for mut tag in list {
-        let key = tag.required("Key")?;
-        let value = tag.take("Value").unwrap_or_default();
-        tag.finish()?;
-        check_key(&key)?;
-        check_value(&key, &value)?;
-        if tags.insert(key.clone(), value).is_some() {
-            return Err(AwsError::invalid_value(format!("The tag key '{key}' is given more than once")));
-        }
-    }
-    Ok(tags)
-}
 
 /// The IDs `ResourceId.N` names.
 fn resource_ids(params: &mut Params) -> Result<Vec<String>> {
@@ -94,14 +44,8 @@ fn resource(topo: &Topology, tables: &[RouteTable], id: &str) -> Result<Resource
         Some("rtb") => Ok(Resource::RouteTable(routes::native_table(topo, tables, id)?.id.clone())),
         // The store says whether it exists (`InvalidGroup.NotFound`).
         Some("sg") => Ok(Resource::SecurityGroup(id.to_string())),
-        Some("vpc") if *id == network::vpc_id(topo) => Ok(Resource::Fixed(id.to_string())),
-        Some("vpc") => Err(AwsError::client("InvalidVpcID.NotFound", format!("The vpc ID '{id}' does not exist"))),
-        Some("subnet") if topo.zones.iter().any(|(z, _)| network::subnet_id(topo, z) == id) => {
-            Ok(Resource::Fixed(id.to_string()))
-        }
-        Some("subnet") => {
-            Err(AwsError::client("InvalidSubnetID.NotFound", format!("The subnet ID '{id}' does not exist")))
-        }
+        Some("vpc") => network::check_vpc(topo, id).map(|()| Resource::Fixed(id.to_string())),
+        Some("subnet") => network::zone_of_subnet(topo, id).map(|_| Resource::Fixed(id.to_string())),
         _ => {
             let shown: String = id.chars().take(64).collect();
             Err(AwsError::client("InvalidID", format!("The ID '{shown}' is not valid")))

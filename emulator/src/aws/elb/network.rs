@@ -8,7 +8,7 @@
 //! enforce; until then they are answered and allow every client.
 
 use super::common::{change, invalid_configuration, members_of, missing, name, validation};
-use crate::aws::ec2::subnet_id;
+use crate::aws::ec2::{subnet_id, zone_of};
 use crate::aws::error::{AwsError, Result};
 use crate::aws::query::Params;
 use crate::aws::xml::Node;
@@ -17,11 +17,6 @@ use crate::http::AppState;
 
 /// The most security groups classic ELB takes on one load balancer (its quotas: 5).
 const GROUPS_MAX: usize = 5;
-
-/// The zone of the subnet `id`.
-fn zone_of<'t>(topo: &'t Topology, id: &str) -> Option<&'t str> {
-    topo.zones.iter().map(|(z, _)| z.as_str()).find(|z| subnet_id(topo, z) == id)
-}
 
 /// The zones of `subnets`, in their order.
 pub(super) fn zones_of(topo: &Topology, subnets: &[String]) -> Vec<String> {

@@ -42,7 +42,7 @@ fn subnets(topo: &Topology, params: &mut Params) -> Result<Vec<String>> {
     }
     let mut zones = Vec::new();
     for id in &ids {
-        let zone = zone_of(topo, id)
+        let zone = network::zone_of(topo, id)
             .ok_or_else(|| AwsError::client("SubnetNotFound", format!("The subnet ID '{id}' was not found")))?;
         if zones.contains(&zone) {
             return Err(AwsError::client(
@@ -55,10 +55,6 @@ fn subnets(topo: &Topology, params: &mut Params) -> Result<Vec<String>> {
         zones.push(zone);
     }
     Ok(ids)
-}
-
-fn zone_of<'t>(topo: &'t Topology, subnet: &str) -> Option<&'t str> {
-    topo.zones.iter().map(|(z, _)| z.as_str()).find(|z| network::subnet_id(topo, z) == subnet)
 }
 
 pub async fn create(st: &AppState, arns: &Arns, params: &mut Params) -> Result<Vec<Node>> {
@@ -123,7 +119,7 @@ fn shape(st: &AppState, arns: &Arns, n: &Nlb) -> Result<Vec<Node>> {
         .subnets()
         .map_err(of)?
         .into_iter()
-        .filter_map(|s| zone_of(topo, &s).map(|z| vec![text("ZoneName", z), text("SubnetId", s.clone())]));
+        .filter_map(|s| network::zone_of(topo, &s).map(|z| vec![text("ZoneName", z), text("SubnetId", s.clone())]));
     let state = if n.state == "active" { "active" } else { "provisioning" };
     let groups = n.security_groups.iter().cloned().map(|g| text("member", g)).collect();
     Ok(vec![
