@@ -42,28 +42,61 @@ pub struct AwsCli<'a> {
 }
 
 impl AwsCli<'_> {
-    /// `aws ec2 <args>`, and what it printed as JSON (`Null` for a command that prints nothing, as create-tags).
-    pub async fn ec2(&self, args: &[&str]) -> Result<serde_json::Value> {
-        let command = format!("aws ec2 {}", args.join(" "));
-        let failed = |failure: String| Error::AwsCli { command: command.clone(), failure };
-        let mut cli = tokio::process::Command::new(self.path);
-        cli.args(["ec2", "--endpoint-url", self.url, "--region", self.region, "--output", "json"])
-            .args(args)
+    /// `program` with the face's settings in its environment and nothing of the user's own.
+    fn command(&self, program: &Path) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("AWS_ENDPOINT_URL", self.url)
+            .env("AWS_DEFAULT_REGION", self.region)
             .envs(aws_client_env(self.keys))
             .kill_on_drop(true);
-        let out = tokio::time::timeout(CLI_HANG, cli.output())
+        command
+    }
+
+    /// Run `command` (`what` it is, for errors) within [`CLI_HANG`]; what it printed.
+    async fn output(mut command: tokio::process::Command, what: String) -> Result<Vec<u8>> {
+        let failed = |failure: String| Error::AwsCli { command: what.clone(), failure };
+        let out = tokio::time::timeout(CLI_HANG, command.output())
             .await
             .map_err(|_| failed(format!("did not finish within {CLI_HANG:?}")))?
-            .map_err(|e| failed(format!("could not run {}: {e}", self.path.display())))?;
+            .map_err(|e| failed(format!("could not be run: {e}")))?;
         if !out.status.success() {
             return Err(failed(format!("failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
         }
-        if out.stdout.is_empty() {
+        Ok(out.stdout)
+    }
+
+    /// `aws ec2 <args>`, and what it printed as JSON (`Null` for a command that prints nothing, as create-tags).
+    pub async fn ec2(&self, args: &[&str]) -> Result<serde_json::Value> {
+        self.call("ec2", args).await
+    }
+
+    /// `aws elb <args>` (classic Elastic Load Balancing), as [`Self::ec2`].
+    pub async fn elb(&self, args: &[&str]) -> Result<serde_json::Value> {
+        self.call("elb", args).await
+    }
+
+    async fn call(&self, api: &str, args: &[&str]) -> Result<serde_json::Value> {
+        let what = format!("aws {api} {}", args.join(" "));
+        let mut cli = self.command(self.path);
+        cli.args([api, "--endpoint-url", self.url, "--region", self.region, "--output", "json"]).args(args);
+        let out = Self::output(cli, what.clone()).await?;
+        if out.is_empty() {
             return Ok(serde_json::Value::Null);
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| failed(format!("printed what is not JSON: {e}")))
+        serde_json::from_slice(&out)
+            .map_err(|e| Error::AwsCli { command: what, failure: format!("printed what is not JSON: {e}") })
+    }
+
+    /// The shell script `script` with `args`, the AWS CLI as `AWS_CLI` and the face's settings as `source aws.env`
+    /// gives them (`scripts/aws-subnets.sh`, say); what it printed.
+    pub async fn script(&self, script: &Path, args: &[&str]) -> Result<String> {
+        let what = format!("{} {}", script.display(), args.join(" "));
+        let mut bash = self.command(Path::new("bash"));
+        bash.arg(script).args(args).env("AWS_CLI", self.path);
+        Ok(String::from_utf8_lossy(&Self::output(bash, what).await?).into_owned())
     }
 }
 

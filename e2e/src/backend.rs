@@ -222,11 +222,6 @@ impl AwsAccess {
         let keys = (self.access_key_id.as_str(), self.secret_access_key.as_str());
         AwsCli { path: &self.cli, url: &self.url, region: &self.region, keys }
     }
-
-    /// `aws ec2 <args>` as JSON; a failure panics with the command and what it printed.
-    pub async fn ec2(&self, args: &[&str]) -> serde_json::Value {
-        self.cli().ec2(args).await.unwrap_or_else(|e| panic!("{e}"))
-    }
 }
 
 /// How fast the cluster and its CCM react, for the cases' patience.

@@ -23,7 +23,7 @@ use fakecloud_api::{
     Client, CreateInstanceRequest, Instance, InstanceState, ListInstancesQuery, LoadBalancer, LoadBalancerState,
     QuotaName, SetRateLimitRequest,
 };
-use fakecloud_controlplane::aws_cluster::{self, CLUSTER_ID, cluster_tag};
+use fakecloud_controlplane::aws_cluster::{self, AwsCli, CLUSTER_ID, cluster_tag};
 use fakecloud_controlplane::kubelets::{self, NodeNames, SimulatedKubelets};
 use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -128,6 +128,8 @@ pub struct Setup {
     pods_on: usize,
     not_ready_for: Duration,
     aws: bool,
+    /// Why the case is cloud-provider-aws's alone (what only it does), if it is.
+    only_aws: Option<&'static str>,
 }
 
 impl Setup {
@@ -141,7 +143,16 @@ impl Setup {
             pods_on: 0,
             not_ready_for: Duration::ZERO,
             aws: false,
+            only_aws: None,
         }
+    }
+
+    /// The case is about what cloud-provider-aws alone does (`why`): against the other CCMs it is skipped,
+    /// saying why.
+    pub fn only_for_aws(mut self, why: &'static str) -> Self {
+        self.aws = true;
+        self.only_aws = Some(why);
+        self
     }
 
     /// The case states what cloud-provider-aws does where it differs ([`Env::ccm_is_aws`]), from its source.
@@ -291,6 +302,10 @@ impl Env {
                 "skipping {name}: the case does not yet state what cloud-provider-aws does where it differs from \
                  fakecloud's CCMs (issue #50)"
             );
+            return None;
+        }
+        if let (false, Some(why)) = (aws, setup.only_aws) {
+            eprintln!("skipping {name}: it is about cloud-provider-aws alone ({why}); FAKECLOUD_E2E_CCM=aws runs it");
             return None;
         }
         let suffix = uuid_suffix();
@@ -475,14 +490,32 @@ impl Env {
         if self.ccm_is_aws() { &["DescribeLoadBalancers"] } else { &["ListLoadBalancers", "GetLoadBalancer"] }
     }
 
-    /// `aws ec2 <args>` on the cluster's cloud with the CCM's account, as JSON: what only the AWS face shows, such as
-    /// security groups. Only a cluster set up for cloud-provider-aws has the CLI and key pair.
-    pub async fn aws_ec2(&self, args: &[&str]) -> serde_json::Value {
+    /// The AWS CLI and the CCM's account on the cluster's cloud: only a cluster set up for cloud-provider-aws has
+    /// them.
+    fn aws(&self) -> AwsCli<'_> {
         let access = match &self.kind {
             Kind::Local { cluster, .. } => cluster.aws(),
             Kind::Existing { cfg, .. } => cfg.aws.as_ref(),
         };
-        access.expect("the AWS CLI is set up for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)").ec2(args).await
+        access.expect("the AWS CLI is set up for cloud-provider-aws only (FAKECLOUD_E2E_CCM=aws)").cli()
+    }
+
+    /// `aws ec2 <args>` on the cluster's cloud with the CCM's account, as JSON: what only the AWS face shows, such as
+    /// security groups.
+    pub async fn aws_ec2(&self, args: &[&str]) -> serde_json::Value {
+        self.aws().ec2(args).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `aws elb <args>` (classic ELB), as [`Self::aws_ec2`].
+    pub async fn aws_elb(&self, args: &[&str]) -> serde_json::Value {
+        self.aws().elb(args).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The repository's `scripts/<name>` with `args`, driving the AWS CLI on the cluster's cloud with the CCM's
+    /// account (as a user runs it after `source aws.env`); what it printed.
+    pub async fn aws_script(&self, name: &str, args: &[&str]) -> String {
+        let script = crate::repo().join("scripts").join(name);
+        self.aws().script(&script, args).await.unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The ingress rules of the security group cloud-provider-aws makes for a Service's ELB (`k8s-elb-<name>`,
