@@ -11,6 +11,7 @@ mod conformance_bug_aws_1328;
 mod conformance_bug_k8s_100779;
 mod conformance_bug_k8s_109180;
 mod conformance_bug_k8s_29298;
+mod conformance_bug_k8s_31858;
 mod conformance_bug_k8s_68684;
 mod conformance_bug_k8s_69362;
 mod conformance_bug_k8s_94966;
