@@ -4,8 +4,8 @@
 //! one load balancer, not two; a load-balancing outage keeps Services `<pending>` with `SyncLoadBalancerFailed`
 //! until it ends, then they converge without a restart; a reclaimed spot machine's Node, route and backend go;
 //! a zone outage taints that zone's nodes shutdown and deletes none. Any backend. Against cloud-provider-aws the
-//! last three run as they are; the first two are not stated yet: AWS's protocol has no `Retry-After` (its SDK
-//! backs off on its own), and no idempotency key on a classic ELB create.
+//! last three run as they are; the first two state what it does instead: AWS's protocol has no `Retry-After`, so
+//! its SDK retries a throttled call in place on its own backoff, and a classic ELB create has no idempotency key.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ async fn started(env: &Env, prefix: &str) -> (String, Api<Service>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
-    case("throttled", Setup::new(CCM), async |env| {
+    case("throttled", Setup::new(CCM).stated_for_aws(), async |env| {
         let (ns, services) = started(env, "throttled").await;
         // The first two creates are throttled, each saying "come back in 3 s": longer than either CCM waits in
         // place (1 s), so each goes back to the service queue, which waits exactly that.
@@ -48,6 +48,10 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
         };
         env.cloud.add_fault(&rule).await.unwrap();
         services.create(&PostParams::default(), &lb::service("web", 80, serde_json::json!({}))).await.unwrap();
+        if env.ccm_is_aws() {
+            throttled_under_aws(env, &ns, &services, &rule.id.unwrap()).await;
+            return;
+        }
         lb::wait_for_ip(&services, "web", HANG).await;
 
         let calls = env.ccm_calls(&["CreateLoadBalancer", "ListLoadBalancers"]).await;
@@ -82,6 +86,25 @@ async fn a_throttled_create_is_retried_after_exactly_its_retry_after() {
         assert_eq!(throttled, 2, "a SyncLoadBalancerFailed per throttled try: {events:#?}");
     })
     .await;
+}
+
+/// cloud-provider-aws under the same two throttled creates: the face answers them as ELB does (400 `Throttling`,
+/// no `Retry-After`: AWS's protocol has none), and its SDK's standard retryer tries the call three times on its
+/// own jittered backoff (aws_sdk.go's `customRetryer`), so the third try makes the ELB within the one sync: the
+/// creates are two refused then one made, and no sync fails.
+async fn throttled_under_aws(env: &Env, ns: &str, services: &Api<Service>, rule: &str) {
+    lb::wait_for_ingress(services, "web", HANG).await;
+    let creates = env.ccm_calls(&["CreateLoadBalancer"]).await;
+    let seen: Vec<(u16, Option<&str>, Option<&str>)> =
+        creates.iter().map(|e| (e.status, e.error_code.as_deref(), e.fault.as_deref())).collect();
+    assert_eq!(
+        seen,
+        [(400, Some("Throttling"), Some(rule)), (400, Some("Throttling"), Some(rule)), (200, None, None)],
+        "two throttled tries, then the one that makes the ELB"
+    );
+    let events = env.events_in(ns, "web").await;
+    let failed: Vec<_> = events.iter().filter(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed")).collect();
+    assert!(failed.is_empty(), "the SDK's retries absorb both; no sync fails: {failed:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
