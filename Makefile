@@ -50,9 +50,10 @@ ifneq ($(filter-out fakecloud aws,$(CCM)),)
 $(error CCM=$(CCM): fakecloud (the default) or aws)
 endif
 AWS_STACK_FLAGS = --ccm aws --aws-ccm "$$(bash scripts/build-go-tool.sh ccm-aws 2>/dev/null | tail -n 1)" \
-	--aws-cli "$$(bash scripts/aws-clients.sh 2>/dev/null | tail -n 1)/bin/aws"
+	--aws-cli "$$(bash scripts/aws-clients.sh 2>/dev/null | tail -n 1)/bin/aws" \
+	$(if $(AWS_CLOUD_CONFIG),--aws-cloud-config "$(AWS_CLOUD_CONFIG)")
 
-up: deps control-plane kwok $(if $(filter aws,$(CCM)),aws-ccm aws-clients) ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3; PROFILE=release for a large fleet; CCM=aws for cloud-provider-aws) and say how to use it
+up: deps control-plane kwok $(if $(filter aws,$(CCM)),aws-ccm aws-clients) ## Start a local cluster (control plane, emulator, CCM, simulated nodes; NODES=N for N of them, default 3; PROFILE=release for a large fleet; CCM=aws for cloud-provider-aws, AWS_CLOUD_CONFIG=FILE for your own cloud config of it) and say how to use it
 	$(CARGO) build $(CARGO_FLAGS) $(if $(filter release,$(PROFILE)),--release) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
 	@$(LAUNCHER) stack up $(if $(NODES),--nodes $(NODES)) $(if $(filter aws,$(CCM)),$(AWS_STACK_FLAGS))
 

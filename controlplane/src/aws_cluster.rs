@@ -106,6 +106,8 @@ pub struct Network {
     pub vpc: String,
     pub subnet: String,
     pub zone: String,
+    /// Every subnet of the region, and its zone.
+    pub subnets: Vec<(String, String)>,
 }
 
 impl Network {
@@ -146,5 +148,6 @@ pub async fn tag_network(cli: &AwsCli<'_>, cluster_id: &str) -> Result<Network> 
         .await?;
     let elb_role = "Key=kubernetes.io/role/elb,Value=1";
     cli.ec2(&[&["create-tags", "--resources"], subnet_ids.as_slice(), &["--tags", elb_role]].concat()).await?;
-    Ok(Network { vpc: vpc.into(), subnet: subnet.into(), zone: zone.into() })
+    let subnets = subnets.iter().map(|s| (s.0.to_string(), s.2.to_string())).collect();
+    Ok(Network { vpc: vpc.into(), subnet: subnet.into(), zone: zone.into(), subnets })
 }

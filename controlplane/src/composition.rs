@@ -136,7 +136,7 @@ pub struct AwsCloudConfig<'a> {
 }
 
 /// The SDK's service IDs (`ec2.ServiceID`, ...) and their SigV4 signing names.
-const AWS_SERVICES: [(&str, &str); 3] = [
+pub(crate) const AWS_SERVICES: [(&str, &str); 3] = [
     ("EC2", "ec2"),
     ("Elastic Load Balancing", "elasticloadbalancing"),
     ("Elastic Load Balancing v2", "elasticloadbalancing"),

@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod aws_cloud_config;
 pub mod aws_cluster;
 pub mod binaries;
 pub mod composition;

@@ -76,6 +76,14 @@ pub struct Options {
     /// one; its bin/aws).
     #[arg(long, env = "FAKECLOUD_AWS_CLI", value_name = "FILE")]
     pub aws_cli: Option<PathBuf>,
+    /// With `--ccm aws`: cloud-provider-aws's cloud config, your own instead of the one the stack writes (to try
+    /// your `[Global]` options, say). Checked before anything starts, and against the cloud before the CCM
+    /// starts: it must name this cloud (its region, VPC, a subnet, cluster ID `fakecloud`) and point an override
+    /// for each of EC2, Elastic Load Balancing and Elastic Load Balancing v2 at the emulator, with its signing
+    /// region and name. Every problem is refused at once, saying what to set (`make up CCM=aws
+    /// AWS_CLOUD_CONFIG=FILE`).
+    #[arg(long, env = "FAKECLOUD_AWS_CLOUD_CONFIG", value_name = "FILE")]
+    pub aws_cloud_config: Option<PathBuf>,
 }
 
 /// Which CCM the stack runs.

@@ -189,7 +189,7 @@ async fn start(options: &Options, progress: &Progress) -> anyhow::Result<Stack> 
                 "tagging the subnets and the main route table for cluster {} with the AWS CLI",
                 aws_cluster::CLUSTER_ID
             ));
-            let setup = super::aws::set_up(&region.name, &url, &dir, aws_cli);
+            let setup = super::aws::set_up(&region.name, &url, &dir, aws_cli, options.aws_cloud_config.as_deref());
             let setup = progress.awaiting("the AWS CLI", setup).await?;
             progress.say(&format!(
                 "starting cloud-provider-aws on the emulator's AWS face (HTTPS /healthz on 127.0.0.1:{})",

@@ -43,7 +43,12 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     let fakecloud = sibling("fakecloud")?;
     match options.ccm {
         StackCcm::Fakecloud => drop(sibling("fakecloud-ccm")?),
-        StackCcm::Aws => drop(super::aws::binaries(options.aws_ccm.as_deref(), options.aws_cli.as_deref())?),
+        StackCcm::Aws => {
+            drop(super::aws::binaries(options.aws_ccm.as_deref(), options.aws_cli.as_deref())?);
+            if let Some(path) = &options.aws_cloud_config {
+                super::aws::user_cloud_config(path, None)?;
+            }
+        }
     }
 
     std::fs::create_dir_all(&dir.root).with_context(|| format!("creating {}", dir.root.display()))?;
@@ -65,7 +70,12 @@ pub async fn up(options: Options) -> anyhow::Result<()> {
     }
     if options.ccm == StackCcm::Aws {
         command.args(["--ccm", "aws"]);
-        for (flag, path) in [("--aws-ccm", &options.aws_ccm), ("--aws-cli", &options.aws_cli)] {
+        let paths = [
+            ("--aws-ccm", &options.aws_ccm),
+            ("--aws-cli", &options.aws_cli),
+            ("--aws-cloud-config", &options.aws_cloud_config),
+        ];
+        for (flag, path) in paths {
             command.arg(flag).args(path.iter());
         }
     }
