@@ -173,11 +173,27 @@ impl Probe {
         self.events_in("default", name).await
     }
 
-    /// Core/v1 events about `name` in `namespace` (empty when the call fails: callers poll).
+    /// Core/v1 events about `name` in `namespace` (empty when the call fails: callers poll), last seen since this
+    /// probe's start: a name given again (a Node named by a private address the cloud hands out again, on a shared
+    /// cluster) must not bring an earlier case's events.
     pub async fn events_in(&self, namespace: &str, name: &str) -> Vec<Event> {
         let all = Api::<Event>::namespaced(self.client(), namespace).list(&Default::default()).await;
         let all = all.map(|l| l.items).unwrap_or_default();
-        all.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
+        all.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name) && self.recent(e)).collect()
+    }
+
+    /// Whether event `e` was last seen since this probe's start (to the second: events' times are whole seconds).
+    fn recent(&self, e: &Event) -> bool {
+        let Some(since) = self.audit_since.as_deref().and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        else {
+            return true;
+        };
+        let seen = (e.last_timestamp.as_ref().map(|t| t.0)).or(e.event_time.as_ref().map(|t| t.0)).or(e
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0));
+        seen.is_none_or(|t| t >= since - k8s_openapi::jiff::SignedDuration::from_secs(1))
     }
 
     /// Wait for an event with `reason` about `name` in `namespace`.
