@@ -93,6 +93,12 @@ impl From<TableRow> for RouteTable {
 const TABLE_SELECT: &str = "SELECT t.id, t.name, t.main, t.route_count, t.created_at FROM route_tables t";
 
 pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
+    Ok(tables_and_associations(db).await?.0)
+}
+
+/// Every table (its `zones` from the associations) and every association: for a face that shows the
+/// associations themselves (the AWS face), in the same reads.
+pub async fn tables_and_associations(db: &Db) -> Result<(Vec<RouteTable>, Vec<Association>)> {
     let rows: Vec<TableRow> =
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{TABLE_SELECT} ORDER BY t.seq"))).fetch_all(db.reader()).await?;
     let associations = associations(db).await?;
@@ -100,7 +106,7 @@ pub async fn list_tables(db: &Db) -> Result<Vec<RouteTable>> {
     for t in &mut tables {
         t.zones = associations.iter().filter(|a| a.route_table_id == t.id).map(|a| a.zone.clone()).collect();
     }
-    Ok(tables)
+    Ok((tables, associations))
 }
 
 /// A zone's subnet associated with a route table other than through the main table's default (EC2's
@@ -113,7 +119,7 @@ pub struct Association {
 }
 
 /// Every association, oldest first.
-pub async fn associations(db: &Db) -> Result<Vec<Association>> {
+async fn associations(db: &Db) -> Result<Vec<Association>> {
     Ok(sqlx::query_as("SELECT id, route_table_id, zone FROM route_table_associations ORDER BY created_at, id")
         .fetch_all(db.reader())
         .await?)

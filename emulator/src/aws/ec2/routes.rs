@@ -214,9 +214,8 @@ pub async fn describe(st: &AppState, keys: &Keys, params: &mut Params) -> Result
     })?;
     // The token is how many tables the pages before have passed over.
     let skip: usize = Params::next_token(token.as_deref())?;
-    let tables = store::routes::list_tables(&st.db).await?;
+    let (tables, associations) = store::routes::tables_and_associations(&st.db).await?;
     let routes = store::routes::list_all(&st.db).await?;
-    let associations = store::routes::associations(&st.db).await?;
     let tags = store::tags::others(&st.db).await?;
     let all: Vec<Ec2Table> =
         tables.iter().map(|t| ec2_table(topo, t, &routes, &associations, tags.get(&t.id))).collect();
