@@ -141,6 +141,11 @@ rc=0
 # e2e.test writes into its working directory only with --report-dir (unset): run it from the report directory.
 (cd "$report_dir" && "${cmd[@]}") 2>&1 | tee "$e2e_log" || rc=$?
 log "e2e.test exited $rc after $((SECONDS - start))s"
+# A spec that timed out on a host too loaded for its cluster shows here: the control plane's pods restarted.
+restarts=$("$kubectl" --kubeconfig "$kubeconfig" -n kube-system get pods --no-headers \
+	-o custom-columns='NAME:.metadata.name,RESTARTS:.status.containerStatuses[*].restartCount' |
+	awk '{n = 0; split($2, r, ","); for (i in r) n += r[i]} n > 0 {printf " %s (%d)", $1, n}') || restarts=" (kubectl failed)"
+log "kube-system pods that restarted since the cluster was made:${restarts:- none}"
 
 [[ -f "$junit" ]] || die "no JUnit report at $junit (e2e.test exited $rc before writing it; see $e2e_log)"
 python3 "$repo_root/scripts/e2e-lb-summary.py" "$junit" "$focus" "$skip_regex" "$report_dir/summary.md" || rc=$?

@@ -45,6 +45,9 @@ fn kind_configs_run_every_node_with_an_external_cloud_provider() {
                 let cm = patches.iter().find(|p| p["kind"] == "ClusterConfiguration").unwrap();
                 assert_eq!(cm["controllerManager"]["extraArgs"]["cloud-provider"], "external");
                 assert_eq!(cm["controllerManager"]["extraArgs"]["configure-cloud-routes"], "false");
+                // One control plane: leader election could only make them exit on a loaded host.
+                assert_eq!(cm["controllerManager"]["extraArgs"]["leader-elect"], "false", "{name}");
+                assert_eq!(cm["scheduler"]["extraArgs"]["leader-elect"], "false", "{name}");
             }
         }
     }
