@@ -474,8 +474,13 @@ impl Env {
         let dns = self.cloud_dns().unwrap_or_else(|| {
             panic!("{name}'s ingress is the name {address}: set FAKECLOUD_E2E_DNS to the emulator's DNS address (make kind-up serves it)")
         });
-        let found = fakecloud_controlplane::names::resolve(dns, &address, HANG).await.unwrap_or_else(|e| panic!("{e}"));
-        *found.first().unwrap_or_else(|| panic!("{address} resolves to no address at {dns}"))
+        // An NLB's name answers once it is active, and cloud-provider-aws writes it while it provisions
+        // (`v2toStatus`, aws.go L2893): ask until it does.
+        crate::until(timeout, &format!("{address} resolving at {dns}"), async || {
+            let found = fakecloud_controlplane::names::resolve(dns, &address, HANG).await.ok()?;
+            found.first().copied()
+        })
+        .await
     }
 
     /// The state a new load balancer of the CCM's is first seen in: fakecloud's provision, classic ELBs (the ones

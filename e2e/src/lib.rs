@@ -87,6 +87,17 @@ pub fn initialized(n: &Node) -> bool {
     !taint_keys(n).iter().any(|k| k == UNINITIALIZED_TAINT) && n.spec.as_ref().is_some_and(|s| s.provider_id.is_some())
 }
 
+/// The cloud's instance ID in a Node's providerID: fakecloud's `fakecloud://<zone>/<id>` or cloud-provider-aws's
+/// `aws:///<zone>/<i-…>` (the same instance, whichever face the CCM reads it through); `None` without one.
+pub fn instance_id(n: &Node) -> Option<String> {
+    let pid = n.spec.as_ref()?.provider_id.as_deref()?;
+    let id = fakecloud_api::parse_provider_id(pid).or_else(|| {
+        let (_zone, id) = pid.strip_prefix("aws:///")?.split_once('/')?;
+        (!id.is_empty() && !id.contains('/')).then_some(id)
+    })?;
+    Some(id.to_string())
+}
+
 /// A Node's condition of this type: (status, reason).
 pub fn condition(n: &Node, type_: &str) -> Option<(String, String)> {
     let c = n.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)?;

@@ -9,6 +9,10 @@
 //! under throttling, adding a port, drops no connection on the unchanged one; a Service without NodePorts is
 //! served by a passthrough load balancer, which keeps the client's address.
 //!
+//! Against cloud-provider-aws every case states what its classic ELB does instead, from its source (v1.37.1,
+//! `pkg/providers/v1/aws.go`): the ingress is the ELB's DNS name, source ranges are its security group's rules, a
+//! port without a NodePort or a UDP port beside a TCP one is refused, and a UDP port takes an NLB.
+//!
 //! Needs real pods and an emulator that serves its load balancers on addresses this host reaches (kind:
 //! `make e2e-kind`, whose emulator holds a slice of the kind network); skipped where the kubelets are simulated.
 #![allow(clippy::unwrap_used)]
@@ -26,6 +30,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const CCM: &str = env!("CARGO_BIN_EXE_e2e-fakecloud-ccm");
 const WAIT: Duration = HANG;
+/// The second port of the cases that add or remove one: a port a classic ELB may listen on (25, 80, 443, 465, 587
+/// or 1024-65535, CreateLoadBalancerListeners), so the cases hold under cloud-provider-aws too.
+const ALT_PORT: u16 = 8081;
 
 /// The Service's load balancer in the cloud, once the data plane serves it (its listeners have a status).
 async fn cloud_lb(env: &Env, svc: &Service) -> LoadBalancer {
@@ -54,8 +61,8 @@ async fn expose(env: &Env, services: &Api<Service>, name: &str, extra_spec: serd
 }
 
 fn instance_of(node: &Node) -> String {
-    let pid = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
-    fakecloud_api::parse_provider_id(pid).unwrap_or_else(|| panic!("node has no fakecloud providerID: {pid:?}")).into()
+    fakecloud_e2e::instance_id(node)
+        .unwrap_or_else(|| panic!("node {} has no providerID of the cloud's", node_name(node)))
 }
 
 fn node_name(node: &Node) -> String {
@@ -72,12 +79,23 @@ async fn backend_turns(env: &Env, lb_id: &str, instance: &str, state: BackendSta
 }
 
 /// A namespace of the case's own with one netexec pod, `web` (`app: web`), on the first node that runs pods;
-/// the namespace's Services.
-async fn one_pod(env: &Env, base: &str) -> Api<Service> {
+/// the namespace and its Services.
+async fn one_pod(env: &Env, base: &str) -> (String, Api<Service>) {
     let node = node_name(&env.pod_nodes().await[0]);
     let ns = env.namespace(base).await;
     traffic::start_netexec(&Api::<Pod>::namespaced(env.client(), &ns), "web", "web", &node).await;
-    Api::<Service>::namespaced(env.client(), &ns)
+    let services = Api::<Service>::namespaced(env.client(), &ns);
+    (ns, services)
+}
+
+/// Wait for the CCM's `SyncLoadBalancerFailed` on Service `name`: a Warning whose message contains `what`, while
+/// the Service is still `<pending>`.
+async fn refused(env: &Env, ns: &str, services: &Api<Service>, name: &str, what: &str) {
+    let failed = env.event(ns, name, "SyncLoadBalancerFailed", HANG).await;
+    let msg = failed.message.unwrap_or_default();
+    assert_eq!(failed.type_.as_deref(), Some("Warning"), "{msg}");
+    assert!(msg.contains(what), "the CCM says why: {msg}");
+    assert_eq!(lb::ingress(&services.get(name).await.unwrap()), None, "{name} stays <pending>");
 }
 
 /// A Service spec's `ports`: (name, port, protocol), each to netexec's port of that protocol.
@@ -102,7 +120,7 @@ async fn the_external_ip_answers_from_the_host_and_a_pod_until_the_service_is_no
     // Under cloud-provider-aws the Service's ingress is the classic ELB's DNS name, which resolves to the address
     // it answers at (`expose`); the rest is the same.
     case("lb-traffic", Setup::new(CCM).runs_pods_on(1).stated_for_aws(), async |env| {
-        let services = one_pod(env, "lb-traffic").await;
+        let (_, services) = one_pod(env, "lb-traffic").await;
         let (svc, ip) = expose(env, &services, "web", serde_json::json!({})).await;
 
         // From the host: through the emulator's listener, a node's NodePort and kube-proxy, to the pod.
@@ -144,7 +162,9 @@ async fn the_external_ip_answers_from_the_host_and_a_pod_until_the_service_is_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffic_and_scaling_spreads_it() {
-    case("lb-etp-local", Setup::new(CCM).runs_pods_on(2), async |env| {
+    // Under cloud-provider-aws the classic ELB's health check is the same HTTP check of the healthCheckNodePort
+    // (aws.go L2756), and its ingress a DNS name.
+    case("lb-etp-local", Setup::new(CCM).runs_pods_on(2).stated_for_aws(), async |env| {
         let nodes = env.pod_nodes().await;
         let (first, second) = (&nodes[0], &nodes[1]);
         let ns = env.namespace("lb-etp-local").await;
@@ -164,11 +184,13 @@ async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffi
         assert!(answers.iter().all(|a| a == "web-a"), "only web-a's node gets traffic: {answers:?}");
         // The proxy is L4 and opens its own connection to the node: the pod sees the load balancer's address,
         // not the client's. The cloud says so and the CCM passes it on as `ipMode: Proxy` (as cloud-provider-kind
-        // does for its Envoy), which is when upstream's e2e skips its source-IP checks.
+        // does for its Envoy), which is when upstream's e2e skips its source-IP checks. cloud-provider-aws writes
+        // the ELB's name alone (`toStatus`, aws.go L2879), and no node short-cuts a name: no `ipMode`.
         let client = traffic::get(&ip, 80, "/clientip").await.unwrap();
         eprintln!("web-a sees the client as {}", client.body);
         let ingress = ingress(&services).await;
-        assert_eq!(ingress.ip_mode.as_deref(), Some("Proxy"), "{ingress:?}");
+        let mode = if env.ccm_is_aws() { None } else { Some("Proxy") };
+        assert_eq!(ingress.ip_mode.as_deref(), mode, "{ingress:?}");
 
         // A pod on the second node: its health check turns healthy and the load balancer spreads across both.
         traffic::start_netexec(&pods, "web-b", "web", &node_name(second)).await;
@@ -182,10 +204,13 @@ async fn with_external_traffic_policy_local_only_nodes_with_endpoints_get_traffi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_node_ports_a_passthrough_load_balancer_keeps_the_clients_address_until_node_ports_come() {
-    case("lb-passthrough", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let services = one_pod(env, "lb-passthrough").await;
+    case("lb-passthrough", Setup::new(CCM).runs_pods_on(1).stated_for_aws(), async |env| {
+        let (ns, services) = one_pod(env, "lb-passthrough").await;
         // `Local`: kube-proxy then does not masquerade, so the pod sees whoever's packets reach it.
         let spec = serde_json::json!({"allocateLoadBalancerNodePorts": false, "externalTrafficPolicy": "Local"});
+        if env.ccm_is_aws() {
+            return only_through_node_ports(env, &ns, &services, spec).await;
+        }
         let (svc, ip) = expose(env, &services, "web", spec).await;
         let ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
         assert!(ports.iter().all(|p| p.node_port.is_none()), "no NodePort: {ports:?}");
@@ -223,6 +248,27 @@ async fn without_node_ports_a_passthrough_load_balancer_keeps_the_clients_addres
     .await;
 }
 
+/// cloud-provider-aws has no passthrough: it skips a port without a NodePort ("Ignoring port without NodePort
+/// defined", aws.go L2409), and a classic ELB without a listener is refused (`ValidationError`). The Service is
+/// `<pending>`, saying so, until NodePorts come; then the ELB proxies, and the pod sees its connection, not the
+/// client's.
+async fn only_through_node_ports(env: &Env, ns: &str, services: &Api<Service>, spec: serde_json::Value) {
+    services.create(&PostParams::default(), &lb::service("web", 80, spec)).await.unwrap();
+    refused(env, ns, services, "web", "ValidationError").await;
+
+    patch(services, "web", serde_json::json!({"allocateLoadBalancerNodePorts": true})).await;
+    let ip = env.wait_for_vip(services, "web", HANG).await.to_string();
+    let mut conn = until(WAIT, &format!("http://{ip}/ answering"), async || {
+        let mut conn = Conn::open(&ip, 80).await.ok()?;
+        conn.get("/hostname").await.ok().filter(|a| a.status == 200)?;
+        Some(conn)
+    })
+    .await;
+    let me = conn.local_addr().unwrap();
+    let seen = conn.get("/clientip").await.unwrap();
+    assert!(!seen.body.starts_with(&format!("{}:", me.ip())), "the pod sees the ELB's connection, not {me}: {seen:?}");
+}
+
 /// The `web` Service's first ingress, as it is now.
 async fn ingress(services: &Api<Service>) -> LoadBalancerIngress {
     lb::ingress(&services.get("web").await.unwrap()).cloned().expect("an ingress")
@@ -230,17 +276,19 @@ async fn ingress(services: &Api<Service>) -> LoadBalancerIngress {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections() {
-    case("lb-ports", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let services = one_pod(env, "lb-ports").await;
-        let (_, ip) = expose(env, &services, "web", ports(&[("web", 80, "TCP"), ("alt", 81, "TCP")])).await;
-        until(WAIT, "port 81 answering", async || traffic::get(&ip, 81, "/hostname").await.ok()).await;
+    // The same against cloud-provider-aws: it deletes the ELB's listener and revokes its group's rule.
+    case("lb-ports", Setup::new(CCM).runs_pods_on(1).stated_for_aws(), async |env| {
+        let (_, services) = one_pod(env, "lb-ports").await;
+        let (_, ip) = expose(env, &services, "web", ports(&[("web", 80, "TCP"), ("alt", ALT_PORT, "TCP")])).await;
+        until(WAIT, "port 8081 answering", async || traffic::get(&ip, ALT_PORT, "/hostname").await.ok()).await;
         let mut kept = Conn::open(&ip, 80).await.unwrap();
         assert_eq!(kept.get("/hostname").await.unwrap().status, 200);
 
         patch(&services, "web", ports(&[("web", 80, "TCP")])).await;
         let why =
-            until(WAIT, "port 81 no longer answering", async || traffic::get(&ip, 81, "/hostname").await.err()).await;
-        eprintln!("port 81 after its removal: {why}");
+            until(WAIT, "port 8081 no longer answering", async || traffic::get(&ip, ALT_PORT, "/hostname").await.err())
+                .await;
+        eprintln!("port 8081 after its removal: {why}");
         let again = kept.get("/hostname").await;
         assert_eq!(again.map(|a| a.status), Ok(200), "the connection on the unchanged port 80 lives on");
         assert_eq!(traffic::get(&ip, 80, "/hostname").await.map(|a| a.status), Ok(200), "port 80 takes new ones");
@@ -250,8 +298,11 @@ async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_udp_port_answers_datagrams_from_a_pod() {
-    case("lb-udp", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let services = one_pod(env, "lb-udp").await;
+    case("lb-udp", Setup::new(CCM).runs_pods_on(1).stated_for_aws(), async |env| {
+        let (ns, services) = one_pod(env, "lb-udp").await;
+        if env.ccm_is_aws() {
+            return udp_through_an_nlb(env, &ns, &services).await;
+        }
         let (svc, ip) = expose(env, &services, "web", ports(&[("web", 80, "TCP"), ("dns-like", 53, "UDP")])).await;
         let answer =
             until(WAIT, &format!("udp://{ip}:53 answering"), async || traffic::udp_hostname(&ip, 53).await.ok()).await;
@@ -268,16 +319,44 @@ async fn a_udp_port_answers_datagrams_from_a_pod() {
     .await;
 }
 
+/// cloud-provider-aws refuses a Service of TCP and UDP ports ("mixed protocol is not supported", `checkMixedProtocol`,
+/// aws.go L3723) and a classic ELB refuses UDP (`checkProtocol`, L3736); an NLB serves a UDP port. With
+/// `externalTrafficPolicy: Local` its targets' health check is kube-proxy's HTTP one (`buildNLBHealthCheckConfiguration`,
+/// L2178); otherwise it would be TCP on the UDP NodePort, where nothing listens, and only AWS's fail-open (an NLB
+/// sends to every target when none is healthy), which fakecloud does not model, would let datagrams through.
+async fn udp_through_an_nlb(env: &Env, ns: &str, services: &Api<Service>) {
+    let mixed = lb::service("mixed", 80, ports(&[("web", 80, "TCP"), ("dns-like", 53, "UDP")]));
+    services.create(&PostParams::default(), &mixed).await.unwrap();
+    refused(env, ns, services, "mixed", "mixed protocol is not supported for LoadBalancer").await;
+
+    let mut spec = ports(&[("dns-like", 53, "UDP")]);
+    spec["externalTrafficPolicy"] = "Local".into();
+    let svc = services.create(&PostParams::default(), &lb::with_aws_nlb(lb::service("web", 53, spec))).await.unwrap();
+    let ip = env.wait_for_vip(services, "web", HANG).await.to_string();
+    let answer =
+        until(WAIT, &format!("udp://{ip}:53 answering"), async || traffic::udp_hostname(&ip, 53).await.ok()).await;
+    assert_eq!(answer, "web", "the pod answers the datagram through the NLB");
+    let cloud = cloud_lb(env, &svc).await;
+    let udp = cloud.listener_status.iter().find(|l| l.port == 53 && l.protocol == fakecloud_api::Protocol::Udp);
+    assert!(udp.is_some_and(|l| l.state == ListenerState::Listening), "{:?}", cloud.listener_status);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_ranges_refuse_clients_outside_them() {
-    case("lb-source-ranges", Setup::new(CCM).runs_pods_on(1), async |env| {
-        let services = one_pod(env, "lb-source-ranges").await;
+    // Under cloud-provider-aws the ranges are the ELB's security group's rules (`k8s-elb-<name>`), which the data
+    // plane enforces as it does source ranges.
+    case("lb-source-ranges", Setup::new(CCM).runs_pods_on(1).stated_for_aws(), async |env| {
+        let (_, services) = one_pod(env, "lb-source-ranges").await;
         let (svc, ip) = expose(env, &services, "web", serde_json::json!({})).await;
         let lb_id = cloud_lb(env, &svc).await.id;
 
         // A range this host is not in (TEST-NET-1): its connections are closed at once.
         patch(&services, "web", serde_json::json!({"loadBalancerSourceRanges": ["192.0.2.0/24"]})).await;
         until(WAIT, "the source range in the cloud", async || {
+            if env.ccm_is_aws() {
+                let rules = env.elb_group_rules(&svc).await?;
+                return (rules == lb::elb_rules(80, &["192.0.2.0/24"])).then_some(());
+            }
             let lb = env.cloud.get_load_balancer(&lb_id).await.ok()?;
             (lb.source_ranges == ["192.0.2.0/24"]).then_some(())
         })
@@ -302,8 +381,10 @@ async fn source_ranges_refuse_clients_outside_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_listener() {
-    case("lb-ccm-restart", Setup::new(CCM).runs_pods_on(1).kills_ccm(), async |env| {
-        let services = one_pod(env, "lb-ccm-restart").await;
+    // The same against cloud-provider-aws, whose SDK retries each throttled call (EC2's `RequestLimitExceeded`,
+    // ELB's `Throttling`) on its own backoff.
+    case("lb-ccm-restart", Setup::new(CCM).runs_pods_on(1).kills_ccm().stated_for_aws(), async |env| {
+        let (_, services) = one_pod(env, "lb-ccm-restart").await;
         let (_, ip) = expose(env, &services, "web", serde_json::json!({})).await;
 
         // The CCM's token throttled hard (a burst of 2, 1.5 calls a second: about what its loops need when
@@ -344,9 +425,9 @@ async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_list
         env.kill_ccm_leader().await;
         // A new port while the new leader starts: it must update the load balancer through the throttle, and
         // the listener on port 80, unchanged, must not notice.
-        patch(&services, "web", ports(&[("web", 80, "TCP"), ("alt", 81, "TCP")])).await;
-        until(HANG, "port 81 answering (added by the new leader)", async || {
-            traffic::get(&ip, 81, "/hostname").await.ok().filter(|a| a.status == 200)
+        patch(&services, "web", ports(&[("web", 80, "TCP"), ("alt", ALT_PORT, "TCP")])).await;
+        until(HANG, "port 8081 answering (added by the new leader)", async || {
+            traffic::get(&ip, ALT_PORT, "/hostname").await.ok().filter(|a| a.status == 200)
         })
         .await;
         tokio::time::sleep(Duration::from_secs(5)).await;

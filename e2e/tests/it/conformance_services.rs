@@ -48,13 +48,7 @@ fn balanced(n: &Node) -> bool {
 /// The instance IDs every load balancer should have as backends: those of the balanced nodes.
 async fn expected_backends(env: &Env) -> BTreeSet<String> {
     let nodes = env.node_list().await;
-    let pid = |n: &Node| n.spec.as_ref()?.provider_id.clone();
-    nodes
-        .iter()
-        .filter(|n| balanced(n))
-        .filter_map(pid)
-        .filter_map(|p| p.rsplit('/').next().map(str::to_string))
-        .collect()
+    nodes.iter().filter(|n| balanced(n)).filter_map(fakecloud_e2e::instance_id).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
