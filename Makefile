@@ -84,7 +84,7 @@ test: deps control-plane kwok ## Run the whole test suite, then schemathesis aga
 	@# package's binaries only for its own tests).
 	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
 	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
-	$(TEST_POSTGRES)
+	@bash scripts/test-postgres.sh
 	@bash scripts/test-upstream-ccm.sh
 	@bash scripts/schemathesis.sh
 	@bash scripts/test-aws-face.sh
@@ -93,16 +93,8 @@ test: deps control-plane kwok ## Run the whole test suite, then schemathesis aga
 test-aws: ## boto3 (the AWS SDK for Python, pinned, installed once into the cache) against the emulator's AWS face (part of make test)
 	@bash scripts/test-aws-face.sh
 
-# The emulator's API tests with each emulator on a database of its own on a real PostgreSQL server (started by
-# the tests); there the rate limits' buckets are rows shared by replicas, so their shapes are tested on both.
-# Skipped: what only a SQLite file has (persistence::: a file's mode, snapshots, a file that is not a database;
-# and a file edited by hand), and what starts a PostgreSQL of its own whatever the store (postgres::,
-# replicas::, fail_safe::), which the run before has run already.
-TEST_POSTGRES = FAKECLOUD_TEST_STORE=postgres $(CARGO) test $(CARGO_FLAGS) -p fakecloud-emulator --test it -- \
-	--skip persistence:: --skip network::destinations_stored_as_written --skip postgres:: --skip replicas:: --skip fail_safe::
-
-test-postgres: deps ## The emulator's API tests on PostgreSQL instead of SQLite files (part of make test)
-	$(TEST_POSTGRES)
+test-postgres: deps ## The emulator's API tests on PostgreSQL instead of SQLite files, with the test binary of the workspace's build (part of make test)
+	@bash scripts/test-postgres.sh
 
 chaos: deps ## The farm's chaos test with five rounds of faults (a replica paused, one killed, PostgreSQL restarted); make test runs one
 	FAKECLOUD_CHAOS_ROUNDS=5 $(CARGO) test $(CARGO_FLAGS) -p fakecloud-emulator --test it -- fail_safe::the_farm --nocapture
