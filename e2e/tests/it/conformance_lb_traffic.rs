@@ -280,15 +280,19 @@ async fn removing_a_port_stops_only_that_port_and_keeps_the_others_connections()
     case("lb-ports", Setup::new(CCM).runs_pods_on(1).stated_for_aws(), async |env| {
         let (_, services) = one_pod(env, "lb-ports").await;
         let (_, ip) = expose(env, &services, "web", ports(&[("web", 80, "TCP"), ("alt", ALT_PORT, "TCP")])).await;
-        until(WAIT, "port 8081 answering", async || traffic::get(&ip, ALT_PORT, "/hostname").await.ok()).await;
+        until(WAIT, &format!("port {ALT_PORT} answering"), async || {
+            traffic::get(&ip, ALT_PORT, "/hostname").await.ok()
+        })
+        .await;
         let mut kept = Conn::open(&ip, 80).await.unwrap();
         assert_eq!(kept.get("/hostname").await.unwrap().status, 200);
 
         patch(&services, "web", ports(&[("web", 80, "TCP")])).await;
-        let why =
-            until(WAIT, "port 8081 no longer answering", async || traffic::get(&ip, ALT_PORT, "/hostname").await.err())
-                .await;
-        eprintln!("port 8081 after its removal: {why}");
+        let why = until(WAIT, &format!("port {ALT_PORT} no longer answering"), async || {
+            traffic::get(&ip, ALT_PORT, "/hostname").await.err()
+        })
+        .await;
+        eprintln!("port {ALT_PORT} after its removal: {why}");
         let again = kept.get("/hostname").await;
         assert_eq!(again.map(|a| a.status), Ok(200), "the connection on the unchanged port 80 lives on");
         assert_eq!(traffic::get(&ip, 80, "/hostname").await.map(|a| a.status), Ok(200), "port 80 takes new ones");
@@ -426,7 +430,7 @@ async fn a_ccm_restart_under_throttling_drops_no_connection_on_an_unchanged_list
         // A new port while the new leader starts: it must update the load balancer through the throttle, and
         // the listener on port 80, unchanged, must not notice.
         patch(&services, "web", ports(&[("web", 80, "TCP"), ("alt", ALT_PORT, "TCP")])).await;
-        until(HANG, "port 8081 answering (added by the new leader)", async || {
+        until(HANG, &format!("port {ALT_PORT} answering (added by the new leader)"), async || {
             traffic::get(&ip, ALT_PORT, "/hostname").await.ok().filter(|a| a.status == 200)
         })
         .await;
