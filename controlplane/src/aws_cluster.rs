@@ -27,6 +27,12 @@ pub fn provider_id(zone: &str, instance_id: &str) -> String {
     format!("aws:///{zone}/{instance_id}")
 }
 
+/// The instance ID in a providerID of [`provider_id`]'s form; `None` for any other.
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let (_zone, id) = provider_id.strip_prefix("aws:///")?.split_once('/')?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
 /// How long one AWS CLI call may take (a cold Python start is seconds on a busy machine).
 const CLI_HANG: Duration = Duration::from_secs(60);
 
@@ -150,4 +156,19 @@ pub async fn tag_network(cli: &AwsCli<'_>, cluster_id: &str) -> Result<Network> 
     cli.ec2(&[&["create-tags", "--resources"], subnet_ids.as_slice(), &["--tags", elb_role]].concat()).await?;
     let subnets = subnets.iter().map(|s| (s.0.to_string(), s.2.to_string())).collect();
     Ok(Network { vpc: vpc.into(), subnet: subnet.into(), zone: zone.into(), subnets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{instance_id, provider_id};
+
+    #[test]
+    fn an_instance_id_is_read_back_from_its_provider_id() {
+        assert_eq!(instance_id(&provider_id("local-1a", "i-0123456789abcdef0")), Some("i-0123456789abcdef0"));
+        for other in
+            ["fakecloud://local-1a/i-0123", "aws:///local-1a/", "aws:///local-1a", "aws:///a/b/c", "aws://x/y/z"]
+        {
+            assert_eq!(instance_id(other), None, "{other}");
+        }
+    }
 }

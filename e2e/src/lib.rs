@@ -91,10 +91,7 @@ pub fn initialized(n: &Node) -> bool {
 /// `aws:///<zone>/<i-…>` (the same instance, whichever face the CCM reads it through); `None` without one.
 pub fn instance_id(n: &Node) -> Option<String> {
     let pid = n.spec.as_ref()?.provider_id.as_deref()?;
-    let id = fakecloud_api::parse_provider_id(pid).or_else(|| {
-        let (_zone, id) = pid.strip_prefix("aws:///")?.split_once('/')?;
-        (!id.is_empty() && !id.contains('/')).then_some(id)
-    })?;
+    let id = fakecloud_api::parse_provider_id(pid).or_else(|| fakecloud_controlplane::aws_cluster::instance_id(pid))?;
     Some(id.to_string())
 }
 
