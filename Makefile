@@ -79,16 +79,11 @@ check: deps ## The Rust inner loop, in minutes: rustfmt, clippy, unit and integr
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude fakecloud-e2e
 	$(CARGO) test $(CARGO_FLAGS) -p fakecloud-e2e --lib
 
-test: deps control-plane kwok ## Run the whole test suite, then schemathesis against the emulator's OpenAPI document, then boto3 against its AWS face, then the console's browser tests
+test: deps control-plane kwok ## Run the whole test suite: the workspace's tests (the emulator's on PostgreSQL too), ccm-upstream's checks, schemathesis against the emulator's OpenAPI document, boto3 and the AWS CLI against its AWS face, the console's browser tests, and the end-to-end cases on the local backend beside them (scripts/test.sh)
 	@# make up's binaries: the controlplane crate's test of `stack up|down` runs them (cargo test builds a
 	@# package's binaries only for its own tests).
 	$(CARGO) build $(CARGO_FLAGS) --bin fakecloud --bin fakecloud-ccm --bin fakecloud-controlplane
-	$(CARGO) test $(CARGO_FLAGS) --workspace --no-fail-fast
-	@bash scripts/test-postgres.sh
-	@bash scripts/test-upstream-ccm.sh
-	@bash scripts/schemathesis.sh
-	@bash scripts/test-aws-face.sh
-	@bash scripts/console-tests.sh
+	@bash scripts/test.sh
 
 test-aws: ## boto3 (the AWS SDK for Python, pinned, installed once into the cache) against the emulator's AWS face (part of make test)
 	@bash scripts/test-aws-face.sh

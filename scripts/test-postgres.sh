@@ -3,10 +3,8 @@
 # database of its own on a real PostgreSQL server (started by the tests), where the rate limits' buckets are rows
 # that replicas share, so their shapes are tested on both stores.
 #
-# It runs the emulator's `it` binary that `cargo test --workspace` builds, with FAKECLOUD_TEST_STORE=postgres.
-# Building it with `-p fakecloud-emulator` instead resolves the dependencies' features for that package alone, so
-# cargo compiled every dependency a second time: 4.5 minutes of a cold CI run, and the emulator's crates again in
-# a warm one.
+# It runs the emulator's `it` binary that `cargo test --workspace` builds (scripts/test-executables.py says why
+# not `cargo test -p`), with FAKECLOUD_TEST_STORE=postgres.
 #
 # Skipped: what only a SQLite file has (persistence::: a file's mode, snapshots, a file that is not a database;
 # and a file edited by hand), and what starts a PostgreSQL of its own whatever the store (postgres::, replicas::,
@@ -16,18 +14,7 @@ cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 # shellcheck disable=SC2086 # CARGO_FLAGS is several flags, word-split on purpose
 it=$("$cargo" test ${CARGO_FLAGS:---locked} --workspace --no-run --message-format=json-render-diagnostics |
-	python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if (m.get("reason") == "compiler-artifact" and m["target"]["name"] == "it"
-            and "#fakecloud-emulator@" in m["package_id"] and m.get("executable")):
-        print(m["executable"])
-')
-[[ -x "$it" ]] || {
-	echo "test-postgres: cargo built no test binary 'it' of fakecloud-emulator" >&2
-	exit 1
-}
+	python3 scripts/test-executables.py fakecloud-emulator it)
 # As cargo test runs it: from the package's directory.
 cd emulator
 FAKECLOUD_TEST_STORE=postgres "$it" --skip persistence:: --skip network::destinations_stored_as_written \
