@@ -48,25 +48,7 @@ if ((${#wanted[@]})); then
 	filter+=" and (${joined# or })"
 fi
 
-if ! "$cargo" nextest --version >/dev/null 2>&1; then
-	# Two suites started at once (make e2e-kind-both, CI's two clusters) must not both install it: two `cargo
-	# install`s into one target directory and one bin directory race, and one fails. The first takes the lock and
-	# installs; the others wait for it and find it installed.
-	lock="${CARGO_HOME:-$HOME/.cargo}/fakecloud-nextest-install.lock"
-	mkdir -p "$(dirname "$lock")"
-	exec {install_lock}>"$lock"
-	echo "==> cargo-nextest is missing: installing it once (or waiting for a suite installing it already)"
-	flock "$install_lock"
-	if ! "$cargo" nextest --version >/dev/null 2>&1; then
-		echo "==> installing cargo-nextest (about 2 minutes on 2 cores)"
-		# Without self-update, which is what pulls in a TLS stack (aws-lc) and most of the build time; and an
-		# unoptimised build without debug info: a runner's time goes to the cases it starts, not to its own code,
-		# and the build takes 120 s here instead of 341 s (2 idle cores, BENCHMARKS.md).
-		CARGO_PROFILE_DEV_DEBUG=0 "$cargo" install --locked --debug cargo-nextest \
-			--no-default-features --features default-no-update
-	fi
-	exec {install_lock}>&-
-fi
+bash scripts/install-nextest.sh
 
 # nextest keeps its reports under the workspace (its store dir), wherever CARGO_TARGET_DIR puts the build.
 out=target/nextest/$profile

@@ -33,9 +33,18 @@ run() {
 		failed+=("$what")
 	fi
 }
-testcontainers_rust() {
-	kind_env && FAKECLOUD_TESTCONTAINERS=1 "$cargo" test --locked -p fakecloud-testcontainers
-}
+# The test binaries `cargo test --workspace` built (scripts/test-executables.py says why not `-p`: 3.5 minutes of
+# a cold CI run went to compiling the dependencies again), from the package's directory as cargo runs them.
+testcontainers_rust() (
+	local executables executable rc=0
+	executables=$("$cargo" test --locked --workspace --no-run --message-format=json-render-diagnostics |
+		python3 scripts/test-executables.py fakecloud-testcontainers) || return
+	kind_env && cd testcontainers || return
+	while read -r executable; do
+		FAKECLOUD_TESTCONTAINERS=1 "$executable" || rc=1
+	done <<<"$executables"
+	return "$rc"
+)
 testcontainers_go() (
 	kind_env && cd ccm-upstream &&
 		FAKECLOUD_TESTCONTAINERS=1 TESTCONTAINERS_RYUK_DISABLED=true go test -count=1 ./testcontainers/...
@@ -52,7 +61,13 @@ if KIND_CLUSTER_NAME=fakecloud FAKECLOUD_KIND_CCM=fakecloud FAKECLOUD_PORT=8787 
 	nice -n 19 bash scripts/kind/build-e2e-test.sh >"$e2e_test_log" 2>&1 &
 	e2e_test_build=$!
 fi
+# cargo-nextest, which the suites run, is installed (on a machine without it: ~5 min of CPU on a busy one) while
+# the clusters are made, which mostly waits; the suites wait for it (its lock) if it is not done.
+nextest_log=.run/install-nextest.log
+bash scripts/install-nextest.sh >"$nextest_log" 2>&1 &
+nextest_install=$!
 run "the conformance suite against both CCMs on kind" bash scripts/e2e-kind-both.sh
+wait "$nextest_install" || { cat "$nextest_log" && failed+=("installing cargo-nextest"); }
 # e2e.test as built above (or now, if preparing failed), then both clusters' runs, each line prefixed with its
 # cluster as e2e-kind-both does.
 lb_specs_both() {
