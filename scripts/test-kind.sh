@@ -54,10 +54,10 @@ testcontainers_go() (
 # needs, can be built beside the conformance suites rather than after them: ~5 min on a machine without it, of
 # a Go build that shares the node binaries' compiled packages. Niced, it takes what the suites leave idle (they
 # mostly wait on their clusters); its output goes to a log of its own, shown if it fails.
+mkdir -p .run
 e2e_test_log=.run/build-e2e-test.log
 e2e_test_build=
 if KIND_CLUSTER_NAME=fakecloud FAKECLOUD_KIND_CCM=fakecloud FAKECLOUD_PORT=8787 "$kind_tool" up --prepare; then
-	mkdir -p .run
 	nice -n 19 bash scripts/kind/build-e2e-test.sh >"$e2e_test_log" 2>&1 &
 	e2e_test_build=$!
 fi
