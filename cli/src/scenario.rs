@@ -578,6 +578,10 @@ pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> R
         // The caller may be gone (killed): the run goes on regardless.
         let _ = writeln!(out, "{READY}").and_then(|()| out.flush());
     };
+    // One Ctrl-C listener for the whole run, polled first at every step (`biased`): registered before the first
+    // step, it keeps a Ctrl-C that comes while a step's call is in flight, which a listener made anew at each step
+    // missed (the run then held on to its changes until its end).
+    let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
     let result = async {
         for (n, ((at, action), scaled)) in plan.steps.iter().zip(&times).enumerate() {
             if tell_ready && !scaled.is_zero() {
@@ -585,8 +589,9 @@ pub async fn run(client: &Client, plan: &Plan, keep: bool, time_scale: f64) -> R
                 tell_ready = false;
             }
             tokio::select! {
+                biased;
+                _ = &mut interrupt => bail!("interrupted before step {}", n + 1),
                 _ = tokio::time::sleep(scaled.saturating_sub(start.elapsed())) => {}
-                _ = tokio::signal::ctrl_c() => bail!("interrupted before step {}", n + 1),
             }
             let said = step(client, action, &mut undo).await.with_context(|| format!("step {} (at {at:?})", n + 1))?;
             eprintln!("[{:>7.1}s] {}/{} {said}", start.elapsed().as_secs_f64(), n + 1, plan.steps.len());

@@ -1,5 +1,7 @@
 //! The scenario runner (`fakecloud scenario run`) and the shipped scenarios, the bug reproductions among them.
 
+use std::process::Stdio;
+
 use fakecloud_api::{AuditQuery, Client, QuotaName, SetLbProvisioningRequest};
 
 use crate::{ADMIN, HANG, cli, emulator, eventually, ok, repo};
@@ -78,14 +80,15 @@ async fn a_scenario_runs_its_steps_in_order_and_on_time_then_restores() {
     let file = dir.path().join("s.yaml");
     std::fs::write(
         &file,
-        "name: test\nsteps:\n  - at: 0s\n    add_fault: {id: region-down, match: {operations: [GetRegion]}, action: {type: error, status: 503, code: ServiceUnavailable}}\n  - at: 800ms\n    set_quota: {name: instances, limit: 7}\n  - at: 1500ms\n    wait: true\n",
+        "name: test\nsteps:\n  - at: 0s\n    add_fault: {id: region-down, match: {operations: [GetRegion]}, action: {type: error, status: 503, code: ServiceUnavailable}}\n  - at: 800ms\n    set_quota: {name: instances, limit: 7}\n  - at: 10s\n    wait: true\n",
     )
     .unwrap();
     let admin = Client::new(&url, ADMIN).unwrap();
     let started = jiff::Timestamp::now();
     let runner = cli(&url).args(["scenario", "run"]).arg(&file).output();
     // Each change is looked for while the run holds it (the fault from 0 s, the quota from 800 ms, both until the
-    // restore after 1.5 s), not at fixed moments: a runner slow to start on a busy machine only moves the window.
+    // restore after 10 s), not at fixed moments: a runner slow to start on a busy machine only moves the window,
+    // and the window is far longer than a busy machine's poll can stall (1.5 s was not, under CI's load).
     let probe = async {
         let during = eventually(HANG, "the fault in force", || async { admin.region().await.is_err().then_some(true) });
         let during = during.await;
@@ -123,9 +126,10 @@ async fn a_background_run_returns_with_its_first_steps_applied_and_restores_late
     let file = dir.path().join("s.yaml");
     std::fs::write(
         &file,
-        "name: bg\nsteps:\n  - at: 0s\n    set_quota: {name: load-balancers, limit: 0}\n  - at: 0s\n    set_quota: {name: instances, limit: 5}\n  - at: 1s\n    wait: true\n",
+        "name: bg\nsteps:\n  - at: 0s\n    set_quota: {name: load-balancers, limit: 0}\n  - at: 0s\n    set_quota: {name: instances, limit: 5}\n  - at: 10s\n    wait: true\n",
     )
     .unwrap();
+    // Held for 10 s: the checks below, right after the return, must come before the restore on a busy machine too.
     // Its standard error to a file, as on a terminal: a pipe read to its end would wait for the background
     // process too, which writes there until it ends.
     let log = dir.path().join("background.log");
@@ -163,6 +167,26 @@ fn scenario(url: &str, name: &str, sets: &[&str]) -> tokio::process::Command {
     c
 }
 
+/// Run a scenario that holds its changes far past the tests' bound, wait until `seen` finds them in force, then
+/// end it as Ctrl-C does (the same putting back as a run's normal end): what `seen` found, and what the run
+/// printed. A wait on the changes themselves, not on a window of seconds, which a busy machine's poll can miss.
+/// (The runner installs its own SIGINT handler, so a test run that inherited SIGINT ignored still delivers it.)
+async fn held_then_interrupted<T, F, Fut>(mut run: tokio::process::Command, what: &str, seen: F) -> (T, String)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let child = run.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let found = eventually(HANG, what, seen).await;
+    let pid = child.id().unwrap();
+    std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    // Its putting back is a few writes, which can wait seconds behind disk I/O on a busy machine.
+    let out = tokio::time::timeout(HANG, child.wait_with_output()).await.unwrap().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "an interrupted run fails: {said}");
+    (found, said)
+}
+
 /// The bug reproductions (once shell scripts, now scenarios with variables): each holds its change while it
 /// runs, with the values `--set` gives, and puts everything back at the end.
 #[tokio::test]
@@ -171,27 +195,24 @@ async fn the_bug_scenarios_take_their_variables_and_put_everything_back() {
     let (_emulator, url) = emulator(dir.path()).await;
     let admin = Client::new(&url, ADMIN).unwrap();
 
-    let run = scenario(&url, "route-limit.yaml", &["limit=3", "duration=2"]).output();
-    // Looked for while the run holds it (2 s), not at a fixed moment: a slow start only moves the window.
-    let during = eventually(HANG, "the route quota lowered to the --set value", || async {
+    let run = scenario(&url, "route-limit.yaml", &["limit=3", "duration=600"]);
+    let (mid, _) = held_then_interrupted(run, "the route quota lowered to the --set value", || async {
         let limit = admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit;
         (limit == 3).then_some(limit)
-    });
-    let (out, mid) = tokio::join!(run, during);
-    ok(&out.unwrap(), "route-limit.yaml");
+    })
+    .await;
     assert_eq!(mid, 3);
     assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
 
-    let run = scenario(&url, "throttle.yaml", &["capacity=2", "rate=0.5", "duration=2"]).output();
-    let during = eventually(HANG, "the write bucket as --set says", || async {
+    let run = scenario(&url, "throttle.yaml", &["capacity=2", "rate=0.5", "duration=600"]);
+    let (bucket, _) = held_then_interrupted(run, "the write bucket as --set says", || async {
         let limits = admin.list_rate_limits().await.unwrap().items;
         limits
             .into_iter()
             .find(|l| l.id == "throttle-writes")
             .map(|l| (l.limit.capacity, l.limit.refill_per_second.unwrap_or_default()))
-    });
-    let (out, bucket) = tokio::join!(run, during);
-    ok(&out.unwrap(), "throttle.yaml");
+    })
+    .await;
     assert_eq!(bucket, (2, 0.5));
 
     for (name, sets) in [
@@ -224,18 +245,12 @@ async fn ctrl_c_restores_too() {
     let dir = tempfile::tempdir().unwrap();
     let (_emulator, url) = emulator(dir.path()).await;
     let admin = Client::new(&url, ADMIN).unwrap();
-    // Held for 600 s unless Ctrl-C ends it: far past the bound on its exit below. The runner installs its own
-    // SIGINT handler, so a test run that inherited SIGINT ignored still delivers it.
-    let mut child = scenario(&url, "route-limit.yaml", &["limit=4", "duration=600"]).spawn().unwrap();
-    eventually(HANG, "the quota to be lowered", || async {
+    let run = scenario(&url, "route-limit.yaml", &["limit=4", "duration=600"]);
+    let ((), said) = held_then_interrupted(run, "the quota to be lowered", || async {
         (admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit == 4).then_some(())
     })
     .await;
-    let pid = child.id().unwrap();
-    std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
-    // Its restore is a quota write, which can wait seconds behind disk I/O on a busy machine.
-    let status = tokio::time::timeout(HANG, child.wait()).await.unwrap().unwrap();
-    assert!(!status.success());
+    assert!(said.contains("interrupted") && said.contains("restored"), "{said}");
     assert_eq!(admin.get_quota(QuotaName::RoutesPerRouteTable).await.unwrap().limit, 50);
 }
 
@@ -290,7 +305,7 @@ async fn a_scenario_is_checked_whole_before_its_first_step() {
     }
 }
 
-/// An `lb_provisioning` step holds its setting while the scenario runs; at the end the settings from before it
+/// An `lb_provisioning` step holds its setting while the scenario runs; at its end the settings from before it
 /// are back (here one for every load balancer, set before the run).
 #[tokio::test]
 async fn an_lb_provisioning_step_is_put_back() {
@@ -302,16 +317,16 @@ async fn an_lb_provisioning_step_is_put_back() {
     let file = dir.path().join("s.yaml");
     std::fs::write(
         &file,
-        "steps:\n  - at: 0s\n    lb_provisioning: {seconds: 30, load_balancer: web}\n  - at: 0s\n    lb_provisioning: {seconds: 9}\n  - at: 1500ms\n    wait: true\n",
+        "steps:\n  - at: 0s\n    lb_provisioning: {seconds: 30, load_balancer: web}\n  - at: 0s\n    lb_provisioning: {seconds: 9}\n  - at: 600s\n    wait: true\n",
     )
     .unwrap();
-    let runner = cli(&url).args(["scenario", "run"]).arg(&file).output();
-    let during = eventually(HANG, "both settings in force", || async {
+    let mut runner = cli(&url);
+    runner.args(["scenario", "run"]).arg(&file);
+    let ((), text) = held_then_interrupted(runner, "both settings in force", || async {
         let p = admin.lb_provisioning().await.unwrap();
-        (p.seconds == Some(9.0) && p.load_balancers.get("web") == Some(&30.0)).then_some(true)
-    });
-    let (out, held) = tokio::join!(runner, during);
-    let text = ok(&out.unwrap(), "scenario run");
-    assert!(held && text.contains("provisioning of load balancer web: 30 s"), "{text}");
+        (p.seconds == Some(9.0) && p.load_balancers.get("web") == Some(&30.0)).then_some(())
+    })
+    .await;
+    assert!(text.contains("provisioning of load balancer web: 30 s"), "{text}");
     assert_eq!(admin.lb_provisioning().await.unwrap(), before);
 }
